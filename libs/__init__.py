@@ -1,0 +1,1 @@
+"""Libraries shared by every Teto part: the wire contracts and the runtime plumbing."""

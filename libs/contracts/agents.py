@@ -1,0 +1,37 @@
+"""Directives from the control plane to one executor agent: ``teto.agent.<executor_id>.<kind>``.
+
+``run`` is the lease grant with everything the agent needs to start the workload; ``stop`` asks it to stop
+the training process of a job (cancel, GPU ceiling), optionally after a final checkpoint.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .envelope import Envelope
+from .jobs import JobSpec
+
+
+class RunJob(Envelope):
+    SCHEMA = "teto.agent.run/1"
+
+    job_id: str
+    epoch: int = Field(ge=1)
+    executor_id: str
+    spec: JobSpec
+    attempt: int = Field(ge=1, description="1 for the first run, +1 for every grant after")
+    lease_seconds: float = Field(gt=0)
+    heartbeat_seconds: float = Field(gt=0)
+    rank: int = Field(0, ge=0)
+    world_size: int = Field(1, ge=1)
+    rendezvous: str | None = Field(None, description="host:port of rank 0 for torch.distributed")
+
+
+class StopJob(Envelope):
+    SCHEMA = "teto.agent.stop/1"
+
+    job_id: str
+    epoch: int = Field(ge=1)
+    reason: str
+    checkpoint_first: bool = Field(False, description="Write a final checkpoint before stopping, if possible")
+    grace_seconds: float = Field(10.0, ge=0)

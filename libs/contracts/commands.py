@@ -1,0 +1,63 @@
+"""Commands (``teto.cmd.<kind>``) and their outcomes (``teto.outcome.<kind>.<command_id>``).
+
+Every command carries ``command_id`` (the idempotency key: a command seen twice acts once), ``actor`` and
+``issued_at``. The stream keeps them durably and the audit service stores every one; the owner of the fact
+answers with an outcome: accepted, or refused with a reason a person can read and the numbers behind it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from .envelope import Envelope, new_id, utcnow
+from .jobs import JobSpec
+
+
+class Command(Envelope):
+    KIND: ClassVar[str] = ""
+
+    command_id: str = Field(default_factory=new_id, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    actor: str = Field(min_length=1, max_length=200)
+    issued_at: datetime = Field(default_factory=utcnow)
+
+
+class SubmitJob(Command):
+    SCHEMA = "teto.cmd.submit/1"
+    KIND = "submit"
+
+    job_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    spec: JobSpec
+
+
+class CancelJob(Command):
+    SCHEMA = "teto.cmd.cancel/1"
+    KIND = "cancel"
+
+    job_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    reason: str = Field("cancelled by operator", max_length=1000)
+
+
+class RequeueJob(Command):
+    SCHEMA = "teto.cmd.requeue/1"
+    KIND = "requeue"
+
+    job_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    gpu_ceiling_seconds: float = Field(gt=0, le=10**9, description="The new TOTAL ceiling, not an increment")
+
+
+COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob)}
+
+
+class CommandOutcome(Envelope):
+    SCHEMA = "teto.outcome/1"
+
+    command_id: str
+    kind: str
+    accepted: bool
+    reason: str | None = Field(None, description="Why it was refused (absent when accepted)")
+    detail: dict[str, Any] = Field(default_factory=dict, description="Numbers behind a refusal, ids made")
+    job_id: str | None = None
+    by: str = Field(description="The service that decided")

@@ -1,0 +1,90 @@
+"""The envelope every Teto message carries: a versioned schema name, a unique id and a time.
+
+A message class declares ``SCHEMA = "name/version"``; the field ``schema`` on the wire must equal it, so a
+consumer never mistakes one message for another, and a bumped version is refused loudly rather than
+half-understood. Trace context travels in NATS headers, not here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+def new_id() -> str:
+    """A time-sortable-enough random id (uuid4 hex) used for messages, commands and jobs."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ContractError(ValueError):
+    """A message that does not match its contract; ``reason`` is what a person reads."""
+
+    def __init__(self, schema: str, reason: str) -> None:
+        super().__init__(f"{schema}: {reason}")
+        self.schema = schema
+        self.reason = reason
+
+
+class Model(BaseModel):
+    """A strict value object nested inside messages."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+
+class Envelope(Model):
+    """Base of every message on a subject."""
+
+    SCHEMA: ClassVar[str] = ""
+
+    schema_: str = Field(default="", alias="schema", description="Schema name and version, e.g. teto.cmd.submit/1")
+    id: str = Field(default_factory=new_id, description="Unique message id (also the NATS de-duplication id)")
+    time: datetime = Field(default_factory=utcnow, description="When the message was made (UTC)")
+
+    @model_validator(mode="after")
+    def _schema_matches(self) -> Self:
+        if not self.schema_:
+            object.__setattr__(self, "schema_", self.SCHEMA)
+        elif self.schema_ != self.SCHEMA:
+            raise ValueError(f"schema {self.schema_!r} is not {self.SCHEMA!r}")
+        return self
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | str | dict[str, Any]) -> Self:
+        """Parse wire data, raising ContractError with a readable reason for anything malformed."""
+        try:
+            if isinstance(data, dict):
+                return cls.model_validate(data)
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            raise ContractError(cls.SCHEMA, describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per problem: the field path and what is wrong with it."""
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(message)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
+class RejectedMessage(Envelope):
+    """A message a consumer refused (malformed, hostile, wrong schema); kept so a person can see it."""
+
+    SCHEMA = "teto.rejected/1"
+
+    service: str
+    subject: str
+    reason: str
+    payload_excerpt: str = Field(max_length=2000)
+    payload_bytes: int

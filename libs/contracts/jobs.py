@@ -1,0 +1,135 @@
+"""Jobs on the wire: the job spec a user submits, the lifecycle states, and the job-state events.
+
+Events go to ``teto.job.<job_id>.<event>``, ordered per job by ``seq``; they are what downstream consumers
+subscribe to. The queue service is their single writer (the health service adds ``signal`` events).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+
+from .envelope import Envelope, Model
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"  # waiting for placement
+    ADMITTING = "admitting"  # gang forming: nodes reserved, waiting for every worker to be ready
+    RUNNING = "running"  # a lease is held and the workload runs
+    INTERRUPTED = "interrupted"  # GPU ceiling reached; checkpoint preserved, resumable by requeue
+    BACKOFF = "backoff"  # gang timed out; requeues by itself later
+    SUCCEEDED = "succeeded"  # the workload exited 0
+    FAILED = "failed"  # attempts spent or a permanent error
+    CANCELLED = "cancelled"  # an operator cancelled it
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class AttemptCause(StrEnum):
+    TRAINING_ERROR = "training_error"  # the training process exited with failure: spends an attempt
+    TRANSPORT_LOST = "transport_lost"  # lease expired or executor abandoned: free
+    NODE_FAILURE = "node_failure"  # node failed its health check: free
+    GANG_TIMEOUT = "gang_timeout"  # gang not ready in time: free
+
+
+class FinetuneParams(Model):
+    steps: int = Field(300, ge=1, le=10_000_000, description="Optimizer steps in total")
+    batch_size: int = Field(16, ge=1, le=4096)
+    seq_len: int = Field(64, ge=8, le=4096, description="Tokens per training sequence")
+    learning_rate: float = Field(3e-3, gt=0, le=1.0)
+    seed: int = Field(0, ge=0)
+    step_delay_seconds: float = Field(0.0, ge=0, le=60, description="Extra sleep per step (tests, demos)")
+
+
+class FinetuneWorkload(Model):
+    kind: Literal["finetune"] = "finetune"
+    params: FinetuneParams = Field(default_factory=FinetuneParams)
+
+
+class CommandWorkload(Model):
+    kind: Literal["command"] = "command"
+    command: list[str] = Field(min_length=1, description="argv of the user's training script")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
+
+    @field_validator("command")
+    @classmethod
+    def _no_empty_program(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program (first element) must not be empty")
+        return v
+
+
+Workload = Annotated[FinetuneWorkload | CommandWorkload, Field(discriminator="kind")]
+
+
+class JobSpec(Model):
+    """What a user submits (``POST /v1/jobs``). Every field but ``workload`` has a default."""
+
+    name: str = Field("", max_length=200)
+    workload: Workload
+    workers: int = Field(1, ge=1, le=256, description="Gang size; each worker runs on its own node")
+    gpus_per_worker: int = Field(
+        0, ge=0, le=64, description="GPUs each worker needs; 0 runs on any node (a CPU-only node counts as 1 device)"
+    )
+    gpu_ceiling_seconds: float = Field(3600.0, gt=0, le=10**9, description="Total GPU-second ceiling")
+    checkpoint_every_steps: int = Field(50, ge=1, le=10_000_000)
+    max_attempts: int = Field(3, ge=1, le=100, description="Training failures allowed before the job fails")
+    estimated_step_seconds: float | None = Field(
+        None, gt=0, description="The user's estimate of one step's wall time, for an early ceiling warning"
+    )
+
+
+class JobEventKind(StrEnum):
+    SUBMITTED = "submitted"
+    LEASED = "leased"
+    STARTED = "started"
+    CHECKPOINTED = "checkpointed"
+    CHECKPOINT_SKIPPED = "checkpoint_skipped"
+    LEASE_EXPIRED = "lease_expired"
+    ABANDONED = "abandoned"
+    ATTEMPT_FAILED = "attempt_failed"
+    REQUEUED = "requeued"
+    INTERRUPTED = "interrupted"
+    BACKOFF = "backoff"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOP_REQUESTED = "stop_requested"
+    SIGNAL = "signal"
+
+
+class JobEvent(Envelope):
+    SCHEMA = "teto.job.event/1"
+
+    job_id: str
+    seq: int = Field(ge=1, description="Position in this job's event sequence")
+    event: JobEventKind
+    state: JobState
+    previous_state: JobState | None = None
+    reason: str | None = None
+    epoch: int | None = None
+    executor_id: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobView(Model):
+    """The job as the gateway shows it (read model owned by the queue)."""
+
+    id: str
+    name: str
+    owner: str
+    state: JobState
+    spec: JobSpec
+    attempts: dict[str, int]
+    executor_id: str | None = None
+    lease_epoch: int = 0
+    lease_expires_at: datetime | None = None
+    last_step: int | None = None
+    last_checkpoint: dict[str, Any] | None = None
+    reason: str | None = None
+    created_at: datetime
+    updated_at: datetime

@@ -1,0 +1,44 @@
+"""Every message type and the subject it travels on, for the generated JSON Schema and docs/events.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .agents import RunJob, StopJob
+from .commands import CancelJob, CommandOutcome, RequeueJob, SubmitJob
+from .envelope import Envelope
+from .jobs import JobEvent
+from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
+from .nodes import NodeRegistered, SignalChanged
+from .telemetry import CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport
+
+
+@dataclass(frozen=True)
+class Entry:
+    model: type[Envelope]
+    subject: str  # pattern, with <placeholders>
+    stream: str | None  # stream base name, None for core request/reply
+    publisher: str
+    description: str
+
+
+CATALOGUE: tuple[Entry, ...] = (
+    Entry(SubmitJob, "teto.cmd.submit", "CMD", "gateway", "Submit a job"),
+    Entry(CancelJob, "teto.cmd.cancel", "CMD", "gateway", "Cancel a job"),
+    Entry(RequeueJob, "teto.cmd.requeue", "CMD", "gateway", "Requeue an interrupted job with a new total ceiling"),
+    Entry(CommandOutcome, "teto.outcome.<kind>.<command_id>", "OUTCOME", "owning service", "Command accepted/refused"),
+    Entry(JobEvent, "teto.job.<job_id>.<event>", "JOB", "queue", "Job-state change, ordered per job by seq"),
+    Entry(SignalChanged, "teto.job.<job_id>.signal", "JOB", "health", "Job signal changed (ok/no_signal/stuck)"),
+    Entry(LeaseEvent, "teto.lease.<job_id>.<event>", "LEASE", "queue", "Lease granted/renewed/expired/released"),
+    Entry(LeaseRenewRequest, "teto.rpc.lease.renew", None, "executor", "Renew a lease (request)"),
+    Entry(LeaseRenewReply, "(reply inbox)", None, "queue", "Renewal acknowledged or lease lost"),
+    Entry(RunJob, "teto.agent.<executor_id>.run", "AGENT", "queue", "Lease grant: run this job"),
+    Entry(StopJob, "teto.agent.<executor_id>.stop", "AGENT", "queue", "Stop the training process of a job"),
+    Entry(Heartbeat, "teto.hb.<executor_id>", "HB", "executor", "Liveness, phase, step, GPU usage sample"),
+    Entry(NodeRegistered, "teto.node.<node_id>.registered", "NODE", "executor", "Agent started on a node"),
+    Entry(RunStarted, "teto.progress.<job_id>", "PROGRESS", "executor", "Training process started"),
+    Entry(StepReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Step, loss, step duration"),
+    Entry(CheckpointReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Checkpoint written (atomic)"),
+    Entry(CheckpointSkipped, "teto.progress.<job_id>", "PROGRESS", "executor", "Corrupt checkpoint skipped"),
+    Entry(RunFinished, "teto.progress.<job_id>", "PROGRESS", "executor", "Training process ended"),
+)

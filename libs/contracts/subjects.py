@@ -1,0 +1,154 @@
+"""The one place Teto's subject and stream names are spelled.
+
+Every part builds subjects through ``Subjects(prefix)``; the prefix (default ``teto``) lets several Teto
+installations share one NATS account. Wildcard patterns are what consumers subscribe to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "teto"
+
+
+def _token(value: str) -> str:
+    """A subject token must not contain separators or wildcards; ids are hex, names are checked."""
+    if not value or any(c in value for c in ".*> \t\r\n"):
+        raise ValueError(f"{value!r} cannot be used as a subject token")
+    return value
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    max_age_seconds: float | None  # None keeps messages until limits say otherwise
+    description: str
+
+
+@dataclass(frozen=True)
+class Subjects:
+    prefix: str = DEFAULT_PREFIX
+
+    # -- commands: teto.cmd.<kind>
+    def cmd(self, kind: str) -> str:
+        return f"{self.prefix}.cmd.{_token(kind)}"
+
+    @property
+    def cmd_all(self) -> str:
+        return f"{self.prefix}.cmd.>"
+
+    # -- command outcomes: teto.outcome.<kind>.<command_id> (accepted or refused, with the reason)
+    def outcome(self, kind: str, command_id: str) -> str:
+        return f"{self.prefix}.outcome.{_token(kind)}.{_token(command_id)}"
+
+    def outcome_of(self, command_id: str) -> str:
+        return f"{self.prefix}.outcome.*.{_token(command_id)}"
+
+    @property
+    def outcome_all(self) -> str:
+        return f"{self.prefix}.outcome.>"
+
+    # -- job events: teto.job.<job_id>.<event>
+    def job_event(self, job_id: str, event: str) -> str:
+        return f"{self.prefix}.job.{_token(job_id)}.{_token(event)}"
+
+    def job_events_of(self, job_id: str) -> str:
+        return f"{self.prefix}.job.{_token(job_id)}.>"
+
+    @property
+    def job_all(self) -> str:
+        return f"{self.prefix}.job.>"
+
+    # -- heartbeats: teto.hb.<executor_id>
+    def heartbeat(self, executor_id: str) -> str:
+        return f"{self.prefix}.hb.{_token(executor_id)}"
+
+    @property
+    def heartbeat_all(self) -> str:
+        return f"{self.prefix}.hb.*"
+
+    # -- progress: teto.progress.<job_id> (steps, checkpoints, run outcome)
+    def progress(self, job_id: str) -> str:
+        return f"{self.prefix}.progress.{_token(job_id)}"
+
+    @property
+    def progress_all(self) -> str:
+        return f"{self.prefix}.progress.*"
+
+    # -- leases: teto.lease.<job_id>.<event> (granted, renewed, expired, released)
+    def lease(self, job_id: str, event: str) -> str:
+        return f"{self.prefix}.lease.{_token(job_id)}.{_token(event)}"
+
+    @property
+    def lease_all(self) -> str:
+        return f"{self.prefix}.lease.>"
+
+    # -- lease renewal RPC (core NATS request/reply, answered by a queue replica; not stored in a stream)
+    @property
+    def rpc_lease_renew(self) -> str:
+        return f"{self.prefix}.rpc.lease.renew"
+
+    # -- directives to one executor agent: teto.agent.<executor_id>.<kind> (run, stop, check, reboot)
+    def agent(self, executor_id: str, kind: str) -> str:
+        return f"{self.prefix}.agent.{_token(executor_id)}.{_token(kind)}"
+
+    def agent_all_of(self, executor_id: str) -> str:
+        return f"{self.prefix}.agent.{_token(executor_id)}.>"
+
+    @property
+    def agent_all(self) -> str:
+        return f"{self.prefix}.agent.>"
+
+    # -- nodes and deep checks
+    def node(self, node_id: str, event: str) -> str:
+        return f"{self.prefix}.node.{_token(node_id)}.{_token(event)}"
+
+    @property
+    def node_all(self) -> str:
+        return f"{self.prefix}.node.>"
+
+    def check(self, run_id: str, event: str) -> str:
+        return f"{self.prefix}.check.{_token(run_id)}.{_token(event)}"
+
+    @property
+    def check_all(self) -> str:
+        return f"{self.prefix}.check.>"
+
+    # -- budget events: teto.budget.<job_id>.<event> (warning, exhausted)
+    def budget(self, job_id: str, event: str) -> str:
+        return f"{self.prefix}.budget.{_token(job_id)}.{_token(event)}"
+
+    @property
+    def budget_all(self) -> str:
+        return f"{self.prefix}.budget.>"
+
+    # -- messages a consumer refused as malformed or hostile: teto.rejected.<service> (audited, visible)
+    def rejected(self, service: str) -> str:
+        return f"{self.prefix}.rejected.{_token(service)}"
+
+    @property
+    def rejected_all(self) -> str:
+        return f"{self.prefix}.rejected.*"
+
+    # -- streams
+    def stream_name(self, base: str) -> str:
+        return f"{self.prefix.upper().replace('.', '_').replace('-', '_')}_{base}"
+
+    def streams(self) -> list[StreamSpec]:
+        day = 86400.0
+        return [
+            StreamSpec(self.stream_name("CMD"), (self.cmd_all,), 90 * day, "Commands (audited)"),
+            StreamSpec(self.stream_name("OUTCOME"), (self.outcome_all,), 90 * day, "Command outcomes"),
+            StreamSpec(self.stream_name("JOB"), (self.job_all,), 90 * day, "Job-state events for consumers"),
+            StreamSpec(self.stream_name("HB"), (self.heartbeat_all,), 3600.0, "Executor heartbeats (short-lived)"),
+            StreamSpec(self.stream_name("PROGRESS"), (self.progress_all,), 7 * day, "Step, checkpoint, run outcome"),
+            StreamSpec(self.stream_name("LEASE"), (self.lease_all,), 7 * day, "Lease facts"),
+            StreamSpec(self.stream_name("AGENT"), (self.agent_all,), 1 * day, "Directives to executor agents"),
+            StreamSpec(self.stream_name("NODE"), (self.node_all, self.check_all), 30 * day, "Nodes and checks"),
+            StreamSpec(self.stream_name("BUDGET"), (self.budget_all,), 90 * day, "Budget events"),
+            StreamSpec(self.stream_name("REJECTED"), (self.rejected_all,), 30 * day, "Refused malformed messages"),
+        ]
+
+    def stream_for(self, base: str) -> str:
+        return self.stream_name(base)

@@ -1,0 +1,88 @@
+"""Typed settings read from ``TETO_*`` environment variables, one class per concern, with bounds.
+
+``CommonSettings`` is what every part needs (where NATS and PostgreSQL are, the subject prefix, the lease
+contract). Services extend it. ``check()`` refuses a configuration that cannot be safe, with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from libs.contracts.envelope import describe
+from libs.contracts.subjects import Subjects
+
+
+class SettingsError(ValueError):
+    """Configuration refused at start-up; the message names the variable and the reason."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Self:
+        """Fields are read from TETO_<FIELD_NAME_UPPER>; explicit overrides win."""
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            key = f"TETO_{name.upper()}"
+            if key in env and env[key] != "":
+                values[name] = env[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            raise SettingsError(f"invalid configuration: {describe(exc)} (set through TETO_<FIELD>)") from None
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Cross-field rules; raise SettingsError with the reason."""
+
+
+class CommonSettings(Settings):
+    nats_url: str = Field("nats://127.0.0.1:4222", description="NATS server URL(s), comma separated")
+    database_url: str = Field("postgresql://teto@127.0.0.1:5432/teto", description="PostgreSQL DSN")
+    subject_prefix: str = Field("teto", pattern=r"^[a-z][a-z0-9_-]*$", description="Prefix of every subject")
+    lease_seconds: float = Field(180.0, gt=0, le=86400, description="Lease duration without a renewal")
+    heartbeat_seconds: float = Field(30.0, gt=0, le=3600, description="Executor heartbeat interval")
+    stop_margin_seconds: float | None = Field(
+        None, gt=0, description="The executor stops this long before the lease ends (default: one heartbeat)"
+    )
+    data_dir: Path = Field(Path(".teto"), description="Local state: embedded servers, tokens, checkpoints")
+    checkpoint_dir: Path | None = Field(None, description="Checkpoint storage (shared FS); default data_dir/ckpt")
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.subject_prefix)
+
+    @property
+    def effective_stop_margin(self) -> float:
+        return self.stop_margin_seconds if self.stop_margin_seconds is not None else self.heartbeat_seconds
+
+    @property
+    def effective_checkpoint_dir(self) -> Path:
+        return self.checkpoint_dir or (self.data_dir / "checkpoints")
+
+    def check(self) -> None:
+        check_lease_contract(self.lease_seconds, self.heartbeat_seconds, self.effective_stop_margin)
+
+
+def check_lease_contract(lease: float, heartbeat: float, stop_margin: float) -> None:
+    """The executor must be able to miss one heartbeat and still stop before the queue redelivers.
+
+    Renewals happen every heartbeat; the executor gives up after ``lease - stop_margin`` without an
+    acknowledged renewal. That window must hold at least two heartbeats, or one lost renewal would make a
+    healthy executor abandon its job.
+    """
+    if stop_margin >= lease:
+        raise SettingsError(f"stop margin {stop_margin:g}s must be shorter than the lease {lease:g}s")
+    if lease < 2 * heartbeat + stop_margin:
+        raise SettingsError(
+            f"lease {lease:g}s is shorter than two heartbeats ({2 * heartbeat:g}s) plus the stop margin "
+            f"({stop_margin:g}s): one lost renewal would make a healthy executor abandon its job"
+        )

