@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
+from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
 from .commands import CancelJob, CommandOutcome, RequeueJob, SubmitJob
-from .envelope import Envelope
+from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
 from .nodes import NodeRegistered, SignalChanged
@@ -41,4 +42,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(CheckpointReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Checkpoint written (atomic)"),
     Entry(CheckpointSkipped, "teto.progress.<job_id>", "PROGRESS", "executor", "Corrupt checkpoint skipped"),
     Entry(RunFinished, "teto.progress.<job_id>", "PROGRESS", "executor", "Training process ended"),
+    Entry(BudgetEvent, "teto.budget.<job_id>.<event>", "BUDGET", "budget", "Ceiling warning / exhausted"),
+    Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
+    Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),
+    Entry(RejectedMessage, "teto.rejected.<service>", "REJECTED", "any consumer", "A malformed message refused"),
 )

@@ -1,0 +1,22 @@
+"""The ``teto`` command: the local stack (``up``), single parts (``service``, ``executor``), and the operator
+commands that talk to the gateway (``submit``, ``jobs``, ...; see teto/cli_client.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="teto", description="Teto: GPU fine-tuning jobs under GPU-time ceilings")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from teto import cli_client, cli_stack
+
+    cli_stack.register(sub)
+    cli_client.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
