@@ -40,7 +40,9 @@ def lock_key(name: str) -> int:
 def migrations_of(package: str) -> list[tuple[int, str, str]]:
     """(version, title, sql) of a package's ``migrations`` folder, in order."""
     root = importlib.resources.files(package).joinpath("migrations")
-    found = []
+    found: list[tuple[int, str, str]] = []
+    if not root.is_dir():
+        return found
     for entry in root.iterdir():
         m = _MIGRATION.match(entry.name)
         if m:

@@ -1,0 +1,48 @@
+"""Running one part as a process: ``teto service <name>`` and ``teto executor``.
+
+SIGTERM and SIGINT cancel the part's ``serve()`` task so it closes its connections cleanly (drains NATS, closes
+the pool) instead of dying mid-transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+SERVICES = ("queue", "budget", "health", "audit", "gateway")
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(serve())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+def run_service(name: str) -> int:
+    if name not in SERVICES:
+        raise SystemExit(f"unknown service {name!r}; one of {', '.join(SERVICES)}")
+    module = importlib.import_module(f"services.{name}.app")
+    asyncio.run(_until_signalled(module.serve))
+    return 0
+
+
+def run_executor(overrides: dict) -> int:
+    from agents.executor.agent import serve
+    from agents.executor.settings import ExecutorSettings
+
+    settings = ExecutorSettings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    asyncio.run(_until_signalled(lambda: serve(settings)))
+    return 0

@@ -1,0 +1,105 @@
+"""A small process supervisor for ``teto up``: starts each part as its own process with its log file,
+restarts a part that dies unexpectedly (with back-off), and stops them in order.
+
+It records every process in ``<data-dir>/processes.json`` (name, pid, executor id) so scripts and tests can
+find, say, the executor that runs a job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Part:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    executor_id: str | None = None
+    proc: subprocess.Popen | None = None
+    restarts: list[float] = field(default_factory=list)
+    next_start: float = 0.0
+
+
+class Supervisor:
+    def __init__(self, data_dir: Path, *, max_restarts_per_minute: int = 5) -> None:
+        self.data_dir = data_dir
+        self.logs = data_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.parts: dict[str, Part] = {}
+        self.max_restarts = max_restarts_per_minute
+        self.stopping = False
+
+    def add(self, part: Part) -> None:
+        self.parts[part.name] = part
+        self._start(part)
+
+    def _start(self, part: Part) -> None:
+        out = open(self.logs / f"{part.name}.log", "ab")
+        part.proc = subprocess.Popen(part.argv, env=part.env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        out.close()
+        log.info("started %s (pid %d)", part.name, part.proc.pid)
+        self._record()
+
+    def _record(self) -> None:
+        rows = [{"name": p.name, "pid": p.proc.pid if p.proc else None, "executor_id": p.executor_id,
+                 "log": str(self.logs / f"{p.name}.log")} for p in self.parts.values()]
+        tmp = self.data_dir / "processes.json.tmp"
+        tmp.write_text(json.dumps(rows, indent=2))
+        os.replace(tmp, self.data_dir / "processes.json")
+
+    def check(self) -> list[str]:
+        """Restart parts that exited; returns the names restarted. A part that keeps dying is given up on."""
+        restarted = []
+        now = time.monotonic()
+        for part in self.parts.values():
+            if self.stopping or part.proc is None or part.proc.poll() is None:
+                continue
+            if part.next_start == 0.0:
+                part.restarts = [t for t in part.restarts if now - t < 60] + [now]
+                if len(part.restarts) > self.max_restarts:
+                    log.error("%s exited %d times in a minute; not restarting (see %s)", part.name,
+                              len(part.restarts), self.logs / f"{part.name}.log")
+                    part.proc = None
+                    continue
+                part.next_start = now + min(10.0, 0.5 * 2 ** (len(part.restarts) - 1))
+                log.warning("%s exited with %s; restarting", part.name, part.proc.returncode)
+            if now >= part.next_start:
+                part.next_start = 0.0
+                self._start(part)
+                restarted.append(part.name)
+        return restarted
+
+    def stop(self, names: list[str], timeout: float = 20.0) -> None:
+        self.stopping = True
+        procs = [self.parts[n].proc for n in names if n in self.parts and self.parts[n].proc]
+        for p in procs:
+            if p.poll() is None:
+                with _suppress():
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with _suppress():
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))

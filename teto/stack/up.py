@@ -1,0 +1,235 @@
+"""``teto up``: the whole stack on one machine, as separate processes.
+
+Starts embedded NATS (JetStream) and PostgreSQL under ``--data-dir`` unless ``TETO_NATS_URL`` /
+``TETO_DATABASE_URL`` point elsewhere, applies every service's migrations and declares the streams, starts the
+five services and N executor agents, makes a local admin token, writes ``<data-dir>/stack.json`` and, with
+``--demo``, submits the demo fine-tune and follows it. Ctrl-C stops everything in order; running it again on the
+same data directory comes back with every job and event where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from teto.stack.supervisor import Part, Supervisor
+
+log = logging.getLogger("teto.up")
+
+SERVICE_ORDER = ["audit", "budget", "health", "queue", "gateway"]  # consumers of commands first, gateway last
+
+
+@dataclass
+class UpOptions:
+    data_dir: Path
+    http_port: int = 8080
+    executors: int = 2
+    group: str = "local"
+    demo: bool = False
+    exit_after_demo: bool = False
+    lease_seconds: float | None = None
+    heartbeat_seconds: float | None = None
+    log_level: str = "INFO"
+    demo_spec: dict | None = None
+
+
+class _Stop(Exception):
+    pass
+
+
+def _prepare_schema(nats_url: str, database_url: str, prefix: str) -> None:
+    """Apply every service's migrations and declare the streams before anything starts."""
+    from libs.contracts.subjects import Subjects
+    from libs.runtime import bus, db
+
+    async def go() -> None:
+        pool = await db.create_pool(database_url, max_size=2)
+        try:
+            for name in SERVICE_ORDER:
+                await db.migrate(pool, name, f"services.{name}")
+        finally:
+            await pool.close()
+        nc = await bus.connect(nats_url, "teto-up")
+        try:
+            await bus.ensure_streams(nc.jetstream(), Subjects(prefix))
+        finally:
+            await nc.close()
+
+    asyncio.run(go())
+
+
+def _admin_token(data_dir: Path, tokens_file: Path) -> str:
+    """Reuse the local admin token of an earlier run while it is still valid; otherwise make one."""
+    from services.gateway.auth import create_token
+
+    stack = data_dir / "stack.json"
+    if stack.exists() and tokens_file.exists():
+        secret = json.loads(stack.read_text()).get("admin_token")
+        if secret:
+            digest = hashlib.sha256(secret.encode()).hexdigest()
+            tokens = json.loads(tokens_file.read_text()).get("tokens", [])
+            if any(t.get("sha256") == digest and not t.get("revoked") for t in tokens):
+                return secret
+    return create_token(tokens_file, "local-admin", "admin")
+
+
+def _write_private(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _wait_http(url: str, timeout: float, sup: Supervisor) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        sup.check()
+        time.sleep(0.2)
+    raise RuntimeError(f"the gateway did not answer at {url} within {timeout:.0f}s; see {sup.logs}/gateway.log")
+
+
+def up(opts: UpOptions) -> int:
+    logging.basicConfig(level=getattr(logging, opts.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    data_dir = opts.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(data_dir / "up.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another `teto up` is running on {data_dir}", file=sys.stderr)
+        return 2
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        raise _Stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    nats = pg = None
+    sup = Supervisor(data_dir)
+    started = time.monotonic()
+    try:
+        nats_url = os.environ.get("TETO_NATS_URL")
+        database_url = os.environ.get("TETO_DATABASE_URL")
+        from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
+
+        if not nats_url:
+            nats = EmbeddedNats(data_dir / "nats").start()
+            nats_url = nats.url
+            log.info("embedded NATS (JetStream) at %s", nats_url)
+        if not database_url:
+            pg = EmbeddedPostgres(data_dir / "postgres").start()
+            database_url = pg.url
+            log.info("embedded PostgreSQL at %s", database_url)
+        prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
+        _prepare_schema(nats_url, database_url, prefix)
+
+        tokens_file = data_dir / "tokens.json"
+        token = _admin_token(data_dir, tokens_file)
+        env = dict(os.environ)
+        env.update(TETO_NATS_URL=nats_url, TETO_DATABASE_URL=database_url, TETO_DATA_DIR=str(data_dir),
+                   TETO_HTTP_PORT=str(opts.http_port), TETO_TOKENS_FILE=str(tokens_file),
+                   TETO_SUBJECT_PREFIX=prefix, PYTHONUNBUFFERED="1")
+        if opts.lease_seconds is not None:
+            env["TETO_LEASE_SECONDS"] = str(opts.lease_seconds)
+        if opts.heartbeat_seconds is not None:
+            env["TETO_HEARTBEAT_SECONDS"] = str(opts.heartbeat_seconds)
+        _check_settings(env)
+        py = [sys.executable, "-m", "teto.cli"]
+        for name in SERVICE_ORDER:
+            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], env))
+        for i in range(1, opts.executors + 1):
+            eid = f"{opts.group}-{i}-{uuid.uuid4().hex[:6]}"
+            sup.add(Part(f"executor-{i}", [*py, "executor", "--group", opts.group, "--executor-id", eid,
+                                           "--log-level", opts.log_level], env, executor_id=eid))
+        url = f"http://127.0.0.1:{opts.http_port}"
+        _wait_http(f"{url}/healthz", 90.0, sup)
+        _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
+                                                 "database_url": database_url, "data_dir": str(data_dir),
+                                                 "subject_prefix": prefix})
+        print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
+              f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {database_url}\n"
+              f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
+              f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
+        rc = 0
+        if opts.demo:
+            rc = _demo(url, token, sup, opts)
+            if opts.exit_after_demo:
+                return rc
+        while True:
+            sup.check()
+            time.sleep(0.5)
+    except _Stop:
+        print("\nstopping Teto ...", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sup.stop([n for n in sup.parts if n.startswith("executor")])
+        sup.stop(["gateway", "queue", "health", "budget", "audit"])
+        if pg is not None:
+            pg.stop()
+        if nats is not None:
+            nats.stop()
+        lock.close()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _check_settings(env: dict[str, str]) -> None:
+    """Refuse an unsafe lease contract before starting anything (each part would refuse it anyway)."""
+    from libs.runtime.settings import CommonSettings
+
+    CommonSettings.from_env(env=env)
+
+
+def _demo(url: str, token: str, sup: Supervisor, opts: UpOptions) -> int:
+    spec = opts.demo_spec or {"name": "demo-finetune", "workload": {"kind": "finetune"},
+                              "checkpoint_every_steps": 50}
+    headers = {"Authorization": f"Bearer {token}"}
+    t0 = time.monotonic()
+    r = httpx.post(f"{url}/v1/jobs", json=spec, headers=headers, timeout=30)
+    if r.status_code not in (201, 202):
+        print(f"demo submit refused: {r.status_code} {r.text}", file=sys.stderr)
+        return 1
+    job_id = r.json().get("id") or r.json().get("job_id")
+    print(f"demo job {job_id} submitted; following it (GET {url}/v1/jobs/{job_id})", flush=True)
+    last = None
+    while True:
+        sup.check()
+        try:
+            job = httpx.get(f"{url}/v1/jobs/{job_id}", headers=headers, timeout=10).json()
+        except httpx.HTTPError:
+            time.sleep(1)
+            continue
+        ckpt = (job.get("last_checkpoint") or {}).get("step")
+        line = (job.get("state"), job.get("last_step"), ckpt)
+        if line != last:
+            total = job.get("total_steps") or "?"
+            print(f"  [{time.monotonic() - t0:6.1f}s] {job.get('state'):<11} step {job.get('last_step') or 0}/"
+                  f"{total}  last checkpoint: step {ckpt if ckpt is not None else '-'}  "
+                  f"executor: {job.get('executor_id') or '-'}", flush=True)
+            last = line
+        if job.get("state") in ("succeeded", "failed", "cancelled", "interrupted"):
+            print(f"demo job {job['state']} in {time.monotonic() - t0:.1f}s"
+                  + (f": {job.get('reason') or job.get('error')}" if job["state"] != "succeeded" else ""), flush=True)
+            return 0 if job["state"] == "succeeded" else 1
+        time.sleep(1.0)
