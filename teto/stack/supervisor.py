@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,9 @@ class Part:
     argv: list[str]
     env: dict[str, str]
     executor_id: str | None = None
+    # An executor restarted after a crash is a new incarnation with a new id: its predecessor's lease must
+    # expire on its own rather than be silently inherited by a process that knows nothing of the job.
+    new_executor_id: Callable[[], str] | None = None
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
     next_start: float = 0.0
@@ -44,8 +48,11 @@ class Supervisor:
         self._start(part)
 
     def _start(self, part: Part) -> None:
+        if part.new_executor_id is not None:
+            part.executor_id = part.new_executor_id()
+        argv = [a.replace("{executor_id}", part.executor_id or "") for a in part.argv]
         out = open(self.logs / f"{part.name}.log", "ab")
-        part.proc = subprocess.Popen(part.argv, env=part.env, stdout=out, stderr=subprocess.STDOUT,
+        part.proc = subprocess.Popen(argv, env=part.env, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         out.close()
         log.info("started %s (pid %d)", part.name, part.proc.pid)

@@ -157,9 +157,9 @@ def up(opts: UpOptions) -> int:
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], env))
         for i in range(1, opts.executors + 1):
-            eid = f"{opts.group}-{i}-{uuid.uuid4().hex[:6]}"
-            sup.add(Part(f"executor-{i}", [*py, "executor", "--group", opts.group, "--executor-id", eid,
-                                           "--log-level", opts.log_level], env, executor_id=eid))
+            sup.add(Part(f"executor-{i}", [*py, "executor", "--group", opts.group, "--executor-id", "{executor_id}",
+                                           "--log-level", opts.log_level], env,
+                         new_executor_id=lambda i=i: f"{opts.group}-{i}-{uuid.uuid4().hex[:6]}"))
         url = f"http://127.0.0.1:{opts.http_port}"
         _wait_http(f"{url}/healthz", 90.0, sup)
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
