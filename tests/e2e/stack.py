@@ -1,0 +1,114 @@
+"""Bringing the whole stack up as a user does (``teto up`` in a subprocess) and talking to it over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from teto.stack.embedded import free_port
+
+
+def eventually(fn: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+@dataclass
+class Stack:
+    proc: subprocess.Popen
+    data_dir: Path
+    url: str
+    token: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def get(self, path: str, **kw) -> httpx.Response:
+        return httpx.get(self.url + path, headers=self.headers, timeout=15, **kw)
+
+    def post(self, path: str, body: Any = None, **kw) -> httpx.Response:
+        return httpx.post(self.url + path, json=body, headers=self.headers, timeout=30, **kw)
+
+    def job(self, job_id: str) -> dict:
+        r = self.get(f"/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict:
+        return eventually(lambda: (j := self.job(job_id))["state"] in states and j, timeout,
+                          f"job {job_id} to reach {states}")
+
+    def processes(self) -> list[dict]:
+        return json.loads((self.data_dir / "processes.json").read_text())
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "teto.cli", *args, "--data-dir", str(self.data_dir)],
+                              capture_output=True, text=True, timeout=60, env=_clean_env())
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode
+
+    def log_tail(self, n: int = 4000) -> str:
+        out = []
+        for f in sorted((self.data_dir / "logs").glob("*.log")):
+            out.append(f"== {f.name}\n{f.read_text(errors='replace')[-n:]}")
+        return "\n".join(out)
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbeat: float = 1,
+                extra_env: dict[str, str] | None = None) -> Stack:
+    port = free_port()
+    env = _clean_env()
+    env.update(extra_env or {})
+    log = open(data_dir.parent / f"up-{port}.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "teto.cli", "up", "--data-dir", str(data_dir), "--http-port", str(port),
+         "--executors", str(executors), "--lease-seconds", str(lease), "--heartbeat-seconds", str(heartbeat)],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    stack_file = data_dir / "stack.json"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"teto up exited with {proc.returncode}: "
+                                 f"{(data_dir.parent / f'up-{port}.log').read_text()[-3000:]}")
+        if not stack_file.exists():
+            return False
+        info = json.loads(stack_file.read_text())
+        return info["gateway_url"].endswith(f":{port}")
+
+    eventually(ready, 120, "teto up to write stack.json")
+    info = json.loads(stack_file.read_text())
+    stack = Stack(proc, data_dir, info["gateway_url"], info["admin_token"])
+    eventually(lambda: len(stack.get("/v1/executors").json()) >= executors, 60, "executors to register")
+    return stack
