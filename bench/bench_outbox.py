@@ -1,0 +1,58 @@
+"""Outbox relay throughput against the reference of publishing the same messages straight to JetStream,
+each ack awaited in turn (what the relay does to keep per-job order), measured in the same run.
+
+Run: .venv/bin/python -m bench.bench_outbox [N]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from bench._servers import servers
+from libs.contracts.jobs import JobEvent, JobEventKind, JobState
+from libs.contracts.subjects import Subjects
+from libs.runtime import bus, db, outbox
+
+
+def _events(n: int) -> list[JobEvent]:
+    return [JobEvent(job_id=f"j{i % 50}", seq=i + 1, event=JobEventKind.CHECKPOINTED, state=JobState.RUNNING)
+            for i in range(n)]
+
+
+async def run(n: int) -> None:
+    with servers() as (nats_url, pg_url):
+        nc = await bus.connect(nats_url, "bench")
+        js = nc.jetstream()
+        subjects = Subjects("bench")
+        await bus.ensure_streams(js, subjects)
+        pool = await db.create_pool(pg_url)
+        await db.migrate(pool, "bench", "libs.runtime")
+
+        events = _events(n)
+        t0 = time.perf_counter()
+        for e in events:
+            await js.publish(subjects.job_event(e.job_id, e.event), e.encode(), headers={"Nats-Msg-Id": "r" + e.id})
+        reference = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        async with pool.acquire() as conn, conn.transaction():
+            await outbox.add(conn, "bench", [(subjects.job_event(e.job_id, e.event), e) for e in _events(n)])
+        staged = time.perf_counter() - t0
+        relay = outbox.OutboxRelay(pool, "bench", js)
+        t0 = time.perf_counter()
+        while await relay.relay_once():
+            pass
+        relayed = time.perf_counter() - t0
+        await pool.close()
+        await nc.close()
+    print(f"messages: {n}")
+    print(f"reference  JetStream publish, ack each in turn: {n / reference:9.0f} msg/s")
+    print(f"outbox     stage rows in one transaction:       {n / staged:9.0f} rows/s")
+    print(f"outbox     relay (publish + mark published):    {n / relayed:9.0f} msg/s")
+    print(f"ratio relay / reference: {reference / relayed:.2f}  (1.0 = as fast as publishing directly)")
+
+
+if __name__ == "__main__":
+    asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5000))
