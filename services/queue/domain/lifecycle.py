@@ -1,0 +1,458 @@
+"""The job lifecycle: one pure transition function, ``decide(job, fact, now)``.
+
+A fact is something that happened or was asked (a grant, a progress report, a lease expiry, a command). The
+answer is either a ``Transition`` (the job after the fact, the job events to emit, the effects the edges must
+carry out) or a ``Refusal`` (the fact is not allowed; nothing is applied). Facts about an older lease epoch, or
+about a run the job no longer has, are old news: ``Transition.unchanged`` with the reason it was ignored, so the
+edge can count them. Events carry no sequence number; the store numbers them per job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, JobSpec, JobState
+from libs.contracts.leases import LeaseEventKind
+from libs.contracts.telemetry import RunOutcome
+
+CEILING_STOP = "gpu_ceiling"  # the reason carried by a stop for the GPU ceiling and by the interrupted job
+REQUEUE_MARGIN_SECONDS = 60.0  # a requeue must leave at least this many GPU-seconds to run (DESIGN.md 5)
+TRANSPORT_LOST = AttemptCause.TRANSPORT_LOST.value
+
+
+def no_attempts() -> dict[str, int]:
+    return {cause.value: 0 for cause in AttemptCause}
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    owner: str
+    spec: JobSpec
+    state: JobState
+    created_at: datetime
+    updated_at: datetime
+    attempts: dict[str, int] = field(default_factory=no_attempts)  # by AttemptCause value
+    attempt_number: int = 0  # grants so far
+    lease_epoch: int = 0  # epoch of the latest grant (the fencing token)
+    executor_id: str | None = None  # rank 0 of the current (or last, once ended) run
+    workers: tuple[str, ...] = ()  # every executor of the current run, rank order
+    lease_expires_at: datetime | None = None
+    last_step: int | None = None
+    total_steps: int | None = None
+    step_seconds: float | None = None  # mean wall time per step, weighted by steps measured
+    step_samples: int = 0  # steps behind step_seconds
+    last_checkpoint: dict[str, Any] | None = None
+    reason: str | None = None
+    error: str | None = None
+    stop_requested: str | None = None  # reason of a stop sent to the executor and not yet answered
+    ceiling_history: tuple[dict[str, Any], ...] = ()
+    event_seq: int = 0  # owned by the store: the seq of the last event written
+
+
+# -- facts ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    name: str
+    owner: str
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class Granted:
+    workers: tuple[str, ...]  # rank order; workers[0] is the executor the job is shown on
+    epoch: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Renew:
+    executor_id: str
+    epoch: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Started:
+    epoch: int
+    resumed_from_step: int | None = None
+    resumed_from: str | None = None
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class StepReported:
+    epoch: int
+    step: int
+    total_steps: int | None = None
+    step_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    epoch: int
+    step: int
+    path: str
+    at: datetime
+    sha256: str | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSkipped:
+    epoch: int
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    epoch: int
+    outcome: RunOutcome
+    exit_code: int | None = None
+    error: str | None = None
+    last_step: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseExpired:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    reason: str
+    actor: str
+
+
+@dataclass(frozen=True)
+class StopForCeiling:
+    ceiling_seconds: float
+    consumed_seconds: float
+
+
+@dataclass(frozen=True)
+class Requeue:
+    new_ceiling: float
+    consumed: float
+    actor: str
+
+
+Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
+        | LeaseExpired | Cancel | StopForCeiling | Requeue)
+RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EventDraft:
+    """A job event before the store gives it its sequence number."""
+
+    event: JobEventKind
+    state: JobState
+    previous_state: JobState | None
+    reason: str | None = None
+    epoch: int | None = None
+    executor_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOn:
+    """Send RunJob to every worker (rank = position)."""
+
+    workers: tuple[str, ...]
+    epoch: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StopOn:
+    """Send StopJob to every worker of the run with this epoch."""
+
+    workers: tuple[str, ...]
+    epoch: int
+    reason: str
+    checkpoint_first: bool
+
+
+@dataclass(frozen=True)
+class LeaseFact:
+    """Publish a LeaseEvent."""
+
+    event: LeaseEventKind
+    epoch: int
+    executor_id: str
+    expires_at: datetime | None = None
+    reason: str | None = None
+
+
+Effect = RunOn | StopOn | LeaseFact
+
+
+@dataclass(frozen=True)
+class Transition:
+    job: Job
+    events: tuple[EventDraft, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    ignored: str | None = None  # why the fact changed nothing (stale epoch, run over); None when applied
+
+    @classmethod
+    def unchanged(cls, job: Job, ignored: str | None = None) -> Transition:
+        return cls(job=job, ignored=ignored)
+
+    @property
+    def changed(self) -> bool:
+        return self.ignored is None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The fact is not allowed in the job's state; ``detail`` carries the numbers behind the reason."""
+
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+# -- the transition function ------------------------------------------------------------------------------
+
+def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
+    """Apply one fact to a job (``None`` only for a submit)."""
+    if isinstance(fact, Submitted):
+        return submit(fact, now) if job is None else Refusal("a job with this id already exists", {"job_id": job.id})
+    if job is None:
+        return Refusal("no such job")
+    if isinstance(fact, Granted):
+        return on_granted(job, fact, now)
+    if isinstance(fact, Renew):
+        return on_renew(job, fact, now)
+    if isinstance(fact, Cancel):
+        return on_cancel(job, fact, now)
+    if isinstance(fact, Requeue):
+        return on_requeue(job, fact, now)
+    if isinstance(fact, StopForCeiling):
+        return on_ceiling(job, fact, now)
+    if isinstance(fact, RUN_FACTS):
+        return on_run_fact(job, fact, now)
+    raise TypeError(f"not a lifecycle fact: {fact!r}")
+
+
+def submit(fact: Submitted, now: datetime) -> Transition:
+    job = Job(id=fact.job_id, name=fact.name or fact.spec.name, owner=fact.owner, spec=fact.spec,
+              state=JobState.QUEUED, created_at=now, updated_at=now,
+              ceiling_history=({"ceiling_seconds": fact.spec.gpu_ceiling_seconds, "actor": fact.owner,
+                                "at": now.isoformat()},))
+    detail = {"spec": fact.spec.model_dump(mode="json"), "owner": fact.owner, "name": job.name}
+    return Transition(job, (EventDraft(JobEventKind.SUBMITTED, JobState.QUEUED, None, detail=detail),))
+
+
+def on_granted(job: Job, fact: Granted, now: datetime) -> Transition | Refusal:
+    """Only a queued job is placed, and only with the next epoch: a second grant racing the first is refused."""
+    if job.state is not JobState.QUEUED:
+        return Refusal(f"cannot place a {job.state} job")
+    if fact.epoch != job.lease_epoch + 1 or not fact.workers:
+        return Refusal("a grant must carry the next epoch and at least one executor",
+                       {"epoch": fact.epoch, "expected": job.lease_epoch + 1})
+    attempt = job.attempt_number + 1
+    new = replace(job, state=JobState.RUNNING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
+                  workers=fact.workers, lease_expires_at=fact.expires_at, attempt_number=attempt,
+                  reason=None, stop_requested=None, updated_at=now)
+    event = EventDraft(JobEventKind.LEASED, new.state, job.state, epoch=fact.epoch, executor_id=fact.workers[0],
+                       detail={"attempt": attempt, "workers": list(fact.workers),
+                               "expires_at": fact.expires_at.isoformat()})
+    return Transition(new, (event,), (RunOn(fact.workers, fact.epoch, attempt),
+                                      LeaseFact(LeaseEventKind.GRANTED, fact.epoch, fact.workers[0], fact.expires_at)))
+
+
+def on_renew(job: Job, fact: Renew, now: datetime) -> Transition | Refusal:
+    """Renewal is the executor's proof of contact; a refusal tells it to stop its process at once."""
+    if fact.epoch < job.lease_epoch:
+        return Refusal(f"stale epoch: lease {job.lease_epoch} is current", {"current_epoch": job.lease_epoch})
+    if job.state is not JobState.RUNNING or fact.epoch != job.lease_epoch:
+        return Refusal("job cancelled" if job.state is JobState.CANCELLED else f"job ended: it is {job.state}")
+    if fact.executor_id not in job.workers:
+        return Refusal("the lease is held by another executor")
+    return Transition(replace(job, lease_expires_at=fact.expires_at))
+
+
+def on_cancel(job: Job, fact: Cancel, now: datetime) -> Transition | Refusal:
+    """Cancel is immediate: the job is cancelled now, and a running process is told to stop."""
+    if job.state in TERMINAL_STATES:
+        return Refusal(f"job already {job.state}", {"state": job.state.value})
+    effects: tuple[Effect, ...] = ()
+    if job.state is JobState.RUNNING:
+        effects = (StopOn(job.workers, job.lease_epoch, "cancelled", checkpoint_first=False),
+                   LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason="cancelled"))
+    new = _leave_run(job, JobState.CANCELLED, now, reason=fact.reason)
+    event = EventDraft(JobEventKind.CANCELLED, new.state, job.state, reason=fact.reason,
+                       epoch=job.lease_epoch or None, executor_id=job.executor_id, detail={"actor": fact.actor})
+    return Transition(new, (event,), effects)
+
+
+def on_requeue(job: Job, fact: Requeue, now: datetime) -> Transition | Refusal:
+    """Only an interrupted job is requeued, and only with room for at least a minute more of work."""
+    if job.state is not JobState.INTERRUPTED:
+        return Refusal(f"only an interrupted job can be requeued; this job is {job.state}",
+                       {"state": job.state.value})
+    minimum = fact.consumed + REQUEUE_MARGIN_SECONDS
+    if fact.new_ceiling < minimum:
+        return Refusal(f"new ceiling {fact.new_ceiling:g}s is below consumed + {REQUEUE_MARGIN_SECONDS:g}s "
+                       f"= {minimum:g}s",
+                       {"consumed_seconds": fact.consumed, "minimum_seconds": minimum,
+                        "given_seconds": fact.new_ceiling})
+    previous = job.spec.gpu_ceiling_seconds
+    entry = {"ceiling_seconds": fact.new_ceiling, "actor": fact.actor, "at": now.isoformat()}
+    new = replace(job, state=JobState.QUEUED, spec=job.spec.model_copy(update={"gpu_ceiling_seconds": fact.new_ceiling}),
+                  ceiling_history=(*job.ceiling_history, entry), reason=None, stop_requested=None,
+                  executor_id=None, updated_at=now)
+    event = EventDraft(JobEventKind.REQUEUED, new.state, job.state, reason="ceiling_raised",
+                       detail={"gpu_ceiling_seconds": fact.new_ceiling, "previous_ceiling_seconds": previous,
+                               "consumed_seconds": fact.consumed, "actor": fact.actor})
+    return Transition(new, (event,))
+
+
+def on_ceiling(job: Job, fact: StopForCeiling, now: datetime) -> Transition:
+    """The budget says the ceiling is reached. A running job is asked to checkpoint and stop; it becomes
+    interrupted when the executor reports the stop (or its lease expires). A job not running is interrupted at
+    once. An exhaustion of a ceiling lower than the job's current one predates a requeue: old news."""
+    if job.state in TERMINAL_STATES or job.state is JobState.INTERRUPTED:
+        return Transition.unchanged(job, f"job is {job.state}")
+    if fact.ceiling_seconds < job.spec.gpu_ceiling_seconds:
+        return Transition.unchanged(job, "exhaustion of an earlier ceiling")
+    numbers = {"ceiling_seconds": fact.ceiling_seconds, "consumed_seconds": fact.consumed_seconds}
+    if job.state is not JobState.RUNNING:
+        new = _leave_run(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
+        return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, job.state, reason=CEILING_STOP,
+                                           detail=numbers),))
+    if job.stop_requested == CEILING_STOP:
+        return Transition.unchanged(job, "stop already requested")
+    new = replace(job, stop_requested=CEILING_STOP, updated_at=now)
+    event = EventDraft(JobEventKind.STOP_REQUESTED, new.state, job.state, reason=CEILING_STOP,
+                       epoch=job.lease_epoch, executor_id=job.executor_id, detail=numbers)
+    return Transition(new, (event,), (StopOn(job.workers, job.lease_epoch, CEILING_STOP, checkpoint_first=True),))
+
+
+def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | CheckpointSkipped | Finished | LeaseExpired,
+                now: datetime) -> Transition:
+    """Facts produced under a lease count only for the job's current run; anything else is old news (a zombie
+    executor, a redelivered report, a race with cancel), never an error."""
+    if fact.epoch != job.lease_epoch:
+        return Transition.unchanged(job, f"stale epoch {fact.epoch} (current {job.lease_epoch})")
+    if job.state is not JobState.RUNNING:
+        return Transition.unchanged(job, f"job is {job.state}")
+    ex = job.executor_id
+    if isinstance(fact, Started):
+        detail = {"resumed_from_step": fact.resumed_from_step, "resumed_from": fact.resumed_from,
+                  "device": fact.device}
+        # The run starts where its checkpoint was (None: from scratch), whatever the last run reached.
+        new = replace(job, last_step=fact.resumed_from_step, updated_at=now)
+        return Transition(new, (EventDraft(JobEventKind.STARTED, job.state, job.state, epoch=fact.epoch,
+                                           executor_id=ex, detail=detail),))
+    if isinstance(fact, StepReported):
+        return Transition(_with_step(job, fact, now))
+    if isinstance(fact, Checkpointed):
+        ckpt = {"step": fact.step, "path": fact.path, "sha256": fact.sha256, "bytes": fact.bytes,
+                "at": fact.at.isoformat()}
+        new = replace(job, last_checkpoint=ckpt, updated_at=now)
+        return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
+                                           executor_id=ex, detail=ckpt),))
+    if isinstance(fact, CheckpointSkipped):
+        return Transition(replace(job, updated_at=now), (
+            EventDraft(JobEventKind.CHECKPOINT_SKIPPED, job.state, job.state, reason=fact.reason, epoch=fact.epoch,
+                       executor_id=ex, detail={"path": fact.path}),))
+    if isinstance(fact, LeaseExpired):
+        return _run_lost(job, JobEventKind.LEASE_EXPIRED, LeaseEventKind.EXPIRED, "lease expired", now)
+    return _on_finished(job, fact, now)
+
+
+def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
+    if fact.last_step is not None:
+        job = replace(job, last_step=fact.last_step)
+    detail = {"outcome": fact.outcome.value, "exit_code": fact.exit_code, "last_step": fact.last_step}
+    if fact.outcome is RunOutcome.SUCCEEDED:
+        new = _leave_run(job, JobState.SUCCEEDED, now)
+        return Transition(new, (EventDraft(JobEventKind.SUCCEEDED, new.state, job.state, epoch=fact.epoch,
+                                           executor_id=job.executor_id, detail=detail),),
+                          (_released(job, "succeeded"),))
+    if job.stop_requested == CEILING_STOP:
+        # The ceiling is reached whatever way the process ended: requeueing it would only overshoot further.
+        return _interrupt(job, fact.epoch, now, detail, _released(job, CEILING_STOP))
+    if fact.outcome is RunOutcome.FAILED:
+        return _attempt_failed(job, fact, now, detail)
+    # abandoned (the executor lost contact) or stopped without being asked: not the workload's fault.
+    why = "abandoned" if fact.outcome is RunOutcome.ABANDONED else "stopped by executor"
+    return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, why, now, detail)
+
+
+def _attempt_failed(job: Job, fact: Finished, now: datetime, detail: dict[str, Any]) -> Transition:
+    cause = AttemptCause.TRAINING_ERROR.value
+    attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
+    error = fact.error or (f"exit code {fact.exit_code}" if fact.exit_code is not None else "training failed")
+    spent = attempts[cause]
+    detail = {**detail, "error": error, "attempts_spent": spent, "max_attempts": job.spec.max_attempts}
+    failed_event = EventDraft(JobEventKind.ATTEMPT_FAILED, JobState.RUNNING, JobState.RUNNING, reason=error,
+                              epoch=fact.epoch, executor_id=job.executor_id, detail=detail)
+    job = replace(job, attempts=attempts, error=error)
+    if spent >= job.spec.max_attempts:
+        new = _leave_run(job, JobState.FAILED, now, reason=error)
+        final = EventDraft(JobEventKind.FAILED, new.state, JobState.RUNNING, reason=error, epoch=fact.epoch,
+                           executor_id=job.executor_id, detail={"attempts_spent": spent})
+    else:
+        new = _leave_run(job, JobState.QUEUED, now)
+        final = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=cause, epoch=fact.epoch,
+                           detail={"attempts_spent": spent, "max_attempts": job.spec.max_attempts})
+    return Transition(new, (failed_event, final), (_released(job, cause),))
+
+
+def _run_lost(job: Job, kind: JobEventKind, lease_kind: LeaseEventKind, why: str, now: datetime,
+              detail: dict[str, Any] | None = None) -> Transition:
+    """Contact with the run is lost: free requeue, or interrupted when a ceiling stop was pending (the budget is
+    spent, so the job must not run again without a new ceiling)."""
+    lease = LeaseFact(lease_kind, job.lease_epoch, job.executor_id or "", reason=why)
+    lost = EventDraft(kind, JobState.RUNNING, JobState.RUNNING, reason=why, epoch=job.lease_epoch,
+                      executor_id=job.executor_id, detail=detail or {})
+    if job.stop_requested == CEILING_STOP:
+        t = _interrupt(job, job.lease_epoch, now, detail or {}, lease)
+        return replace(t, events=(lost, *t.events))
+    attempts = {**job.attempts, TRANSPORT_LOST: job.attempts.get(TRANSPORT_LOST, 0) + 1}
+    new = _leave_run(replace(job, attempts=attempts), JobState.QUEUED, now)
+    requeued = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=TRANSPORT_LOST,
+                          epoch=job.lease_epoch, detail={"transport_lost": attempts[TRANSPORT_LOST]})
+    return Transition(new, (lost, requeued), (lease,))
+
+
+def _interrupt(job: Job, epoch: int, now: datetime, detail: dict[str, Any], lease: LeaseFact) -> Transition:
+    new = _leave_run(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
+    return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, JobState.RUNNING, reason=CEILING_STOP,
+                                       epoch=epoch, executor_id=job.executor_id, detail=detail),), (lease,))
+
+
+def _released(job: Job, why: str) -> LeaseFact:
+    return LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason=why)
+
+
+def _leave_run(job: Job, state: JobState, now: datetime, *, reason: str | None = None) -> Job:
+    """The job stops holding executors. A requeued job forgets its executor (it will get another); an ended
+    one keeps it for the record."""
+    return replace(job, state=state, workers=(), lease_expires_at=None, stop_requested=None, reason=reason,
+                   executor_id=None if state is JobState.QUEUED else job.executor_id, updated_at=now)
+
+
+def _with_step(job: Job, fact: StepReported, now: datetime) -> Job:
+    """Steps update the job without an event (too frequent); the mean step time is weighted by the steps each
+    report covers, so a report after a long gap counts for more than one after a short one."""
+    mean, samples = job.step_seconds, job.step_samples
+    if fact.step_seconds is not None:
+        covered = max(1, fact.step - (job.last_step or 0))
+        total = samples + covered
+        mean = fact.step_seconds if mean is None else (mean * samples + fact.step_seconds * covered) / total
+        samples = total
+    return replace(job, last_step=fact.step if job.last_step is None else max(fact.step, job.last_step),
+                   total_steps=fact.total_steps if fact.total_steps is not None else job.total_steps,
+                   step_seconds=mean, step_samples=samples, updated_at=now)

@@ -1,0 +1,330 @@
+"""The job lifecycle over its whole state space: every (state, fact) pair, then the rules one by one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobSpec, JobState
+from libs.contracts.leases import LeaseEventKind
+from libs.contracts.telemetry import RunOutcome
+from services.queue.domain.lifecycle import (
+    CEILING_STOP,
+    Cancel,
+    CheckpointSkipped,
+    Checkpointed,
+    Finished,
+    Granted,
+    Job,
+    LeaseExpired,
+    LeaseFact,
+    Refusal,
+    Renew,
+    Requeue,
+    RunOn,
+    Started,
+    StepReported,
+    StopForCeiling,
+    StopOn,
+    Submitted,
+    Transition,
+    decide,
+)
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LATER = T0 + timedelta(seconds=10)
+EPOCH = 3
+EX = "ex-1"
+
+
+def make_job(state: JobState = JobState.QUEUED, **kw) -> Job:
+    spec = kw.pop("spec", JobSpec(workload={"kind": "finetune"}, max_attempts=3, gpu_ceiling_seconds=600))
+    running = state is JobState.RUNNING
+    base = dict(id="j1", name="demo", owner="ann", spec=spec, state=state, created_at=T0, updated_at=T0,
+                lease_epoch=EPOCH, attempt_number=EPOCH, executor_id=EX if running else None,
+                workers=(EX,) if running else (), lease_expires_at=T0 + timedelta(seconds=6) if running else None)
+    base.update(kw)
+    return Job(**base)
+
+
+FACTS = {
+    "submitted": lambda: Submitted("j1", "demo", "ann", JobSpec(workload={"kind": "finetune"})),
+    "granted": lambda: Granted((EX,), EPOCH + 1, LATER + timedelta(seconds=6)),
+    "renew": lambda: Renew(EX, EPOCH, LATER + timedelta(seconds=6)),
+    "started": lambda: Started(EPOCH, resumed_from_step=10),
+    "step": lambda: StepReported(EPOCH, step=12, total_steps=100, step_seconds=0.5),
+    "checkpointed": lambda: Checkpointed(EPOCH, step=20, path="/c/step-20.pt", at=LATER, sha256="ab", bytes=9),
+    "checkpoint_skipped": lambda: CheckpointSkipped(EPOCH, path="/c/step-30.pt", reason="sha256 mismatch"),
+    "finished_succeeded": lambda: Finished(EPOCH, RunOutcome.SUCCEEDED, exit_code=0),
+    "finished_failed": lambda: Finished(EPOCH, RunOutcome.FAILED, exit_code=3, error="boom"),
+    "finished_abandoned": lambda: Finished(EPOCH, RunOutcome.ABANDONED),
+    "finished_stopped": lambda: Finished(EPOCH, RunOutcome.STOPPED),
+    "lease_expired": lambda: LeaseExpired(EPOCH),
+    "cancel": lambda: Cancel("no longer needed", "ann"),
+    "stop_for_ceiling": lambda: StopForCeiling(ceiling_seconds=600, consumed_seconds=601),
+    "requeue": lambda: Requeue(new_ceiling=1000, consumed=601, actor="op"),
+    "requeue_too_low": lambda: Requeue(new_ceiling=650, consumed=601, actor="op"),
+}
+RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "finished_succeeded", "finished_failed",
+             "finished_abandoned", "finished_stopped", "lease_expired")
+
+NON_TERMINAL = [s for s in JobState if s not in TERMINAL_STATES]
+REFUSED, UNCHANGED = "refused", "unchanged"
+
+
+def expected(state: JobState, fact: str) -> str | JobState:
+    """The rule book, written as a table: what each fact does to a job in each state (current epoch)."""
+    running = state is JobState.RUNNING
+    if fact == "submitted":
+        return REFUSED  # the job exists already
+    if fact == "granted":
+        return JobState.RUNNING if state is JobState.QUEUED else REFUSED
+    if fact == "renew":
+        return JobState.RUNNING if running else REFUSED
+    if fact in ("started", "step", "checkpointed", "checkpoint_skipped"):
+        return JobState.RUNNING if running else UNCHANGED
+    if fact == "finished_succeeded":
+        return JobState.SUCCEEDED if running else UNCHANGED
+    if fact in ("finished_failed", "finished_abandoned", "finished_stopped", "lease_expired"):
+        return JobState.QUEUED if running else UNCHANGED
+    if fact == "cancel":
+        return REFUSED if state in TERMINAL_STATES else JobState.CANCELLED
+    if fact == "stop_for_ceiling":
+        if state in TERMINAL_STATES or state is JobState.INTERRUPTED:
+            return UNCHANGED
+        return JobState.RUNNING if running else JobState.INTERRUPTED
+    if fact == "requeue":
+        return JobState.QUEUED if state is JobState.INTERRUPTED else REFUSED
+    if fact == "requeue_too_low":
+        return REFUSED
+    raise AssertionError(fact)
+
+
+PAIRS = [(s, f) for s in JobState for f in FACTS]
+
+
+@pytest.mark.parametrize(("state", "fact"), PAIRS, ids=[f"{s.name} => {f}" for s, f in PAIRS])
+def test_every_state_and_fact(state: JobState, fact: str):
+    job = make_job(state)
+    result = decide(job, FACTS[fact](), LATER)
+    want = expected(state, fact)
+    if want == REFUSED:
+        assert isinstance(result, Refusal) and result.reason
+    elif want == UNCHANGED:
+        assert isinstance(result, Transition) and not result.changed
+        assert result.job == job and result.events == () and result.effects == () and result.ignored
+    else:
+        assert isinstance(result, Transition) and result.changed
+        assert result.job.state is want
+        for ev in result.events:  # every event names the state it leaves the job in, in order
+            assert ev.state in (want, JobState.RUNNING)
+        if result.events:
+            assert result.events[-1].state is want
+
+
+STALE = [(s, f) for s in JobState for f in RUN_FACTS]
+
+
+@pytest.mark.parametrize(("state", "fact"), STALE, ids=[f"{s.name} => stale {f}" for s, f in STALE])
+def test_a_fact_from_an_older_epoch_changes_nothing(state: JobState, fact: str):
+    job = make_job(state)
+    result = decide(job, replace(FACTS[fact](), epoch=EPOCH - 1), LATER)
+    assert result == Transition.unchanged(job, result.ignored) and "stale epoch" in result.ignored
+
+
+# -- submit and grant -------------------------------------------------------------------------------------
+
+def test_submit_makes_a_queued_job_and_a_submitted_event_with_spec_owner_and_name():
+    spec = JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=900)
+    t = decide(None, Submitted("j9", "mine", "bob", spec), T0)
+    assert t.job.state is JobState.QUEUED and t.job.owner == "bob" and t.job.lease_epoch == 0
+    assert t.job.attempts == {"training_error": 0, "transport_lost": 0, "node_failure": 0, "gang_timeout": 0}
+    (ev,) = t.events
+    assert ev.event is JobEventKind.SUBMITTED and ev.previous_state is None
+    assert ev.detail == {"spec": spec.model_dump(mode="json"), "owner": "bob", "name": "mine"}
+    assert t.job.ceiling_history[0]["ceiling_seconds"] == 900 and t.job.ceiling_history[0]["actor"] == "bob"
+
+
+def test_a_fact_about_an_unknown_job_is_refused():
+    assert decide(None, Cancel("x", "ann"), T0) == Refusal("no such job")
+
+
+def test_grant_runs_the_job_under_the_next_epoch_and_tells_the_executor():
+    expires = LATER + timedelta(seconds=6)
+    t = decide(make_job(JobState.QUEUED), Granted((EX,), EPOCH + 1, expires), LATER)
+    assert t.job.state is JobState.RUNNING and t.job.lease_epoch == EPOCH + 1
+    assert t.job.attempt_number == EPOCH + 1 and t.job.executor_id == EX and t.job.lease_expires_at == expires
+    assert [e.event for e in t.events] == [JobEventKind.LEASED]
+    assert t.effects == (RunOn((EX,), EPOCH + 1, EPOCH + 1), LeaseFact(LeaseEventKind.GRANTED, EPOCH + 1, EX, expires))
+
+
+@pytest.mark.parametrize("epoch", [EPOCH, EPOCH + 2], ids=["same epoch", "skipped epoch"])
+def test_a_grant_with_any_epoch_but_the_next_is_refused(epoch):
+    assert isinstance(decide(make_job(), Granted((EX,), epoch, LATER), LATER), Refusal)
+
+
+def test_a_gang_grant_holds_every_worker():
+    t = decide(make_job(), Granted(("a", "b"), EPOCH + 1, LATER), LATER)
+    assert t.job.workers == ("a", "b") and t.job.executor_id == "a" and t.effects[0].workers == ("a", "b")
+
+
+# -- renewal ----------------------------------------------------------------------------------------------
+
+def test_renewal_extends_the_lease_without_an_event():
+    new_expiry = LATER + timedelta(seconds=6)
+    t = decide(make_job(JobState.RUNNING), Renew(EX, EPOCH, new_expiry), LATER)
+    assert t.job.lease_expires_at == new_expiry and t.events == () and t.effects == ()
+
+
+@pytest.mark.parametrize(("job", "fact", "reason"), [
+    (make_job(JobState.RUNNING), Renew(EX, EPOCH - 1, LATER), "stale epoch"),
+    (make_job(JobState.RUNNING), Renew("ex-other", EPOCH, LATER), "another executor"),
+    (make_job(JobState.CANCELLED), Renew(EX, EPOCH, LATER), "job cancelled"),
+    (make_job(JobState.SUCCEEDED), Renew(EX, EPOCH, LATER), "job ended"),
+    (make_job(JobState.QUEUED), Renew(EX, EPOCH, LATER), "job ended"),
+], ids=["stale epoch", "other executor", "cancelled", "succeeded", "requeued"])
+def test_renewal_refusals_say_why(job, fact, reason):
+    result = decide(job, fact, LATER)
+    assert isinstance(result, Refusal) and reason in result.reason
+
+
+# -- progress ---------------------------------------------------------------------------------------------
+
+def test_started_records_where_the_run_resumed():
+    t = decide(make_job(JobState.RUNNING, last_step=40), Started(EPOCH, resumed_from_step=30, device="cuda"), LATER)
+    (ev,) = t.events
+    assert ev.event is JobEventKind.STARTED and ev.detail["resumed_from_step"] == 30 and ev.detail["device"] == "cuda"
+    assert t.job.last_step == 30
+
+
+def test_steps_update_the_job_without_events_and_keep_a_step_weighted_mean():
+    job = make_job(JobState.RUNNING)
+    t1 = decide(job, StepReported(EPOCH, step=10, total_steps=100, step_seconds=1.0), LATER)
+    t2 = decide(t1.job, StepReported(EPOCH, step=40, total_steps=100, step_seconds=2.0), LATER)
+    assert t1.events == () and t2.events == ()
+    assert t2.job.last_step == 40 and t2.job.total_steps == 100
+    assert t2.job.step_seconds == pytest.approx((10 * 1.0 + 30 * 2.0) / 40) and t2.job.step_samples == 40
+
+
+def test_checkpoint_is_recorded_on_the_job_and_announced():
+    t = decide(make_job(JobState.RUNNING), FACTS["checkpointed"](), LATER)
+    assert t.job.last_checkpoint == {"step": 20, "path": "/c/step-20.pt", "sha256": "ab", "bytes": 9,
+                                     "at": LATER.isoformat()}
+    assert [e.event for e in t.events] == [JobEventKind.CHECKPOINTED]
+
+
+def test_checkpoint_skipped_is_an_event_with_the_reason():
+    (ev,) = decide(make_job(JobState.RUNNING), FACTS["checkpoint_skipped"](), LATER).events
+    assert ev.event is JobEventKind.CHECKPOINT_SKIPPED and ev.reason == "sha256 mismatch"
+
+
+# -- the run ends -----------------------------------------------------------------------------------------
+
+def test_success_releases_the_lease():
+    t = decide(make_job(JobState.RUNNING), FACTS["finished_succeeded"](), LATER)
+    assert t.job.state is JobState.SUCCEEDED and t.job.workers == () and t.job.executor_id == EX
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, EX, reason="succeeded"),)
+
+
+def test_training_failures_spend_attempts_until_the_job_fails_with_the_last_error():
+    job = make_job(JobState.RUNNING, lease_epoch=1)
+    for n in (1, 2):
+        t = decide(job, Finished(job.lease_epoch, RunOutcome.FAILED, exit_code=1, error=f"err {n}"), LATER)
+        assert t.job.state is JobState.QUEUED and t.job.attempts["training_error"] == n
+        assert [e.event for e in t.events] == [JobEventKind.ATTEMPT_FAILED, JobEventKind.REQUEUED]
+        job = decide(t.job, Granted((EX,), job.lease_epoch + 1, LATER), LATER).job
+    t = decide(job, Finished(job.lease_epoch, RunOutcome.FAILED, exit_code=1, error="err 3"), LATER)
+    assert t.job.state is JobState.FAILED and t.job.reason == "err 3" and t.job.error == "err 3"
+    assert t.job.attempts["training_error"] == 3 and t.job.attempts["transport_lost"] == 0
+    assert [e.event for e in t.events] == [JobEventKind.ATTEMPT_FAILED, JobEventKind.FAILED]
+
+
+def test_a_failure_without_error_text_names_the_exit_code():
+    t = decide(make_job(JobState.RUNNING), Finished(EPOCH, RunOutcome.FAILED, exit_code=3), LATER)
+    assert t.job.error == "exit code 3"
+
+
+@pytest.mark.parametrize("fact", ["lease_expired", "finished_abandoned", "finished_stopped"])
+def test_losing_the_run_requeues_without_spending_a_training_attempt(fact):
+    t = decide(make_job(JobState.RUNNING), FACTS[fact](), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.workers == ()
+    assert t.job.attempts["transport_lost"] == 1 and t.job.attempts["training_error"] == 0
+    assert t.events[-1].event is JobEventKind.REQUEUED and t.events[-1].reason == "transport_lost"
+
+
+def test_lease_expiry_is_announced_then_requeued():
+    t = decide(make_job(JobState.RUNNING), LeaseExpired(EPOCH), LATER)
+    assert [e.event for e in t.events] == [JobEventKind.LEASE_EXPIRED, JobEventKind.REQUEUED]
+    assert t.effects == (LeaseFact(LeaseEventKind.EXPIRED, EPOCH, EX, reason="lease expired"),)
+
+
+# -- GPU ceiling ------------------------------------------------------------------------------------------
+
+def test_ceiling_asks_a_running_job_to_checkpoint_and_stop_once():
+    t = decide(make_job(JobState.RUNNING), FACTS["stop_for_ceiling"](), LATER)
+    assert t.job.state is JobState.RUNNING and t.job.stop_requested == CEILING_STOP
+    assert t.effects == (StopOn((EX,), EPOCH, CEILING_STOP, checkpoint_first=True),)
+    assert [e.event for e in t.events] == [JobEventKind.STOP_REQUESTED]
+    again = decide(t.job, FACTS["stop_for_ceiling"](), LATER)
+    assert not again.changed and again.effects == ()
+
+
+@pytest.mark.parametrize("fact", ["finished_stopped", "finished_failed", "finished_abandoned", "lease_expired"])
+def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_job(fact):
+    job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
+    t = decide(job, FACTS[fact](), LATER)
+    assert t.job.state is JobState.INTERRUPTED and t.job.reason == CEILING_STOP
+    assert t.job.attempts["training_error"] == 0 and t.job.attempts["transport_lost"] == 0
+    assert t.events[-1].event is JobEventKind.INTERRUPTED
+
+
+def test_success_after_a_ceiling_stop_is_still_success():
+    job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
+    assert decide(job, FACTS["finished_succeeded"](), LATER).job.state is JobState.SUCCEEDED
+
+
+def test_exhaustion_of_an_earlier_ceiling_is_old_news():
+    job = make_job(JobState.RUNNING, spec=JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=2000))
+    t = decide(job, StopForCeiling(ceiling_seconds=600, consumed_seconds=601), LATER)
+    assert not t.changed and "earlier ceiling" in t.ignored
+
+
+def test_requeue_with_too_low_a_ceiling_is_refused_with_the_numbers():
+    result = decide(make_job(JobState.INTERRUPTED), Requeue(new_ceiling=650, consumed=601, actor="op"), LATER)
+    assert isinstance(result, Refusal)
+    assert result.detail == {"consumed_seconds": 601, "minimum_seconds": 661, "given_seconds": 650}
+
+
+def test_requeue_exactly_at_the_minimum_is_accepted_and_recorded():
+    job = make_job(JobState.INTERRUPTED, reason=CEILING_STOP, executor_id=EX)
+    t = decide(job, Requeue(new_ceiling=661, consumed=601, actor="op"), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.spec.gpu_ceiling_seconds == 661 and t.job.reason is None
+    assert t.job.ceiling_history[-1] == {"ceiling_seconds": 661, "actor": "op", "at": LATER.isoformat()}
+    (ev,) = t.events
+    assert ev.event is JobEventKind.REQUEUED and ev.detail["gpu_ceiling_seconds"] == 661
+    assert ev.detail["actor"] == "op" and ev.detail["previous_ceiling_seconds"] == 600
+
+
+# -- cancel -----------------------------------------------------------------------------------------------
+
+def test_cancel_of_a_running_job_is_immediate_and_stops_the_process():
+    t = decide(make_job(JobState.RUNNING), Cancel("enough", "ann"), LATER)
+    assert t.job.state is JobState.CANCELLED and t.job.reason == "enough" and t.job.workers == ()
+    assert StopOn((EX,), EPOCH, "cancelled", checkpoint_first=False) in t.effects
+    assert t.events[0].detail == {"actor": "ann"}
+
+
+@pytest.mark.parametrize("state", [s for s in NON_TERMINAL if s is not JobState.RUNNING], ids=str)
+def test_cancel_of_a_job_not_running_stops_nothing(state):
+    t = decide(make_job(state), Cancel("enough", "ann"), LATER)
+    assert t.job.state is JobState.CANCELLED and t.effects == ()
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL_STATES), ids=str)
+def test_cancel_of_a_finished_job_says_it_is_over(state):
+    result = decide(make_job(state), Cancel("enough", "ann"), LATER)
+    assert isinstance(result, Refusal) and result.reason == f"job already {state}"
