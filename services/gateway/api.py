@@ -1,0 +1,137 @@
+"""The FastAPI application: wiring of routes, the error shapes, and the order of refusals.
+
+Every error body is JSON ``{"error": <code>, "reason": <what a person reads>, ...}``. A request is refused in
+this order: body too large (413), not authenticated (401), not permitted (403, naming the permission), invalid
+(422, naming the field), unknown id (404). FastAPI parses a JSON body before it runs dependencies, so the
+validation handler re-checks the token and permission first: a caller without access never learns what a valid
+body looks like. Refusals of command endpoints are recorded as gateway outcomes, so the audit log holds them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from libs.runtime.service import Runtime
+
+from . import auth
+from .auth import AuthError, Permission, Principal, TokenStore, require
+from .commands import BusUnavailable, Commands
+from .errors import ApiError
+from .reads import Reads
+from .routes import admin, jobs
+from .settings import GatewaySettings
+
+log = logging.getLogger(__name__)
+
+from .routes import COMMAND_KEY
+
+
+def route_permission(route: APIRoute) -> Permission | None:
+    """The permission a route declares through ``Depends(require(...))`` (searched through sub-dependencies)."""
+    stack = list(route.dependant.dependencies)
+    while stack:
+        dep = stack.pop()
+        if isinstance(dep.call, require):
+            return dep.call.permission
+        stack.extend(dep.dependencies)
+    return None
+
+
+def route_command(request: Request) -> str | None:
+    route = request.scope.get("route")
+    extra = getattr(route, "openapi_extra", None) or {}
+    return extra.get(COMMAND_KEY)
+
+
+def describe_errors(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """One readable line naming each field (``body.workers``), and the list in a JSON-safe form."""
+    items = []
+    for err in errors[:20]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        items.append({"field": loc, "message": str(err.get("msg", "")), "type": str(err.get("type", ""))})
+    reason = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"
+    return reason, items
+
+
+async def _audit_refusal(request: Request, reason: str, principal: Principal | None, **detail: Any) -> None:
+    kind = route_command(request)
+    commands: Commands | None = request.app.state.commands
+    if kind and commands is not None:
+        job_id = request.path_params.get("job_id")
+        await commands.refuse(kind, principal.actor if principal else None, reason, job_id=job_id,
+                              detail={"path": request.url.path, **detail})
+
+
+def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
+               commands: Any = None) -> FastAPI:
+    """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands`` fakes."""
+    app = FastAPI(title="Teto gateway", version="1", max_body_size=settings.max_body_bytes,
+                  description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
+    app.state.settings = settings
+    app.state.tokens = TokenStore(settings.effective_tokens_file)
+    app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
+    app.state.commands = commands if commands is not None else (
+        Commands(runtime, settings.command_timeout_seconds) if runtime else None)
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(jsonable_encoder(exc.body), status_code=exc.status)
+
+    @app.exception_handler(AuthError)
+    async def on_auth_error(request: Request, exc: AuthError) -> JSONResponse:
+        if exc.status == 403:
+            await _audit_refusal(request, exc.reason, getattr(request.state, "principal", None),
+                                 permission=exc.permission)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        route = request.scope.get("route")
+        permission = route_permission(route) if isinstance(route, APIRoute) else None
+        if permission is not None:
+            try:
+                require(permission)(request)
+            except AuthError as denied:
+                return await on_auth_error(request, denied)
+        reason, items = describe_errors(list(exc.errors()))
+        await _audit_refusal(request, reason, getattr(request.state, "principal", None))
+        return JSONResponse({"error": "invalid", "reason": reason, "errors": items}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        reason = str(exc.detail)
+        if exc.status_code == 413:
+            reason = f"request body larger than {settings.max_body_bytes} bytes"
+        elif exc.status_code == 400:
+            reason = f"body is not valid JSON: {exc.detail}"
+        return JSONResponse({"error": codes.get(exc.status_code, "error"), "reason": reason},
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(BusUnavailable)
+    async def on_bus_down(request: Request, exc: BusUnavailable) -> JSONResponse:
+        return JSONResponse({"error": "unavailable", "reason": str(exc)}, status_code=503)
+
+    @app.get("/healthz", tags=["meta"], summary="Liveness (no authentication)")
+    async def healthz() -> dict[str, Any]:
+        connected = app.state.reads is not None
+        return {"status": "ok", "connected": connected}
+
+    @app.get("/v1/whoami", tags=["meta"], summary="The token's actor, role and permissions")
+    async def whoami(principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+        perms = sorted(p.value for p in auth.ROLE_PERMISSIONS[principal.role])
+        return {"actor": principal.actor, "role": principal.role.value, "token_id": principal.token_id,
+                "permissions": perms}
+
+    jobs.register(app)
+    admin.register(app)
+    return app

@@ -1,0 +1,246 @@
+"""API tokens, roles and permissions: who may call which endpoint.
+
+Tokens live in a JSON file ({"tokens": [{"id", "actor", "role", "sha256", "created_at", "revoked"}]}) that holds
+only the SHA-256 of each secret; the secret is shown once, when the token is made. The gateway re-reads the
+file when it changes on disk, so ``teto tokens create`` on the same machine takes effect without a restart.
+Roles map to permissions exactly as DESIGN.md section 10 says; every endpoint declares the one permission it
+needs through ``require(...)``, which answers 401 (no or unknown token) or 403 (naming the permission).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+
+
+class Permission(StrEnum):
+    READ = "read"  # jobs, events, executors
+    FINETUNE_SUBMIT = "finetune:submit"  # submit jobs
+    FINETUNE_MANAGE = "finetune:manage"  # cancel any job, requeue with a new ceiling
+    FLEET_MANAGE = "fleet:manage"  # nodes: drain, checks
+    POLICY_ADMIN = "policy:admin"  # scheduling policies
+    AUDIT_READ = "audit:read"  # the audit log and its verification
+    TOKENS_ADMIN = "tokens:admin"  # create and revoke API tokens
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"  # read only
+    SUBMITTER = "submitter"  # viewer + submit
+    OPERATOR = "operator"  # submitter + manage jobs and the fleet
+    AUDITOR = "auditor"  # viewer + the audit log
+    ADMIN = "admin"  # everything, tokens included
+
+
+_P = Permission
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.VIEWER: frozenset({_P.READ}),
+    Role.SUBMITTER: frozenset({_P.READ, _P.FINETUNE_SUBMIT}),
+    Role.OPERATOR: frozenset({_P.READ, _P.FINETUNE_SUBMIT, _P.FINETUNE_MANAGE, _P.FLEET_MANAGE}),
+    Role.AUDITOR: frozenset({_P.READ, _P.AUDIT_READ}),
+    Role.ADMIN: frozenset(Permission),
+}
+
+
+def allows(role: Role | str, permission: Permission | str) -> bool:
+    try:
+        return Permission(permission) in ROLE_PERMISSIONS[Role(role)]
+    except ValueError:
+        return False
+
+
+class AuthError(Exception):
+    """A request refused for who is asking: ``status`` 401 (not authenticated) or 403 (not allowed)."""
+
+    def __init__(self, status: int, reason: str, *, permission: str | None = None, actor: str | None = None):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.permission = permission
+        self.actor = actor
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": "unauthorized" if self.status == 401 else "forbidden", "reason": self.reason}
+        if self.permission:
+            body["permission"] = self.permission
+        return body
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as."""
+
+    token_id: str
+    actor: str
+    role: Role
+
+    def can(self, permission: Permission | str) -> bool:
+        return allows(self.role, permission)
+
+
+# -- the tokens file ---------------------------------------------------------------------------------------
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text() or "{}")
+    tokens = data.get("tokens", [])
+    if not isinstance(tokens, list):
+        raise ValueError(f"{path}: 'tokens' must be a list")
+    return tokens
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise writers (gateway replicas, the CLI) on one machine; readers see only whole files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(path.suffix + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write(path: Path, tokens: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"tokens": tokens}, indent=2) + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)  # atomic: a reader never sees half a file
+
+
+def create_token(path: Path | str, actor: str, role: Role | str) -> str:
+    """Add a token and return its secret (used by ``teto up`` and ``teto tokens create``)."""
+    return issue_token(path, actor, role)[1]
+
+
+def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime | None = None) -> tuple[str, str]:
+    """Add a token and return ``(token_id, secret)``; the secret is not stored and cannot be shown again."""
+    role = Role(role)
+    actor = actor.strip()
+    if not actor or len(actor) > 200:
+        raise ValueError("actor must be 1-200 characters")
+    path = Path(path)
+    secret = "teto_" + secrets.token_urlsafe(32)
+    token_id = secrets.token_hex(6)
+    record = {"id": token_id, "actor": actor, "role": role.value, "sha256": hash_secret(secret),
+              "created_at": (now or datetime.now(UTC)).isoformat(), "revoked": False}
+    with _locked(path):
+        tokens = _read(path)
+        tokens.append(record)
+        _write(path, tokens)
+    return token_id, secret
+
+
+def revoke_token(path: Path | str, token_id: str) -> bool:
+    """Mark a token revoked (kept for the record); False when there is no such token."""
+    path = Path(path)
+    with _locked(path):
+        tokens = _read(path)
+        found = False
+        for t in tokens:
+            if t.get("id") == token_id:
+                t["revoked"] = True
+                found = True
+        if found:
+            _write(path, tokens)
+    return found
+
+
+def list_tokens(path: Path | str) -> list[dict[str, Any]]:
+    """Token records without their hashes."""
+    return [{k: v for k, v in t.items() if k != "sha256"} for t in _read(Path(path))]
+
+
+class TokenStore:
+    """The tokens file as the gateway sees it, re-read whenever the file changes (mtime, size or inode)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._tokens: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            try:
+                self._tokens = _read(self.path) if stamp else []
+            except (OSError, ValueError):
+                return  # keep the last good set; a broken edit must not lock everyone out
+            self._stamp = stamp
+
+    def authenticate(self, secret: str) -> Principal | None:
+        self._refresh()
+        digest = hash_secret(secret)
+        found: Principal | None = None
+        # Compare against every record in constant time so timing says nothing about which hash is close.
+        for t in self._tokens:
+            if hmac.compare_digest(str(t.get("sha256", "")), digest) and not t.get("revoked"):
+                with contextlib.suppress(ValueError, KeyError):
+                    found = Principal(token_id=t["id"], actor=t["actor"], role=Role(t["role"]))
+        return found
+
+
+def bearer_secret(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def authenticate(request: Request) -> Principal:
+    """The request's principal, or AuthError(401). Cached on the request."""
+    cached = getattr(request.state, "principal", None)
+    if cached is not None:
+        return cached
+    secret = bearer_secret(request)
+    if secret is None:
+        raise AuthError(401, "missing bearer token (Authorization: Bearer <token>)")
+    principal = request.app.state.tokens.authenticate(secret)
+    if principal is None:
+        raise AuthError(401, "unknown or revoked token")
+    request.state.principal = principal
+    return principal
+
+
+class require:  # noqa: N801 - reads as a declaration on the route: Depends(require(Permission.READ))
+    """A FastAPI dependency that admits a principal holding ``permission`` and returns it."""
+
+    def __init__(self, permission: Permission) -> None:
+        self.permission = Permission(permission)
+
+    def __call__(self, request: Request) -> Principal:
+        principal = authenticate(request)
+        if not principal.can(self.permission):
+            raise AuthError(403, f"role {principal.role.value!r} lacks permission {self.permission.value!r}",
+                            permission=self.permission.value, actor=principal.actor)
+        return principal
+
+    def __repr__(self) -> str:
+        return f"require({self.permission.value!r})"

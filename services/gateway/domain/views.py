@@ -1,0 +1,82 @@
+"""How the gateway shows a job: the queue's row, the health signal, the budget and the checkpoint cadence,
+merged into one JSON shape. Pure: rows in (as dicts), a dict out; the clock is not read here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+
+JOB_FIELDS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
+              "lease_expires_at", "last_step", "total_steps", "step_seconds", "last_checkpoint", "reason", "error",
+              "ceiling_history", "created_at", "updated_at")
+BUDGET_FIELDS = ("ceiling_seconds", "consumed_seconds", "remaining_seconds", "overshoot_seconds", "warning",
+                 "ceiling_history")
+EVENT_FIELDS = ("job_id", "seq", "event", "state", "previous_state", "reason", "epoch", "executor_id", "detail",
+                "time")
+EXECUTOR_FIELDS = ("executor_id", "node_id", "group_name", "gpus", "accepting", "phase", "step", "job_id", "epoch",
+                   "last_heartbeat", "signal", "signal_since", "detail")
+
+
+def pick(row: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The named columns of a row; a column a view does not (yet) have is shown as null, not an error."""
+    return {f: row.get(f) for f in fields}
+
+
+def next_checkpoint_step(every: int, last_step: int | None, total_steps: int | None) -> int | None:
+    """The step at which the next checkpoint is due: the next multiple of ``every`` after the current step,
+    or the final step when that comes first (a finished run checkpoints its last step)."""
+    if every < 1:
+        return None
+    done = last_step or 0
+    nxt = (done // every + 1) * every
+    if total_steps is not None:
+        if done >= total_steps:
+            return None
+        nxt = min(nxt, total_steps)
+    return nxt
+
+
+def checkpoint_block(spec: Mapping[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+    """{every_steps, last_step, next_step, next_eta_seconds}; the ETA is null until a step time is measured."""
+    every = int(spec.get("checkpoint_every_steps") or 0)
+    last_ckpt = job.get("last_checkpoint") or {}
+    nxt = next_checkpoint_step(every, job.get("last_step"), job.get("total_steps"))
+    step_seconds = job.get("step_seconds")
+    eta = None
+    if nxt is not None and step_seconds is not None and math.isfinite(step_seconds) and job.get("state") == "running":
+        eta = round((nxt - (job.get("last_step") or 0)) * float(step_seconds), 3)
+    return {"every_steps": every or None, "last_step": last_ckpt.get("step"), "next_step": nxt,
+            "next_eta_seconds": eta}
+
+
+def signal_block(job_state: str, row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The health signal of a job; terminal jobs carry none whatever the health view still holds."""
+    if row is None or job_state in TERMINAL or row.get("signal") is None:
+        return None
+    block = {"signal": row.get("signal"), "signal_since": row.get("signal_since"),
+             "executor_id": row.get("executor_id")}
+    detail = row.get("detail") or {}
+    if isinstance(detail, Mapping):
+        block.update({k: v for k, v in detail.items() if k not in block})
+    return block
+
+
+def budget_block(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else pick(row, BUDGET_FIELDS)
+
+
+def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
+             budget: Mapping[str, Any] | None = None,
+             events: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short)."""
+    out = pick(job, JOB_FIELDS)
+    spec = out.get("spec") or {}
+    out["signal"] = signal_block(str(out.get("state")), signal)
+    out["budget"] = budget_block(budget)
+    out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
+    if events is not None:
+        out["events"] = [pick(e, EVENT_FIELDS) for e in events]
+    return out

@@ -1,0 +1,132 @@
+"""Queries of the public views other services declare: the gateway reads nothing else.
+
+``queue.jobs_public`` / ``queue.job_events_public`` (queue), ``health.executors_public`` /
+``health.job_signals_public`` (health), ``budget.jobs_public`` (budget), ``audit.log_public`` (audit). Each view
+is created by its owner's migrations; until the owner has run, a missing view reads as "no data" rather than
+an error, so the gateway can start first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from .domain import views
+
+log = logging.getLogger(__name__)
+
+_MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
+_JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
+                           "payload"})
+
+
+def _row(record: asyncpg.Record) -> dict[str, Any]:
+    """A record as a dict, with jsonb columns parsed (the pool has no json codec)."""
+    out = dict(record)
+    for key in _JSON_COLUMNS & out.keys():
+        if isinstance(out[key], str):
+            try:
+                out[key] = json.loads(out[key])
+            except ValueError:
+                pass
+    return out
+
+
+class Reads:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._warned: set[str] = set()
+
+    async def _fetch(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        try:
+            return [_row(r) for r in await self.pool.fetch(sql, *args)]
+        except _MISSING:
+            if view not in self._warned:  # once per view: its owner has not migrated yet
+                self._warned.add(view)
+                log.warning("view %s does not exist yet; reading it as empty", view)
+            return []
+
+    async def _by_job(self, view: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+        rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)
+        return {r["job_id"]: r for r in rows}
+
+    async def _decorate(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ids = [j["id"] for j in jobs]
+        if not ids:
+            return []
+        signals = await self._by_job("health.job_signals_public", ids)
+        budgets = await self._by_job("budget.jobs_public", ids)
+        return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"])) for j in jobs]
+
+    async def list_jobs(self, *, state: str | None, owner: str | None, limit: int) -> list[dict[str, Any]]:
+        rows = await self._fetch(
+            "queue.jobs_public",
+            "SELECT * FROM queue.jobs_public WHERE ($1::text IS NULL OR state = $1)"
+            " AND ($2::text IS NULL OR owner = $2) ORDER BY created_at DESC, id LIMIT $3",
+            state, owner, limit,
+        )
+        return await self._decorate(rows)
+
+    async def job_row(self, job_id: str) -> dict[str, Any] | None:
+        rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id)
+        return rows[0] if rows else None
+
+    async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
+        job = await self.job_row(job_id)
+        if job is None:
+            return None
+        (decorated,) = await self._decorate([job])
+        latest = await self._fetch(
+            "queue.job_events_public",
+            "SELECT * FROM (SELECT * FROM queue.job_events_public WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e"
+            " ORDER BY seq",
+            job_id, events,
+        )
+        decorated["events"] = [views.pick(e, views.EVENT_FIELDS) for e in latest]
+        return decorated
+
+    async def job_events(self, job_id: str, *, after_seq: int, limit: int) -> list[dict[str, Any]]:
+        rows = await self._fetch(
+            "queue.job_events_public",
+            "SELECT * FROM queue.job_events_public WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            job_id, after_seq, limit,
+        )
+        return [views.pick(e, views.EVENT_FIELDS) for e in rows]
+
+    async def executors(self) -> list[dict[str, Any]]:
+        rows = await self._fetch("health.executors_public",
+                                 "SELECT * FROM health.executors_public ORDER BY group_name, executor_id")
+        return [views.pick(r, views.EXECUTOR_FIELDS) for r in rows]
+
+    async def audit(self, f: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Audit rows by actor / job / command kind / time range, paged by ``after_seq``."""
+        since: datetime | None = f.get("since")
+        until: datetime | None = f.get("until")
+        return await self._fetch(
+            "audit.log_public",
+            "SELECT * FROM audit.log_public WHERE seq > $1"
+            " AND ($2::text IS NULL OR actor = $2) AND ($3::text IS NULL OR job_id = $3)"
+            " AND ($4::text IS NULL OR kind = $4) AND ($5::timestamptz IS NULL OR time >= $5)"
+            " AND ($6::timestamptz IS NULL OR time < $6) ORDER BY seq LIMIT $7",
+            f.get("after_seq") or 0, f.get("actor"), f.get("job_id"), f.get("kind"), since, until, f["limit"],
+        )
+
+    async def audit_verify(self) -> dict[str, Any] | None:
+        """Recompute the audit hash chain with the audit service's own verifier (None: not installed)."""
+        try:
+            from services.audit.store import verify  # the audit service owns the chain rule
+        except ImportError:
+            return None
+        result = await verify(self.pool)
+        if hasattr(result, "model_dump"):
+            return result.model_dump(mode="json")
+        if hasattr(result, "__dataclass_fields__"):
+            import dataclasses
+
+            return dataclasses.asdict(result)
+        return dict(result) if isinstance(result, Mapping) else {"result": result}

@@ -1,0 +1,249 @@
+"""Tokens, roles and permissions: the tokens file holds only hashes, revocation and file edits take effect, and
+every endpoint x every role gets exactly the answer the role table says (a new endpoint without a declared
+permission, or without a sample request here, fails this module)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from libs.contracts.commands import CommandOutcome
+from services.gateway import auth
+from services.gateway.api import create_app, route_permission
+from services.gateway.auth import Permission, Role, TokenStore
+from services.gateway.commands import Sent
+from services.gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.unit
+
+JOB = {"id": "j1", "name": "demo", "owner": "submitter", "state": "interrupted",
+       "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 50}}
+
+
+class FakeReads:
+    async def job_row(self, job_id: str) -> dict[str, Any] | None:
+        return dict(JOB) if job_id == "j1" else None
+
+    async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
+        return {**JOB, "events": []} if job_id == "j1" else None
+
+    async def list_jobs(self, **_: Any) -> list[dict[str, Any]]:
+        return [dict(JOB)]
+
+    async def job_events(self, job_id: str, **_: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def executors(self) -> list[dict[str, Any]]:
+        return []
+
+    async def audit(self, f: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def audit_verify(self) -> dict[str, Any]:
+        return {"ok": True, "first_bad_seq": None}
+
+
+class FakeCommands:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.recorded: list[CommandOutcome] = []
+
+    async def send(self, cmd: Any) -> Sent:
+        self.sent.append(cmd)
+        return Sent(cmd.command_id, CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True,
+                                                   by="queue", job_id=getattr(cmd, "job_id", None)))
+
+    async def refuse(self, kind: str, actor: str | None, reason: str, **kw: Any) -> str:
+        self.recorded.append(CommandOutcome(command_id="x", kind=kind, accepted=False, reason=reason, by="gateway",
+                                            detail={"actor": actor}))
+        return "x"
+
+    async def record(self, outcome: CommandOutcome) -> None:
+        self.recorded.append(outcome)
+
+
+# One request per (method, route path); a new endpoint must add its sample here.
+SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
+    ("GET", "/v1/whoami"): ("/v1/whoami", None),
+    ("POST", "/v1/jobs"): ("/v1/jobs", {"workload": {"kind": "finetune"}}),
+    ("GET", "/v1/jobs"): ("/v1/jobs?state=queued", None),
+    ("GET", "/v1/jobs/{job_id}"): ("/v1/jobs/j1", None),
+    ("GET", "/v1/jobs/{job_id}/events"): ("/v1/jobs/j1/events", None),
+    ("POST", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/j1/cancel", None),
+    ("POST", "/v1/jobs/{job_id}/requeue"): ("/v1/jobs/j1/requeue", {"gpu_ceiling_seconds": 500}),
+    ("GET", "/v1/executors"): ("/v1/executors", None),
+    ("POST", "/v1/tokens"): ("/v1/tokens", {"actor": "bob", "role": "viewer"}),
+    ("GET", "/v1/tokens"): ("/v1/tokens", None),
+    ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/{viewer_token_id}", None),
+    ("GET", "/v1/audit"): ("/v1/audit?actor=x", None),
+    ("GET", "/v1/audit/verify"): ("/v1/audit/verify", None),
+}
+PUBLIC = {("GET", "/healthz")}  # no authentication by design (load balancer probes)
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
+    tokens = {role: auth.issue_token(settings.effective_tokens_file, role.value, role) for role in Role}
+    commands = FakeCommands()
+    app = create_app(settings, reads=FakeReads(), commands=commands)
+    with TestClient(app) as client:
+        yield app, client, tokens, commands
+
+
+def routes(app) -> list[tuple[str, str]]:
+    docs = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    return sorted((m, r.path) for r in app.routes if isinstance(r, APIRoute) and r.path not in docs
+                  for m in r.methods)
+
+
+def test_every_endpoint_declares_a_permission_and_has_a_sample(gateway):
+    app = gateway[0]
+    for method, path in routes(app):
+        if (method, path) in PUBLIC:
+            continue
+        route = next(r for r in app.routes if isinstance(r, APIRoute) and r.path == path and method in r.methods)
+        assert route_permission(route) is not None, f"{method} {path} declares no permission"
+        assert (method, path) in SAMPLES, f"{method} {path} has no sample request in this test"
+
+
+def _matrix():
+    app = create_app(GatewaySettings.from_env(env={}))
+    for method, path in routes(app):
+        if (method, path) in PUBLIC:
+            continue
+        route = next(r for r in app.routes if isinstance(r, APIRoute) and r.path == path and method in r.methods)
+        for role in Role:
+            yield pytest.param(method, path, role, auth.allows(role, route_permission(route)),
+                               id=f"{role.value} {method} {path}")
+
+
+@pytest.mark.parametrize(("method", "path", "role", "allowed"), list(_matrix()))
+def test_every_endpoint_with_every_role(gateway, method, path, role, allowed):
+    _, client, tokens, _ = gateway
+    url, body = SAMPLES[(method, path)]
+    url = url.replace("{viewer_token_id}", tokens[Role.VIEWER][0])
+    resp = client.request(method, url, json=body, headers={"Authorization": f"Bearer {tokens[role][1]}"})
+    if allowed:
+        assert 200 <= resp.status_code < 300, resp.text
+    else:
+        assert resp.status_code == 403, resp.text
+        assert resp.json()["permission"] in {p.value for p in Permission}
+
+
+@pytest.mark.parametrize(("method", "path"), [k for k in SAMPLES], ids=lambda v: str(v))
+@pytest.mark.parametrize("header", [None, "Bearer nope", "Basic abc", "Bearer "], ids=["none", "unknown", "basic",
+                                                                                    "empty"])
+def test_missing_or_bad_token_is_401(gateway, method, path, header):
+    _, client, tokens, _ = gateway
+    url, body = SAMPLES[(method, path)]
+    resp = client.request(method, url.replace("{viewer_token_id}", "x"), json=body,
+                          headers={"Authorization": header} if header else {})
+    assert resp.status_code == 401
+    assert resp.headers["www-authenticate"] == "Bearer"
+    assert resp.json()["error"] == "unauthorized"
+
+
+def test_healthz_needs_no_token(gateway):
+    assert gateway[1].get("/healthz").json()["status"] == "ok"
+
+
+def test_permission_comes_before_validation(gateway):
+    _, client, tokens, commands = gateway
+    viewer = {"Authorization": f"Bearer {tokens[Role.VIEWER][1]}"}
+    resp = client.post("/v1/jobs", content=b"{not json", headers={**viewer, "content-type": "application/json"})
+    assert resp.status_code == 403 and resp.json()["permission"] == "finetune:submit"
+    assert client.post("/v1/jobs", json={"workers": "x"}).status_code == 401
+    # the refusal of a command by the gateway is recorded for the audit log
+    assert [(o.kind, o.accepted, o.by) for o in commands.recorded] == [("submit", False, "gateway")]
+
+
+def test_submitter_cannot_cancel_someone_elses_job_but_an_operator_can(gateway):
+    _, client, tokens, commands = gateway
+    JOB["owner"] = "someone"
+    try:
+        resp = client.post("/v1/jobs/j1/cancel", headers={"Authorization": f"Bearer {tokens[Role.SUBMITTER][1]}"})
+        assert resp.status_code == 403 and resp.json()["permission"] == "finetune:manage"
+        assert commands.sent == []
+        resp = client.post("/v1/jobs/j1/cancel", headers={"Authorization": f"Bearer {tokens[Role.OPERATOR][1]}"})
+        assert resp.status_code == 200
+        assert [c.actor for c in commands.sent] == ["operator"]
+    finally:
+        JOB["owner"] = "submitter"
+
+
+@pytest.mark.parametrize("role", list(Role), ids=str)
+def test_role_table_is_design_section_10(role):
+    expected = {
+        Role.VIEWER: {"read"},
+        Role.SUBMITTER: {"read", "finetune:submit"},
+        Role.OPERATOR: {"read", "finetune:submit", "finetune:manage", "fleet:manage"},
+        Role.AUDITOR: {"read", "audit:read"},
+        Role.ADMIN: {p.value for p in Permission},
+    }[role]
+    assert {p.value for p in auth.ROLE_PERMISSIONS[role]} == expected
+    assert "tokens:admin" in expected or role is not Role.ADMIN
+
+
+def test_tokens_file_holds_only_hashes(tmp_path):
+    path = tmp_path / "tokens.json"
+    secret = auth.create_token(path, "alice", "operator")
+    text = path.read_text()
+    assert secret not in text
+    (record,) = json.loads(text)["tokens"]
+    assert record["sha256"] == auth.hash_secret(secret)
+    assert record["actor"] == "alice" and record["role"] == "operator" and record["revoked"] is False
+    assert {"id", "created_at"} <= record.keys()
+    assert "sha256" not in auth.list_tokens(path)[0]
+
+
+def test_authenticate_revoke_and_reload_on_change(tmp_path):
+    path = tmp_path / "tokens.json"
+    store = TokenStore(path)
+    assert store.authenticate("anything") is None  # no file yet: nobody
+    token_id, secret = auth.issue_token(path, "alice", "viewer")
+    principal = store.authenticate(secret)
+    assert principal is not None and principal.actor == "alice" and principal.role is Role.VIEWER
+    assert store.authenticate(secret + "x") is None
+    _, second = auth.issue_token(path, "bob", "admin")  # written after the store loaded the file
+    assert store.authenticate(second).role is Role.ADMIN
+    assert auth.revoke_token(path, token_id) is True
+    assert store.authenticate(secret) is None
+    assert store.authenticate(second) is not None
+    assert auth.revoke_token(path, "no-such-id") is False
+
+
+def test_a_broken_tokens_file_keeps_the_last_good_set(tmp_path):
+    path = tmp_path / "tokens.json"
+    store = TokenStore(path)
+    secret = auth.create_token(path, "alice", "viewer")
+    assert store.authenticate(secret) is not None
+    path.write_text("{ half written")
+    assert store.authenticate(secret) is not None
+
+
+@pytest.mark.parametrize(("actor", "role"), [("", "viewer"), ("alice", "root"), ("x" * 201, "viewer")])
+def test_create_token_refuses_bad_input(tmp_path, actor, role):
+    with pytest.raises(ValueError):
+        auth.create_token(tmp_path / "t.json", actor, role)
+
+
+def test_token_endpoints_create_list_revoke(gateway):
+    app, client, tokens, commands = gateway
+    admin = {"Authorization": f"Bearer {tokens[Role.ADMIN][1]}"}
+    made = client.post("/v1/tokens", json={"actor": "carol", "role": "auditor"}, headers=admin).json()
+    assert made["secret"].startswith("teto_") and "audit:read" in made["permissions"]
+    carol = {"Authorization": f"Bearer {made['secret']}"}
+    assert client.get("/v1/audit", headers=carol).status_code == 200
+    listed = client.get("/v1/tokens", headers=admin).json()
+    assert any(t["id"] == made["id"] for t in listed) and all("sha256" not in t for t in listed)
+    assert client.delete(f"/v1/tokens/{made['id']}", headers=admin).status_code == 204
+    assert client.get("/v1/audit", headers=carol).status_code == 401
+    assert client.delete("/v1/tokens/nope", headers=admin).status_code == 404
+    bad = client.post("/v1/tokens", json={"actor": "dave", "role": "root"}, headers=admin)
+    assert bad.status_code == 422 and "role" in bad.json()["reason"]
+    assert [o.kind for o in commands.recorded if o.accepted] == ["token_create", "token_revoke"]
