@@ -1,0 +1,208 @@
+"""The health service's tables (schema ``health``): executors and jobs as heartbeats, registrations and job
+events describe them, and the signals the evaluator derives, written with their events in one transaction."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobState
+from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
+from libs.contracts.subjects import Subjects
+from libs.contracts.telemetry import Heartbeat, Phase
+from libs.runtime import outbox
+
+from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "health"
+_TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
+
+_UPSERT_EXECUTOR = """
+INSERT INTO health.executors AS e (executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch,
+    last_heartbeat, step_changed_at, heartbeat_interval_seconds, progress_interval_seconds, updated_at)
+VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $10, $11, $12, now())
+ON CONFLICT (executor_id) DO UPDATE SET
+    node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name, gpus = EXCLUDED.gpus,
+    accepting = EXCLUDED.accepting, phase = EXCLUDED.phase, step = EXCLUDED.step, job_id = EXCLUDED.job_id,
+    epoch = EXCLUDED.epoch, last_heartbeat = EXCLUDED.last_heartbeat,
+    step_changed_at = CASE
+        WHEN e.step IS DISTINCT FROM EXCLUDED.step OR e.phase IS DISTINCT FROM EXCLUDED.phase
+          OR e.job_id IS DISTINCT FROM EXCLUDED.job_id OR e.epoch IS DISTINCT FROM EXCLUDED.epoch
+          OR e.step_changed_at IS NULL
+        THEN EXCLUDED.last_heartbeat ELSE e.step_changed_at END,
+    heartbeat_interval_seconds = EXCLUDED.heartbeat_interval_seconds,
+    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
+WHERE e.last_heartbeat IS NULL OR EXCLUDED.last_heartbeat >= e.last_heartbeat
+"""
+
+# A heartbeat about a job at an older epoch than the job's own never reaches it (the WHERE clause); the
+# handler has already counted and dropped those it could see, this guards against a race with job events.
+_UPSERT_JOB_CONTACT = """
+INSERT INTO health.jobs AS j (job_id, epoch, executor_id, last_contact_at, phase, step, step_changed_at,
+    progress_interval_seconds, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $4, $7, now())
+ON CONFLICT (job_id) DO UPDATE SET
+    epoch = EXCLUDED.epoch, executor_id = EXCLUDED.executor_id, last_contact_at = EXCLUDED.last_contact_at,
+    phase = EXCLUDED.phase, step = EXCLUDED.step,
+    step_changed_at = CASE
+        WHEN j.step IS DISTINCT FROM EXCLUDED.step OR j.phase IS DISTINCT FROM EXCLUDED.phase
+          OR j.epoch IS DISTINCT FROM EXCLUDED.epoch OR j.step_changed_at IS NULL
+        THEN EXCLUDED.last_contact_at ELSE j.step_changed_at END,
+    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
+WHERE EXCLUDED.epoch >= j.epoch AND (j.last_contact_at IS NULL OR EXCLUDED.last_contact_at >= j.last_contact_at)
+"""
+
+
+async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, int]:
+    rows = await conn.fetch("SELECT job_id, epoch FROM health.jobs WHERE job_id = ANY($1::text[])", job_ids)
+    return {r["job_id"]: r["epoch"] for r in rows}
+
+
+async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
+                            now: datetime) -> None:
+    """Store heartbeats on their executors, and ``job_beats`` (those not about a stale epoch) on their jobs,
+    oldest first so the newest wins.
+
+    The heartbeat's own send time is used (clamped to now, against a fast executor clock), so heartbeats
+    that waited in the stream while this service was down are not mistaken for fresh ones.
+    """
+    beats = sorted(beats, key=lambda b: b.sent_at)
+    await conn.executemany(_UPSERT_EXECUTOR, [
+        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
+         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
+         b.progress_interval_seconds)
+        for b in beats
+    ])
+    job_rows = [
+        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
+        for b in sorted(job_beats, key=lambda b: b.sent_at) if b.job_id
+    ]
+    if job_rows:
+        await conn.executemany(_UPSERT_JOB_CONTACT, job_rows)
+
+
+async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> None:
+    await conn.execute(
+        """INSERT INTO health.executors (executor_id, node_id, group_name, gpus, registered_at)
+           VALUES ($1, $2, $3, $4::jsonb, $5)
+           ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,
+               gpus = EXCLUDED.gpus, registered_at = EXCLUDED.registered_at, updated_at = now()""",
+        reg.executor_id, reg.node_id, reg.group, json.dumps([g.model_dump(mode="json") for g in reg.gpus]),
+        reg.time,
+    )
+
+
+async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent) -> None:
+    """Track the job's state. A new lease epoch resets the job's contact to the event: the new executor has
+    one signal timeout to send its first heartbeat, and the old executor's numbers no longer describe it."""
+    await conn.execute(
+        """INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at,
+               step_changed_at)
+           VALUES ($1, $2, $3, COALESCE($4, 0), $5, $6, $6)
+           ON CONFLICT (job_id) DO UPDATE SET
+               state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
+               epoch = GREATEST(j.epoch, EXCLUDED.epoch),
+               executor_id = COALESCE($5, j.executor_id),
+               last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at
+                                      ELSE j.last_contact_at END,
+               step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at
+                                      ELSE j.step_changed_at END,
+               phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
+               step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
+               updated_at = now()
+           WHERE EXCLUDED.event_seq > j.event_seq""",
+        ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time,
+    )
+
+
+@dataclass
+class Evaluation:
+    executors_changed: int = 0
+    jobs_changed: int = 0
+
+
+def _phase(value: str | None) -> Phase | None:
+    return Phase(value) if value in Phase.__members__.values() else None
+
+
+def _state(value: str | None) -> JobState | None:
+    return JobState(value) if value in JobState.__members__.values() else None
+
+
+def _reading_of(row: asyncpg.Record, contact: str, state: JobState | None, now: datetime, th: Thresholds,
+                judge=job_signal) -> SignalReading:
+    # A step that was never reported has no "last change": such a workload has no progress signal.
+    step_changed = row["step_changed_at"] if row["step"] is not None else None
+    return judge(state, row[contact], step_changed, _phase(row["phase"]), now, th,
+                 progress_interval_seconds=row["progress_interval_seconds"])
+
+
+async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: datetime) -> Evaluation:
+    """Re-derive every signal; write the changed ones, with a SignalChanged event per job, in one transaction.
+
+    Each write is conditional on the inputs read (contact time, step time, state) being unchanged, so a
+    heartbeat that lands between the read and the write is never overwritten with a verdict made without it;
+    the next pass judges it.
+    """
+    result = Evaluation()
+    async with pool.acquire() as conn, conn.transaction():
+        jobs = await conn.fetch(
+            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL",
+            _TERMINAL,
+        )
+        job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
+        events = []
+        for row in jobs:
+            reading = _reading_of(row, "last_contact_at", job_state[row["job_id"]], now, th)
+            if reading.signal == _signal(row["signal"]):
+                continue
+            since = reading.since or now
+            changed = await conn.fetchval(
+                """UPDATE health.jobs SET signal = $2, signal_since = $3, thresholds = $4::jsonb
+                   WHERE job_id = $1 AND last_contact_at IS NOT DISTINCT FROM $5
+                     AND step_changed_at IS NOT DISTINCT FROM $6 AND state IS NOT DISTINCT FROM $7
+                   RETURNING true""",
+                row["job_id"], reading.signal and str(reading.signal), since, _thresholds(reading),
+                row["last_contact_at"], row["step_changed_at"], row["state"],
+            )
+            if changed:
+                result.jobs_changed += 1
+                events.append((subjects.job_event(row["job_id"], "signal"), SignalChanged(
+                    job_id=row["job_id"], executor_id=row["executor_id"], signal=reading.signal,
+                    previous=_signal(row["signal"]), since=since,
+                    seconds_since_heartbeat=reading.seconds_since_heartbeat,
+                    seconds_since_step_change=reading.seconds_since_step_change,
+                    no_signal_after_seconds=reading.no_signal_after, stuck_after_seconds=reading.stuck_after,
+                )))
+        await outbox.add(conn, SCHEMA, events)
+
+        for row in await conn.fetch("SELECT * FROM health.executors"):
+            state = job_state.get(row["job_id"]) if row["job_id"] else None
+            reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
+            if reading.signal == _signal(row["signal"]):
+                continue
+            changed = await conn.fetchval(
+                """UPDATE health.executors SET signal = $2, signal_since = $3, thresholds = $4::jsonb
+                   WHERE executor_id = $1 AND last_heartbeat IS NOT DISTINCT FROM $5
+                     AND step_changed_at IS NOT DISTINCT FROM $6
+                   RETURNING true""",
+                row["executor_id"], reading.signal and str(reading.signal), reading.since or now,
+                _thresholds(reading), row["last_heartbeat"], row["step_changed_at"],
+            )
+            result.executors_changed += bool(changed)
+    return result
+
+
+def _signal(value: str | None) -> Signal | None:
+    return Signal(value) if value else None
+
+
+def _thresholds(reading: SignalReading) -> str:
+    return json.dumps({"no_signal_after_seconds": reading.no_signal_after,
+                       "stuck_after_seconds": reading.stuck_after})
