@@ -1,0 +1,433 @@
+"""The executor agent: registers its node, heartbeats, takes lease grants and runs one training process at a time.
+
+Directives (``teto.agent.<executor_id>.run|stop``) arrive on a durable pull consumer of the AGENT stream. A
+grant (RunJob) is accepted only when idle and only after a renewal over request/reply confirms the lease is
+still ours (a stale grant is dropped). While the process runs the lease keeper renews every heartbeat; if the
+lease is refused, or no renewal was acknowledged for ``lease - stop_margin``, the process is killed before the
+queue can redeliver the job, the agent takes no work, and reports ``abandoned`` once it reaches the server.
+An unreachable server never crashes the agent: progress waits in memory, heartbeats are retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from libs.contracts.agents import RunJob, StopJob
+from libs.contracts.envelope import ContractError, RejectedMessage, utcnow
+from libs.contracts.jobs import CommandWorkload
+from libs.contracts.nodes import NodeRegistered
+from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
+                                      RunOutcome, RunStarted, StepReport)
+from libs.runtime import bus
+
+from . import checkpoints
+from .gpu import detect_gpus
+from .heartbeat import UsageMeter
+from .lease import LeaseKeeper, LeaseLost
+from .publisher import Publisher
+from .runner import Child, Launch
+from .settings import ExecutorSettings
+
+log = logging.getLogger(__name__)
+
+try:
+    AGENT_VERSION = importlib.metadata.version("teto")
+except importlib.metadata.PackageNotFoundError:
+    AGENT_VERSION = "0+unknown"
+SHUTDOWN_GRACE_SECONDS = 5.0
+
+
+@dataclass
+class Run:
+    """One grant being served, and what its process has reported."""
+
+    grant: RunJob
+    phase: Phase = Phase.STARTING
+    child: Child | None = None
+    step: int | None = None
+    resumed_from_step: int | None = None
+    stop_requested: bool = False
+    lost: LeaseLost | None = None
+    pending_step: dict[str, Any] | None = None
+    last_step_sent_at: float | None = None
+    step_seconds_sum: float = 0.0
+    step_seconds_n: int = 0
+
+
+class Agent:
+    def __init__(self, settings: ExecutorSettings, nc: Client, js: JetStreamContext, gpus: list[GpuInfo]) -> None:
+        self.settings = settings
+        self.subjects = settings.subjects
+        self.id = settings.executor_id
+        self.nc = nc
+        self.js = js
+        self.gpus = gpus
+        self.publisher = Publisher(js, timeout=max(1.0, settings.heartbeat_seconds),
+                                   retry_seconds=min(1.0, settings.heartbeat_seconds))
+        self.meter = UsageMeter()
+        self.run: Run | None = None
+        self.job_task: asyncio.Task | None = None
+        self.stale_messages = 0
+        self.rejected = 0
+
+    # -- what heartbeats say -------------------------------------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.run.phase if self.run else Phase.IDLE
+
+    @property
+    def accepting(self) -> bool:
+        return self.run is None
+
+    async def register(self) -> None:
+        try:
+            torch_version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            torch_version = None
+        note = NodeRegistered(node_id=self.settings.node_id, executor_id=self.id, group=self.settings.group,
+                              hostname=socket.gethostname(), gpus=self.gpus, cpu_count=os.cpu_count() or 1,
+                              torch_version=torch_version, agent_version=AGENT_VERSION)
+        await self.publisher.send(self.subjects.node(self.settings.node_id, "registered"), note)
+        log.info("executor %s registered node %s in group %s with %d GPU(s)", self.id, self.settings.node_id,
+                 self.settings.group, len(self.gpus))
+
+    async def heartbeats(self) -> None:
+        s = self.settings
+        while True:
+            started = time.monotonic()
+            sample = self.meter.next_sample(started)
+            run = self.run
+            beat = Heartbeat(executor_id=self.id, node_id=s.node_id, group=s.group, gpus=self.gpus,
+                             accepting=self.accepting, job_id=run.grant.job_id if run else None,
+                             epoch=run.grant.epoch if run else None, phase=self.phase,
+                             step=run.step if run else None, usage=sample, sent_at=utcnow(),
+                             interval_seconds=s.heartbeat_seconds,
+                             progress_interval_seconds=s.progress_interval_seconds)
+            ok = await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
+            if ok:
+                self.meter.acknowledged(sample)
+                if self.meter.backlog:
+                    continue  # a finished run's last sample is still due: send it now
+            await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
+
+    # -- directives ----------------------------------------------------------------------------------------
+
+    async def directives(self) -> None:
+        sub = await self.js.pull_subscribe(self.subjects.agent_all_of(self.id), durable=f"agent-{self.id}",
+                                           stream=self.subjects.stream_name("AGENT"))
+        while True:
+            try:
+                msgs = await sub.fetch(10, timeout=1.0)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - server gone for a while: keep trying
+                log.debug("directive fetch failed: %r", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                await self.on_directive(msg)
+
+    async def on_directive(self, msg: Msg) -> None:
+        kind = msg.subject.rsplit(".", 1)[-1]
+        model = {"run": RunJob, "stop": StopJob}.get(kind)
+        directive: RunJob | StopJob | None = None
+        if model is None:
+            await self.reject(msg, f"unknown directive {kind!r}")
+        else:
+            try:
+                directive = model.decode(msg.data)
+            except ContractError as exc:
+                await self.reject(msg, exc.reason)
+            else:
+                if isinstance(directive, RunJob) and directive.executor_id != self.id:
+                    await self.reject(msg, f"grant addressed to executor {directive.executor_id!r}, not {self.id!r}")
+                    directive = None
+        with contextlib.suppress(Exception):
+            await msg.ack()
+        if isinstance(directive, RunJob):
+            self.on_run(directive)
+        elif isinstance(directive, StopJob):
+            self.on_stop(directive)
+
+    async def reject(self, msg: Msg, reason: str) -> None:
+        self.rejected += 1
+        log.error("executor %s refused a directive on %s: %s", self.id, msg.subject, reason)
+        note = RejectedMessage(service="executor", subject=msg.subject, reason=reason[:4000],
+                               payload_excerpt=msg.data[:1000].decode("utf-8", "replace"), payload_bytes=len(msg.data))
+        await self.publisher.publish_now(self.subjects.rejected("executor"), note)
+
+    def on_run(self, grant: RunJob) -> None:
+        run = self.run
+        if run is not None:
+            if (run.grant.job_id, run.grant.epoch) != (grant.job_id, grant.epoch):
+                log.warning("busy with job %s (epoch %d): grant of job %s epoch %d dropped", run.grant.job_id,
+                            run.grant.epoch, grant.job_id, grant.epoch)
+            return
+        self.run = Run(grant)  # set before any await: a second grant now sees us busy
+        self.job_task = asyncio.create_task(self._serve_grant(self.run), name=f"job-{grant.job_id}")
+
+    def on_stop(self, stop: StopJob) -> None:
+        run = self.run
+        if run is None or run.grant.job_id != stop.job_id:
+            log.info("stop for job %s, which does not run here: nothing to do", stop.job_id)
+            return
+        if stop.epoch < run.grant.epoch:
+            self.stale_messages += 1
+            if self.stale_messages == 1:
+                log.warning("ignoring stop for job %s with old epoch %d (current %d); further ones are only "
+                            "counted", stop.job_id, stop.epoch, run.grant.epoch)
+            return
+        if run.stop_requested:
+            return
+        log.info("stopping job %s (epoch %d): %s", stop.job_id, run.grant.epoch, stop.reason)
+        run.stop_requested = True
+        run.phase = Phase.STOPPING
+        stop_file = self._job_dir(run) / f"epoch-{run.grant.epoch}.stop.json"
+        with contextlib.suppress(OSError):
+            stop_file.parent.mkdir(parents=True, exist_ok=True)
+            checkpoints.write_atomic(stop_file, lambda f: f.write(json.dumps(
+                {"checkpoint_first": stop.checkpoint_first, "reason": stop.reason}).encode()))
+        if run.child is not None:
+            asyncio.create_task(run.child.stop(stop.grace_seconds), name=f"stop-{stop.job_id}")
+
+    # -- one grant, start to finish ------------------------------------------------------------------------
+
+    def _job_dir(self, run: Run) -> Path:
+        return self.settings.effective_work_dir / "jobs" / run.grant.job_id
+
+    def _progress(self, run: Run, cls: type, **fields: Any) -> Any:
+        return cls(job_id=run.grant.job_id, epoch=run.grant.epoch, executor_id=self.id, **fields)
+
+    def _send(self, run: Run, cls: type, **fields: Any) -> asyncio.Future:
+        return self.publisher.send(self.subjects.progress(run.grant.job_id), self._progress(run, cls, **fields))
+
+    async def _serve_grant(self, run: Run) -> None:
+        grant = run.grant
+        s = self.settings
+        keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew, job_id=grant.job_id, epoch=grant.epoch,
+                             executor_id=self.id, lease_seconds=grant.lease_seconds,
+                             heartbeat_seconds=grant.heartbeat_seconds,
+                             stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
+        watch: asyncio.Task | None = None
+        try:
+            reply = await keeper.acquire()
+            if reply is None or not reply.ok:
+                why = "no answer" if reply is None else (reply.reason or "refused")
+                log.warning("grant of job %s epoch %d not confirmed (%s): dropped", grant.job_id, grant.epoch, why)
+                return
+            ckpt_dir = s.effective_checkpoint_dir / grant.job_id
+            ckpt, skipped = await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)
+            for path, reason in skipped:
+                log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
+                self._send(run, CheckpointSkipped, path=str(path), reason=reason)
+            run.resumed_from_step = ckpt.step if ckpt else None
+            if run.stop_requested:
+                await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
+                return
+            try:
+                run.child = await Child.start(self._launch(run, ckpt_dir, ckpt),
+                                              lambda record: self._on_report(run, record))
+            except OSError as exc:  # the program does not exist or cannot run: the user's error
+                await self._finish(run, RunOutcome.FAILED, None, f"cannot start {self._argv(run)[0]!r}: {exc}")
+                return
+            self.meter.start(grant.job_id, grant.epoch, self._devices(grant), time.monotonic())
+            log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
+                     run.child.pid, run.resumed_from_step)
+            self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
+                       resumed_from=str(ckpt.path) if ckpt else None, device=self._device(),
+                       detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
+                               "rank": grant.rank, "world_size": grant.world_size})
+            watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
+            exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
+            await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not exited.done():
+                run.lost = watch.result()
+                run.phase = Phase.ABANDONED
+                log.error("job %s epoch %d: %s; killing process %d", grant.job_id, grant.epoch, run.lost.reason,
+                          run.child.pid)
+                await run.child.stop(s.abandon_grace_seconds)
+            rc = await exited
+            self.meter.finish(time.monotonic())
+            await self._finish(run, self._outcome(run, rc), rc, self._error(run, rc))
+        except asyncio.CancelledError:
+            # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
+            if run.child is not None:
+                await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
+                self.meter.finish(time.monotonic())
+                await self.publisher.publish_now(self.subjects.progress(grant.job_id), self._progress(
+                    run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
+                    resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
+            raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+            if self.run is run:
+                self.run = None
+
+    def _outcome(self, run: Run, rc: int) -> RunOutcome:
+        if run.lost is not None:
+            return RunOutcome.ABANDONED
+        if run.stop_requested:
+            return RunOutcome.STOPPED
+        return RunOutcome.SUCCEEDED if rc == 0 else RunOutcome.FAILED
+
+    def _error(self, run: Run, rc: int) -> str | None:
+        if run.lost is not None:
+            return run.lost.reason
+        if rc == 0:
+            return None
+        tail = run.child.stderr_tail().strip() if run.child else ""
+        status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        return (f"{status}: {tail}" if tail else status)[-8000:]
+
+    async def _finish(self, run: Run, outcome: RunOutcome, rc: int | None, error: str | None) -> None:
+        self._flush_step(run)
+        if outcome is RunOutcome.ABANDONED:
+            run.phase = Phase.ABANDONED  # not accepting until the server has our report: contact is back
+        log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
+        # Retried until the server acknowledges it; only then does the agent take new work.
+        await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
+                         resumed_from_step=run.resumed_from_step)
+
+    # -- the process's reports -----------------------------------------------------------------------------
+
+    def _on_report(self, run: Run, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "step":
+            run.step = int(record["step"])
+            if run.phase is Phase.STARTING:
+                run.phase = Phase.TRAINING
+            if isinstance(record.get("step_seconds"), int | float):
+                run.step_seconds_sum += float(record["step_seconds"])
+                run.step_seconds_n += 1
+            run.pending_step = record
+            now = time.monotonic()
+            last = run.last_step_sent_at
+            total = record.get("total_steps")
+            if last is None or now - last >= self.settings.progress_interval_seconds or run.step == total:
+                self._flush_step(run)
+        elif kind == "checkpoint":
+            self._flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
+            self._send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
+                       sha256=record.get("sha256"), bytes=record.get("bytes"))
+        elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):
+            phase = record.get("phase")
+            if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
+                run.phase = Phase(phase)
+
+    def _flush_step(self, run: Run) -> None:
+        record = run.pending_step
+        if record is None:
+            return
+        run.pending_step = None
+        run.last_step_sent_at = time.monotonic()
+        mean = run.step_seconds_sum / run.step_seconds_n if run.step_seconds_n else None
+        run.step_seconds_sum, run.step_seconds_n = 0.0, 0
+        metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+        self._send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
+                   loss=record.get("loss"), step_seconds=mean, metrics=metrics)
+
+    # -- launching -----------------------------------------------------------------------------------------
+
+    def _device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+    def _devices(self, grant: RunJob) -> int:
+        """Devices charged: the GPUs the worker holds, or 1 for a CPU-only worker."""
+        if not self.gpus:
+            return 1
+        return max(1, min(grant.spec.gpus_per_worker, len(self.gpus)))
+
+    def _argv(self, run: Run) -> list[str]:
+        workload = run.grant.spec.workload
+        if isinstance(workload, CommandWorkload):
+            return list(workload.command)
+        return [sys.executable, "-m", "agents.executor.workloads.finetune"]
+
+    def _launch(self, run: Run, ckpt_dir: Path, ckpt: checkpoints.Checkpoint | None) -> Launch:
+        grant, s = run.grant, self.settings
+        workload = grant.spec.workload
+        job_dir = self._job_dir(run)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
+        if isinstance(workload, CommandWorkload):
+            env.update(workload.env)
+            params = "{}"
+        else:
+            params = workload.params.model_dump_json()
+        if self.gpus and "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus[:self._devices(grant)])
+        # So that any python the user's command runs can `import teto.sdk` from this installation.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env.update(
+            TETO_JOB_ID=grant.job_id, TETO_EPOCH=str(grant.epoch), TETO_ATTEMPT=str(grant.attempt),
+            TETO_EXECUTOR_ID=self.id, TETO_CHECKPOINT_DIR=str(ckpt_dir.resolve()),
+            TETO_RESUME_FROM=str(ckpt.path.resolve()) if ckpt else "", TETO_RANK=str(grant.rank),
+            TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
+            TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=self._device(),
+            TETO_PARAMS=params, TETO_WORK_DIR=str(job_dir.resolve()),
+            TETO_STOP_FILE=str((job_dir / f"epoch-{grant.epoch}.stop.json").resolve()),
+            TETO_BASE_DIR=str(s.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")
+        if s.torch_threads:
+            env["TETO_TORCH_THREADS"] = str(s.torch_threads)
+        cwd = None if isinstance(workload, CommandWorkload) else job_dir
+        job_dir.mkdir(parents=True, exist_ok=True)
+        return Launch(argv=self._argv(run), env=env, log_path=job_dir / f"epoch-{grant.epoch}.log", cwd=cwd)
+
+
+async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
+    settings = settings or ExecutorSettings.from_env()
+    gpus = await asyncio.to_thread(detect_gpus)
+    nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}")
+    js = nc.jetstream(timeout=15.0)
+    agent = Agent(settings, nc, js, gpus)
+    tasks: list[asyncio.Task] = []
+    try:
+        await bus.ensure_streams(js, settings.subjects)
+        tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
+        await agent.register()
+        tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
+        tasks.append(asyncio.create_task(agent.directives(), name="directives"))
+        if ready is not None:
+            ready.set()
+        await asyncio.gather(*tasks)
+    finally:
+        if agent.job_task is not None and not agent.job_task.done():
+            agent.job_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await agent.job_task
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        with contextlib.suppress(Exception):
+            await nc.drain()
+
+
+def main() -> None:
+    from teto.stack.run import run_executor
+
+    logging.basicConfig(level=os.environ.get("TETO_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise SystemExit(run_executor({}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Checkpoint files: atomic writes with a checksummed sidecar, and finding the latest valid one.
+
+A checkpoint is ``<dir>/step-00000120.pt`` plus ``<dir>/step-00000120.json`` ({step, sha256, bytes, created_at,
+format}). Both are written to a temporary file in the same directory, fsynced and renamed, so a reader never
+sees half a file under the final name; the sidecar is written last, so a checkpoint without one is incomplete.
+Used by the SDK (in the training process) and by the agent (to choose where a new attempt resumes from); it
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+NAME = re.compile(r"^step-(\d{8,})\.pt$")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    step: int
+    path: Path
+    sha256: str
+    bytes: int
+    format: str = "bytes"
+
+
+def checkpoint_path(directory: Path, step: int) -> Path:
+    return Path(directory) / f"step-{step:08d}.pt"
+
+
+def sidecar_path(path: Path) -> Path:
+    return Path(path).with_suffix(".json")
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write through ``write(file)`` into a temp file next to ``path``, fsync, then rename over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def sha256_of(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | None = None) -> Checkpoint:
+    """Checksum a complete checkpoint file and write its sidecar (atomically); from then on it is valid."""
+    path = Path(path)
+    sha, size = sha256_of(path)
+    meta = {"step": step, "sha256": sha, "bytes": size, "format": fmt,
+            "created_at": (now or datetime.now(UTC)).isoformat()}
+    data = json.dumps(meta, sort_keys=True).encode()
+    write_atomic(sidecar_path(path), lambda f: f.write(data))
+    return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=fmt)
+
+
+def save(directory: Path, step: int, write: Callable[[BinaryIO], None], *, fmt: str) -> Checkpoint:
+    """Write ``<directory>/step-<step>.pt`` through ``write(file)`` atomically, then its sidecar."""
+    path = checkpoint_path(directory, step)
+    write_atomic(path, write)
+    return write_sidecar(path, step, fmt=fmt)
+
+
+def save_bytes(directory: Path, step: int, data: bytes, *, fmt: str = "bytes") -> Checkpoint:
+    return save(directory, step, lambda f: f.write(data), fmt=fmt)
+
+
+def validate(path: Path) -> tuple[Checkpoint | None, str | None]:
+    """(checkpoint, None) when the file matches its sidecar, else (None, the reason it cannot be used)."""
+    path = Path(path)
+    side = sidecar_path(path)
+    if not side.exists():
+        return None, "no sidecar: the checkpoint was never completed"
+    try:
+        meta = json.loads(side.read_text())
+        step, sha, size = int(meta["step"]), str(meta["sha256"]), int(meta["bytes"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable sidecar: {exc}"
+    try:
+        if not path.is_file():
+            return None, "unreadable: not a regular file"
+        actual_size = path.stat().st_size
+        if actual_size != size:
+            return None, f"truncated or altered: {actual_size} bytes, sidecar says {size}"
+        actual_sha, _ = sha256_of(path)
+    except OSError as exc:
+        return None, f"unreadable: {exc}"
+    if actual_sha != sha:
+        return None, f"checksum mismatch: sha256 {actual_sha[:12]}..., sidecar says {sha[:12]}..."
+    return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=str(meta.get("format", "bytes"))), None
+
+
+def candidates(directory: Path) -> list[tuple[int, Path]]:
+    """Checkpoint files by step, newest first (sidecars alone are not candidates)."""
+    found = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return []
+    for p in entries:
+        m = NAME.match(p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return sorted(found, key=lambda t: t[0], reverse=True)
+
+
+def latest_valid(directory: Path) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that validates, and every newer one skipped with the reason."""
+    skipped: list[tuple[Path, str]] = []
+    for _, path in candidates(directory):
+        ckpt, reason = validate(path)
+        if ckpt is not None:
+            return ckpt, skipped
+        skipped.append((path, reason or "invalid"))
+    return None, skipped

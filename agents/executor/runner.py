@@ -1,0 +1,157 @@
+"""The training process: launched in its own session with the ``TETO_*`` environment, watched, stopped.
+
+The child gets the write end of a pipe (``TETO_REPORT_FD``) and writes JSON lines through ``teto.sdk``; the
+agent reads them here. ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the child when the agent dies, so a
+training process can never outlive its agent (and so its lease); the SDK also exits on a broken pipe.
+stdout and stderr go to a log file; the last ~4 KB of stderr are kept for ``RunFinished.error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_BYTES = 4096
+PR_SET_PDEATHSIG = 1
+
+_libc: Any = None
+if sys.platform.startswith("linux"):
+    with contextlib.suppress(OSError):
+        # Loaded in the parent: a forked child must not load libraries before exec.
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    def preexec() -> None:
+        if _libc is not None:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the agent died between fork and prctl
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    cwd: Path | None = None
+
+
+@dataclass
+class Child:
+    """A running training process and what it has said so far."""
+
+    proc: asyncio.subprocess.Process
+    launch: Launch
+    _tail: bytearray = field(default_factory=bytearray)
+    _tasks: list[asyncio.Task] = field(default_factory=list)
+    bad_lines: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None]) -> Child:
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        read_fd, write_fd = os.pipe()
+        env = dict(launch.env, TETO_REPORT_FD=str(write_fd))
+        logf = open(launch.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv, env=env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL, stdout=logf,
+                stderr=asyncio.subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()))
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)  # only the child holds the write end, so EOF means the child is gone
+        child = cls(proc=proc, launch=launch)
+        child._tasks = [asyncio.create_task(child._read_reports(read_fd, on_report), name=f"reports-{proc.pid}"),
+                        asyncio.create_task(child._read_stderr(logf), name=f"stderr-{proc.pid}")]
+        return child
+
+    async def _read_reports(self, fd: int, on_report: Callable[[dict[str, Any]], None]) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                    os.fdopen(fd, "rb", buffering=0))
+        try:
+            while line := await reader.readline():
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    self.bad_lines += 1
+                    if self.bad_lines == 1:
+                        log.warning("process %s wrote an unreadable report line: %r", self.pid, line[:200])
+                    continue
+                try:
+                    on_report(record)
+                except Exception:  # noqa: BLE001 - a bad report must not stop the reading
+                    log.exception("could not handle report %r", record)
+        except ValueError:  # a line over the limit: stop reading reports, the process keeps running
+            log.warning("process %s wrote an over-long report line; ignoring its further reports", self.pid)
+        finally:
+            transport.close()
+
+    async def _read_stderr(self, logf: Any) -> None:
+        assert self.proc.stderr is not None
+        try:
+            while chunk := await self.proc.stderr.read(65536):
+                self._tail += chunk
+                del self._tail[:-STDERR_TAIL_BYTES]
+                with contextlib.suppress(OSError):
+                    logf.write(chunk)
+                    logf.flush()
+        finally:
+            logf.close()
+
+    def stderr_tail(self) -> str:
+        return bytes(self._tail).decode("utf-8", "replace")
+
+    async def wait(self, drain_seconds: float = 2.0) -> int:
+        """The exit status, after the reports and stderr written before exit have been read."""
+        rc = await self.proc.wait()
+        # A grandchild may still hold the pipes open; do not wait for it forever.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), drain_seconds)
+        for t in self._tasks:
+            t.cancel()
+        return rc
+
+    def signal(self, sig: int) -> None:
+        # The whole session: a script that started helpers (a shell running python) stops with them.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """SIGTERM, then SIGKILL if still running after the grace; returns once the process is gone."""
+        if self.proc.returncode is not None:
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace_seconds)
+        except TimeoutError:
+            log.warning("process %s ignored SIGTERM for %.1fs: SIGKILL", self.pid, grace_seconds)
+            self.signal(signal.SIGKILL)
+            await self.proc.wait()

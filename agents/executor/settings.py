@@ -1,0 +1,68 @@
+"""Settings of one executor agent (``TETO_*`` variables), on top of the lease contract every part shares."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import socket
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from libs.runtime.settings import CommonSettings, SettingsError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def safe_token(value: str) -> str:
+    """Executor and node ids become subject tokens and consumer names: only [A-Za-z0-9_-] survive."""
+    return _UNSAFE.sub("-", value).strip("-") or "host"
+
+
+def _hostname() -> str:
+    return safe_token(socket.gethostname().split(".")[0])
+
+
+class ExecutorSettings(CommonSettings):
+    group: str = Field("default", pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Node group this node joins")
+    executor_id: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,120}$",
+                             description="This agent's id (default: hostname plus 6 random hex digits)")
+    node_id: str = Field("", pattern=r"^[A-Za-z0-9_-]{0,120}$",
+                         description="This node's id (default: hostname plus the executor id's random suffix)")
+    work_dir: Path | None = Field(None, description="Logs and scratch space (default data_dir/executors/<id>)")
+    base_model_dir: Path | None = Field(
+        None, description="Where the built-in fine-tune caches its base checkpoint (default data_dir/base)")
+    progress_interval_seconds: float = Field(
+        5.0, gt=0, le=3600, description="Most frequent StepReport; also the interval the stuck rule measures")
+    stop_grace_seconds: float = Field(10.0, gt=0, le=3600, description="SIGTERM to SIGKILL when stopping a job")
+    torch_threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads of the built-in fine-tune (default: the CPU count)")
+
+    @model_validator(mode="after")
+    def _fill_ids(self) -> ExecutorSettings:
+        # Defaults that depend on each other are filled once, here, so every reader sees the same ids.
+        host = _hostname()
+        executor_id = self.executor_id or f"{host}-{secrets.token_hex(3)}"
+        node_id = self.node_id or f"{host}-{executor_id.rsplit('-', 1)[-1]}"
+        object.__setattr__(self, "executor_id", executor_id)
+        object.__setattr__(self, "node_id", node_id)
+        return self
+
+    @property
+    def effective_work_dir(self) -> Path:
+        return self.work_dir or (self.data_dir / "executors" / self.executor_id)
+
+    @property
+    def effective_base_model_dir(self) -> Path:
+        return self.base_model_dir or (self.data_dir / "base")
+
+    @property
+    def abandon_grace_seconds(self) -> float:
+        """SIGTERM to SIGKILL when abandoning: half the stop margin, so the process is dead before the lease ends."""
+        return max(0.1, min(self.stop_grace_seconds, self.effective_stop_margin / 2))
+
+    def check(self) -> None:
+        super().check()
+        if self.progress_interval_seconds > self.lease_seconds:
+            raise SettingsError(f"progress interval {self.progress_interval_seconds:g}s is longer than the lease "
+                                f"{self.lease_seconds:g}s: a healthy job would look stuck")
