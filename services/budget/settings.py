@@ -1,0 +1,13 @@
+"""Settings of the budget service (``TETO_*`` environment variables)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from libs.runtime.settings import CommonSettings
+
+
+class BudgetSettings(CommonSettings):
+    usage_batch_size: int = Field(500, ge=1, le=5000, description="Heartbeats per ledger transaction at most")
+    rpc_queue_group: str = Field("budget", pattern=r"^[A-Za-z0-9_-]+$",
+                                 description="NATS queue group of the status responders (one answers)")

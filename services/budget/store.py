@@ -1,0 +1,205 @@
+"""The budget service's tables (schema ``budget``): the append-only ledger, ceilings and per-job accounts.
+
+Every change to an account is made under its row lock (``FOR UPDATE``, jobs locked in id order so two
+replicas never deadlock), in the same transaction as the ledger rows that caused it and the events it emits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from pydantic import ValidationError
+
+from libs.contracts.budget import BudgetEvent, BudgetEventKind
+from libs.contracts.envelope import Envelope
+from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobEventKind, JobSpec
+from libs.contracts.subjects import Subjects
+from libs.contracts.telemetry import StepReport, UsageSample
+
+from .domain import ledger
+from .domain.ledger import Account, Decision, FirstCheckpointWarning, StepStats
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "budget"
+CEILING_REASON = "gpu_ceiling"
+
+
+@dataclass
+class Effects:
+    """What a transaction did, for the caller's counters and the tests."""
+
+    events: list[tuple[str, Envelope]] = field(default_factory=list)
+    stale: list[Any] = field(default_factory=list)  # messages ignored for an old lease epoch
+    inserted: int = 0
+
+
+async def lock_jobs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, asyncpg.Record]:
+    ids = sorted(set(job_ids))
+    await conn.execute("INSERT INTO budget.jobs (job_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING", ids)
+    rows = await conn.fetch("SELECT * FROM budget.jobs WHERE job_id = ANY($1::text[]) ORDER BY job_id FOR UPDATE",
+                            ids)
+    return {r["job_id"]: r for r in rows}
+
+
+def account_of(row: asyncpg.Record) -> Account:
+    return Account(ceiling=row["ceiling_seconds"], consumed=row["consumed_seconds"],
+                   exhausted_for=row["exhausted_for_ceiling"], overshoot=row["overshoot_seconds"],
+                   active=row["state"] not in TERMINAL_STATES)
+
+
+def _exhausted(subjects: Subjects, job_id: str, acc: Account) -> tuple[str, BudgetEvent]:
+    return subjects.budget(job_id, "exhausted"), BudgetEvent(
+        job_id=job_id, event=BudgetEventKind.EXHAUSTED, ceiling_seconds=acc.ceiling, consumed_seconds=acc.consumed,
+        reason=CEILING_REASON, detail={"overshoot_seconds": max(0.0, acc.consumed - acc.ceiling)})
+
+
+async def _save_account(conn: asyncpg.Connection, job_id: str, d: Decision, subjects: Subjects,
+                        effects: Effects) -> None:
+    acc = d.account
+    await conn.execute(
+        "UPDATE budget.jobs SET ceiling_seconds = $2, consumed_seconds = $3, exhausted_for_ceiling = $4,"
+        " overshoot_seconds = $5, updated_at = now() WHERE job_id = $1",
+        job_id, acc.ceiling, acc.consumed, acc.exhausted_for, acc.overshoot)
+    if d.exhausted:
+        effects.events.append(_exhausted(subjects, job_id, acc))
+
+
+async def record_usage(conn: asyncpg.Connection, samples: list[tuple[str, UsageSample]],
+                       subjects: Subjects) -> Effects:
+    """Append (executor_id, sample) pairs to the ledger and charge the jobs; a sample already in the ledger
+    (a redelivered heartbeat) inserts nothing and charges nothing."""
+    effects = Effects()
+    rows = await lock_jobs(conn, [s.job_id for _, s in samples])
+    fresh = []
+    for executor_id, s in samples:
+        if s.epoch < rows[s.job_id]["epoch"]:
+            effects.stale.append((executor_id, s))
+        else:
+            fresh.append((executor_id, s))
+    if not fresh:
+        return effects
+    inserted = await conn.fetch(
+        """INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds)
+           SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::int[], $6::float8[], $7::float8[])
+           ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
+           RETURNING job_id, epoch, gpu_seconds""",
+        [s.job_id for _, s in fresh], [s.epoch for _, s in fresh], [e for e, _ in fresh], [s.seq for _, s in fresh],
+        [s.devices for _, s in fresh], [s.wall_seconds for _, s in fresh],
+        [ledger.gpu_seconds(s.devices, s.wall_seconds) for _, s in fresh])
+    effects.inserted = len(inserted)
+    added: dict[str, float] = {}
+    epochs: dict[str, int] = {}
+    for r in inserted:
+        added[r["job_id"]] = added.get(r["job_id"], 0.0) + r["gpu_seconds"]
+        epochs[r["job_id"]] = max(epochs.get(r["job_id"], 0), r["epoch"])
+    for job_id in sorted(added):
+        await _save_account(conn, job_id, ledger.on_usage(account_of(rows[job_id]), added[job_id]), subjects, effects)
+        await conn.execute("UPDATE budget.jobs SET epoch = GREATEST(epoch, $2) WHERE job_id = $1",
+                           job_id, epochs[job_id])
+    return effects
+
+
+def _warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,
+                   consumed: float) -> tuple[str, BudgetEvent]:
+    numbers = {k: float(v) for k, v in w.as_dict().items() if isinstance(v, int | float)}
+    return subjects.budget(job_id, "warning"), BudgetEvent(
+        job_id=job_id, event=BudgetEventKind.WARNING, ceiling_seconds=w.ceiling_seconds, consumed_seconds=consumed,
+        reason=w.reason, detail=numbers)
+
+
+def _spec_of(detail: dict[str, Any]) -> JobSpec | None:
+    try:
+        return JobSpec.model_validate(detail.get("spec") or {})
+    except ValidationError as exc:
+        log.warning("submitted event without a readable spec: %s", exc)
+        return None
+
+
+async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subjects) -> Effects:
+    effects = Effects()
+    row = (await lock_jobs(conn, [ev.job_id]))[ev.job_id]
+    decision = Decision(account_of(row), False)
+    if ev.seq > row["event_seq"]:
+        await conn.execute(
+            "UPDATE budget.jobs SET state = $2, event_seq = $3, epoch = GREATEST(epoch, $4), updated_at = now()"
+            " WHERE job_id = $1", ev.job_id, str(ev.state), ev.seq, ev.epoch or 0)
+        if ev.state in TERMINAL_STATES:
+            decision = Decision(ledger.on_terminal(decision.account), False)
+
+    ceiling, actor, spec = None, None, None
+    if ev.event == JobEventKind.SUBMITTED:
+        spec = _spec_of(ev.detail)
+        ceiling, actor = (spec.gpu_ceiling_seconds if spec else None), ev.detail.get("owner")
+    elif ev.event == JobEventKind.REQUEUED and ev.detail.get("gpu_ceiling_seconds") is not None:
+        ceiling, actor = float(ev.detail["gpu_ceiling_seconds"]), ev.detail.get("actor")
+    if ceiling is not None:
+        # Idempotent by (job, event seq); the current ceiling is the one set by the latest event, whatever
+        # order redeliveries come in.
+        await conn.execute(
+            "INSERT INTO budget.ceilings (job_id, event_seq, ceiling_seconds, actor, reason, consumed_seconds, set_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            ev.job_id, ev.seq, ceiling, actor, str(ev.event), decision.account.consumed, ev.time)
+        current = await conn.fetchval("SELECT ceiling_seconds FROM budget.ceilings WHERE job_id = $1"
+                                      " ORDER BY event_seq DESC LIMIT 1", ev.job_id)
+        decision = ledger.on_ceiling(decision.account, current)
+    await _save_account(conn, ev.job_id, decision, subjects, effects)
+
+    if spec is not None:
+        devices = ledger.gang_devices(spec.workers, spec.gpus_per_worker)
+        await conn.execute(
+            "UPDATE budget.jobs SET owner = COALESCE(owner, $2), devices = $3, checkpoint_every_steps = $4,"
+            " estimated_step_seconds = $5 WHERE job_id = $1",
+            ev.job_id, actor, devices, spec.checkpoint_every_steps, spec.estimated_step_seconds)
+        if row["warning"] is None:
+            w = ledger.first_checkpoint_warning(spec.checkpoint_every_steps, spec.estimated_step_seconds, devices,
+                                                decision.account.ceiling, "estimate")
+            if w is not None:
+                await _store_warning(conn, ev.job_id, w, decision.account.consumed, subjects, effects)
+    return effects
+
+
+async def _store_warning(conn: asyncpg.Connection, job_id: str, w: FirstCheckpointWarning, consumed: float,
+                         subjects: Subjects, effects: Effects) -> None:
+    await conn.execute("UPDATE budget.jobs SET warning = $2::jsonb WHERE job_id = $1", job_id, json.dumps(w.as_dict()))
+    effects.events.append(_warning_event(subjects, job_id, w, consumed))
+
+
+async def record_steps(conn: asyncpg.Connection, reports: list[StepReport], subjects: Subjects,
+                       now: datetime) -> Effects:
+    """Measure step time for the checkpoint ETA, and warn as soon as a measured step time says the first
+    checkpoint will not fit in the ceiling (unless a warning was already given)."""
+    effects = Effects()
+    rows = await lock_jobs(conn, [r.job_id for r in reports])
+    stats = {j: StepStats(r["last_step"], r["mean_step_seconds"], r["measured_steps"]) for j, r in rows.items()}
+    for rep in sorted(reports, key=lambda r: (r.job_id, r.time)):
+        if rep.epoch < rows[rep.job_id]["epoch"]:
+            effects.stale.append(rep)
+            continue
+        stats[rep.job_id] = ledger.on_step(stats[rep.job_id], rep.step, rep.step_seconds)
+    for job_id, row in rows.items():
+        st = stats[job_id]
+        every = row["checkpoint_every_steps"]
+        eta = ledger.next_checkpoint_eta(st.last_step, every or 0, st.mean_step_seconds)
+        await conn.execute(
+            "UPDATE budget.jobs SET last_step = $2, mean_step_seconds = $3, measured_steps = $4,"
+            " next_checkpoint_eta_seconds = $5, step_reported_at = $6 WHERE job_id = $1",
+            job_id, st.last_step, st.mean_step_seconds, st.measured_steps, eta, now)
+        if row["warning"] is None and every and st.last_step is not None and st.last_step < every:
+            w = ledger.first_checkpoint_warning(every, st.mean_step_seconds, row["devices"] or 1,
+                                                row["ceiling_seconds"], "measured")
+            if w is not None:
+                await _store_warning(conn, job_id, w, row["consumed_seconds"], subjects, effects)
+    return effects
+
+
+async def status(pool: asyncpg.Pool, job_id: str) -> tuple[bool, float | None, float]:
+    row = await pool.fetchrow("SELECT ceiling_seconds, consumed_seconds FROM budget.jobs WHERE job_id = $1", job_id)
+    if row is None:
+        return False, None, 0.0
+    return True, row["ceiling_seconds"], row["consumed_seconds"]
