@@ -25,6 +25,7 @@ from . import auth
 from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
 from .errors import ApiError
+from .limits import BodyLimit
 from .reads import Reads
 from .routes import admin, jobs
 from .settings import GatewaySettings
@@ -56,7 +57,11 @@ def describe_errors(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
     items = []
     for err in errors[:20]:
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        items.append({"field": loc, "message": str(err.get("msg", "")), "type": str(err.get("type", ""))})
+        msg = str(err.get("msg", ""))
+        ctx = err.get("ctx") or {}
+        if err.get("type") == "json_invalid" and "error" in ctx:
+            msg = f"{msg}: {ctx['error']}"
+        items.append({"field": loc, "message": msg, "type": str(err.get("type", ""))})
     reason = "; ".join(f"{i['field']}: {i['message']}" for i in items) or "invalid request"
     return reason, items
 
@@ -73,8 +78,10 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
 def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
                commands: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands`` fakes."""
-    app = FastAPI(title="Teto gateway", version="1", max_body_size=settings.max_body_bytes,
+    # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
+    app = FastAPI(title="Teto gateway", version="1", strict_content_type=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
     app.state.settings = settings
     app.state.tokens = TokenStore(settings.effective_tokens_file)
     app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
@@ -93,8 +100,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
-    @app.exception_handler(RequestValidationError)
-    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, errors: list[dict[str, Any]]) -> JSONResponse:
         route = request.scope.get("route")
         permission = route_permission(route) if isinstance(route, APIRoute) else None
         if permission is not None:
@@ -102,18 +108,26 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
                 require(permission)(request)
             except AuthError as denied:
                 return await on_auth_error(request, denied)
-        reason, items = describe_errors(list(exc.errors()))
+        reason, items = describe_errors(errors)
         await _audit_refusal(request, reason, getattr(request.state, "principal", None))
         return JSONResponse({"error": "invalid", "reason": reason, "errors": items}, status_code=422)
 
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return await invalid(request, list(exc.errors()))
+
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+        if exc.status_code == 400 and request.scope.get("route") is not None:
+            # FastAPI's answer to a body it could not parse at all (bad UTF-8, nesting deeper than the parser's
+            # recursion limit): an invalid body like any other, named as such.
+            cause = type(exc.__cause__).__name__ if exc.__cause__ else "unparseable"
+            return await invalid(request, [{"loc": ("body",), "msg": f"not valid JSON ({cause})",
+                                            "type": "json_invalid"}])
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
         reason = str(exc.detail)
         if exc.status_code == 413:
             reason = f"request body larger than {settings.max_body_bytes} bytes"
-        elif exc.status_code == 400:
-            reason = f"body is not valid JSON: {exc.detail}"
         return JSONResponse({"error": codes.get(exc.status_code, "error"), "reason": reason},
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
 

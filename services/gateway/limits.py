@@ -1,0 +1,48 @@
+"""A hard limit on request body size, answered with the gateway's JSON error shape (413).
+
+A declared Content-Length over the limit is refused before a byte of the body is read; a body without one
+(chunked) is counted as it arrives and refused as soon as it passes the limit, so a 5 MB body never sits in
+memory whole.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max):
+            await self._refuse(send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max:
+                    # Raised inside the route's body read: the app's exception handler answers with JSON.
+                    raise HTTPException(413, "too large")
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"error": "too_large", "reason": f"request body larger than {self.max} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
