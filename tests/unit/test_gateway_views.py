@@ -1,0 +1,71 @@
+"""Pure rules of the gateway: the checkpoint cadence block, signal/budget blocks, and outcome -> HTTP status."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.domain.outcomes import status_for
+from services.gateway.domain.views import checkpoint_block, job_view, next_checkpoint_step, signal_block
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("every", "last", "total", "expected"), [
+    (50, None, None, 50),  # nothing done yet: the first checkpoint
+    (50, 0, 300, 50),
+    (50, 49, 300, 50),
+    (50, 50, 300, 100),  # exactly on a checkpoint: the next one
+    (50, 280, 300, 300),  # the final step comes before the next multiple
+    (50, 300, 300, None),  # finished: nothing due
+    (1, 7, None, 8),
+], ids=lambda v: str(v))
+def test_next_checkpoint_step(every, last, total, expected):
+    assert next_checkpoint_step(every, last, total) == expected
+
+
+def test_eta_is_null_until_a_step_time_is_measured_and_only_while_running():
+    spec = {"checkpoint_every_steps": 50}
+    job = {"state": "running", "last_step": 60, "total_steps": 300, "step_seconds": None,
+           "last_checkpoint": {"step": 50}}
+    assert checkpoint_block(spec, job) == {"every_steps": 50, "last_step": 50, "next_step": 100,
+                                           "next_eta_seconds": None}
+    assert checkpoint_block(spec, {**job, "step_seconds": 0.25})["next_eta_seconds"] == 10.0
+    assert checkpoint_block(spec, {**job, "step_seconds": 0.25, "state": "interrupted"})["next_eta_seconds"] is None
+
+
+@pytest.mark.parametrize("state", ["succeeded", "failed", "cancelled"])
+def test_terminal_jobs_carry_no_signal(state):
+    assert signal_block(state, {"signal": "stuck", "signal_since": "t", "executor_id": "e"}) is None
+
+
+def test_signal_block_carries_the_numbers_behind_it():
+    block = signal_block("running", {"signal": "no_signal", "signal_since": "t", "executor_id": "e",
+                                     "detail": {"seconds_since_heartbeat": 7.5, "signal": "ignored"}})
+    assert block == {"signal": "no_signal", "signal_since": "t", "executor_id": "e", "seconds_since_heartbeat": 7.5}
+    assert signal_block("running", None) is None
+
+
+def test_job_view_has_the_documented_shape():
+    view = job_view({"id": "j", "state": "queued", "spec": {"checkpoint_every_steps": 10}, "extra": 1},
+                    budget={"job_id": "j", "ceiling_seconds": 100, "consumed_seconds": 5}, events=[{"seq": 1}])
+    assert "extra" not in view
+    assert view["budget"]["ceiling_seconds"] == 100 and view["budget"]["remaining_seconds"] is None
+    assert view["signal"] is None and view["events"][0]["seq"] == 1 and view["checkpoint"]["next_step"] == 10
+    for key in ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
+                "last_step", "total_steps", "last_checkpoint", "reason", "error", "created_at", "updated_at"):
+        assert key in view
+
+
+@pytest.mark.parametrize(("kind", "accepted", "reason", "detail", "status"), [
+    ("submit", True, None, {}, 201),
+    ("cancel", True, None, {}, 200),
+    ("requeue", True, None, {}, 200),
+    ("submit", None, None, {}, 202),
+    ("cancel", False, "no such job", {}, 404),
+    ("cancel", False, "job is already succeeded", {}, 409),
+    ("requeue", False, "job is queued, not interrupted", {}, 409),
+    ("requeue", False, "below the minimum", {"consumed_seconds": 100, "minimum_seconds": 160, "given_seconds": 1}, 422),
+    ("requeue", False, "ceiling 90 is below the minimum 160", {}, 422),
+], ids=lambda v: str(v))
+def test_outcome_to_status(kind, accepted, reason, detail, status):
+    assert status_for(kind, accepted, reason, detail) == status
