@@ -1,0 +1,162 @@
+"""The operator CLI: where it finds the gateway and token, the spec it builds, the tables it prints, and that
+a refusal prints the server's reason and exits non-zero. HTTP goes to a mock transport, not a server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from teto import cli_client
+from teto.cli_client import CliError, build_spec, format_job, resolve_target, table
+
+pytestmark = pytest.mark.unit
+
+JOB = {"id": "j1", "name": "demo", "owner": "alice", "state": "running", "last_step": 60, "total_steps": 300,
+       "executor_id": "e1", "lease_epoch": 2, "attempts": {"training_error": 1}, "reason": None, "error": None,
+       "spec": {"gpu_ceiling_seconds": 3600.0},
+       "signal": {"signal": "stuck", "signal_since": "2026-01-01T00:00:00Z"},
+       "budget": {"ceiling_seconds": 3600.0, "consumed_seconds": 12.5, "remaining_seconds": 3587.5},
+       "checkpoint": {"every_steps": 50, "last_step": 50, "next_step": 100, "next_eta_seconds": 20.0},
+       "events": [{"seq": 1, "event": "submitted", "state": "queued", "time": "t0"}]}
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="teto")
+    cli_client.register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(list(argv))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A fake gateway: records requests, answers from ``routes[(method, path)] = (status, body)``."""
+    seen: list[httpx.Request] = []
+    routes: dict[tuple[str, str], tuple[int, object]] = {}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        status, body = routes.get((request.method, request.url.path), (404, {"reason": "no such route"}))
+        return httpx.Response(status, json=body)
+
+    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    monkeypatch.setenv("TETO_URL", "http://gw:1")
+    monkeypatch.setenv("TETO_TOKEN", "secret")
+    return routes, seen
+
+
+def test_target_from_flags_then_env_then_stack_json(tmp_path):
+    (tmp_path / "stack.json").write_text(json.dumps({"gateway_url": "http://stack:8080/", "admin_token": "adm"}))
+    assert resolve_target("http://flag", "tok", tmp_path, {}) == ("http://flag", "tok")
+    assert resolve_target(None, None, tmp_path, {"TETO_URL": "http://env", "TETO_TOKEN": "e"}) == ("http://env", "e")
+    assert resolve_target(None, None, tmp_path, {}) == ("http://stack:8080", "adm")
+    assert resolve_target(None, None, tmp_path, {"TETO_TOKEN": "e"}) == ("http://stack:8080", "e")
+    with pytest.raises(CliError) as err:
+        resolve_target(None, None, tmp_path / "nowhere", {})
+    assert err.value.code == cli_client.EXIT_UNREACHABLE and "teto up" in str(err.value)
+
+
+def test_spec_from_flags_file_and_command_argv(tmp_path):
+    assert build_spec(parse("submit")) == {"workload": {"kind": "finetune"}}
+    spec = build_spec(parse("submit", "--name", "n", "--steps", "40", "--ceiling", "90", "--checkpoint-every", "10",
+                            "--workers", "2"))
+    assert spec == {"name": "n", "workload": {"kind": "finetune", "params": {"steps": 40}},
+                    "gpu_ceiling_seconds": 90.0, "checkpoint_every_steps": 10, "workers": 2}
+    spec = build_spec(parse("submit", "--env", "A=1", "--", "python", "train.py", "--lr", "3"))
+    assert spec["workload"] == {"kind": "command", "command": ["python", "train.py", "--lr", "3"], "env": {"A": "1"}}
+    f = tmp_path / "spec.json"
+    f.write_text(json.dumps({"name": "from-file", "max_attempts": 5, "workload": {"kind": "finetune"}}))
+    assert build_spec(parse("submit", "--file", str(f), "--name", "flag")) == {
+        "name": "flag", "max_attempts": 5, "workload": {"kind": "finetune"}}
+    with pytest.raises(CliError):
+        build_spec(parse("submit", "--steps", "3", "--", "python", "x.py"))
+
+
+def test_table_aligns_columns_and_reaches_into_nested_fields():
+    out = table([JOB, {**JOB, "id": "j22", "signal": None}], cli_client.JOB_COLUMNS)
+    lines = out.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "OWNER", "STATE", "STEP", "OF", "EXECUTOR", "SIGNAL", "GPU-S", "CEILING"]
+    assert lines[1].split() == ["j1", "demo", "alice", "running", "60", "300", "e1", "stuck", "12.5", "3600"]
+    assert lines[2].split()[7] == "-"
+    assert lines[1].index("demo") == lines[2].index("demo")
+
+
+def test_job_detail_shows_progress_checkpoint_signal_budget_and_events():
+    out = format_job(JOB)
+    for text in ("state     running", "step 60 of 300", "training_error=1", "next at 100 in 20 s",
+                 "signal    stuck", "12.5 of 3600 GPU-s", "submitted"):
+        assert text in out
+
+
+def test_submit_posts_the_spec_and_prints_the_job(server, capsys):
+    routes, seen = server
+    routes[("POST", "/v1/jobs")] = (201, JOB)
+    args = parse("submit", "--steps", "40")
+    assert args.func(args) == 0
+    assert json.loads(seen[0].content) == {"workload": {"kind": "finetune", "params": {"steps": 40}}}
+    assert seen[0].headers["authorization"] == "Bearer secret"
+    assert "step 60 of 300" in capsys.readouterr().out
+
+
+def test_json_output_is_the_servers_body(server, capsys):
+    routes, _ = server
+    routes[("GET", "/v1/jobs")] = (200, [JOB])
+    args = parse("jobs", "--state", "running", "--json")
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out) == [JOB]
+
+
+def test_a_refusal_prints_the_reason_and_numbers_and_exits_non_zero(server, capsys):
+    routes, seen = server
+    routes[("POST", "/v1/jobs/j1/requeue")] = (422, {"error": "refused", "reason": "ceiling below consumed + 60",
+                                                     "detail": {"consumed_seconds": 100, "minimum_seconds": 160}})
+    args = parse("requeue", "j1", "--gpu-ceiling", "120")
+    assert args.func(args) == cli_client.EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "ceiling below consumed + 60" in err and "minimum_seconds=160" in err
+    assert json.loads(seen[0].content) == {"gpu_ceiling_seconds": 120.0}
+
+
+def test_forbidden_names_the_permission(server, capsys):
+    routes, _ = server
+    routes[("POST", "/v1/jobs/j1/cancel")] = (403, {"error": "forbidden", "reason": "no", "permission": "x:y"})
+    args = parse("cancel", "j1")
+    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert "needs x:y" in capsys.readouterr().err
+
+
+def test_pending_outcome_is_reported_as_sent(server, capsys):
+    routes, _ = server
+    routes[("POST", "/v1/jobs/j1/cancel")] = (202, {"command_id": "c1", "status": "pending", "job_id": "j1"})
+    args = parse("cancel", "j1")
+    assert args.func(args) == 0
+    assert "pending" in capsys.readouterr().out
+
+
+def test_unreachable_gateway_exits_with_its_own_code(monkeypatch, capsys):
+    def refuse(request):
+        raise httpx.ConnectError("refused", request=request)
+
+    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(refuse))
+    args = parse("executors", "--url", "http://gw:1", "--token", "t")
+    assert args.func(args) == cli_client.EXIT_UNREACHABLE
+    assert "cannot reach the gateway" in capsys.readouterr().err
+
+
+def test_tokens_create_writes_the_file_and_prints_the_secret_once(tmp_path, capsys):
+    args = parse("tokens", "create", "--actor", "ops", "--role", "operator", "--data-dir", str(tmp_path), "--json")
+    assert args.func(args) == 0
+    made = json.loads(capsys.readouterr().out)
+    stored = json.loads((tmp_path / "tokens.json").read_text())["tokens"]
+    assert [t["id"] for t in stored] == [made["id"]] and made["secret"] not in json.dumps(stored)
+    args = parse("tokens", "revoke", made["id"], "--data-dir", str(tmp_path))
+    assert args.func(args) == 0
+    assert json.loads((tmp_path / "tokens.json").read_text())["tokens"][0]["revoked"] is True
+
+
+def test_contracts_export_writes_schemas_and_events_md(tmp_path):
+    args = parse("contracts", "export", "--out", str(tmp_path / "s"), "--events-md", str(tmp_path / "e.md"))
+    assert args.func(args) == 0
+    assert (tmp_path / "s" / "index.json").exists() and Path(tmp_path / "e.md").read_text().startswith("<!--")

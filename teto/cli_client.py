@@ -1,0 +1,336 @@
+"""Operator commands that talk to the gateway: ``submit``, ``jobs``, ``job``, ``cancel``, ``requeue``,
+``executors``; ``tokens`` (written to the local tokens file) and ``contracts export``.
+
+Where the gateway is and which token to use: ``--url``/``--token``, else ``TETO_URL``/``TETO_TOKEN``, else
+``<data-dir>/stack.json`` as ``teto up`` wrote it. Output is a human table unless ``--json``. A refusal prints
+the server's reason (and the numbers behind it) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TRANSPORT: httpx.BaseTransport | None = None  # tests put a mock transport here
+EXIT_REFUSED = 1  # the server said no (4xx/5xx)
+EXIT_UNREACHABLE = 3  # no gateway, or no way to know where it is
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- where and who ---------------------------------------------------------------------------------------
+
+
+def resolve_target(url: str | None, token: str | None, data_dir: Path,
+                   environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
+    """(gateway URL, token): flags win, then TETO_URL/TETO_TOKEN, then <data-dir>/stack.json."""
+    environ = os.environ if environ is None else environ
+    url = url or environ.get("TETO_URL") or None
+    token = token or environ.get("TETO_TOKEN") or None
+    if url is None or token is None:
+        stack = data_dir / "stack.json"
+        if stack.exists():
+            info = json.loads(stack.read_text())
+            url = url or info.get("gateway_url")
+            token = token or info.get("admin_token")
+    if not url:
+        raise CliError(f"no gateway: pass --url, set TETO_URL, or run `teto up` (no {data_dir / 'stack.json'})",
+                       EXIT_UNREACHABLE)
+    return url.rstrip("/"), token
+
+
+def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+    url, token = resolve_target(args.url, args.token, args.data_dir)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout, transport=TRANSPORT) as client:
+            resp = client.request(method, path, **kw)
+    except httpx.HTTPError as exc:
+        raise CliError(f"cannot reach the gateway at {url}: {exc}", EXIT_UNREACHABLE) from None
+    try:
+        body = resp.json() if resp.content else None
+    except ValueError:
+        body = resp.text
+    if resp.status_code >= 400:
+        raise CliError(refusal_text(resp.status_code, body))
+    return resp.status_code, body
+
+
+def refusal_text(status: int, body: Any) -> str:
+    if not isinstance(body, Mapping):
+        return f"error {status}: {body}"
+    text = f"error {status}: {body.get('reason') or body.get('error') or body}"
+    if body.get("permission"):
+        text += f" (needs {body['permission']})"
+    detail = body.get("detail")
+    if isinstance(detail, Mapping) and detail:
+        text += "\n  " + ", ".join(f"{k}={_cell(v)}" for k, v in detail.items())
+    return text
+
+
+# -- formatting -----------------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """A plain text table; ``columns`` are (heading, key) pairs, dotted keys reach into nested dicts."""
+    def get(row: Mapping[str, Any], key: str) -> Any:
+        value: Any = row
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return value
+
+    cells = [[h.upper() for h, _ in columns]] + [[_cell(get(r, k)) for _, k in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)
+
+
+JOB_COLUMNS = [("id", "id"), ("name", "name"), ("owner", "owner"), ("state", "state"), ("step", "last_step"),
+               ("of", "total_steps"), ("executor", "executor_id"), ("signal", "signal.signal"),
+               ("gpu-s", "budget.consumed_seconds"), ("ceiling", "spec.gpu_ceiling_seconds")]
+EXECUTOR_COLUMNS = [("executor", "executor_id"), ("node", "node_id"), ("group", "group_name"),
+                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("step", "step"),
+                    ("signal", "signal"), ("last heartbeat", "last_heartbeat")]
+EVENT_COLUMNS = [("seq", "seq"), ("time", "time"), ("event", "event"), ("state", "state"), ("reason", "reason"),
+                 ("executor", "executor_id"), ("epoch", "epoch")]
+
+
+def format_job(job: Mapping[str, Any]) -> str:
+    attempts = job.get("attempts") or {}
+    ckpt = job.get("checkpoint") or {}
+    lines = [
+        f"job       {job.get('id')}  {job.get('name') or ''}".rstrip(),
+        f"state     {job.get('state')}" + (f"  ({job['reason']})" if job.get("reason") else ""),
+        f"owner     {_cell(job.get('owner'))}",
+        f"executor  {_cell(job.get('executor_id'))}  epoch {_cell(job.get('lease_epoch'))}",
+        f"progress  step {_cell(job.get('last_step'))} of {_cell(job.get('total_steps'))}",
+        f"attempts  {', '.join(f'{k}={v}' for k, v in attempts.items()) or '-'}",
+        f"checkpoint last step {_cell(ckpt.get('last_step'))}, every {_cell(ckpt.get('every_steps'))}, "
+        f"next at {_cell(ckpt.get('next_step'))} in {_cell(ckpt.get('next_eta_seconds'))} s",
+    ]
+    if job.get("signal"):
+        sig = job["signal"]
+        lines.append(f"signal    {sig.get('signal')} since {_cell(sig.get('signal_since'))}")
+    if job.get("budget"):
+        b = job["budget"]
+        lines.append(f"budget    {_cell(b.get('consumed_seconds'))} of {_cell(b.get('ceiling_seconds'))} GPU-s, "
+                     f"{_cell(b.get('remaining_seconds'))} left")
+        if b.get("warning"):
+            lines.append(f"warning   {_cell(b['warning'])}")
+    if job.get("error"):
+        lines.append(f"error     {job['error']}")
+    if job.get("events"):
+        lines += ["", table(job["events"], EVENT_COLUMNS)]
+    return "\n".join(lines)
+
+
+def build_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The JobSpec body from --file and the flags (flags win); argv after `--` makes a command workload."""
+    spec: dict[str, Any] = json.loads(Path(args.file).read_text()) if args.file else {}
+    argv = list(args.argv or [])
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if argv:
+        spec["workload"] = {"kind": "command", "command": argv, **({"env": dict(args.env)} if args.env else {})}
+    spec.setdefault("workload", {"kind": "finetune"})
+    if args.steps is not None:
+        if spec["workload"].get("kind") != "finetune":
+            raise CliError("--steps applies to the built-in finetune workload only", 2)
+        spec["workload"].setdefault("params", {})["steps"] = args.steps
+    for flag, field in (("name", "name"), ("ceiling", "gpu_ceiling_seconds"),
+                        ("checkpoint_every", "checkpoint_every_steps"), ("workers", "workers"),
+                        ("gpus", "gpus_per_worker"), ("max_attempts", "max_attempts")):
+        value = getattr(args, flag)
+        if value is not None:
+            spec[field] = value
+    return spec
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+# -- commands -------------------------------------------------------------------------------------------
+
+
+def _print(args: argparse.Namespace, body: Any, human: str) -> None:
+    print(json.dumps(body, indent=2) if args.json else human)
+
+
+def _job_or_pending(args: argparse.Namespace, status: int, body: Any) -> None:
+    if status == 202:
+        _print(args, body, f"{body.get('job_id')}: sent (command {body.get('command_id')}), outcome still pending")
+    else:
+        _print(args, body, format_job(body))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    status, body = call(args, "POST", "/v1/jobs", json=build_spec(args))
+    _job_or_pending(args, status, body)
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("state", args.state), ("owner", args.owner), ("limit", args.limit)) if v}
+    _, body = call(args, "GET", "/v1/jobs", params=params)
+    _print(args, body, table(body, JOB_COLUMNS) if body else "no jobs")
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    _, body = call(args, "GET", f"/v1/jobs/{args.job_id}")
+    _print(args, body, format_job(body))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    status, body = call(args, "POST", f"/v1/jobs/{args.job_id}/cancel", json={"reason": args.reason})
+    _job_or_pending(args, status, body)
+    return 0
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    status, body = call(args, "POST", f"/v1/jobs/{args.job_id}/requeue",
+                        json={"gpu_ceiling_seconds": args.gpu_ceiling})
+    _job_or_pending(args, status, body)
+    return 0
+
+
+def cmd_executors(args: argparse.Namespace) -> int:
+    _, body = call(args, "GET", "/v1/executors")
+    _print(args, body, table(body, EXECUTOR_COLUMNS) if body else "no executors")
+    return 0
+
+
+def cmd_tokens_create(args: argparse.Namespace) -> int:
+    from services.gateway.auth import issue_token
+
+    path = args.tokens_file or args.data_dir / "tokens.json"
+    try:
+        token_id, secret = issue_token(path, args.actor, args.role)
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    body = {"id": token_id, "actor": args.actor, "role": args.role, "secret": secret}
+    _print(args, body, f"token {token_id} for {args.actor} ({args.role}); shown once, keep it:\n{secret}")
+    return 0
+
+
+def cmd_tokens_list(args: argparse.Namespace) -> int:
+    from services.gateway.auth import list_tokens
+
+    rows = list_tokens(args.tokens_file or args.data_dir / "tokens.json")
+    cols = [("id", "id"), ("actor", "actor"), ("role", "role"), ("created", "created_at"), ("revoked", "revoked")]
+    _print(args, rows, table(rows, cols) if rows else "no tokens")
+    return 0
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    from services.gateway.auth import revoke_token
+
+    if not revoke_token(args.tokens_file or args.data_dir / "tokens.json", args.token_id):
+        raise CliError(f"no such token: {args.token_id}")
+    _print(args, {"id": args.token_id, "revoked": True}, f"token {args.token_id} revoked")
+    return 0
+
+
+def cmd_contracts_export(args: argparse.Namespace) -> int:
+    from libs.contracts.export import export
+
+    written = export(args.out, args.events_md)
+    _print(args, [str(p) for p in written], f"wrote {len(written)} files under {args.out} and {args.events_md}")
+    return 0
+
+
+def _guard(fn: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except CliError as exc:
+            print(str(exc), file=sys.stderr)
+            return exc.code
+
+    return run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="gateway URL (TETO_URL; default from <data-dir>/stack.json)")
+    common.add_argument("--token", help="API token (TETO_TOKEN; default: the local admin token of `teto up`)")
+    common.add_argument("--data-dir", type=Path, default=Path(os.environ.get("TETO_DATA_DIR", ".teto")))
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
+
+    def add(name: str, fn: Any, help_: str, parents: list[argparse.ArgumentParser] | None = None, **kw: Any):
+        p = sub.add_parser(name, help=help_, parents=[common] if parents is None else parents, **kw)
+        p.set_defaults(func=_guard(fn))
+        return p
+
+    p = add("submit", cmd_submit, "submit a job (built-in fine-tune, or your command after --)")
+    p.add_argument("--name")
+    p.add_argument("--steps", type=int, help="fine-tune steps")
+    p.add_argument("--ceiling", type=float, help="GPU-second ceiling")
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
+    p.add_argument("--workers", type=int)
+    p.add_argument("--gpus", type=int, help="GPUs per worker")
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument("--env", type=_env_pair, action="append", metavar="KEY=VALUE", help="for a command workload")
+    p.add_argument("--file", help="a JobSpec JSON file (flags override it)")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="-- program args... (a command workload)")
+
+    p = add("jobs", cmd_jobs, "list jobs")
+    p.add_argument("--state")
+    p.add_argument("--owner")
+    p.add_argument("--limit", type=int)
+
+    add("job", cmd_job, "show one job").add_argument("job_id")
+    p = add("cancel", cmd_cancel, "cancel a job")
+    p.add_argument("job_id")
+    p.add_argument("--reason", default="cancelled by operator")
+    p = add("requeue", cmd_requeue, "requeue an interrupted job with a new TOTAL GPU-second ceiling")
+    p.add_argument("job_id")
+    p.add_argument("--gpu-ceiling", type=float, required=True)
+    add("executors", cmd_executors, "list executors")
+
+    tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
+    tsub = tokens.add_subparsers(dest="tokens_command", required=True)
+    tcommon = argparse.ArgumentParser(add_help=False, parents=[common])
+    tcommon.add_argument("--tokens-file", type=Path, help="default <data-dir>/tokens.json")
+    p = tsub.add_parser("create", help="create a token; prints the secret once", parents=[tcommon])
+    p.add_argument("--actor", required=True)
+    p.add_argument("--role", required=True, choices=["viewer", "submitter", "operator", "auditor", "admin"])
+    p.set_defaults(func=_guard(cmd_tokens_create))
+    tsub.add_parser("list", help="list tokens", parents=[tcommon]).set_defaults(func=_guard(cmd_tokens_list))
+    p = tsub.add_parser("revoke", help="revoke a token", parents=[tcommon])
+    p.add_argument("token_id")
+    p.set_defaults(func=_guard(cmd_tokens_revoke))
+
+    contracts = sub.add_parser("contracts", help="wire contracts for downstream consumers")
+    csub = contracts.add_subparsers(dest="contracts_command", required=True)
+    p = csub.add_parser("export", help="write the JSON Schema of every message and regenerate docs/events.md")
+    p.add_argument("--out", type=Path, default=Path("docs/schemas"))
+    p.add_argument("--events-md", type=Path, default=Path("docs/events.md"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_guard(cmd_contracts_export))
