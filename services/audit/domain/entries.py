@@ -1,0 +1,117 @@
+"""What the audit log records for each message: a command as received, a command's outcome, a message some
+consumer refused. Anything that arrives is recorded, however malformed: the audit never drops a message it
+was given; it records what it can read and keeps the rest as raw text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+_COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+RAW_EXCERPT_CHARS = 4000
+
+
+class Outcome(StrEnum):
+    RECEIVED = "received"  # a command as it arrived on the command stream
+    ACCEPTED = "accepted"  # its owner (or the gateway) accepted it
+    REFUSED = "refused"  # refused, with the reason
+    REJECTED = "rejected"  # a message a consumer refused as malformed or hostile
+
+
+@dataclass(frozen=True)
+class Entry:
+    command_id: str
+    actor: str | None
+    time: datetime
+    subject: str
+    kind: str | None
+    job_id: str | None
+    payload: Any
+    outcome: Outcome
+    reason: str | None
+
+
+def clean(value: Any) -> Any:
+    """What PostgreSQL can store: no NUL characters (text and jsonb refuse them), no NaN or infinities."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {clean(str(k)): clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    return value
+
+
+def parse_payload(data: bytes) -> tuple[Any, bool]:
+    """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON."""
+    try:
+        return clean(json.loads(data)), True
+    except (ValueError, RecursionError):
+        return {"raw": clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace")), "bytes": len(data)}, False
+
+
+def _text(payload: Any, key: str, limit: int = 1000) -> str | None:
+    value = payload.get(key) if isinstance(payload, dict) else None
+    return clean(value)[:limit] if isinstance(value, str) else None
+
+
+def _time(payload: Any, key: str, fallback: datetime) -> datetime:
+    raw = _text(payload, key, 64)
+    try:
+        parsed = datetime.fromisoformat(raw) if raw else None
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        return fallback
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _command_id(payload: Any, fallback: str) -> str:
+    value = _text(payload, "command_id", 100)
+    return value if value and _COMMAND_ID.match(value) else fallback
+
+
+def _last_token(subject: str) -> str:
+    return subject.rsplit(".", 1)[-1]
+
+
+def from_command(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
+    """A command as received; ``fallback_id`` (stream and sequence) names one without a usable command id."""
+    payload, _ = parse_payload(data)
+    return Entry(command_id=_command_id(payload, fallback_id), actor=_text(payload, "actor", 200),
+                 time=_time(payload, "issued_at", now), subject=clean(subject), kind=_last_token(clean(subject)),
+                 job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None)
+
+
+def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
+    """A command's outcome. The actor is the one the decider names (the gateway does, in ``detail.actor``);
+    the store fills it from the command as received otherwise."""
+    payload, ok = parse_payload(data)
+    accepted = payload.get("accepted") if isinstance(payload, dict) else None
+    detail = payload.get("detail") if isinstance(payload, dict) else None
+    if not ok or not isinstance(accepted, bool):
+        return Entry(command_id=fallback_id, actor=None, time=now, subject=clean(subject), kind=None, job_id=None,
+                     payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome")
+    return Entry(command_id=_command_id(payload, fallback_id), actor=_text(detail, "actor", 200),
+                 time=_time(payload, "time", now), subject=clean(subject), kind=_text(payload, "kind", 100),
+                 job_id=_text(payload, "job_id", 200), payload=payload,
+                 outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000))
+
+
+def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
+    """A message some consumer refused, as the ``teto.rejected.<service>`` note describes it."""
+    note, _ = parse_payload(data)
+    original_subject = _text(note, "subject", 1000) or clean(subject)
+    excerpt, _ = parse_payload((_text(note, "payload_excerpt", RAW_EXCERPT_CHARS) or "").encode())
+    return Entry(command_id=_text(note, "id", 100) or fallback_id, actor=_text(excerpt, "actor", 200),
+                 time=_time(note, "time", now), subject=original_subject, kind=_last_token(original_subject),
+                 job_id=_text(excerpt, "job_id", 200), payload=note, outcome=Outcome.REJECTED,
+                 reason=_text(note, "reason", 4000) or "refused")

@@ -1,0 +1,129 @@
+"""The audit log (schema ``audit``): appending entries to the hash chain, and verifying it.
+
+Writers serialize on a transaction-scoped advisory lock, so every replica extends one chain: under the lock a
+batch reads the chain's head, drops entries already stored (redeliveries), draws sequence numbers, links the
+new rows and inserts them, all in one transaction through the INSERT/SELECT-only writer role. The consumer
+acknowledges the batch only after this commits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from libs.runtime.db import lock_key
+
+from .domain import chain
+from .domain.entries import Entry, Outcome
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "audit"
+VERIFY_PAGE = 5000
+
+
+async def writer_role(conn: asyncpg.Connection, configured: str | None) -> str | None:
+    """The role to write as, or None (with a warning) when it does not exist or cannot be assumed."""
+    role = configured or f"{await conn.fetchval('SELECT current_database()')}_audit_writer"
+    usable = await conn.fetchval(
+        "SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = $1", role)
+    if not usable:
+        log.error("audit writer role %s missing or not assumable by %s: writing as the session user; the "
+                  "append-only trigger still holds (see docs/operations.md)", role, await conn.fetchval(
+                      "SELECT current_user"))
+        return None
+    return role
+
+
+def _dedupe(entries: Sequence[Entry]) -> list[Entry]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for e in entries:
+        key = (e.command_id, str(e.outcome))
+        if key not in seen:
+            seen.add(key)
+            out.append(e)
+    return out
+
+
+async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: str | None, now: datetime,
+                 chain_name: str = "audit") -> int:
+    """Append entries not stored yet; returns how many were stored. Call outside a transaction."""
+    entries = _dedupe(entries)
+    if not entries:
+        return 0
+    async with conn.transaction():
+        if role:
+            await conn.execute(f'SET LOCAL ROLE "{role}"')
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(f"audit-chain:{chain_name}"))
+        stored = await conn.fetch(
+            "SELECT command_id, outcome FROM audit.log l JOIN unnest($1::text[], $2::text[]) AS k(c, o)"
+            " ON l.command_id = k.c AND l.outcome = k.o",
+            [e.command_id for e in entries], [str(e.outcome) for e in entries])
+        known = {(r["command_id"], r["outcome"]) for r in stored}
+        entries = [e for e in entries if (e.command_id, str(e.outcome)) not in known]
+        if not entries:
+            return 0
+        actors = await _actors_of_commands(conn, [e.command_id for e in entries if e.actor is None])
+        # The payload as PostgreSQL will give it back (jsonb normalizes numbers and key order), so the hash
+        # computed now is the one a verifier recomputes from the stored row.
+        normalized = await conn.fetch(
+            "SELECT v::jsonb::text AS p FROM unnest($1::text[]) WITH ORDINALITY AS t(v, i) ORDER BY i",
+            [json.dumps(e.payload, allow_nan=False) for e in entries])
+        head = await conn.fetchrow("SELECT hash FROM audit.log ORDER BY seq DESC LIMIT 1")
+        seqs = await conn.fetch("SELECT nextval(pg_get_serial_sequence('audit.log', 'seq')) AS s"
+                                " FROM generate_series(1, $1)", len(entries))
+        rows = chain.chain(
+            ({"seq": s["s"], "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id),
+              "time": e.time, "recorded_at": now, "subject": e.subject, "kind": e.kind, "job_id": e.job_id,
+              "payload": json.loads(p["p"]), "outcome": str(e.outcome), "reason": e.reason}
+             for s, e, p in zip(seqs, entries, normalized, strict=True)),
+            head["hash"] if head else chain.GENESIS)
+        await conn.executemany(
+            "INSERT INTO audit.log (seq, command_id, actor, time, recorded_at, subject, kind, job_id, payload,"
+            " outcome, reason, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13)",
+            [(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
+              r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"])
+             for r in rows])
+    return len(rows)
+
+
+async def _actors_of_commands(conn: asyncpg.Connection, command_ids: list[str]) -> dict[str, str]:
+    """An outcome names no actor unless its decider did: take the actor from the command as received."""
+    if not command_ids:
+        return {}
+    rows = await conn.fetch("SELECT command_id, actor FROM audit.log WHERE command_id = ANY($1::text[])"
+                            " AND outcome = $2 AND actor IS NOT NULL", command_ids, str(Outcome.RECEIVED))
+    return {r["command_id"]: r["actor"] for r in rows}
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    checked: int  # rows checked (up to and including the first bad one)
+    first_bad_seq: int | None
+    reason: str | None
+
+
+async def verify(pool: asyncpg.Pool) -> VerifyResult:
+    """Recompute the whole chain in seq order, page by page; name the first row that does not match."""
+    prev_hash, after, checked = chain.GENESIS, 0, 0
+    async with pool.acquire() as conn:
+        while True:
+            rows = await conn.fetch(
+                "SELECT seq, command_id, actor, time, recorded_at, subject, kind, job_id, payload::text AS payload,"
+                " outcome, reason, prev_hash, hash FROM audit.log WHERE seq > $1 ORDER BY seq LIMIT $2",
+                after, VERIFY_PAGE)
+            if not rows:
+                return VerifyResult(True, checked, None, None)
+            page = [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
+            result = chain.check_chain(page, prev_hash)
+            checked += result.checked
+            if result.first_bad_seq is not None:
+                return VerifyResult(False, checked, result.first_bad_seq, result.reason)
+            prev_hash, after = result.last_hash, rows[-1]["seq"]
