@@ -69,3 +69,11 @@ def test_job_view_has_the_documented_shape():
 ], ids=lambda v: str(v))
 def test_outcome_to_status(kind, accepted, reason, detail, status):
     assert status_for(kind, accepted, reason, detail) == status
+
+
+def test_eta_falls_back_to_the_budget_services_measurement_while_running():
+    job = {"id": "j", "state": "running", "spec": {"checkpoint_every_steps": 10}, "last_step": 5}
+    budget = {"checkpoint": {"next_eta_seconds": 4.5}}
+    assert job_view(job, budget=budget)["checkpoint"]["next_eta_seconds"] == 4.5
+    assert job_view({**job, "state": "queued"}, budget=budget)["checkpoint"]["next_eta_seconds"] is None
+    assert job_view({**job, "step_seconds": 1.0}, budget=budget)["checkpoint"]["next_eta_seconds"] == 5.0

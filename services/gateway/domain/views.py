@@ -77,6 +77,11 @@ def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
     out["signal"] = signal_block(str(out.get("state")), signal)
     out["budget"] = budget_block(budget)
     out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
+    # The budget service measures step time too (from usage reports); use its ETA when the queue has none.
+    measured = (budget or {}).get("checkpoint")
+    if (out["checkpoint"]["next_eta_seconds"] is None and out.get("state") == "running"
+            and isinstance(measured, Mapping) and measured.get("next_eta_seconds") is not None):
+        out["checkpoint"]["next_eta_seconds"] = measured["next_eta_seconds"]
     if events is not None:
         out["events"] = [pick(e, EVENT_FIELDS) for e in events]
     return out
