@@ -76,3 +76,19 @@ async def test_commands_and_outcomes_are_stored_once_chained_and_unchangeable(en
         assert not result.ok and result.first_bad_seq == victim and "changed" in result.reason
         await pool.close()
     await pg.close()
+
+
+async def test_two_replicas_keep_one_chain(env):
+    settings = env.settings(AuditSettings, batch_size=7)  # small batches: the replicas interleave
+    s = settings.subjects
+    commands = [SubmitJob(actor=f"user{i % 3}", spec={"workload": {"kind": "finetune"}}) for i in range(60)]
+    pool = await asyncpg.create_pool(env.database_url, min_size=1, max_size=2)
+    async with running(serve, settings), running(serve, settings), jetstream(settings.nats_url) as (_, js):
+        for cmd in commands:
+            await publish(js, s.cmd("submit"), cmd)
+        await eventually(lambda: pool.fetchval("SELECT count(*) = 60 FROM audit.log"), timeout=20)
+        result = await store.verify(pool)
+        assert result.ok and result.checked == 60
+        stored = await pool.fetch("SELECT command_id FROM audit.log")
+        assert sorted(r["command_id"] for r in stored) == sorted(c.command_id for c in commands)
+    await pool.close()
