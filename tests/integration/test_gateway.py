@@ -306,3 +306,31 @@ async def test_serve_answers_over_http_and_stops_when_cancelled(env):
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(task, 10)
     assert task.done()
+
+
+async def test_gateway_refusals_reach_the_real_audit_log_and_verify_passes(env):
+    from services.audit.app import serve as audit_serve
+    from services.audit.settings import AuditSettings
+
+    ready = asyncio.Event()
+    audit = asyncio.create_task(audit_serve(env.settings(AuditSettings), ready=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        async with gateway(env, stand_in=False) as gw:
+            resp = await gw.client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers=gw.as_("viewer"))
+            assert resp.status_code == 403
+
+            async def refused_entries() -> list[dict[str, Any]]:
+                resp = await gw.client.get("/v1/audit?kind=submit", headers=gw.as_("auditor"))
+                assert resp.status_code == 200, resp.text
+                return [e for e in resp.json()["entries"] if e["outcome"] == "refused"]
+
+            (entry,) = await eventually(refused_entries, timeout=15)
+            assert entry["actor"] == "viewer-actor" and "finetune:submit" in entry["reason"]
+            verdict = (await gw.client.get("/v1/audit/verify", headers=gw.as_("auditor"))).json()
+            assert verdict["ok"] is True and verdict["checked"] >= 1 and verdict["first_bad_seq"] is None
+            assert (await gw.client.get("/v1/audit", headers=gw.as_("operator"))).status_code == 403
+    finally:
+        audit.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await audit
