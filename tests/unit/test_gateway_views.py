@@ -66,6 +66,7 @@ def test_job_view_has_the_documented_shape():
     ("requeue", False, "job is queued, not interrupted", {}, 409),
     ("requeue", False, "below the minimum", {"consumed_seconds": 100, "minimum_seconds": 160, "given_seconds": 1}, 422),
     ("requeue", False, "ceiling 90 is below the minimum 160", {}, 422),
+    ("requeue", False, "budget service unavailable", {}, 503),
 ], ids=lambda v: str(v))
 def test_outcome_to_status(kind, accepted, reason, detail, status):
     assert status_for(kind, accepted, reason, detail) == status

@@ -2,7 +2,8 @@
 
 accepted -> 201 (submit) or 200; refused because the job does not exist -> 404; refused because a value is too
 small or otherwise unacceptable (requeue ceiling below consumed + 60, carried as numbers in ``detail``) -> 422;
-any other refusal (wrong state, duplicate) -> 409. No outcome in time -> 202: the command is durable and will
+a dependency of the decider unavailable (e.g. the budget service) -> 503; any other refusal (wrong state,
+duplicate) -> 409. No outcome in time -> 202: the command is durable and will
 still be processed.
 """
 
@@ -24,6 +25,8 @@ def status_for(kind: str, accepted: bool | None, reason: str | None = None,
     text = (reason or "").lower()
     if "no such job" in text or "unknown job" in text or "not found" in text:
         return 404
+    if "unavailable" in text:  # the decider could not ask a service it depends on: retry later, nothing changed
+        return 503
     if VALUE_KEYS & set(detail or {}) or "ceiling" in text and "minimum" in text:
         return 422
     return 409
