@@ -417,8 +417,12 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
+        # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
         with contextlib.suppress(Exception):
-            await nc.drain()
+            await asyncio.wait_for(nc.flush(), 2.0)
+        with contextlib.suppress(Exception):
+            await nc.close()
 
 
 def main() -> None:

@@ -1,0 +1,63 @@
+"""An example ``command`` workload: a user's own training script that Teto runs, resumes and stops.
+
+Submit it with
+    {"workload": {"kind": "command", "command": ["python", "examples/train_script.py"],
+                  "env": {"STEPS": "100", "STEP_SECONDS": "0.1"}},
+     "checkpoint_every_steps": 10}
+(the command runs in the executor's working directory; use an absolute path in a deployment).
+
+What Teto gives the script, through the environment and ``teto.sdk``:
+- ``sdk.resume_checkpoint()``: (step, path) of the latest valid checkpoint of this job, or None (TETO_RESUME_FROM);
+- ``sdk.save_checkpoint(obj_or_bytes, step)``: writes TETO_CHECKPOINT_DIR/step-NNNNNNNN.pt atomically with a
+  checksummed sidecar and reports it (rank 0 only);
+- ``sdk.report_step(step, loss=..., **metrics)``: progress, step time and metrics for the job's page;
+- ``sdk.stop_requested()`` / ``sdk.checkpoint_on_stop()``: a stop (cancel, GPU ceiling) arrived as SIGTERM;
+  finish the step, save if asked, exit.
+Run outside Teto (``python examples/train_script.py``) it trains the same way and saves to ./checkpoints.
+
+It "trains" a single number towards 3.0 with gradient descent, so it needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from teto import sdk
+
+
+def main() -> int:
+    steps = int(os.environ.get("STEPS", "50"))
+    step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
+    every = sdk.context().checkpoint_every or 10
+    fail_at = int(os.environ.get("FAIL_AT_STEP", "0"))  # to try the failure path
+
+    weight, step = 0.0, 0
+    resumed = sdk.resume_checkpoint()
+    if resumed is not None:
+        step, path = resumed
+        weight = json.loads(path.read_bytes())["weight"]
+        print(f"resuming after step {step} from {path}", flush=True)
+
+    while step < steps:
+        if sdk.stop_requested():
+            if sdk.checkpoint_on_stop():
+                sdk.save_checkpoint(json.dumps({"weight": weight}).encode(), step)
+            return sdk.EXIT_STOPPED
+        step += 1
+        if step == fail_at:
+            print(f"diverged at step {step}: loss is nan", file=sys.stderr)
+            return 3
+        loss = (weight - 3.0) ** 2
+        weight -= 0.1 * 2 * (weight - 3.0)
+        sdk.report_step(step, total_steps=steps, loss=loss, weight=weight)
+        if step % every == 0 or step == steps:
+            sdk.save_checkpoint(json.dumps({"weight": weight}).encode(), step)
+        if step_seconds:
+            sdk.sleep(step_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The executor agent against a real NATS server, with the test playing the queue: grants, renewals, stops.
+
+Covers the built-in fine-tune (checkpoints, resume at k+1, a corrupt checkpoint skipped), a user's command
+through teto.sdk, failure with the stderr tail, StopJob, abandoning before the lease ends when the queue goes
+silent or refuses, malformed directives refused visibly, and a training process that dies with its agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+import uuid
+
+import pytest
+
+from agents.executor.agent import serve
+from agents.executor.settings import ExecutorSettings
+from libs.contracts.envelope import RejectedMessage
+from libs.contracts.nodes import NodeRegistered
+from libs.contracts.telemetry import Phase, RunOutcome
+from libs.runtime import bus
+
+from tests.integration.helpers_executor import FakeQueue, command, eventually, finetune, process_gone
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def base_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("base")  # the fine-tune's base checkpoint, built once per session
+
+
+def _settings(env, base_dir, **overrides) -> ExecutorSettings:
+    return env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", progress_interval_seconds=0.3,
+                        stop_grace_seconds=3.0, base_model_dir=base_dir, torch_threads=1, **overrides)
+
+
+@pytest.fixture
+async def stack(env, base_dir):
+    """A running agent, a NATS connection for the test, and the fake queue."""
+    settings = _settings(env, base_dir)
+    nc = await bus.connect(settings.nats_url, "test")
+    js = nc.jetstream()
+    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(settings, ready=ready))
+    await asyncio.wait_for(ready.wait(), 30)
+    try:
+        yield settings, js, queue
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await queue.stop()
+        await nc.close()
+
+
+def _job() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_finetune_checkpoints_then_resumes_past_a_corrupt_checkpoint(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, finetune(20), every=5)
+    done = await queue.wait_finished(job, timeout=90)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.exit_code == 0 and done.last_step == 20, done
+    (started,) = queue.of(job, "started")
+    assert started.resumed_from_step is None and started.device == "cpu"
+    steps = queue.of(job, "step")
+    assert steps[-1].step == 20 and steps[-1].total_steps == 20 and all(s.loss > 0 for s in steps)
+    assert any(s.step_seconds for s in steps)
+    assert [c.step for c in queue.of(job, "checkpoint")] == [5, 10, 15, 20]
+    ckpt_dir = settings.effective_checkpoint_dir / job
+    assert sorted(p.name for p in ckpt_dir.glob("*.pt")) == [f"step-{s:08d}.pt" for s in (5, 10, 15, 20)]
+    # every heartbeat while it trained carried a usage sample: numbered, one device (CPU)
+    usage = [h.usage for h in queue.heartbeats if h.usage and h.usage.job_id == job]
+    assert usage and [u.seq for u in usage] == list(range(1, len(usage) + 1)) and {u.devices for u in usage} == {1}
+
+    # The newest checkpoint is damaged; the next grant (next epoch) skips it and resumes at step 16.
+    newest = ckpt_dir / "step-00000020.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    await queue.grant(js, settings, job, finetune(25), epoch=2, every=5, attempt=2)
+    done = await queue.wait_finished(job, epoch=2, timeout=90)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 25 and done.resumed_from_step == 15, done
+    (skipped,) = queue.of(job, "checkpoint_skipped", epoch=2)
+    assert skipped.path.endswith("step-00000020.pt") and "truncated" in skipped.reason
+    (started,) = queue.of(job, "started", epoch=2)
+    assert started.resumed_from_step == 15 and started.resumed_from.endswith("step-00000015.pt")
+    assert queue.of(job, "step", epoch=2)[0].step == 16  # continues at k+1, never at 0
+    assert [c.step for c in queue.of(job, "checkpoint", epoch=2)] == [20, 25]
+
+
+async def test_command_workload_reports_through_the_sdk(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "12", "STEP_SECONDS": "0.02"}), every=4)
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 12, done
+    assert [c.step for c in queue.of(job, "checkpoint")] == [4, 8, 12]
+    assert queue.of(job, "step")[-1].metrics["weight"] > 0
+    # the node registered itself on start
+    sub = await js.pull_subscribe(settings.subjects.node(settings.node_id, "registered"), durable=None)
+    (msg,) = await sub.fetch(1, timeout=5)
+    note = NodeRegistered.decode(msg.data)
+    assert note.executor_id == settings.executor_id and note.group == "default" and note.gpus == []
+    # and it is idle and accepting again
+    await eventually(lambda: queue.heartbeats[-1].accepting and queue.heartbeats[-1].phase is Phase.IDLE, 5,
+                     "an idle heartbeat")
+
+
+async def test_failing_command_reports_failed_with_its_stderr_tail(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "10", "FAIL_AT_STEP": "3"}))
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.FAILED and done.exit_code == 3 and done.last_step == 2, done
+    assert "diverged at step 3" in done.error
+
+
+async def test_missing_program_fails_the_run_instead_of_the_agent(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({}, "/no/such/program"))
+    done = await queue.wait_finished(job, timeout=15)
+    assert done.outcome is RunOutcome.FAILED and "/no/such/program" in done.error
+
+
+async def test_stop_job_stops_the_process_after_a_final_checkpoint(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}), every=100000)
+    await eventually(lambda: (s := queue.of(job, "step")) and s[-1].step >= 3, 20, "a few steps")
+    await queue.stop_job(js, job, epoch=1, checkpoint_first=True)
+    done = await queue.wait_finished(job, timeout=15)
+    assert done.outcome is RunOutcome.STOPPED and done.exit_code == 143, done
+    (ckpt,) = queue.of(job, "checkpoint")
+    assert ckpt.step == done.last_step and os.path.exists(ckpt.path)
+
+
+async def test_abandons_before_the_lease_ends_when_the_queue_goes_silent(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}), every=100000)
+    (started,) = await eventually(lambda: queue.of(job, "started"), 20, "the run to start")
+    pid = started.detail["pid"]
+    await eventually(lambda: len(queue.renewals) >= 3, 10, "a few renewals")
+    queue.answer = "silent"
+    last_ok = queue.last_answer_at
+    died_at = await eventually(lambda: process_gone(pid) and time.monotonic(), 10, "the process to be killed")
+    # It held on through lost renewals (not at the first miss), and was dead before the lease could expire.
+    assert settings.lease_seconds - settings.effective_stop_margin - settings.heartbeat_seconds - 0.5 \
+        < died_at - last_ok < settings.lease_seconds, died_at - last_ok
+    done = await queue.wait_finished(job, timeout=10)
+    assert done.outcome is RunOutcome.ABANDONED and "lease - stop margin" in done.error
+    assert not queue.of(job, "checkpoint")  # no checkpoint written after losing the lease
+    # Back in contact (the server acknowledged the report), it takes work again.
+    queue.answer = "ok"
+    job2 = _job()
+    await queue.grant(js, settings, job2, command({"STEPS": "3"}))
+    assert (await queue.wait_finished(job2, timeout=20)).outcome is RunOutcome.SUCCEEDED
+
+
+async def test_a_refused_lease_drops_the_grant_or_stops_the_run_at_once(stack):
+    settings, js, queue = stack
+    stale, job = _job(), _job()
+    queue.answer = "refuse"
+    await queue.grant(js, settings, stale, command({"STEPS": "3"}))
+    await eventually(lambda: any(r.job_id == stale for r in queue.renewals), 10, "the renewal of the stale grant")
+    queue.answer = "ok"
+    await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}), every=100000)
+    await eventually(lambda: queue.of(job, "step"), 20, "the run to train")
+    assert not [p for p in queue.progress if p.job_id == stale]  # the stale grant never started
+    queue.answer = "refuse"
+    refused_at = time.monotonic()
+    done = await queue.wait_finished(job, timeout=10)
+    assert done.outcome is RunOutcome.ABANDONED and "refused" in done.error
+    assert time.monotonic() - refused_at < 2 * settings.heartbeat_seconds + 1
+
+
+async def test_malformed_directives_are_refused_visibly_and_the_agent_goes_on(stack):
+    settings, js, queue = stack
+    subjects = settings.subjects
+    await bus.publish(js, subjects.agent(settings.executor_id, "run"), b'{"schema": "teto.agent.run/1", "job_id": 5}')
+    await bus.publish(js, subjects.agent(settings.executor_id, "dance"), b"{}")
+    raw = await eventually(lambda: len(queue.raw.get(subjects.rejected("executor"), [])) >= 2 and
+                           queue.raw[subjects.rejected("executor")], 10, "two rejections")
+    notes = [RejectedMessage.decode(r) for r in raw]
+    assert "epoch" in notes[0].reason and notes[0].service == "executor"
+    assert "unknown directive 'dance'" in notes[1].reason
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "2"}))
+    assert (await queue.wait_finished(job, timeout=20)).outcome is RunOutcome.SUCCEEDED
+
+
+async def test_the_training_process_dies_with_its_agent(env, base_dir):
+    settings = _settings(env, base_dir)
+    nc = await bus.connect(settings.nats_url, "test")
+    js = nc.jetstream()
+    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agents.executor.agent",
+        env=env.env_vars(TETO_EXECUTOR_ID=settings.executor_id, TETO_PROGRESS_INTERVAL_SECONDS="0.3"))
+    try:
+        await eventually(lambda: queue.heartbeats, 30, "the agent's first heartbeat")
+        job = _job()
+        await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
+        await eventually(lambda: queue.of(job, "step"), 20, "the run to train")
+        pid = queue.of(job, "started")[0].detail["pid"]
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        await eventually(lambda: process_gone(pid), 3, "the orphaned training process to die")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await queue.stop()
+        await nc.close()
