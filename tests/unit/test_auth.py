@@ -247,3 +247,16 @@ def test_token_endpoints_create_list_revoke(gateway):
     bad = client.post("/v1/tokens", json={"actor": "dave", "role": "root"}, headers=admin)
     assert bad.status_code == 422 and "role" in bad.json()["reason"]
     assert [o.kind for o in commands.recorded if o.accepted] == ["token_create", "token_revoke"]
+
+
+def test_submit_owner_is_the_tokens_actor_and_idempotency_key_names_command_and_job(gateway):
+    _, client, tokens, commands = gateway
+    h = {"Authorization": f"Bearer {tokens[Role.SUBMITTER][1]}"}
+    assert client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers=h).status_code == 201
+    resp = client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers={**h, "Idempotency-Key": "k-1"})
+    assert resp.status_code == 201
+    first, second = commands.sent
+    assert first.actor == second.actor == "submitter" and first.command_id != "k-1"
+    assert (second.command_id, second.job_id) == ("k-1", "k-1")
+    bad = client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers={**h, "Idempotency-Key": "a b"})
+    assert bad.status_code == 422 and "idempotency-key" in bad.json()["reason"].lower()
