@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -130,6 +131,14 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
             reason = f"request body larger than {settings.max_body_bytes} bytes"
         return JSONResponse({"error": codes.get(exc.status_code, "error"), "reason": reason},
                             status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(asyncpg.PostgresError)
+    @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(OSError)
+    async def on_db_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("read failed: %r", exc)
+        return JSONResponse({"error": "unavailable", "reason": f"the database is unavailable: {type(exc).__name__}"},
+                            status_code=503)
 
     @app.exception_handler(BusUnavailable)
     async def on_bus_down(request: Request, exc: BusUnavailable) -> JSONResponse:

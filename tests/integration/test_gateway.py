@@ -334,3 +334,10 @@ async def test_gateway_refusals_reach_the_real_audit_log_and_verify_passes(env):
         audit.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await audit
+
+
+async def test_database_gone_is_503_not_500(env):
+    async with gateway(env, stand_in=False) as gw:
+        await gw.rt.pool.close()
+        resp = await gw.client.get("/v1/jobs", headers=gw.as_("viewer"))
+        assert resp.status_code == 503 and resp.json()["error"] == "unavailable"
