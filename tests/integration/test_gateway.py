@@ -341,3 +341,32 @@ async def test_database_gone_is_503_not_500(env):
         await gw.rt.pool.close()
         resp = await gw.client.get("/v1/jobs", headers=gw.as_("viewer"))
         assert resp.status_code == 503 and resp.json()["error"] == "unavailable"
+
+
+async def test_with_the_real_queue_submit_cancel_and_refusals(env):
+    """The column contract of queue.jobs_public / job_events_public, checked against the queue itself."""
+    queue_app = pytest.importorskip("services.queue.app")
+    from services.queue.settings import QueueSettings
+
+    ready = asyncio.Event()
+    queue = asyncio.create_task(queue_app.serve(env.settings(QueueSettings), ready=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        async with gateway(env, stand_in=False, timeout=10.0) as gw:
+            resp = await gw.client.post("/v1/jobs", json={"name": "real", "workload": {"kind": "finetune"}},
+                                        headers=gw.as_("submitter"))
+            assert resp.status_code == 201, resp.text
+            job = resp.json()
+            assert job["name"] == "real" and job["owner"] == "submitter-actor" and job["state"] == "queued"
+            assert job["events"][0]["event"] == "submitted" and job["checkpoint"]["every_steps"] == 50
+            resp = await gw.client.post(f"/v1/jobs/{job['id']}/cancel", headers=gw.as_("submitter"))
+            assert resp.status_code == 200 and resp.json()["state"] == "cancelled"
+            assert [e["event"] for e in resp.json()["events"]] == ["submitted", "cancelled"]
+            again = await gw.client.post(f"/v1/jobs/{job['id']}/cancel", headers=gw.as_("operator"))
+            assert again.status_code == 409 and again.json()["by"] == "queue"
+            listed = (await gw.client.get("/v1/jobs?state=cancelled", headers=gw.as_("viewer"))).json()
+            assert [j["id"] for j in listed] == [job["id"]]
+    finally:
+        queue.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await queue
