@@ -1,5 +1,5 @@
 """Operator commands that talk to the gateway: ``submit``, ``jobs``, ``job``, ``cancel``, ``requeue``,
-``executors``; ``tokens`` (written to the local tokens file) and ``contracts export``.
+``executors``, ``audit [verify]``; ``tokens`` (written to the local tokens file) and ``contracts export``.
 
 Where the gateway is and which token to use: ``--url``/``--token``, else ``TETO_URL``/``TETO_TOKEN``, else
 ``<data-dir>/stack.json`` as ``teto up`` wrote it. Output is a human table unless ``--json``. A refusal prints
@@ -225,6 +225,32 @@ def cmd_executors(args: argparse.Namespace) -> int:
     return 0
 
 
+AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", "kind"), ("job", "job_id"),
+                 ("outcome", "outcome"), ("reason", "reason")]
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    params = {k: v for k, v in (("actor", args.actor), ("job_id", args.job), ("kind", args.kind),
+                                ("since", args.since), ("after_seq", args.after_seq), ("limit", args.limit)) if v}
+    _, body = call(args, "GET", "/v1/audit", params=params)
+    entries = body.get("entries", [])
+    human = table(entries, AUDIT_COLUMNS) if entries else "no entries"
+    if body.get("next_after_seq"):
+        human += f"\n(more: --after-seq {body['next_after_seq']})"
+    _print(args, body, human)
+    return 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    _, body = call(args, "GET", "/v1/audit/verify")
+    if body.get("ok"):
+        human = f"audit chain intact ({body.get('checked')} rows checked)"
+    else:
+        human = f"audit chain BROKEN at seq {body.get('first_bad_seq')}: {body.get('reason')}"
+    _print(args, body, human)
+    return 0 if body.get("ok") else EXIT_REFUSED
+
+
 def cmd_tokens_create(args: argparse.Namespace) -> int:
     from services.gateway.auth import issue_token
 
@@ -313,6 +339,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job_id")
     p.add_argument("--gpu-ceiling", type=float, required=True)
     add("executors", cmd_executors, "list executors")
+
+    audit = sub.add_parser("audit", help="the audit log (needs audit:read)", parents=[common])
+    audit.add_argument("--actor")
+    audit.add_argument("--job")
+    audit.add_argument("--kind", help="command kind: submit, cancel, requeue, ...")
+    audit.add_argument("--since", help="ISO time")
+    audit.add_argument("--after-seq", type=int)
+    audit.add_argument("--limit", type=int)
+    audit.set_defaults(func=_guard(cmd_audit))
+    asub = audit.add_subparsers(dest="audit_command")
+    asub.add_parser("verify", help="recompute the hash chain; exits 1 naming the first bad row",
+                    parents=[common]).set_defaults(func=_guard(cmd_audit_verify))
 
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)

@@ -160,3 +160,20 @@ def test_contracts_export_writes_schemas_and_events_md(tmp_path):
     args = parse("contracts", "export", "--out", str(tmp_path / "s"), "--events-md", str(tmp_path / "e.md"))
     assert args.func(args) == 0
     assert (tmp_path / "s" / "index.json").exists() and Path(tmp_path / "e.md").read_text().startswith("<!--")
+
+
+def test_audit_lists_entries_and_verify_exits_non_zero_naming_the_bad_row(server, capsys):
+    routes, seen = server
+    routes[("GET", "/v1/audit")] = (200, {"entries": [{"seq": 1, "actor": "a", "kind": "submit",
+                                                       "outcome": "refused", "reason": "no"}], "next_after_seq": 1})
+    args = parse("audit", "--actor", "a", "--limit", "1")
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "refused" in out and "--after-seq 1" in out
+    assert dict(seen[0].url.params) == {"actor": "a", "limit": "1"}
+    routes[("GET", "/v1/audit/verify")] = (200, {"ok": False, "checked": 7, "first_bad_seq": 7, "reason": "hash"})
+    args = parse("audit", "verify")
+    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert "BROKEN at seq 7" in capsys.readouterr().out
+    routes[("GET", "/v1/audit/verify")] = (200, {"ok": True, "checked": 7, "first_bad_seq": None, "reason": None})
+    assert args.func(args) == 0
