@@ -17,10 +17,8 @@ import json
 import logging
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
@@ -29,18 +27,17 @@ from nats.js import JetStreamContext
 
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.envelope import ContractError, RejectedMessage, utcnow
-from libs.contracts.jobs import CommandWorkload
 from libs.contracts.nodes import NodeRegistered
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport)
 from libs.runtime import bus
 
-from . import checkpoints
+from . import checkpoints, launch
 from .gpu import detect_gpus
 from .heartbeat import UsageMeter
 from .lease import LeaseKeeper, LeaseLost
 from .publisher import Publisher
-from .runner import Child, Launch
+from .runner import Child
 from .settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -198,7 +195,7 @@ class Agent:
         log.info("stopping job %s (epoch %d): %s", stop.job_id, run.grant.epoch, stop.reason)
         run.stop_requested = True
         run.phase = Phase.STOPPING
-        stop_file = self._job_dir(run) / f"epoch-{run.grant.epoch}.stop.json"
+        stop_file = launch.stop_file(self.settings, run.grant)
         with contextlib.suppress(OSError):
             stop_file.parent.mkdir(parents=True, exist_ok=True)
             checkpoints.write_atomic(stop_file, lambda f: f.write(json.dumps(
@@ -207,9 +204,6 @@ class Agent:
             asyncio.create_task(run.child.stop(stop.grace_seconds), name=f"stop-{stop.job_id}")
 
     # -- one grant, start to finish ------------------------------------------------------------------------
-
-    def _job_dir(self, run: Run) -> Path:
-        return self.settings.effective_work_dir / "jobs" / run.grant.job_id
 
     def _progress(self, run: Run, cls: type, **fields: Any) -> Any:
         return cls(job_id=run.grant.job_id, epoch=run.grant.epoch, executor_id=self.id, **fields)
@@ -241,16 +235,17 @@ class Agent:
                 await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
                 return
             try:
-                run.child = await Child.start(self._launch(run, ckpt_dir, ckpt),
-                                              lambda record: self._on_report(run, record))
+                work = launch.build(grant, s, self.gpus, resume_from=ckpt.path if ckpt else None,
+                                    base_env=os.environ)
+                run.child = await Child.start(work, lambda record: self._on_report(run, record))
             except OSError as exc:  # the program does not exist or cannot run: the user's error
-                await self._finish(run, RunOutcome.FAILED, None, f"cannot start {self._argv(run)[0]!r}: {exc}")
+                await self._finish(run, RunOutcome.FAILED, None, f"cannot start {launch.argv(grant)[0]!r}: {exc}")
                 return
-            self.meter.start(grant.job_id, grant.epoch, self._devices(grant), time.monotonic())
+            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), time.monotonic())
             log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                      run.child.pid, run.resumed_from_step)
             self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
-                       resumed_from=str(ckpt.path) if ckpt else None, device=self._device(),
+                       resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
                        detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
                                "rank": grant.rank, "world_size": grant.world_size})
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
@@ -342,53 +337,6 @@ class Agent:
         metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
         self._send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
                    loss=record.get("loss"), step_seconds=mean, metrics=metrics)
-
-    # -- launching -----------------------------------------------------------------------------------------
-
-    def _device(self) -> str:
-        return "cuda" if self.gpus else "cpu"
-
-    def _devices(self, grant: RunJob) -> int:
-        """Devices charged: the GPUs the worker holds, or 1 for a CPU-only worker."""
-        if not self.gpus:
-            return 1
-        return max(1, min(grant.spec.gpus_per_worker, len(self.gpus)))
-
-    def _argv(self, run: Run) -> list[str]:
-        workload = run.grant.spec.workload
-        if isinstance(workload, CommandWorkload):
-            return list(workload.command)
-        return [sys.executable, "-m", "agents.executor.workloads.finetune"]
-
-    def _launch(self, run: Run, ckpt_dir: Path, ckpt: checkpoints.Checkpoint | None) -> Launch:
-        grant, s = run.grant, self.settings
-        workload = grant.spec.workload
-        job_dir = self._job_dir(run)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
-        if isinstance(workload, CommandWorkload):
-            env.update(workload.env)
-            params = "{}"
-        else:
-            params = workload.params.model_dump_json()
-        if self.gpus and "CUDA_VISIBLE_DEVICES" not in env:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in self.gpus[:self._devices(grant)])
-        # So that any python the user's command runs can `import teto.sdk` from this installation.
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        env.update(
-            TETO_JOB_ID=grant.job_id, TETO_EPOCH=str(grant.epoch), TETO_ATTEMPT=str(grant.attempt),
-            TETO_EXECUTOR_ID=self.id, TETO_CHECKPOINT_DIR=str(ckpt_dir.resolve()),
-            TETO_RESUME_FROM=str(ckpt.path.resolve()) if ckpt else "", TETO_RANK=str(grant.rank),
-            TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
-            TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=self._device(),
-            TETO_PARAMS=params, TETO_WORK_DIR=str(job_dir.resolve()),
-            TETO_STOP_FILE=str((job_dir / f"epoch-{grant.epoch}.stop.json").resolve()),
-            TETO_BASE_DIR=str(s.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")
-        if s.torch_threads:
-            env["TETO_TORCH_THREADS"] = str(s.torch_threads)
-        cwd = None if isinstance(workload, CommandWorkload) else job_dir
-        job_dir.mkdir(parents=True, exist_ok=True)
-        return Launch(argv=self._argv(run), env=env, log_path=job_dir / f"epoch-{grant.epoch}.log", cwd=cwd)
 
 
 async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:

@@ -1,0 +1,80 @@
+"""How a grant becomes a process: argv, the ``TETO_*`` environment, working and log paths (pure).
+
+The contract with the training process is the environment documented in docs/workloads.md. Inherited
+``TETO_*`` variables (the agent's own configuration) are removed first and the user's ``env`` is applied
+before Teto's, so neither can confuse or override what the process is told about its job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from libs.contracts.agents import RunJob
+from libs.contracts.jobs import CommandWorkload
+from libs.contracts.telemetry import GpuInfo
+
+from .runner import Launch
+from .settings import ExecutorSettings
+
+FINETUNE_MODULE = "agents.executor.workloads.finetune"
+# The installation this agent runs from, so that any python the user's command runs can `import teto.sdk`.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def device(gpus: list[GpuInfo]) -> str:
+    return "cuda" if gpus else "cpu"
+
+
+def devices_held(grant: RunJob, gpus: list[GpuInfo]) -> int:
+    """Devices charged to the job: the GPUs the worker holds, or 1 for a CPU-only worker."""
+    if not gpus:
+        return 1
+    return max(1, min(grant.spec.gpus_per_worker, len(gpus)))
+
+
+def argv(grant: RunJob) -> list[str]:
+    workload = grant.spec.workload
+    if isinstance(workload, CommandWorkload):
+        return list(workload.command)
+    return [sys.executable, "-m", FINETUNE_MODULE]
+
+
+def job_dir(settings: ExecutorSettings, job_id: str) -> Path:
+    return settings.effective_work_dir / "jobs" / job_id
+
+
+def stop_file(settings: ExecutorSettings, grant: RunJob) -> Path:
+    return job_dir(settings, grant.job_id) / f"epoch-{grant.epoch}.stop.json"
+
+
+def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, resume_from: Path | None,
+          base_env: Mapping[str, str]) -> Launch:
+    workload = grant.spec.workload
+    work = job_dir(settings, grant.job_id)
+    env = {k: v for k, v in base_env.items() if not k.startswith("TETO_")}
+    if isinstance(workload, CommandWorkload):
+        env.update(workload.env)
+        params = "{}"
+    else:
+        params = workload.params.model_dump_json()
+    if gpus and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus[:devices_held(grant, gpus)])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(
+        TETO_JOB_ID=grant.job_id, TETO_EPOCH=str(grant.epoch), TETO_ATTEMPT=str(grant.attempt),
+        TETO_EXECUTOR_ID=settings.executor_id,
+        TETO_CHECKPOINT_DIR=str((settings.effective_checkpoint_dir / grant.job_id).resolve()),
+        TETO_RESUME_FROM=str(resume_from.resolve()) if resume_from else "", TETO_RANK=str(grant.rank),
+        TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
+        TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=device(gpus),
+        TETO_PARAMS=params, TETO_WORK_DIR=str(work.resolve()), TETO_STOP_FILE=str(stop_file(settings, grant).resolve()),
+        TETO_BASE_DIR=str(settings.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")
+    if settings.torch_threads:
+        env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
+    # The built-in workload runs in its job directory; a user's command where the agent runs, so relative
+    # paths in it mean what the user who started the agent expects.
+    cwd = None if isinstance(workload, CommandWorkload) else work
+    return Launch(argv=argv(grant), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=cwd)

@@ -1,0 +1,81 @@
+"""teto.sdk from inside a real training process: JSON lines on the report pipe, exit when the agent is gone,
+stop handling, and the same script running outside Teto."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spawn(code: str, tmp_path: Path, *, fd: int | None = None, **env: str) -> subprocess.Popen:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
+    full.update(PYTHONPATH=str(ROOT), TETO_CHECKPOINT_DIR=str(tmp_path / "ck"), **env)
+    if fd is not None:
+        full["TETO_REPORT_FD"] = str(fd)
+    return subprocess.Popen([sys.executable, "-c", code], env=full, pass_fds=(fd,) if fd is not None else (),
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+
+
+def test_steps_and_checkpoints_arrive_as_json_lines(tmp_path):
+    r, w = os.pipe()
+    proc = _spawn("from teto import sdk\n"
+                  "sdk.report_step(1, total_steps=2, loss=2.5, lr=0.1, note='x')\n"
+                  "sdk.report_step(2, total_steps=2, loss=float('nan'))\n"
+                  "print(sdk.save_checkpoint(b'abc', 2))\n", tmp_path, fd=w, TETO_JOB_ID="j")
+    os.close(w)
+    with os.fdopen(r) as f:
+        lines = [json.loads(line) for line in f]
+    assert proc.wait(10) == 0
+    steps = [x for x in lines if x["type"] == "step"]
+    assert steps[0] == {"type": "step", "step": 1, "total_steps": 2, "loss": 2.5, "step_seconds": None,
+                        "metrics": {"lr": 0.1}}
+    assert steps[1]["loss"] is None and steps[1]["step_seconds"] >= 0  # NaN is not a loss
+    (ckpt,) = [x for x in lines if x["type"] == "checkpoint"]
+    assert ckpt["step"] == 2 and ckpt["bytes"] == 3 and Path(ckpt["path"]).read_bytes() == b"abc"
+    assert [x["phase"] for x in lines if x["type"] == "phase"] == ["checkpointing", "training"]
+
+
+def test_the_process_exits_when_its_agent_is_gone(tmp_path):
+    r, w = os.pipe()
+    os.close(r)  # nobody reads any more
+    proc = _spawn("from teto import sdk\nsdk.report_step(1)\nimport time; time.sleep(30)", tmp_path, fd=w,
+                  TETO_JOB_ID="j")
+    os.close(w)
+    assert proc.wait(10) == 75
+
+
+def test_a_script_that_never_polls_stops_at_its_next_step_report(tmp_path):
+    proc = _spawn("from teto import sdk\nimport time\n"
+                  "for i in range(1000):\n    sdk.report_step(i)\n    print('step', flush=True)\n"
+                  "    time.sleep(0.02)\n", tmp_path, TETO_JOB_ID="j")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(5) == 143
+
+
+def test_outside_teto_checkpoints_are_saved_and_found_again(tmp_path):
+    code = ("from teto import sdk\nr = sdk.resume_checkpoint()\nstart = r[0] if r else 0\n"
+            "sdk.report_step(start + 1)\nsdk.save_checkpoint(b'w', start + 1)\nprint(start + 1)\n")
+    for expected in (1, 2):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             cwd=tmp_path, capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str(expected)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == ["step-00000001.pt",
+                                                                               "step-00000002.pt"]
+
+
+def test_the_sdk_imports_nothing_heavy(tmp_path):
+    out = subprocess.run([sys.executable, "-c", "import sys, teto.sdk; print('torch' in sys.modules)"],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=10)
+    assert out.stdout.strip() == "False"
