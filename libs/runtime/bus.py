@@ -37,6 +37,8 @@ async def connect(url: str, name: str, *, connect_timeout: float = 5.0, attempts
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 allow_reconnect=True,
+                # A close must not hang on a pull subscription left open (the default drain waits 30 s).
+                drain_timeout=5,
             )
         except Exception as exc:  # noqa: BLE001 - any failure to connect is retried, then reported
             last = exc
