@@ -1,0 +1,72 @@
+"""Wiring of the queue service: runtime, broker and router, singleton loops (outbox relay, placement, lease
+scanner). Nothing else lives here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from faststream.nats import NatsBroker
+
+from libs.runtime.outbox import OutboxRelay
+from libs.runtime.service import Runtime, wait_forever
+from libs.runtime.singleton import periodic
+
+from .commands import Commands
+from .handlers import build_router
+from .runs import Runs
+from .scheduler import Scheduler
+from .settings import QueueSettings
+from .store import SCHEMA
+
+log = logging.getLogger(__name__)
+NAME = "queue"
+
+
+async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
+    settings = settings or QueueSettings.from_env()
+    runtime = await Runtime.open(NAME, settings, schema=SCHEMA, package="services.queue")
+    broker: NatsBroker | None = None
+    stopping = asyncio.Event()
+    try:
+        relay = OutboxRelay(runtime.pool, SCHEMA, runtime.js)
+        commands = Commands(runtime, settings)
+        runs = Runs(runtime, settings)
+        scheduler = Scheduler(runtime, settings, kick=relay.kick)
+        broker = NatsBroker(settings.nats_url)
+        broker.include_router(build_router(runtime, commands, runs))
+        await broker.start()
+        runtime.singleton(f"{NAME}-outbox", until(stopping, relay.run))
+        runtime.singleton(f"{NAME}-placement", until(stopping, periodic(
+            scheduler.place_once, settings.schedule_interval_seconds, "placement")))
+        runtime.singleton(f"{NAME}-lease-scanner", until(stopping, periodic(
+            scheduler.scan_once, settings.scan_interval_seconds, "lease scanner")))
+        log.info("queue service ready (prefix %s)", settings.subject_prefix)
+        if ready is not None:
+            ready.set()
+        await wait_forever()
+    finally:
+        stopping.set()
+        if broker is not None:
+            await broker.stop()
+        await runtime.close()
+
+
+def until(stopping: asyncio.Event, body: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """Run a singleton body until the service stops.
+
+    SingletonLoop does not cancel its body when it is itself cancelled (see the report), so without this a
+    stopped service would leave its loops running against a closed pool."""
+    async def run() -> None:
+        work = asyncio.create_task(body())
+        stop = asyncio.create_task(stopping.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            work.cancel()
+            stop.cancel()
+        if work.done() and not work.cancelled() and work.exception() is not None:
+            raise work.exception()
+
+    return run

@@ -1,0 +1,125 @@
+"""Commands the queue decides: submit, cancel, requeue. Each acts once per ``command_id`` and is answered with a
+``CommandOutcome`` written to the outbox in the same transaction as the change it made (so the gateway, which
+reads the job right after an accepted outcome, always finds it). A redelivered command changes nothing and is
+answered again with the stored outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
+from libs.contracts.commands import CancelJob, Command, CommandOutcome, RequeueJob, SubmitJob
+from libs.contracts.envelope import ContractError
+from libs.runtime import outbox
+from libs.runtime.service import Runtime
+
+from . import store
+from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
+from .effects import apply
+from .settings import QueueSettings
+
+log = logging.getLogger(__name__)
+SERVICE = "queue"
+BUDGET_UNAVAILABLE = "budget service unavailable"
+
+
+class Commands:
+    def __init__(self, runtime: Runtime, settings: QueueSettings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+
+    async def submit(self, cmd: SubmitJob) -> CommandOutcome:
+        return await self._decide(cmd, cmd.job_id, Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec))
+
+    async def cancel(self, cmd: CancelJob) -> CommandOutcome:
+        return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))
+
+    async def requeue(self, cmd: RequeueJob) -> CommandOutcome:
+        """The consumed GPU-seconds come from the budget service, its single writer. Asked outside any
+        transaction (never hold row locks across a network wait); with no answer the requeue is refused rather
+        than decided on a guess."""
+        async with self.runtime.pool.acquire() as conn:
+            prior = await store.answered(conn, cmd.command_id)
+        if prior is not None:
+            return await self._answer_again(cmd, prior)
+        consumed = await self.consumed_seconds(cmd.job_id)
+        if consumed is None:
+            return await self._decide(cmd, cmd.job_id, Refusal(BUDGET_UNAVAILABLE))
+        return await self._decide(cmd, cmd.job_id, Requeue(cmd.gpu_ceiling_seconds, consumed, cmd.actor))
+
+    async def consumed_seconds(self, job_id: str) -> float | None:
+        request = BudgetStatusRequest(job_id=job_id)
+        try:
+            msg = await self.runtime.nc.request(self.runtime.subjects.rpc_budget_status, request.encode(),
+                                                timeout=self.settings.budget_rpc_timeout_seconds)
+            return BudgetStatusReply.decode(msg.data).consumed_seconds
+        except (TimeoutError, asyncio.TimeoutError, ContractError) as exc:
+            log.warning("budget status for %s unavailable: %s", job_id, exc or type(exc).__name__)
+            return None
+        except Exception as exc:  # noqa: BLE001 - no responders, connection trouble: same answer, never a guess
+            log.warning("budget status for %s unavailable: %r", job_id, exc)
+            return None
+
+    async def refuse_malformed(self, kind: str, body: bytes, reason: str) -> CommandOutcome | None:
+        """A command that fails its contract is answered too, when its id can be read, so whoever sent it hears
+        why instead of waiting for a timeout."""
+        try:
+            data = json.loads(body)
+            command_id = data.get("command_id") if isinstance(data, dict) else None
+            job_id = data.get("job_id") if isinstance(data, dict) else None
+            if not isinstance(command_id, str) or not _valid_id(command_id):
+                return None
+            job_id = job_id if isinstance(job_id, str) and _valid_id(job_id) else None
+        except (ValueError, UnicodeDecodeError):
+            return None
+        outcome = CommandOutcome(command_id=command_id, kind=kind, accepted=False,
+                                 reason=f"malformed command: {reason}", job_id=job_id, by=SERVICE)
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            if not await store.claim_command(conn, command_id, kind):
+                return None
+            await store.record_outcome(conn, command_id, job_id, outcome)
+            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(kind, command_id), outcome)])
+        return outcome
+
+    async def _decide(self, cmd: Command, job_id: str, fact: Fact | Refusal) -> CommandOutcome:
+        now = self.runtime.clock.now()
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            if not await store.claim_command(conn, cmd.command_id, cmd.KIND):
+                prior = await store.answered(conn, cmd.command_id)
+            else:
+                prior = None
+                result = fact if isinstance(fact, Refusal) else await apply(conn, self.settings, job_id, fact, now)
+                if isinstance(result, Refusal):
+                    outcome = self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
+                else:
+                    outcome = self._outcome(cmd, job_id, accepted=True)
+                await store.record_outcome(conn, cmd.command_id, job_id, outcome)
+                await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id),
+                                                             outcome)])
+        if prior is not None:
+            return await self._answer_again(cmd, prior)
+        log.info("%s %s for job %s: %s", cmd.KIND, cmd.command_id, job_id,
+                 "accepted" if outcome.accepted else f"refused ({outcome.reason})")
+        return outcome
+
+    async def _answer_again(self, cmd: Command, prior: dict[str, Any]) -> CommandOutcome:
+        """The same outcome again, as a new message (a fresh id, so JetStream does not drop it as a duplicate
+        of the first answer, which a waiting client may have missed)."""
+        again = CommandOutcome.model_validate({k: v for k, v in prior.items() if k not in ("id", "time")})
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id),
+                                                         again)])
+        log.info("%s %s seen again: answered with the stored outcome", cmd.KIND, cmd.command_id)
+        return again
+
+    def _outcome(self, cmd: Command, job_id: str, *, accepted: bool, reason: str | None = None,
+                 detail: dict[str, Any] | None = None) -> CommandOutcome:
+        return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=accepted, reason=reason,
+                              detail=detail or {}, job_id=job_id, by=SERVICE)
+
+
+def _valid_id(value: str) -> bool:
+    return 0 < len(value) <= 64 and all(c.isalnum() or c in "_-" for c in value) and value.isascii()

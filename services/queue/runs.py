@@ -1,0 +1,104 @@
+"""What executors and the budget tell the queue about runs: progress reports, lease renewals, ceiling
+exhaustion, heartbeats. Each becomes a lifecycle fact applied under the job's row lock; facts from an older lease
+epoch are counted and otherwise ignored, so a zombie executor can never move a job it lost."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from libs.contracts.budget import BudgetEvent, BudgetEventKind
+from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+from libs.contracts.telemetry import (
+    CheckpointReport,
+    CheckpointSkipped,
+    Heartbeat,
+    ProgressBase,
+    RunFinished,
+    RunStarted,
+    StepReport,
+)
+from libs.runtime.service import Runtime
+
+from . import store
+from .domain import lifecycle as lc
+from .effects import StaleFacts, apply
+from .settings import QueueSettings
+
+log = logging.getLogger(__name__)
+
+
+def fact_of(msg: ProgressBase) -> lc.Fact:
+    """The lifecycle fact a progress message states."""
+    if isinstance(msg, RunStarted):
+        return lc.Started(msg.epoch, msg.resumed_from_step, msg.resumed_from, msg.device)
+    if isinstance(msg, StepReport):
+        return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
+    if isinstance(msg, CheckpointReport):
+        return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes)
+    if isinstance(msg, CheckpointSkipped):
+        return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
+    if isinstance(msg, RunFinished):
+        return lc.Finished(msg.epoch, msg.outcome, msg.exit_code, msg.error, msg.last_step)
+    raise TypeError(f"not a progress message: {type(msg).__name__}")
+
+
+class Runs:
+    def __init__(self, runtime: Runtime, settings: QueueSettings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.stale = StaleFacts()
+
+    async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
+        now = self.runtime.clock.now()
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            result = await apply(conn, self.settings, msg.job_id, fact_of(msg), now)
+        if isinstance(result, lc.Refusal):
+            log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
+        elif result.ignored and result.ignored.startswith("stale epoch"):
+            self.stale.note(msg.executor_id, msg.job_id, result.ignored)
+        return result
+
+    async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
+        """ok only for the executor holding the job's current lease while it runs; the expiry is written before
+        the answer, so an acknowledged renewal is never lost to a crash."""
+        now = self.runtime.clock.now()
+        fact = lc.Renew(req.executor_id, req.epoch, now + timedelta(seconds=self.settings.lease_seconds))
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            job = await store.load_job(conn, req.job_id, lock=True)
+            result = lc.decide(job, fact, now)
+            if isinstance(result, lc.Transition):
+                await store.save_lease(conn, result.job)
+        if isinstance(result, lc.Refusal):
+            if job is not None and req.epoch < job.lease_epoch:
+                self.stale.note(req.executor_id, req.job_id, result.reason)
+            return LeaseRenewReply(ok=False, reason=result.reason)
+        return LeaseRenewReply(ok=True, expires_at=fact.expires_at)
+
+    async def budget(self, event: BudgetEvent) -> lc.Transition | lc.Refusal | None:
+        if event.event is not BudgetEventKind.EXHAUSTED:
+            return None  # warnings are the budget's to show; they change nothing here
+        now = self.runtime.clock.now()
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            result = await apply(conn, self.settings, event.job_id,
+                                 lc.StopForCeiling(event.ceiling_seconds, event.consumed_seconds), now)
+        if isinstance(result, lc.Refusal):
+            log.warning("budget exhausted for job %s ignored: %s", event.job_id, result.reason)
+        elif result.changed:
+            log.info("job %s reached its GPU ceiling (%.0fs of %.0fs): %s", event.job_id, event.consumed_seconds,
+                     event.ceiling_seconds, result.job.state)
+        return result
+
+    async def heartbeats(self, beats: list[Heartbeat]) -> int:
+        """Upsert the newest heartbeat per executor of a batch (placement needs only the latest)."""
+        latest: dict[str, Heartbeat] = {}
+        for hb in beats:
+            if hb.executor_id not in latest or latest[hb.executor_id].sent_at <= hb.sent_at:
+                latest[hb.executor_id] = hb
+        now = self.runtime.clock.now()
+        rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
+                 hb.phase.value, hb.sent_at, now) for hb in latest.values()]
+        if rows:
+            async with self.runtime.pool.acquire() as conn, conn.transaction():
+                await store.upsert_executors(conn, rows)
+        return len(rows)

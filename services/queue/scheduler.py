@@ -1,0 +1,85 @@
+"""The two loops that move jobs on their own: placement (queued -> running with a lease grant) and the lease
+scanner (running with an expired lease -> queued, or interrupted when a ceiling stop was pending).
+
+Both run as singleton loops (one replica at a time). Placement also takes a transaction-scoped advisory lock and
+row locks (``FOR UPDATE SKIP LOCKED``), so even two replicas that both believe they lead cannot place twice: the
+second waits for the first to commit, then sees its executors busy and its jobs running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from libs.runtime.db import lock_key
+from libs.runtime.service import Runtime
+
+from . import store
+from .domain import lifecycle as lc
+from .domain.placement import QueuedJob, place
+from .effects import messages_for
+from .settings import QueueSettings
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(self, runtime: Runtime, settings: QueueSettings, kick: Callable[[], None] = lambda: None) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.kick = kick  # wakes the outbox relay: a grant should reach the executor at once
+        self.placed = 0
+        self.expired = 0
+
+    @property
+    def silent_after(self) -> float:
+        return self.settings.executor_silence_heartbeats * self.settings.heartbeat_seconds
+
+    async def place_once(self) -> int:
+        now = self.runtime.clock.now()
+        lease = timedelta(seconds=self.settings.lease_seconds)
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
+            await conn.execute("SELECT pg_advisory_xact_lock($1)",
+                               lock_key(f"{self.settings.subject_prefix}:queue:placement"))
+            # 2. Snapshot: queued jobs (locked) and executors free per heartbeats and the jobs table.
+            jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
+            if not jobs:
+                return 0
+            free = await store.free_executors(conn, now, self.silent_after)
+            if not free:
+                return 0
+            # 3. Decide on the snapshot.
+            by_id = {j.id: j for j in jobs}
+            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
+            # 4. Grant each: job running under the next epoch, RunJob and LeaseEvent in the same transaction.
+            for a in assignments:
+                job = by_id[a.job_id]
+                t = lc.decide(job, lc.Granted(a.workers, job.lease_epoch + 1, now + lease), now)
+                if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
+                    log.error("placement of %s refused: %s", job.id, t.reason)
+                    continue
+                await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))
+                log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(a.workers), t.job.lease_epoch)
+        if assignments:
+            self.placed += len(assignments)
+            self.kick()
+        return len(assignments)
+
+    async def scan_once(self) -> int:
+        now = self.runtime.clock.now()
+        n = 0
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            for job in await store.expired_leases(conn, now):
+                t = lc.decide(job, lc.LeaseExpired(job.lease_epoch), now)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))
+                    log.warning("lease of job %s (epoch %d, executor %s) expired: %s", job.id, job.lease_epoch,
+                                job.executor_id, t.job.state)
+                    n += 1
+        if n:
+            self.expired += n
+            self.kick()
+        return n

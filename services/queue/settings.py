@@ -1,0 +1,35 @@
+"""Typed settings of the queue service: how often it places jobs and scans leases, and its patience with the
+executors (stop grace) and with the budget service (requeue check)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from libs.runtime.settings import CommonSettings, SettingsError
+
+
+class QueueSettings(CommonSettings):
+    schedule_interval_seconds: float = Field(
+        0.5, gt=0, le=60, description="How often queued jobs are placed on free executors"
+    )
+    scan_interval_seconds: float = Field(
+        1.0, gt=0, le=600, description="How often running jobs are checked for an expired lease"
+    )
+    stop_grace_seconds: float = Field(
+        30.0, ge=0, le=3600, description="Time an executor gets to checkpoint and stop at the GPU ceiling"
+    )
+    budget_rpc_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="How long a requeue waits for the budget service before it is refused"
+    )
+    executor_silence_heartbeats: float = Field(
+        2.0, ge=1, le=100, description="An executor unseen for this many heartbeats is not given work"
+    )
+    max_jobs_per_pass: int = Field(200, ge=1, le=100_000, description="Queued jobs considered per placement pass")
+
+    def check(self) -> None:
+        super().check()
+        if self.scan_interval_seconds >= self.lease_seconds:
+            raise SettingsError(
+                f"scan interval {self.scan_interval_seconds:g}s must be shorter than the lease "
+                f"{self.lease_seconds:g}s, or expired leases would be noticed a whole lease late"
+            )

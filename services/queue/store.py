@@ -1,0 +1,175 @@
+"""The queue's PostgreSQL edge: jobs in and out of rows, transitions written with their events and outbox
+messages in one transaction, command de-duplication, executor snapshots from heartbeats.
+
+Every function takes a connection the caller holds inside a transaction; nothing here commits on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from libs.contracts.envelope import Envelope
+from libs.contracts.jobs import JobEvent, JobSpec, JobState
+from libs.contracts.subjects import Subjects
+from libs.runtime import outbox
+
+from .domain.lifecycle import Job, Transition
+from .domain.placement import FreeExecutor
+
+SCHEMA = "queue"
+T = f'"{SCHEMA}"'
+
+_JOB_COLUMNS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "lease_epoch", "executor_id",
+                "workers", "lease_expires_at", "last_step", "total_steps", "step_seconds", "step_samples",
+                "last_checkpoint", "reason", "error", "stop_requested", "ceiling_history", "event_seq",
+                "created_at", "updated_at")
+_JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history"}
+_SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
+
+
+def _loads(value: str | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def job_from_row(row: asyncpg.Record) -> Job:
+    return Job(
+        id=row["id"], name=row["name"], owner=row["owner"], state=JobState(row["state"]),
+        spec=JobSpec.model_validate(_loads(row["spec"])), attempts=_loads(row["attempts"]),
+        attempt_number=row["attempt_number"], lease_epoch=row["lease_epoch"], executor_id=row["executor_id"],
+        workers=tuple(row["workers"]), lease_expires_at=row["lease_expires_at"], last_step=row["last_step"],
+        total_steps=row["total_steps"], step_seconds=row["step_seconds"], step_samples=row["step_samples"],
+        last_checkpoint=_loads(row["last_checkpoint"]), reason=row["reason"], error=row["error"],
+        stop_requested=row["stop_requested"], ceiling_history=tuple(_loads(row["ceiling_history"])),
+        event_seq=row["event_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
+    )
+
+
+def _job_values(job: Job) -> list[Any]:
+    values = {
+        **{c: getattr(job, c) for c in _JOB_COLUMNS},
+        "state": job.state.value,
+        "spec": job.spec.model_dump_json(),
+        "attempts": json.dumps(job.attempts),
+        "workers": list(job.workers),
+        "last_checkpoint": None if job.last_checkpoint is None else json.dumps(job.last_checkpoint),
+        "ceiling_history": json.dumps(list(job.ceiling_history)),
+    }
+    return [values[c] for c in _JOB_COLUMNS]
+
+
+_PLACEHOLDERS = ", ".join(f"${i}::jsonb" if c in _JSON_COLUMNS else f"${i}" for i, c in enumerate(_JOB_COLUMNS, 1))
+_INSERT_JOB = f"INSERT INTO {T}.jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({_PLACEHOLDERS})"
+_UPSERT_JOB = (
+    f"{_INSERT_JOB} ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in _JOB_COLUMNS if c not in ("id", "created_at"))
+)
+
+
+async def load_job(conn: asyncpg.Connection, job_id: str, *, lock: bool = False) -> Job | None:
+    row = await conn.fetchrow(f"{_SELECT_JOB} WHERE id = $1{' FOR UPDATE' if lock else ''}", job_id)
+    return None if row is None else job_from_row(row)
+
+
+async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transition, now: datetime,
+                messages: Iterable[tuple[str, Envelope]] = (), *, new: bool = False) -> list[JobEvent]:
+    """Store the job after a transition, number and store its events, and queue them with ``messages`` in the
+    outbox, all in the caller's transaction: the job, its history and what is announced never disagree.
+
+    ``new``: the job must not exist yet (a plain insert, so two submits racing on one job id cannot both win)."""
+    job = transition.job
+    events: list[JobEvent] = []
+    for draft in transition.events:
+        events.append(JobEvent(job_id=job.id, seq=job.event_seq + len(events) + 1, event=draft.event,
+                               state=draft.state, previous_state=draft.previous_state, reason=draft.reason,
+                               epoch=draft.epoch, executor_id=draft.executor_id, detail=draft.detail, time=now))
+    job = replace(job, event_seq=job.event_seq + len(events))
+    await conn.execute(_INSERT_JOB if new else _UPSERT_JOB, *_job_values(job))
+    if events:
+        await conn.executemany(
+            f"INSERT INTO {T}.job_events (job_id, seq, event, state, previous_state, reason, epoch, executor_id,"
+            " detail, time, msg_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)",
+            [(e.job_id, e.seq, e.event.value, e.state.value, e.previous_state and e.previous_state.value, e.reason,
+              e.epoch, e.executor_id, json.dumps(e.detail), e.time, e.id) for e in events],
+        )
+    out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
+    await outbox.add(conn, SCHEMA, [*out, *messages])
+    return events
+
+
+async def save_lease(conn: asyncpg.Connection, job: Job) -> None:
+    """A renewal touches only the expiry: cheaper than a full write, and it races nothing else."""
+    await conn.execute(f"UPDATE {T}.jobs SET lease_expires_at = $2 WHERE id = $1", job.id, job.lease_expires_at)
+
+
+# -- commands ---------------------------------------------------------------------------------------------
+
+async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] | None:
+    """The stored outcome of a command already processed, or None."""
+    return _loads(await conn.fetchval(f"SELECT outcome FROM {T}.processed_commands WHERE command_id = $1",
+                                      command_id))
+
+
+async def claim_command(conn: asyncpg.Connection, command_id: str, kind: str) -> bool:
+    """Claim a command for this transaction. False: it was processed already (a replica racing us on the same
+    redelivered command waits here until the first commits, then sees the row)."""
+    got = await conn.fetchval(
+        f"INSERT INTO {T}.processed_commands (command_id, kind) VALUES ($1, $2)"
+        " ON CONFLICT (command_id) DO NOTHING RETURNING command_id", command_id, kind)
+    return got is not None
+
+
+async def record_outcome(conn: asyncpg.Connection, command_id: str, job_id: str | None, outcome: Envelope) -> None:
+    await conn.execute(
+        f"UPDATE {T}.processed_commands SET outcome = $2::jsonb, job_id = $3 WHERE command_id = $1",
+        command_id, outcome.model_dump_json(by_alias=True), job_id)
+
+
+# -- placement and lease scanning -------------------------------------------------------------------------
+
+async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
+    """Queued jobs in arrival order, row-locked; rows another transaction holds are skipped, not waited on."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'queued' ORDER BY created_at, id LIMIT $1"
+                            " FOR UPDATE SKIP LOCKED", limit)
+    return [job_from_row(r) for r in rows]
+
+
+async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float) -> list[FreeExecutor]:
+    """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.
+
+    The jobs table is authoritative (a heartbeat sent before a grant lags it); the reported job covers the
+    other lag: a job cancelled a moment ago whose process is still stopping."""
+    rows = await conn.fetch(
+        f"SELECT e.executor_id, e.gpus, e.last_seen, e.group_name FROM {T}.executors e"
+        " WHERE e.accepting AND e.job_id IS NULL AND e.last_seen >= $1"
+        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state = 'running' AND e.executor_id = ANY(j.workers))"
+        " ORDER BY e.executor_id",
+        now - timedelta(seconds=silent_after))
+    return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
+
+
+async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'running' AND lease_expires_at < $1"
+                            " ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
+    return [job_from_row(r) for r in rows]
+
+
+# -- heartbeats -------------------------------------------------------------------------------------------
+
+async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
+    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen).
+    A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
+    await conn.executemany(
+        f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
+        " sent_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
+        " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
+        " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen"
+        " WHERE e.sent_at <= EXCLUDED.sent_at",
+        rows,
+    )
