@@ -4,6 +4,7 @@ idempotent commands, and malformed input."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -11,9 +12,15 @@ import pytest
 from libs.contracts.budget import BudgetEvent, BudgetEventKind, BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, RequeueJob, SubmitJob
 from libs.contracts.jobs import JobSpec
-from libs.contracts.telemetry import CheckpointReport, RunOutcome, RunStarted, StepReport
+from libs.contracts.envelope import utcnow
+from libs.contracts.telemetry import CheckpointReport, Heartbeat, RunOutcome, RunStarted, StepReport
 from libs.runtime import bus
+from libs.runtime.service import Runtime
+from services.queue.commands import Commands
+from services.queue.runs import Runs
+from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
+from services.queue.store import SCHEMA
 
 from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
 
@@ -223,3 +230,31 @@ async def test_a_malformed_command_is_refused_visibly_and_answered_when_its_id_i
         assert b"spec" in note.data
         # The service is still serving: a good command right after is accepted.
         assert (await c.command(SubmitJob(actor="ann", spec=spec()))).accepted
+
+
+async def test_two_replicas_placing_at_the_same_moment_never_place_twice(env):
+    """Both schedulers run their pass at once (as two replicas that both think they lead would): every job and
+    every executor is granted at most once, under epoch 1. Each pass takes two jobs, so row locks alone would
+    let them pick different jobs and the same executors; the placement lock makes the second wait and see."""
+    settings = env.settings(QueueSettings, max_jobs_per_pass=2)
+    replicas = [await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue") for _ in range(2)]
+    try:
+        commands, runs = Commands(replicas[0], settings), Runs(replicas[0], settings)
+        for i in range(5):
+            assert (await commands.submit(SubmitJob(actor="ann", job_id=f"job-{i}", spec=spec()))).accepted
+        beats = [Heartbeat(executor_id=f"ex-{i}", node_id=f"n{i}", group="g", sent_at=utcnow(), interval_seconds=1,
+                           progress_interval_seconds=1) for i in range(3)]
+        await runs.heartbeats(beats)
+        placed = await asyncio.gather(*(Scheduler(r, settings).place_once() for r in replicas))
+        assert sorted(placed) == [1, 2]
+        rows = await replicas[0].pool.fetch("SELECT id, workers, lease_epoch FROM queue.jobs WHERE state = 'running'")
+        assert len(rows) == 3 and {r["lease_epoch"] for r in rows} == {1}
+        assert sorted(w for r in rows for w in r["workers"]) == ["ex-0", "ex-1", "ex-2"]
+        assert [r["id"] for r in sorted(rows, key=lambda r: r["id"])] == ["job-0", "job-1", "job-2"]  # FIFO
+        runs_sent = await replicas[0].pool.fetchval(
+            "SELECT count(*) FROM queue.outbox WHERE subject LIKE $1", f"{settings.subject_prefix}.agent.%.run")
+        assert runs_sent == 3
+        assert await Scheduler(replicas[1], settings).place_once() == 0  # nothing free is left
+    finally:
+        for r in replicas:
+            await r.close()

@@ -9,215 +9,43 @@ edge can count them. Events carry no sequence number; the store numbers them per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, JobSpec, JobState
+from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
+
+from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is imported from here
+    RUN_FACTS,
+    Cancel,
+    Checkpointed,
+    CheckpointSkipped,
+    Effect,
+    EventDraft,
+    Fact,
+    Finished,
+    Granted,
+    Job,
+    LeaseExpired,
+    LeaseFact,
+    Refusal,
+    Renew,
+    Requeue,
+    RunOn,
+    Started,
+    StepReported,
+    StopForCeiling,
+    StopOn,
+    Submitted,
+    Transition,
+    no_attempts,
+)
 
 CEILING_STOP = "gpu_ceiling"  # the reason carried by a stop for the GPU ceiling and by the interrupted job
 REQUEUE_MARGIN_SECONDS = 60.0  # a requeue must leave at least this many GPU-seconds to run (DESIGN.md 5)
 TRANSPORT_LOST = AttemptCause.TRANSPORT_LOST.value
-
-
-def no_attempts() -> dict[str, int]:
-    return {cause.value: 0 for cause in AttemptCause}
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    name: str
-    owner: str
-    spec: JobSpec
-    state: JobState
-    created_at: datetime
-    updated_at: datetime
-    attempts: dict[str, int] = field(default_factory=no_attempts)  # by AttemptCause value
-    attempt_number: int = 0  # grants so far
-    lease_epoch: int = 0  # epoch of the latest grant (the fencing token)
-    executor_id: str | None = None  # rank 0 of the current (or last, once ended) run
-    workers: tuple[str, ...] = ()  # every executor of the current run, rank order
-    lease_expires_at: datetime | None = None
-    last_step: int | None = None
-    total_steps: int | None = None
-    step_seconds: float | None = None  # mean wall time per step, weighted by steps measured
-    step_samples: int = 0  # steps behind step_seconds
-    last_checkpoint: dict[str, Any] | None = None
-    reason: str | None = None
-    error: str | None = None
-    stop_requested: str | None = None  # reason of a stop sent to the executor and not yet answered
-    ceiling_history: tuple[dict[str, Any], ...] = ()
-    event_seq: int = 0  # owned by the store: the seq of the last event written
-
-
-# -- facts ------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Submitted:
-    job_id: str
-    name: str
-    owner: str
-    spec: JobSpec
-
-
-@dataclass(frozen=True)
-class Granted:
-    workers: tuple[str, ...]  # rank order; workers[0] is the executor the job is shown on
-    epoch: int
-    expires_at: datetime
-
-
-@dataclass(frozen=True)
-class Renew:
-    executor_id: str
-    epoch: int
-    expires_at: datetime
-
-
-@dataclass(frozen=True)
-class Started:
-    epoch: int
-    resumed_from_step: int | None = None
-    resumed_from: str | None = None
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class StepReported:
-    epoch: int
-    step: int
-    total_steps: int | None = None
-    step_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    epoch: int
-    step: int
-    path: str
-    at: datetime
-    sha256: str | None = None
-    bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class CheckpointSkipped:
-    epoch: int
-    path: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    epoch: int
-    outcome: RunOutcome
-    exit_code: int | None = None
-    error: str | None = None
-    last_step: int | None = None
-
-
-@dataclass(frozen=True)
-class LeaseExpired:
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Cancel:
-    reason: str
-    actor: str
-
-
-@dataclass(frozen=True)
-class StopForCeiling:
-    ceiling_seconds: float
-    consumed_seconds: float
-
-
-@dataclass(frozen=True)
-class Requeue:
-    new_ceiling: float
-    consumed: float
-    actor: str
-
-
-Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
-        | LeaseExpired | Cancel | StopForCeiling | Requeue)
-RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
-
-
-# -- results ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EventDraft:
-    """A job event before the store gives it its sequence number."""
-
-    event: JobEventKind
-    state: JobState
-    previous_state: JobState | None
-    reason: str | None = None
-    epoch: int | None = None
-    executor_id: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RunOn:
-    """Send RunJob to every worker (rank = position)."""
-
-    workers: tuple[str, ...]
-    epoch: int
-    attempt: int
-
-
-@dataclass(frozen=True)
-class StopOn:
-    """Send StopJob to every worker of the run with this epoch."""
-
-    workers: tuple[str, ...]
-    epoch: int
-    reason: str
-    checkpoint_first: bool
-
-
-@dataclass(frozen=True)
-class LeaseFact:
-    """Publish a LeaseEvent."""
-
-    event: LeaseEventKind
-    epoch: int
-    executor_id: str
-    expires_at: datetime | None = None
-    reason: str | None = None
-
-
-Effect = RunOn | StopOn | LeaseFact
-
-
-@dataclass(frozen=True)
-class Transition:
-    job: Job
-    events: tuple[EventDraft, ...] = ()
-    effects: tuple[Effect, ...] = ()
-    ignored: str | None = None  # why the fact changed nothing (stale epoch, run over); None when applied
-
-    @classmethod
-    def unchanged(cls, job: Job, ignored: str | None = None) -> Transition:
-        return cls(job=job, ignored=ignored)
-
-    @property
-    def changed(self) -> bool:
-        return self.ignored is None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """The fact is not allowed in the job's state; ``detail`` carries the numbers behind the reason."""
-
-    reason: str
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 # -- the transition function ------------------------------------------------------------------------------
@@ -308,9 +136,9 @@ def on_requeue(job: Job, fact: Requeue, now: datetime) -> Transition | Refusal:
                         "given_seconds": fact.new_ceiling})
     previous = job.spec.gpu_ceiling_seconds
     entry = {"ceiling_seconds": fact.new_ceiling, "actor": fact.actor, "at": now.isoformat()}
-    new = replace(job, state=JobState.QUEUED, spec=job.spec.model_copy(update={"gpu_ceiling_seconds": fact.new_ceiling}),
-                  ceiling_history=(*job.ceiling_history, entry), reason=None, stop_requested=None,
-                  executor_id=None, updated_at=now)
+    spec = job.spec.model_copy(update={"gpu_ceiling_seconds": fact.new_ceiling})
+    new = replace(job, state=JobState.QUEUED, spec=spec, ceiling_history=(*job.ceiling_history, entry), reason=None,
+                  stop_requested=None, executor_id=None, updated_at=now)
     event = EventDraft(JobEventKind.REQUEUED, new.state, job.state, reason="ceiling_raised",
                        detail={"gpu_ceiling_seconds": fact.new_ceiling, "previous_ceiling_seconds": previous,
                                "consumed_seconds": fact.consumed, "actor": fact.actor})

@@ -1,0 +1,210 @@
+"""The words of the job lifecycle: the job as the queue holds it, the facts that can happen to it, and what a
+decision yields (a transition with events and effects, or a refusal). The rules are in ``lifecycle``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from libs.contracts.jobs import AttemptCause, JobEventKind, JobSpec, JobState
+from libs.contracts.leases import LeaseEventKind
+from libs.contracts.telemetry import RunOutcome
+
+
+def no_attempts() -> dict[str, int]:
+    return {cause.value: 0 for cause in AttemptCause}
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    owner: str
+    spec: JobSpec
+    state: JobState
+    created_at: datetime
+    updated_at: datetime
+    attempts: dict[str, int] = field(default_factory=no_attempts)  # by AttemptCause value
+    attempt_number: int = 0  # grants so far
+    lease_epoch: int = 0  # epoch of the latest grant (the fencing token)
+    executor_id: str | None = None  # rank 0 of the current (or last, once ended) run
+    workers: tuple[str, ...] = ()  # every executor of the current run, rank order
+    lease_expires_at: datetime | None = None
+    last_step: int | None = None
+    total_steps: int | None = None
+    step_seconds: float | None = None  # mean wall time per step, weighted by steps measured
+    step_samples: int = 0  # steps behind step_seconds
+    last_checkpoint: dict[str, Any] | None = None
+    reason: str | None = None
+    error: str | None = None
+    stop_requested: str | None = None  # reason of a stop sent to the executor and not yet answered
+    ceiling_history: tuple[dict[str, Any], ...] = ()
+    event_seq: int = 0  # owned by the store: the seq of the last event written
+
+
+# -- facts ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    name: str
+    owner: str
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class Granted:
+    workers: tuple[str, ...]  # rank order; workers[0] is the executor the job is shown on
+    epoch: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Renew:
+    executor_id: str
+    epoch: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Started:
+    epoch: int
+    resumed_from_step: int | None = None
+    resumed_from: str | None = None
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class StepReported:
+    epoch: int
+    step: int
+    total_steps: int | None = None
+    step_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    epoch: int
+    step: int
+    path: str
+    at: datetime
+    sha256: str | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSkipped:
+    epoch: int
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    epoch: int
+    outcome: RunOutcome
+    exit_code: int | None = None
+    error: str | None = None
+    last_step: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseExpired:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    reason: str
+    actor: str
+
+
+@dataclass(frozen=True)
+class StopForCeiling:
+    ceiling_seconds: float
+    consumed_seconds: float
+
+
+@dataclass(frozen=True)
+class Requeue:
+    new_ceiling: float
+    consumed: float
+    actor: str
+
+
+Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
+        | LeaseExpired | Cancel | StopForCeiling | Requeue)
+RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EventDraft:
+    """A job event before the store gives it its sequence number."""
+
+    event: JobEventKind
+    state: JobState
+    previous_state: JobState | None
+    reason: str | None = None
+    epoch: int | None = None
+    executor_id: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOn:
+    """Send RunJob to every worker (rank = position)."""
+
+    workers: tuple[str, ...]
+    epoch: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StopOn:
+    """Send StopJob to every worker of the run with this epoch."""
+
+    workers: tuple[str, ...]
+    epoch: int
+    reason: str
+    checkpoint_first: bool
+
+
+@dataclass(frozen=True)
+class LeaseFact:
+    """Publish a LeaseEvent."""
+
+    event: LeaseEventKind
+    epoch: int
+    executor_id: str
+    expires_at: datetime | None = None
+    reason: str | None = None
+
+
+Effect = RunOn | StopOn | LeaseFact
+
+
+@dataclass(frozen=True)
+class Transition:
+    job: Job
+    events: tuple[EventDraft, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    ignored: str | None = None  # why the fact changed nothing (stale epoch, run over); None when applied
+
+    @classmethod
+    def unchanged(cls, job: Job, ignored: str | None = None) -> Transition:
+        return cls(job=job, ignored=ignored)
+
+    @property
+    def changed(self) -> bool:
+        return self.ignored is None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The fact is not allowed in the job's state; ``detail`` carries the numbers behind the reason."""
+
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
