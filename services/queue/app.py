@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from faststream.nats import NatsBroker
 
-from libs.runtime.outbox import OutboxRelay
+from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 
@@ -22,6 +22,7 @@ from .store import SCHEMA
 
 log = logging.getLogger(__name__)
 NAME = "queue"
+OUTBOX_PURGE_SECONDS = 3600.0
 
 
 async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
@@ -42,6 +43,9 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
             scheduler.place_once, settings.schedule_interval_seconds, "placement")))
         runtime.singleton(f"{NAME}-lease-scanner", until(stopping, periodic(
             scheduler.scan_once, settings.scan_interval_seconds, "lease scanner")))
+        # Published outbox rows are kept a day (for inspection after an incident), then dropped.
+        runtime.singleton(f"{NAME}-outbox-purge", until(stopping, periodic(
+            lambda: purge_published(runtime.pool, SCHEMA), OUTBOX_PURGE_SECONDS, "outbox purge")))
         log.info("queue service ready (prefix %s)", settings.subject_prefix)
         if ready is not None:
             ready.set()
