@@ -92,8 +92,9 @@ class Runtime:
         with contextlib.suppress(Exception):
             await bus.publish(self.js, self.subjects.rejected(self.name), note)
         if raw is not None:
+            # reject() terminates the JetStream message: a malformed message is never redelivered.
             with contextlib.suppress(Exception):
-                await raw.term()
+                await raw.reject()
 
 
 async def wait_forever() -> None:

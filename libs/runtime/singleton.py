@@ -8,6 +8,7 @@ try (within ``retry_seconds``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,7 @@ class SingletonLoop:
 
     async def run(self) -> None:
         key = lock_key(f"singleton:{self.name}")
+        tasks: set[asyncio.Task] = set()
         while True:
             conn: asyncpg.Connection | None = None
             try:
@@ -36,13 +38,10 @@ class SingletonLoop:
                     await asyncio.sleep(self.retry_seconds)
                 self.leader = True
                 log.info("%s: this replica is the leader", self.name)
-                body = asyncio.create_task(self.body())
-                watch = asyncio.create_task(_watch(conn, self.retry_seconds))
-                done, _ = await asyncio.wait({body, watch}, return_when=asyncio.FIRST_COMPLETED)
-                for t in (body, watch):
-                    t.cancel()
+                tasks = {asyncio.create_task(self.body()), asyncio.create_task(_watch(conn, self.retry_seconds))}
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
-                    if t.exception():
+                    if not t.cancelled() and t.exception():
                         log.warning("%s: leader loop ended: %r", self.name, t.exception())
             except asyncio.CancelledError:
                 raise
@@ -50,6 +49,13 @@ class SingletonLoop:
                 log.warning("%s: %s", self.name, exc)
             finally:
                 self.leader = False
+                # Cancelled or not, the body must not outlive leadership (it would run against a closed pool).
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await t
+                tasks = set()
                 if conn is not None:
                     try:
                         await conn.close(timeout=2)

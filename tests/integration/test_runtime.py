@@ -45,3 +45,30 @@ async def test_malformed_message_is_refused_and_published_for_operators(env):
         assert rt.rejected == 1
     finally:
         await rt.close()
+
+
+async def test_singleton_body_stops_with_the_loop_and_another_replica_takes_over(env):
+    from libs.runtime.singleton import SingletonLoop
+
+    ticks = {"a": 0, "b": 0}
+
+    def body(name):
+        async def run():
+            while True:
+                ticks[name] += 1
+                await asyncio.sleep(0.05)
+        return run
+
+    a = asyncio.create_task(SingletonLoop(env.database_url, "x", body("a"), retry_seconds=0.2).run())
+    await asyncio.sleep(0.5)
+    b = asyncio.create_task(SingletonLoop(env.database_url, "x", body("b"), retry_seconds=0.2).run())
+    await asyncio.sleep(0.5)
+    assert ticks["a"] > 0 and ticks["b"] == 0  # one leader at a time
+    a.cancel()
+    await asyncio.gather(a, return_exceptions=True)
+    frozen = ticks["a"]
+    await asyncio.sleep(1.0)
+    assert ticks["a"] == frozen  # the body stopped with its loop
+    assert ticks["b"] > 0  # the other replica took over
+    b.cancel()
+    await asyncio.gather(b, return_exceptions=True)
