@@ -10,12 +10,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from faststream import AckPolicy, Context
-from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 
 from libs.runtime.service import Runtime
+from services.health.batching import BatchConsumer  # shared batch consumer (see its docstring)
 
 from . import store
 from .domain import entries
@@ -23,7 +21,6 @@ from .domain.entries import Entry
 from .settings import AuditSettings
 
 log = logging.getLogger(__name__)
-RETRY_DELAY_SECONDS = 1.0
 
 Reader = Callable[[str, bytes, str, datetime], Entry]
 
@@ -36,26 +33,20 @@ def fallback_id(stream: str, msg: Msg) -> str:
         return f"{stream}-{(msg.headers or {}).get('Nats-Msg-Id', 'unknown')}"
 
 
-def build_router(runtime: Runtime, settings: AuditSettings, role: str | None) -> NatsRouter:
-    router = NatsRouter()
+def consumers(runtime: Runtime, settings: AuditSettings, role: str | None) -> list[BatchConsumer]:
     s = runtime.subjects
 
-    def consumer(subject: str, stream: str, durable: str, read: Reader) -> None:
-        @router.subscriber(subject, stream=JStream(s.stream_name(stream), declare=False), durable=durable,
-                           pull_sub=PullSub(batch_size=settings.batch_size, timeout=0.2, batch=True),
-                           ack_policy=AckPolicy.NACK_ON_ERROR)
-        async def on_batch(batch: NatsBatchMessage = Context("message")) -> None:
+    def consumer(subject: str, stream: str, durable: str, read: Reader) -> BatchConsumer:
+        async def on_batch(msgs: list[Msg]) -> None:
             now = runtime.clock.now()
-            found = [read(m.subject, m.data, fallback_id(stream, m), now) for m in batch.raw_message]
-            try:
-                async with runtime.pool.acquire() as conn:
-                    await store.append(conn, found, role=role, now=now)
-            except Exception as exc:  # noqa: BLE001 - database trouble or a bug: nothing is acknowledged
-                log.warning("audit: storing %d messages from %s failed (%r); redelivering in %.0fs",
-                            len(found), stream, exc, RETRY_DELAY_SECONDS)
-                await batch.nack(delay=RETRY_DELAY_SECONDS)
+            found = [read(m.subject, m.data, fallback_id(stream, m), now) for m in msgs]
+            async with runtime.pool.acquire() as conn:
+                await store.append(conn, found, role=role, now=now)
 
-    consumer(s.cmd_all, "CMD", "audit-commands", entries.from_command)
-    consumer(s.outcome_all, "OUTCOME", "audit-outcomes", entries.from_outcome)
-    consumer(s.rejected_all, "REJECTED", "audit-rejected", entries.from_rejected)
-    return router
+        return BatchConsumer(runtime.js, subject, s.stream_name(stream), durable, on_batch, batch=settings.batch_size)
+
+    return [
+        consumer(s.cmd_all, "CMD", "audit-commands", entries.from_command),
+        consumer(s.outcome_all, "OUTCOME", "audit-outcomes", entries.from_outcome),
+        consumer(s.rejected_all, "REJECTED", "audit-rejected", entries.from_rejected),
+    ]

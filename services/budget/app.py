@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
-
-from faststream.nats import NatsBroker
 
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 
 from . import store
-from .handlers import Counters, build_router, serve_status
+from .handlers import Counters, consumers, serve_status
 from .settings import BudgetSettings
 
 
@@ -35,12 +32,13 @@ def until(stop: asyncio.Event, body: Callable[[], Awaitable[None]]) -> Callable[
 async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or BudgetSettings.from_env()
     runtime = await Runtime.open("budget", settings, schema=store.SCHEMA, package="services.budget")
-    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG)  # per-message logs: heartbeats are many
     stop = asyncio.Event()
     try:
         relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js)
-        broker.include_router(build_router(runtime, settings, Counters(), relay))
-        await broker.start()
+        # Consumers share their durables with every replica; the relay runs in one.
+        for c in consumers(runtime, settings, Counters(), relay):
+            await c.subscribe()
+            runtime.background(c.run(), c.durable)
         await serve_status(runtime, settings)
         runtime.singleton("budget-outbox", until(stop, relay.run))
         if ready is not None:
@@ -48,5 +46,4 @@ async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event 
         await wait_forever()
     finally:
         stop.set()
-        await broker.stop()
         await runtime.close()

@@ -2,7 +2,7 @@
 its status responder (core NATS request/reply in queue group ``budget``).
 
 Each batch is one transaction whose events go through the outbox; the batch is acknowledged only after the
-commit, and a failure nacks it with a delay (redelivered samples are counted once by the ledger's key).
+commit, and a failure redelivers it (redelivered samples are counted once by the ledger's key).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ import json
 import logging
 from typing import TypeVar
 
-from faststream import AckPolicy, Context
-from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.message import NatsBatchMessage
 from nats.aio.msg import Msg
 
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
@@ -23,13 +20,13 @@ from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
+from services.health.batching import BatchConsumer  # shared batch consumer (see its docstring)
 
 from . import store
 from .settings import BudgetSettings
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Envelope)
-RETRY_DELAY_SECONDS = 1.0
 
 
 class Counters:
@@ -64,26 +61,14 @@ async def decode_batch(runtime: Runtime, model: type[M], msgs: list[Msg]) -> lis
     return good
 
 
-def batch_sub(runtime: Runtime, subject: str, stream: str, durable: str, batch_size: int = 200) -> dict:
-    return dict(subject=subject, stream=JStream(runtime.subjects.stream_name(stream), declare=False),
-                durable=durable, pull_sub=PullSub(batch_size=batch_size, timeout=0.2, batch=True),
-                ack_policy=AckPolicy.NACK_ON_ERROR)
-
-
-def build_router(runtime: Runtime, settings: BudgetSettings, counters: Counters,
-                 relay: outbox.OutboxRelay | None = None) -> NatsRouter:
-    router = NatsRouter()
+def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
+              relay: outbox.OutboxRelay | None = None) -> list[BatchConsumer]:
     s = runtime.subjects
 
-    async def commit(batch: NatsBatchMessage, what: str, work) -> None:
-        try:
-            async with runtime.pool.acquire() as conn, conn.transaction():
-                effects = await work(conn)
-                await outbox.add(conn, store.SCHEMA, effects.events)
-        except Exception as exc:  # noqa: BLE001 - database trouble or a bug: retry later, never lose it
-            log.warning("budget: %s failed (%r); redelivering in %.0fs", what, exc, RETRY_DELAY_SECONDS)
-            await batch.nack(delay=RETRY_DELAY_SECONDS)
-            return
+    async def commit(work) -> None:
+        async with runtime.pool.acquire() as conn, conn.transaction():
+            effects = await work(conn)
+            await outbox.add(conn, store.SCHEMA, effects.events)
         for item in effects.stale:
             executor_id, sample = item if isinstance(item, tuple) else (item.executor_id, item)
             counters.ignore_stale(executor_id, sample.job_id, sample.epoch)
@@ -91,40 +76,40 @@ def build_router(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         if effects.events and relay is not None:
             relay.kick()  # the ceiling is reached: tell the queue without waiting for the relay's poll
 
-    @router.subscriber(**batch_sub(runtime, s.heartbeat_all, "HB", "budget-usage", settings.usage_batch_size))
-    async def on_heartbeats(batch: NatsBatchMessage = Context("message")) -> None:
-        beats = await decode_batch(runtime, Heartbeat, batch.raw_message)
+    async def on_heartbeats(msgs: list[Msg]) -> None:
+        beats = await decode_batch(runtime, Heartbeat, msgs)
         samples = [(b.executor_id, b.usage) for b in beats if b.usage is not None]
         if samples:
-            await commit(batch, "recording usage", lambda conn: store.record_usage(conn, samples, s))
+            await commit(lambda conn: store.record_usage(conn, samples, s))
 
-    @router.subscriber(**batch_sub(runtime, s.job_all, "JOB", "budget-job-events"))
-    async def on_job_events(batch: NatsBatchMessage = Context("message")) -> None:
+    async def on_job_events(msgs: list[Msg]) -> None:
         # Health's signal events share the stream under another schema: not ours to read.
-        events = await decode_batch(runtime, JobEvent,
-                                    [m for m in batch.raw_message if schema_of(m.data) != SignalChanged.SCHEMA])
+        events = await decode_batch(runtime, JobEvent, [m for m in msgs if schema_of(m.data) != SignalChanged.SCHEMA])
         if not events:
             return
 
         async def work(conn):
             total = store.Effects()
             for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-                one = await store.apply_job_event(conn, ev, s)
-                total.events += one.events
+                total.events += (await store.apply_job_event(conn, ev, s)).events
             return total
 
-        await commit(batch, "applying job events", work)
+        await commit(work)
 
-    @router.subscriber(**batch_sub(runtime, s.progress_all, "PROGRESS", "budget-progress"))
-    async def on_progress(batch: NatsBatchMessage = Context("message")) -> None:
+    async def on_progress(msgs: list[Msg]) -> None:
         # Only step reports carry step time; checkpoints and run outcomes are the queue's business.
-        steps = [m for m in batch.raw_message if schema_of(m.data) == StepReport.SCHEMA]
-        reports = await decode_batch(runtime, StepReport, steps)
+        reports = await decode_batch(runtime, StepReport, [m for m in msgs if schema_of(m.data) == StepReport.SCHEMA])
         if reports:
-            await commit(batch, "recording steps",
-                         lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
+            await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
 
-    return router
+    def consumer(subject: str, stream: str, durable: str, handle, batch: int = 200) -> BatchConsumer:
+        return BatchConsumer(runtime.js, subject, s.stream_name(stream), durable, handle, batch=batch)
+
+    return [
+        consumer(s.heartbeat_all, "HB", "budget-usage", on_heartbeats, batch=settings.usage_batch_size),
+        consumer(s.job_all, "JOB", "budget-job-events", on_job_events),
+        consumer(s.progress_all, "PROGRESS", "budget-progress", on_progress),
+    ]
 
 
 async def serve_status(runtime: Runtime, settings: BudgetSettings) -> None:

@@ -6,14 +6,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from faststream.nats import NatsBroker
-
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 
 from . import store
-from .handlers import Counters, build_router
+from .handlers import Counters, consumers
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
@@ -38,12 +36,12 @@ def until(stop: asyncio.Event, body: Callable[[], Awaitable[None]]) -> Callable[
 async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or HealthSettings.from_env()
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
-    # Per-message broker logs at DEBUG: heartbeats arrive by the thousand.
-    broker = NatsBroker(settings.nats_url, log_level=logging.DEBUG)
     stop = asyncio.Event()
     try:
-        broker.include_router(build_router(runtime, Counters()))
-        await broker.start()
+        # Consumers share their durables with every replica; the evaluator and the relay run in one.
+        for c in consumers(runtime, Counters()):
+            await c.subscribe()
+            runtime.background(c.run(), c.durable)
 
         async def evaluate() -> None:
             await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())
@@ -56,5 +54,4 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
         await wait_forever()
     finally:
         stop.set()
-        await broker.stop()
         await runtime.close()

@@ -136,3 +136,47 @@ async def test_heartbeats_about_an_old_epoch_never_reach_the_job(env):
             await eventually(lambda: pg.fetchval("SELECT step = 6 FROM health.jobs WHERE job_id = 'j4'"))
             await eventually(lambda: asyncio.sleep(0, rejected.msgs))
     await pg.close()
+
+
+async def test_batch_consumer_redelivers_a_failed_batch_and_never_a_terminated_message(env):
+    """The consumer under all three services: acknowledged after the handler returns, redelivered if it raises."""
+    from libs.runtime import bus
+    from services.health.batching import BatchConsumer
+
+    s = env.settings().subjects
+    nc = await bus.connect(env.infra.nats_url, "t")
+    js = nc.jetstream()
+    await bus.ensure_streams(js, s)
+    seen: list[bytes] = []
+    failures = [1]
+    bad_deliveries = []
+
+    async def handle(msgs):
+        for m in msgs:
+            if m.data == b"bad":
+                bad_deliveries.append(m)
+                await m.term()
+        if failures[0]:
+            failures[0] -= 1
+            raise ConnectionError("database away")
+        seen.extend(m.data for m in msgs if m.data != b"bad")
+
+    consumer = BatchConsumer(js, s.heartbeat_all, s.stream_name("HB"), "t-batch", handle, retry_delay_seconds=0.2)
+    await consumer.subscribe()
+    task = asyncio.create_task(consumer.run())
+    try:
+        for body in (b"1", b"bad", b"2"):
+            await js.publish(s.heartbeat("x"), body)
+        await eventually(lambda: asyncio.sleep(0, sorted(seen) == [b"1", b"2"]))
+        info = await eventually(lambda: _acked(js, s.stream_name("HB")))
+        assert info.num_pending == 0 and failures == [0] and len(bad_deliveries) == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await nc.close()
+
+
+async def _acked(js, stream):
+    info = await js.consumer_info(stream, "t-batch")
+    return info if info.num_ack_pending == 0 else None
