@@ -16,7 +16,7 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
     runtime = await Runtime.open("audit", settings, schema=store.SCHEMA, package="services.audit")
     try:
         async with runtime.pool.acquire() as conn:
-            role = await store.writer_role(conn, settings.writer_role)
+            role = await store.writer_role(conn, settings.audit_writer_role)
         # Every replica consumes from the same durables; the advisory lock in store.append keeps one chain.
         for c in consumers(runtime, settings, role):
             await c.subscribe()

@@ -8,7 +8,7 @@ from libs.runtime.settings import CommonSettings
 
 
 class AuditSettings(CommonSettings):
-    writer_role: str | None = Field(
+    audit_writer_role: str | None = Field(
         None, pattern=r"^[a-z_][a-z0-9_]{0,62}$",
         description="Role the service writes as (INSERT/SELECT only); default <database>_audit_writer, which "
         "the migration creates when it may",
