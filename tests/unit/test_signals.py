@@ -126,3 +126,13 @@ def test_job_signal_equals_the_signal_of_the_executor_running_it(state, hb, step
         assert job == ex
     else:
         assert job.signal is None and ex.signal is not None
+
+
+def test_settings_default_timeout_is_two_heartbeats_and_a_shorter_one_is_refused():
+    from libs.runtime.settings import SettingsError
+    from services.health.settings import HealthSettings
+
+    settings = HealthSettings.from_env(env={}, heartbeat_seconds=10, lease_seconds=60)
+    assert settings.thresholds == Thresholds(signal_timeout_seconds=20.0, stuck_after_seconds=120.0)
+    with pytest.raises(SettingsError, match="shorter than one heartbeat"):
+        HealthSettings.from_env(env={}, heartbeat_seconds=10, lease_seconds=60, signal_timeout_seconds=5)
