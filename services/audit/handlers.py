@@ -13,7 +13,7 @@ from datetime import datetime
 from nats.aio.msg import Msg
 
 from libs.runtime.service import Runtime
-from services.health.batching import BatchConsumer  # shared batch consumer (see its docstring)
+from libs.runtime.batch import BatchConsumer
 
 from . import store
 from .domain import entries

@@ -20,7 +20,7 @@ from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
-from services.health.batching import BatchConsumer  # shared batch consumer (see its docstring)
+from libs.runtime.batch import BatchConsumer
 
 from . import store
 from .settings import BudgetSettings

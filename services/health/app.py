@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
@@ -17,26 +16,10 @@ from .settings import HealthSettings
 log = logging.getLogger(__name__)
 
 
-def until(stop: asyncio.Event, body: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    """Run ``body`` until ``stop`` is set. SingletonLoop does not cancel its body when it is itself
-    cancelled, so without this a closed service's loops would keep running on a closed pool."""
-    async def run() -> None:
-        task = asyncio.create_task(body())
-        waiter = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (task, waiter):
-                t.cancel()
-            await asyncio.gather(task, waiter, return_exceptions=True)
-
-    return run
-
 
 async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or HealthSettings.from_env()
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
-    stop = asyncio.Event()
     try:
         # Consumers share their durables with every replica; the evaluator and the relay run in one.
         for c in consumers(runtime, Counters()):
@@ -47,11 +30,10 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
             await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())
 
         tick = periodic(evaluate, settings.evaluate_interval_seconds, "health evaluator")
-        runtime.singleton("health-evaluator", until(stop, tick))
-        runtime.singleton("health-outbox", until(stop, OutboxRelay(runtime.pool, store.SCHEMA, runtime.js).run))
+        runtime.singleton("health-evaluator", tick)
+        runtime.singleton("health-outbox", OutboxRelay(runtime.pool, store.SCHEMA, runtime.js).run)
         if ready is not None:
             ready.set()
         await wait_forever()
     finally:
-        stop.set()
         await runtime.close()

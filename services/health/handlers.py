@@ -20,7 +20,7 @@ from libs.contracts.telemetry import Heartbeat
 from libs.runtime.service import Runtime
 
 from . import store
-from .batching import BatchConsumer
+from libs.runtime.batch import BatchConsumer
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Envelope)

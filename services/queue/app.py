@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from faststream.nats import NatsBroker
 
@@ -29,7 +28,6 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
     settings = settings or QueueSettings.from_env()
     runtime = await Runtime.open(NAME, settings, schema=SCHEMA, package="services.queue")
     broker: NatsBroker | None = None
-    stopping = asyncio.Event()
     try:
         relay = OutboxRelay(runtime.pool, SCHEMA, runtime.js)
         commands = Commands(runtime, settings)
@@ -38,39 +36,21 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         broker = NatsBroker(settings.nats_url)
         broker.include_router(build_router(runtime, commands, runs))
         await broker.start()
-        runtime.singleton(f"{NAME}-outbox", until(stopping, relay.run))
-        runtime.singleton(f"{NAME}-placement", until(stopping, periodic(
-            scheduler.place_once, settings.schedule_interval_seconds, "placement")))
-        runtime.singleton(f"{NAME}-lease-scanner", until(stopping, periodic(
-            scheduler.scan_once, settings.scan_interval_seconds, "lease scanner")))
+        runtime.singleton(f"{NAME}-outbox", relay.run)
+        runtime.singleton(f"{NAME}-placement", periodic(
+            scheduler.place_once, settings.schedule_interval_seconds, "placement"))
+        runtime.singleton(f"{NAME}-lease-scanner", periodic(
+            scheduler.scan_once, settings.scan_interval_seconds, "lease scanner"))
         # Published outbox rows are kept a day (for inspection after an incident), then dropped.
-        runtime.singleton(f"{NAME}-outbox-purge", until(stopping, periodic(
-            lambda: purge_published(runtime.pool, SCHEMA), OUTBOX_PURGE_SECONDS, "outbox purge")))
+        runtime.singleton(f"{NAME}-outbox-purge", periodic(
+            lambda: purge_published(runtime.pool, SCHEMA), OUTBOX_PURGE_SECONDS, "outbox purge"))
         log.info("queue service ready (prefix %s)", settings.subject_prefix)
         if ready is not None:
             ready.set()
         await wait_forever()
     finally:
-        stopping.set()
         if broker is not None:
             await broker.stop()
         await runtime.close()
 
 
-def until(stopping: asyncio.Event, body: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-    """Run a singleton body until the service stops.
-
-    SingletonLoop does not cancel its body when it is itself cancelled (see the report), so without this a
-    stopped service would leave its loops running against a closed pool."""
-    async def run() -> None:
-        work = asyncio.create_task(body())
-        stop = asyncio.create_task(stopping.wait())
-        try:
-            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            work.cancel()
-            stop.cancel()
-        if work.done() and not work.cancelled() and work.exception() is not None:
-            raise work.exception()
-
-    return run

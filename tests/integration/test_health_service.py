@@ -141,7 +141,7 @@ async def test_heartbeats_about_an_old_epoch_never_reach_the_job(env):
 async def test_batch_consumer_redelivers_a_failed_batch_and_never_a_terminated_message(env):
     """The consumer under all three services: acknowledged after the handler returns, redelivered if it raises."""
     from libs.runtime import bus
-    from services.health.batching import BatchConsumer
+    from libs.runtime.batch import BatchConsumer
 
     s = env.settings().subjects
     nc = await bus.connect(env.infra.nats_url, "t")

@@ -6,7 +6,7 @@ several ``fetch`` calls and catches only ``nats.errors.TimeoutError``, while nat
 loop task then dies and restarts, and the messages it had gathered are neither handled nor acknowledged: they
 wait out the consumer's AckWait (30 s) before redelivery. Here one ``fetch`` is one batch, handled at once.
 
-Used by the health, budget and audit services; a candidate for libs/runtime.
+Used by the services whose hot paths batch (heartbeats, usage, audit).
 """
 
 from __future__ import annotations
