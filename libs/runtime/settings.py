@@ -54,7 +54,7 @@ class CommonSettings(Settings):
         None, gt=0, description="The executor stops this long before the lease ends (default: one heartbeat)"
     )
     data_dir: Path = Field(Path(".teto"), description="Local state: embedded servers, tokens, checkpoints")
-    checkpoint_dir: Path | None = Field(None, description="Checkpoint storage (shared FS); default data_dir/ckpt")
+    checkpoint_dir: Path | None = Field(None, description="Checkpoint storage, a directory (a shared filesystem in a deployment); default data_dir/checkpoints")
 
     @property
     def subjects(self) -> Subjects:
