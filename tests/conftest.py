@@ -109,3 +109,15 @@ class TestEnv:
 def env(infra: Infra, tmp_path: Path) -> TestEnv:
     prefix = "t" + uuid.uuid4().hex[:10]
     return TestEnv(infra=infra, prefix=prefix, database_url=infra.new_database(), data_dir=tmp_path / "data")
+
+
+_LAYERS = ("unit", "broker", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    """Each test carries the marker of its folder, so `-m unit` (etc.) selects exactly that layer."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        for layer in _LAYERS:
+            if layer in parts:
+                item.add_marker(getattr(pytest.mark, layer))
