@@ -14,6 +14,7 @@ from pydantic import Field
 
 from .envelope import Envelope, new_id, utcnow
 from .jobs import JobSpec
+from .nodes import CheckTest
 
 
 class Command(Envelope):
@@ -48,7 +49,36 @@ class RequeueJob(Command):
     gpu_ceiling_seconds: float = Field(gt=0, le=10**9, description="The new TOTAL ceiling, not an increment")
 
 
-COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob)}
+class RunHealthCheck(Command):
+    """An on-demand check run of a group or of nodes (``fleet:manage``); answered by the health service."""
+
+    SCHEMA = "teto.cmd.run_health_check/1"
+    KIND = "run_health_check"
+
+    run_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    group: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    nodes: list[str] = Field(default_factory=list, max_length=1000)
+    tests: list[CheckTest] = Field(default_factory=list, description="Empty: the whole suite")
+    force: bool = Field(False, description="Busy nodes: checkpoint and requeue their job first (no attempt spent)")
+
+
+class DrainNode(Command):
+    SCHEMA = "teto.cmd.drain_node/1"
+    KIND = "drain_node"
+
+    node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
+    reason: str = Field("drained by operator", max_length=1000)
+
+
+class UndrainNode(Command):
+    SCHEMA = "teto.cmd.undrain_node/1"
+    KIND = "undrain_node"
+
+    node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
+
+
+COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob, RunHealthCheck,
+                                                          DrainNode, UndrainNode)}
 
 
 class CommandOutcome(Envelope):

@@ -1,4 +1,6 @@
-"""Nodes and executors: registration by the agent (``teto.node.<node_id>.registered``) and signals.
+"""Nodes and executors: registration by the agent (``teto.node.<node_id>.registered``), signals, the node
+lifecycle (``teto.node.<node_id>.<event>``) and deep health checks (``teto.agent.<executor_id>.check|reboot``
+directives, ``teto.check.<run_id>.<event>`` progress and results).
 
 Signals (``no_signal``, ``stuck``) are derived by the health service and published as job events
 (``teto.job.<job_id>.signal``) so that the job badge and the executor list always agree.
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Literal
 
 from pydantic import Field
 
-from .envelope import Envelope
+from .envelope import Envelope, Model
 from .telemetry import GpuInfo
 
 
@@ -26,6 +29,10 @@ class NodeRegistered(Envelope):
     cpu_count: int = Field(ge=1)
     torch_version: str | None = None
     agent_version: str
+    address: str | None = Field(None, description="host:port of the agent's reachability (echo) listener")
+    collective_port: int | None = Field(None, ge=1, le=65535,
+                                        description="Port this node offers as rank 0 of a check collective")
+    boot_id: str | None = Field(None, description="Changes on every agent start: a re-registration after a reboot")
 
 
 class Signal(StrEnum):
@@ -46,3 +53,119 @@ class SignalChanged(Envelope):
     seconds_since_step_change: float | None = None
     no_signal_after_seconds: float
     stuck_after_seconds: float
+
+
+# -- node lifecycle -------------------------------------------------------------------------------------------
+
+class NodeState(StrEnum):
+    JOINING = "joining"  # registered; its checks are about to start (not schedulable)
+    CHECKING = "checking"  # running the check suite (not schedulable)
+    READY = "ready"  # passed its checks: schedulable unless cordoned
+    FAILED = "failed"  # failed its checks (passes on to recovering or replaced at once)
+    RECOVERING = "recovering"  # told to reboot; re-checked when it registers again
+    REPLACED = "replaced"  # failed after max_reboots recoveries; the provisioner was asked for a new node
+    DRAINED = "drained"  # taken out by an operator
+
+
+class NodeEventKind(StrEnum):
+    JOINING = "joining"
+    CHECKING = "checking"
+    READY = "ready"
+    FAILED = "failed"
+    RECOVERING = "recovering"
+    REPLACED = "replaced"
+    DRAINED = "drained"
+    CORDONED = "cordoned"  # busy node targeted by a check run: no new work, checked when its job ends
+    UNCORDONED = "uncordoned"
+
+
+class NodeEvent(Envelope):
+    """A node's state change, ordered per node by ``seq``; ``schedulable`` is what placement must obey."""
+
+    SCHEMA = "teto.node.event/1"
+
+    node_id: str
+    seq: int = Field(ge=1)
+    event: NodeEventKind
+    state: NodeState
+    previous_state: NodeState | None = None
+    executor_id: str | None = None
+    group: str
+    schedulable: bool
+    reason: str | None = None
+    run_id: str | None = None
+    reboots: int = Field(0, ge=0)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+# -- deep checks ----------------------------------------------------------------------------------------------
+
+class CheckTest(StrEnum):
+    MATMUL = "matmul"  # matrix products per precision vs a float64 reference, and throughput
+    MEMBW = "membw"  # device memory bandwidth from large copies
+    MEMTEST = "memtest"  # pattern write/read over a fraction of free memory
+    NVML = "nvml"  # ECC, retired pages / remapped rows, XID, temperature, power, clocks, throttle reasons
+    CONNECTIVITY = "connectivity"  # every other node of the group answers on its reachability address
+    ALLREDUCE = "allreduce"  # torch.distributed all-reduce across the nodes of the run (bus bandwidth)
+
+
+ALL_TESTS: tuple[CheckTest, ...] = tuple(CheckTest)
+
+
+class CheckStatus(StrEnum):
+    WAITING = "waiting"  # the node is busy: cordoned, checked when its job ends
+    PENDING = "pending"  # asked, not started
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_APPLICABLE = "not_applicable"  # e.g. NVML on a CPU-only node: said, never a silent pass
+
+
+class CheckPeer(Model):
+    node_id: str
+    address: str
+
+
+class RunChecks(Envelope):
+    """Directive to one agent: run these tests now (``teto.agent.<executor_id>.check``)."""
+
+    SCHEMA = "teto.agent.check/1"
+
+    run_id: str
+    node_id: str
+    executor_id: str
+    tests: list[CheckTest] = Field(min_length=1)
+    attempt: int = Field(1, ge=1, description="2 for the single re-run of a failed test")
+    force: bool = Field(False, description="Stop a running job first (checkpoint, requeue without an attempt)")
+    peers: list[CheckPeer] = Field(default_factory=list, description="Other nodes of the group to reach")
+    rank: int = Field(0, ge=0)
+    world_size: int = Field(1, ge=1)
+    rendezvous: str | None = Field(None, description="host:port of rank 0 for the all-reduce")
+
+
+class RebootNode(Envelope):
+    """Directive to one agent: reboot (restart the agent process, or the configured reboot hook)."""
+
+    SCHEMA = "teto.agent.reboot/1"
+
+    node_id: str
+    executor_id: str
+    reason: str
+    reboots: int = Field(ge=1, description="This node's reboots so far, this one included")
+
+
+class CheckReport(Envelope):
+    """Progress or result of one test on one node (``teto.check.<run_id>.<event>``; event is the status)."""
+
+    SCHEMA = "teto.check.report/1"
+
+    run_id: str
+    node_id: str
+    executor_id: str
+    test: CheckTest | None = Field(None, description="None: about the node's whole run (e.g. busy)")
+    attempt: int = Field(1, ge=1)
+    status: CheckStatus | Literal["busy"]
+    figures: dict[str, float] = Field(default_factory=dict, description="Measured numbers, units in their names")
+    detail: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = Field(None, max_length=4000)
+    seconds: float | None = Field(None, ge=0, description="Wall time of the test")

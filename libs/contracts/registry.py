@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
-from .commands import CancelJob, CommandOutcome, RequeueJob, SubmitJob
+from .commands import CancelJob, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck, SubmitJob, UndrainNode
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
-from .nodes import NodeRegistered, SignalChanged
+from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
 from .telemetry import CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport
 
 
@@ -27,6 +27,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(SubmitJob, "teto.cmd.submit", "CMD", "gateway", "Submit a job"),
     Entry(CancelJob, "teto.cmd.cancel", "CMD", "gateway", "Cancel a job"),
     Entry(RequeueJob, "teto.cmd.requeue", "CMD", "gateway", "Requeue an interrupted job with a new total ceiling"),
+    Entry(RunHealthCheck, "teto.cmd.run_health_check", "CMD", "gateway", "Run deep checks on a group or nodes"),
+    Entry(DrainNode, "teto.cmd.drain_node", "CMD", "gateway", "Take a node out of scheduling"),
+    Entry(UndrainNode, "teto.cmd.undrain_node", "CMD", "gateway", "Return a drained node (re-checked first)"),
     Entry(CommandOutcome, "teto.outcome.<kind>.<command_id>", "OUTCOME", "owning service", "Command accepted/refused"),
     Entry(JobEvent, "teto.job.<job_id>.<event>", "JOB", "queue", "Job-state change, ordered per job by seq"),
     Entry(SignalChanged, "teto.job.<job_id>.signal", "JOB", "health", "Job signal changed (ok/no_signal/stuck)"),
@@ -37,6 +40,10 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(StopJob, "teto.agent.<executor_id>.stop", "AGENT", "queue", "Stop the training process of a job"),
     Entry(Heartbeat, "teto.hb.<executor_id>", "HB", "executor", "Liveness, phase, step, GPU usage sample"),
     Entry(NodeRegistered, "teto.node.<node_id>.registered", "NODE", "executor", "Agent started on a node"),
+    Entry(NodeEvent, "teto.node.<node_id>.<event>", "NODE", "health", "Node lifecycle change, ordered per node"),
+    Entry(RunChecks, "teto.agent.<executor_id>.check", "AGENT", "health", "Run deep checks on this node"),
+    Entry(RebootNode, "teto.agent.<executor_id>.reboot", "AGENT", "health", "Reboot (restart the agent)"),
+    Entry(CheckReport, "teto.check.<run_id>.<status>", "NODE", "executor", "Check progress/result per test"),
     Entry(RunStarted, "teto.progress.<job_id>", "PROGRESS", "executor", "Training process started"),
     Entry(StepReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Step, loss, step duration"),
     Entry(CheckpointReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Checkpoint written (atomic)"),

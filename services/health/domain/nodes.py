@@ -1,0 +1,272 @@
+"""The node lifecycle: one pure transition function, ``decide(node, fact, now, policy)``.
+
+States (DESIGN.md 7): joining -> checking -> ready; a failed check -> failed -> recovering (reboot) and, after
+``max_reboots`` failed recoveries, replaced; drained by an operator. A node is schedulable only when ready and
+not cordoned (a busy node targeted by a check run keeps its job but takes no new one).
+
+A fact is something that happened or was asked. The answer is a ``Transition`` (the node after it, the node
+events to emit, the effects the edge must carry out: start checks, reboot, call the provisioner) or a
+``Refusal`` (not allowed; nothing applied). Facts about a check run the node is no longer in are old news:
+``Transition.unchanged`` with the reason, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from libs.contracts.nodes import NodeEventKind, NodeState
+
+S = NodeState
+NOT_SCHEDULABLE = {S.JOINING: "waiting for its checks", S.CHECKING: "running its checks",
+                   S.FAILED: "failed its checks", S.RECOVERING: "rebooting after failed checks",
+                   S.REPLACED: "replaced", S.DRAINED: "drained by an operator"}
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    group: str
+    executor_id: str | None
+    state: NodeState
+    reboots: int = 0  # reboots since the node last passed its checks
+    run_id: str | None = None  # the check run the node is in (checking, or cordoned waiting for it)
+    cordoned: bool = False
+    reason: str | None = None
+    boot_id: str | None = None
+    since: datetime | None = None
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is S.READY and not self.cordoned
+
+    @property
+    def why_not_schedulable(self) -> str | None:
+        if self.state is S.READY:
+            return f"cordoned for check run {self.run_id}" if self.cordoned else None
+        return self.reason or NOT_SCHEDULABLE[self.state]
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_reboots: int = 2
+
+
+# -- facts ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Registered:
+    """The agent (re)started: a new node, a reboot coming back, or an agent restarted on its own."""
+    node_id: str
+    executor_id: str
+    group: str
+    boot_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ChecksStarted:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class CheckRequested:
+    """An on-demand run asks for this node; ``busy``: a job runs on it now (and ``force`` was not given)."""
+    run_id: str
+    busy: bool
+
+
+@dataclass(frozen=True)
+class ChecksPassed:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ChecksFailed:
+    run_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Drain:
+    reason: str = "drained by an operator"
+
+
+@dataclass(frozen=True)
+class Undrain:
+    pass
+
+
+Fact = Registered | ChecksStarted | CheckRequested | ChecksPassed | ChecksFailed | Drain | Undrain
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Event:
+    kind: NodeEventKind
+    state: NodeState
+    previous: NodeState | None
+    reason: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reboot:
+    reboots: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Provision:
+    """Ask the provisioner for a fresh node in the group (the replaced one is left out of scheduling)."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScheduleChecks:
+    """The node needs a check run (joining, back from a reboot, undrained)."""
+
+
+Effect = Reboot | Provision | ScheduleChecks
+
+
+@dataclass(frozen=True)
+class Transition:
+    node: Node
+    events: tuple[Event, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    ignored: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.events)
+
+    @classmethod
+    def unchanged(cls, node: Node, why: str | None = None) -> Transition:
+        return cls(node, ignored=why)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+
+
+# -- the transition function -------------------------------------------------------------------------------
+
+def decide(node: Node | None, fact: Fact, now: datetime, policy: Policy = Policy()) -> Transition | Refusal:
+    if isinstance(fact, Registered):
+        return on_registered(node, fact, now)
+    if node is None:
+        return Refusal("no such node")
+    if isinstance(fact, ChecksStarted):
+        return on_checks_started(node, fact, now)
+    if isinstance(fact, CheckRequested):
+        return on_check_requested(node, fact, now)
+    if isinstance(fact, ChecksPassed):
+        return on_passed(node, fact, now)
+    if isinstance(fact, ChecksFailed):
+        return on_failed(node, fact, now, policy)
+    if isinstance(fact, Drain):
+        return on_drain(node, fact, now)
+    if isinstance(fact, Undrain):
+        return on_undrain(node, now)
+    raise TypeError(f"not a node fact: {fact!r}")
+
+
+def _to(node: Node, state: NodeState, kind: NodeEventKind, now: datetime, reason: str | None = None,
+        **changes: Any) -> tuple[Node, Event]:
+    new = replace(node, state=state, since=now, reason=reason, **changes)
+    return new, Event(kind, state, node.state, reason)
+
+
+def on_registered(node: Node | None, fact: Registered, now: datetime) -> Transition:
+    """A node that registers proves itself before it gets work: joining, then a check run.
+
+    A replaced node stays replaced (its successor is on the way; the old one must not come back by restarting);
+    a drained one stays drained. The same boot registering twice (a redelivered message) changes nothing.
+    """
+    if node is None:
+        new = Node(fact.node_id, fact.group, fact.executor_id, S.JOINING, boot_id=fact.boot_id, since=now)
+        return Transition(new, (Event(NodeEventKind.JOINING, S.JOINING, None, "registered"),), (ScheduleChecks(),))
+    if fact.boot_id is not None and fact.boot_id == node.boot_id and node.executor_id == fact.executor_id:
+        return Transition.unchanged(node, "registration already seen")
+    if node.state in (S.REPLACED, S.DRAINED):
+        kept = replace(node, executor_id=fact.executor_id, boot_id=fact.boot_id)
+        return Transition(kept, ignored=f"node is {node.state}: registration noted, state kept")
+    why = "back after a reboot" if node.state is S.RECOVERING else "agent restarted"
+    new, ev = _to(node, S.JOINING, NodeEventKind.JOINING, now, why, executor_id=fact.executor_id,
+                  group=fact.group, boot_id=fact.boot_id, run_id=None, cordoned=False)
+    return Transition(new, (ev,), (ScheduleChecks(),))
+
+
+def on_checks_started(node: Node, fact: ChecksStarted, now: datetime) -> Transition | Refusal:
+    """Checks start on an idle node that is joining, ready (on demand) or cordoned for this run."""
+    if node.state not in (S.JOINING, S.READY, S.CHECKING):
+        return Refusal(f"a {node.state} node is not checked")
+    if node.state is S.CHECKING and node.run_id == fact.run_id:
+        return Transition.unchanged(node, "checks already running")
+    new, ev = _to(node, S.CHECKING, NodeEventKind.CHECKING, now, None, run_id=fact.run_id, cordoned=False)
+    return Transition(new, (replace(ev, detail={"run_id": fact.run_id}),))
+
+
+def on_check_requested(node: Node, fact: CheckRequested, now: datetime) -> Transition | Refusal:
+    """An on-demand run: a busy ready node is cordoned (keeps its job, takes no new one) until its job ends;
+    an idle one is checked at once (the edge then says ChecksStarted)."""
+    if node.state is not S.READY:
+        return Refusal(f"node is {node.state}")
+    if not fact.busy:
+        return Transition(node, effects=(ScheduleChecks(),))
+    if node.cordoned and node.run_id == fact.run_id:
+        return Transition.unchanged(node, "already cordoned for this run")
+    new = replace(node, cordoned=True, run_id=fact.run_id)
+    return Transition(new, (Event(NodeEventKind.CORDONED, S.READY, S.READY, f"cordoned for check run {fact.run_id}",
+                                  {"run_id": fact.run_id}),))
+
+
+def on_passed(node: Node, fact: ChecksPassed, now: datetime) -> Transition:
+    if node.state is not S.CHECKING or node.run_id != fact.run_id:
+        return Transition.unchanged(node, f"not checking under run {fact.run_id}")
+    new, ev = _to(node, S.READY, NodeEventKind.READY, now, None, run_id=None, reboots=0)
+    return Transition(new, (replace(ev, detail={"run_id": fact.run_id}),))
+
+
+def on_failed(node: Node, fact: ChecksFailed, now: datetime, policy: Policy) -> Transition:
+    """failed, then at once recovering (a reboot) or, after max_reboots failed recoveries, replaced."""
+    if node.state is not S.CHECKING or node.run_id != fact.run_id:
+        return Transition.unchanged(node, f"not checking under run {fact.run_id}")
+    failed, ev1 = _to(node, S.FAILED, NodeEventKind.FAILED, now, fact.reason, run_id=None)
+    ev1 = replace(ev1, detail={"run_id": fact.run_id})
+    if node.reboots >= policy.max_reboots:
+        why = f"failed after {node.reboots} reboot(s) (max_reboots {policy.max_reboots}): {fact.reason}"
+        new, ev2 = _to(failed, S.REPLACED, NodeEventKind.REPLACED, now, why)
+        return Transition(new, (ev1, ev2), (Provision(why),))
+    reboots = node.reboots + 1
+    why = f"reboot {reboots} of {policy.max_reboots}: {fact.reason}"
+    new, ev2 = _to(failed, S.RECOVERING, NodeEventKind.RECOVERING, now, why, reboots=reboots)
+    return Transition(new, (ev1, ev2), (Reboot(reboots, fact.reason),))
+
+
+def on_drain(node: Node, fact: Drain, now: datetime) -> Transition | Refusal:
+    if node.state is S.REPLACED:
+        return Refusal("a replaced node cannot be drained")
+    if node.state is S.DRAINED:
+        return Transition.unchanged(node, "already drained")
+    new, ev = _to(node, S.DRAINED, NodeEventKind.DRAINED, now, fact.reason, run_id=None, cordoned=False)
+    return Transition(new, (ev,))
+
+
+def on_undrain(node: Node, now: datetime) -> Transition | Refusal:
+    """An undrained node proves itself again before it gets work (it may have been serviced meanwhile)."""
+    if node.state is not S.DRAINED:
+        return Refusal(f"node is {node.state}, not drained")
+    new, ev = _to(node, S.JOINING, NodeEventKind.JOINING, now, "undrained", reboots=0)
+    return Transition(new, (ev,), (ScheduleChecks(),))
+
+
+def uncordon(node: Node, now: datetime) -> Transition:
+    """A cordoned node's run ended without checking it (run cancelled): back to work."""
+    if not node.cordoned:
+        return Transition.unchanged(node, "not cordoned")
+    new = replace(node, cordoned=False, run_id=None)
+    return Transition(new, (Event(NodeEventKind.UNCORDONED, node.state, node.state, None),))
