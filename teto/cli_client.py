@@ -134,9 +134,13 @@ def format_job(job: Mapping[str, Any]) -> str:
     if job.get("budget"):
         b = job["budget"]
         lines.append(f"budget    {_cell(b.get('consumed_seconds'))} of {_cell(b.get('ceiling_seconds'))} GPU-s, "
-                     f"{_cell(b.get('remaining_seconds'))} left")
+                     f"{_cell(b.get('remaining_seconds'))} left, overshoot {_cell(b.get('overshoot_seconds'))}")
+        for h in b.get("ceiling_history") or []:
+            lines.append(f"ceiling   {_cell(h.get('ceiling_seconds'))} GPU-s set by {_cell(h.get('actor'))} at "
+                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then)")
         if b.get("warning"):
-            lines.append(f"warning   {_cell(b['warning'])}")
+            w = b["warning"]
+            lines.append(f"warning   {w.get('reason') if isinstance(w, Mapping) and w.get('reason') else _cell(w)}")
     if job.get("error"):
         lines.append(f"error     {job['error']}")
     if job.get("events"):
@@ -231,7 +235,8 @@ AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     params = {k: v for k, v in (("actor", args.actor), ("job_id", args.job), ("kind", args.kind),
-                                ("since", args.since), ("after_seq", args.after_seq), ("limit", args.limit)) if v}
+                                ("since", args.since), ("until", args.until), ("after_seq", args.after_seq),
+                                ("limit", args.limit)) if v}
     _, body = call(args, "GET", "/v1/audit", params=params)
     entries = body.get("entries", [])
     human = table(entries, AUDIT_COLUMNS) if entries else "no entries"
@@ -344,7 +349,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     audit.add_argument("--actor")
     audit.add_argument("--job")
     audit.add_argument("--kind", help="command kind: submit, cancel, requeue, ...")
-    audit.add_argument("--since", help="ISO time")
+    audit.add_argument("--since", help="ISO time (inclusive)")
+    audit.add_argument("--until", help="ISO time (exclusive)")
     audit.add_argument("--after-seq", type=int)
     audit.add_argument("--limit", type=int)
     audit.set_defaults(func=_guard(cmd_audit))

@@ -177,3 +177,24 @@ def test_audit_lists_entries_and_verify_exits_non_zero_naming_the_bad_row(server
     assert "BROKEN at seq 7" in capsys.readouterr().out
     routes[("GET", "/v1/audit/verify")] = (200, {"ok": True, "checked": 7, "first_bad_seq": None, "reason": None})
     assert args.func(args) == 0
+
+
+def test_job_detail_shows_overshoot_the_ceiling_history_and_the_warning():
+    budget = {"ceiling_seconds": 133.5, "consumed_seconds": 13.5, "remaining_seconds": 120.0,
+              "overshoot_seconds": 1.5,
+              "ceiling_history": [{"ceiling_seconds": 12.0, "actor": "alice", "at": "t0", "consumed_seconds": 0.0},
+                                  {"ceiling_seconds": 133.5, "actor": "ops", "at": "t1", "consumed_seconds": 13.5}],
+              "warning": {"expected_seconds": 40.0, "ceiling_seconds": 30.0, "reason": "first checkpoint after 40"}}
+    out = format_job({**JOB, "budget": budget})
+    for text in ("13.5 of 133.5 GPU-s, 120 left, overshoot 1.5", "12 GPU-s set by alice at t0",
+                 "133.5 GPU-s set by ops at t1 (13.5 consumed then)", "warning   first checkpoint after 40"):
+        assert text in out, out
+
+
+def test_audit_time_range_goes_to_the_gateway(server):
+    routes, seen = server
+    routes[("GET", "/v1/audit")] = (200, {"entries": [], "next_after_seq": None})
+    args = parse("audit", "--kind", "requeue", "--since", "2026-01-01T00:00:00Z", "--until", "2026-01-02T00:00:00Z")
+    assert args.func(args) == 0
+    assert dict(seen[0].url.params) == {"kind": "requeue", "since": "2026-01-01T00:00:00Z",
+                                        "until": "2026-01-02T00:00:00Z"}
