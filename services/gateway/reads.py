@@ -101,7 +101,13 @@ class Reads:
     async def executors(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.executors_public",
                                  "SELECT * FROM health.executors_public ORDER BY group_name, executor_id")
-        return [views.pick(r, views.EXECUTOR_FIELDS) for r in rows]
+        # Messages each executor sent under a lease it no longer held (counted by the queue and by health).
+        reports = await self._fetch("queue.stale_messages_public",
+                                    "SELECT executor_id, count FROM queue.stale_messages_public")
+        beats = await self._fetch("health.stale_heartbeats_public",
+                                  "SELECT executor_id, count FROM health.stale_heartbeats_public")
+        return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
+                                    stale_heartbeats={s["executor_id"]: s["count"] for s in beats}) for r in rows]
 
     async def audit(self, f: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Audit rows by actor / job / command kind / time range, paged by ``after_seq``."""

@@ -71,14 +71,18 @@ def consumers(runtime: Runtime, counters: Counters) -> list[BatchConsumer]:
             return
         async with runtime.pool.acquire() as conn, conn.transaction():
             epochs = await store.job_epochs(conn, sorted({b.job_id for b in beats if b.job_id}))
-            job_beats = []
+            job_beats, stale = [], []
             for b in beats:
                 current = epochs.get(b.job_id, 0) if b.job_id else 0
                 if b.job_id and (b.epoch or 0) < current:
                     counters.stale(b, current)
+                    stale.append((b, current))
                 else:
                     job_beats.append(b)
-            await store.record_heartbeats(conn, beats, job_beats, runtime.clock.now())
+            now = runtime.clock.now()
+            await store.record_heartbeats(conn, beats, job_beats, now)
+            if stale:
+                await store.note_stale(conn, stale, now)
 
     async def on_node_events(msgs: list[Msg]) -> None:
         # The node stream carries other node and check events too; only registrations concern this service.

@@ -87,6 +87,16 @@ async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], jo
         await conn.executemany(_UPSERT_JOB_CONTACT, job_rows)
 
 
+async def note_stale(conn: asyncpg.Connection, stale: list[tuple[Heartbeat, int]], now: datetime) -> None:
+    """Count heartbeats ignored for their old epoch against their executors: (heartbeat, job's epoch) pairs."""
+    await conn.executemany(
+        """INSERT INTO health.stale_heartbeats AS s (executor_id, count, last_job_id, last_epoch, current_epoch,
+               first_at, last_at) VALUES ($1, 1, $2, $3, $4, $5, $5)
+           ON CONFLICT (executor_id) DO UPDATE SET count = s.count + 1, last_job_id = EXCLUDED.last_job_id,
+               last_epoch = EXCLUDED.last_epoch, current_epoch = EXCLUDED.current_epoch, last_at = EXCLUDED.last_at""",
+        [(b.executor_id, b.job_id, b.epoch, current, now) for b, current in stale])
+
+
 async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> None:
     await conn.execute(
         """INSERT INTO health.executors (executor_id, node_id, group_name, gpus, registered_at)

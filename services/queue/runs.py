@@ -53,10 +53,13 @@ class Runs:
         now = self.runtime.clock.now()
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             result = await apply(conn, self.settings, msg.job_id, fact_of(msg), now)
+            stale = isinstance(result, lc.Transition) and (result.ignored or "").startswith("stale epoch")
+            if stale:
+                await store.note_stale(conn, msg.executor_id, msg.job_id, msg.epoch, result.ignored or "", now)
         if isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
-        elif result.ignored and result.ignored.startswith("stale epoch"):
-            self.stale.note(msg.executor_id, msg.job_id, result.ignored)
+        elif stale:
+            self.stale.note(msg.executor_id, msg.job_id, result.ignored or "")
         return result
 
     async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
@@ -67,10 +70,13 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             job = await store.load_job(conn, req.job_id, lock=True)
             result = lc.decide(job, fact, now)
+            stale = isinstance(result, lc.Refusal) and job is not None and req.epoch < job.lease_epoch
             if isinstance(result, lc.Transition):
                 await store.save_lease(conn, result.job)
+            elif stale:
+                await store.note_stale(conn, req.executor_id, req.job_id, req.epoch, result.reason, now)
         if isinstance(result, lc.Refusal):
-            if job is not None and req.epoch < job.lease_epoch:
+            if stale:
                 self.stale.note(req.executor_id, req.job_id, result.reason)
             return LeaseRenewReply(ok=False, reason=result.reason)
         return LeaseRenewReply(ok=True, expires_at=fact.expires_at)

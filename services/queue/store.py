@@ -102,6 +102,16 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
     return events
 
 
+async def note_stale(conn: asyncpg.Connection, executor_id: str, job_id: str, epoch: int | None, reason: str,
+                     now: datetime) -> None:
+    """Count a message ignored for its old lease epoch against the executor that sent it."""
+    await conn.execute(
+        f"INSERT INTO {T}.stale_messages AS s (executor_id, count, last_job_id, last_epoch, last_reason, first_at,"
+        " last_at) VALUES ($1, 1, $2, $3, $4, $5, $5) ON CONFLICT (executor_id) DO UPDATE SET count = s.count + 1,"
+        " last_job_id = EXCLUDED.last_job_id, last_epoch = EXCLUDED.last_epoch, last_reason = EXCLUDED.last_reason,"
+        " last_at = EXCLUDED.last_at", executor_id, job_id, epoch, reason[:500], now)
+
+
 async def save_lease(conn: asyncpg.Connection, job: Job) -> None:
     """A renewal touches only the expiry: cheaper than a full write, and it races nothing else."""
     await conn.execute(f"UPDATE {T}.jobs SET lease_expires_at = $2 WHERE id = $1", job.id, job.lease_expires_at)

@@ -25,6 +25,16 @@ def pick(row: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     return {f: row.get(f) for f in fields}
 
 
+def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
+                  stale_heartbeats: Mapping[str, int]) -> dict[str, Any]:
+    """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
+    (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie."""
+    out = pick(row, EXECUTOR_FIELDS)
+    out["stale_reports"] = int(stale_reports.get(row.get("executor_id"), 0))
+    out["stale_heartbeats"] = int(stale_heartbeats.get(row.get("executor_id"), 0))
+    return out
+
+
 def next_checkpoint_step(every: int, last_step: int | None, total_steps: int | None) -> int | None:
     """The step at which the next checkpoint is due: the next multiple of ``every`` after the current step,
     or the final step when that comes first (a finished run checkpoints its last step)."""
