@@ -107,6 +107,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert interrupted["reason"] == "gpu_ceiling"
         k = interrupted["last_checkpoint"]["step"]
         assert k >= 5 and (data_dir / "checkpoints" / job_id / f"step-{k:08d}.pt").exists()
+        assert interrupted["checkpoint"]["last_step"] == k and interrupted["checkpoint"]["next_eta_seconds"] is None
         events = [e["event"] for e in stack.get(f"/v1/jobs/{job_id}/events").json()]
         assert events.index("stop_requested") < events.index("interrupted")
         settled = eventually(usage.settled, 30, "the last usage sample of the stopped run")
@@ -121,6 +122,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         # Time in the queue is never charged: the job no CPU-only executor can take has consumed nothing.
         waiting = stack.job(queued_id)
         assert waiting["state"] == "queued" and waiting["budget"]["consumed_seconds"] == 0
+        assert waiting["checkpoint"]["next_eta_seconds"] is None  # no step measured yet
 
         # 3. A requeue leaving less than a minute: 422 with consumed, the minimum and the value given.
         r = stack.post(f"/v1/jobs/{job_id}/requeue", {"gpu_ceiling_seconds": consumed + 30})
@@ -150,6 +152,8 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert [h["ceiling_seconds"] for h in history] == [CEILING, pytest.approx(new_ceiling)]
         assert history[0]["actor"] == "local-admin" and history[1]["actor"] == "local-admin"
         assert history[1]["consumed_seconds"] == pytest.approx(consumed) and history[1]["at"]
+        shown = stack.cli("job", job_id).stdout
+        assert f"overshoot {budget['overshoot_seconds']:.6g}" in shown and "set by local-admin" in shown, shown
 
         # 6. It resumes from its checkpoint (step >= k, never 0) and the ledger continues from where it was.
         def resumed() -> dict | None:
@@ -161,6 +165,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         later = eventually(lambda: (j := usage.job())["last_step"] and j["last_step"] > k
                            and j["budget"]["consumed_seconds"] > consumed and j, 60, "training past step k")
         assert later["state"] == "running" and later["budget"]["remaining_seconds"] > 0
+        assert later["checkpoint"]["next_eta_seconds"] is not None  # step time measured while it runs
         r = stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "e2e done"})
         assert r.status_code == 200, r.text
         eventually(usage.settled, 30, "the cancelled run's last usage sample")
@@ -197,6 +202,10 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert forbidden["command_id"] in {e["command_id"] for e in stack.get("/v1/audit", params=window).json()
                                            ["entries"]}
         assert httpx.get(f"{stack.url}/v1/audit", headers=sam, timeout=15).status_code == 403
+        r = stack.get("/v1/tokens")
+        (sam_token,) = [t for t in r.json() if t["actor"] == "sam"]
+        assert httpx.delete(f"{stack.url}/v1/tokens/{sam_token['id']}", headers=stack.headers).status_code == 204
+        assert httpx.get(f"{stack.url}/v1/jobs", headers=sam, timeout=15).status_code == 401  # revoked at once
 
         # 8. The chain verifies, through the API and the CLI.
         verdict = stack.get("/v1/audit/verify").json()
