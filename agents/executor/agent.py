@@ -59,6 +59,7 @@ class Run:
     step: int | None = None
     resumed_from_step: int | None = None
     stop_requested: bool = False
+    stop_grace_seconds: float | None = None  # the grace the stop carried (the queue's setting)
     lost: LeaseLost | None = None
     pending_step: dict[str, Any] | None = None
     last_step_sent_at: float | None = None
@@ -194,6 +195,7 @@ class Agent:
             return
         log.info("stopping job %s (epoch %d): %s", stop.job_id, run.grant.epoch, stop.reason)
         run.stop_requested = True
+        run.stop_grace_seconds = stop.grace_seconds
         run.phase = Phase.STOPPING
         stop_file = launch.stop_file(self.settings, run.grant)
         with contextlib.suppress(OSError):
@@ -241,6 +243,11 @@ class Agent:
             except OSError as exc:  # the program does not exist or cannot run: the user's error
                 await self._finish(run, RunOutcome.FAILED, None, f"cannot start {launch.argv(grant)[0]!r}: {exc}")
                 return
+            if run.stop_requested:
+                # The stop came while the process was being started (no child to signal then): stop it now,
+                # or a ceiling stop would be lost and the job would run on past its budget.
+                asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
+                                    name=f"stop-{grant.job_id}")
             self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), time.monotonic())
             log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                      run.child.pid, run.resumed_from_step)

@@ -10,9 +10,11 @@ import contextlib
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
+from agents.executor import agent as agent_module
 from agents.executor.agent import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import StopJob
@@ -29,7 +31,10 @@ DEAF = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\npri
         "while True:\n    time.sleep(0.05)\n")
 
 
-async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_only_while_it_ran(env, tmp_path):
+@pytest.fixture
+async def executor(env):
+    """A running agent (whose own stop grace, 30 s, the stop's grace must override), a NATS connection for the
+    test, and the fake queue."""
     settings = env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", stop_grace_seconds=30)
     nc = await bus.connect(settings.nats_url, "test")
     js = nc.jetstream()
@@ -38,41 +43,7 @@ async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_
     agent = asyncio.create_task(serve(settings, ready=ready))
     try:
         await asyncio.wait_for(ready.wait(), 30)
-        job = uuid.uuid4().hex
-        # Idle heartbeats charge nothing.
-        await eventually(lambda: len(queue.heartbeats) >= 2, 10, "idle heartbeats")
-        assert all(h.usage is None for h in queue.heartbeats)
-
-        granted_at = time.monotonic()
-        await queue.grant(js, settings, job, command({}, sys.executable, "-c", DEAF))
-        await eventually(lambda: queue.of(job, "started"), 20, "the process to start")
-        await eventually(lambda: [h for h in queue.heartbeats if h.usage and h.usage.job_id == job], 10,
-                         "usage while it runs")
-        stop_at = time.monotonic()
-        # The stop carries the grace (the queue's setting), which wins over the agent's own default of 30 s.
-        await bus.publish(js, settings.subjects.agent(settings.executor_id, "stop"),
-                          StopJob(job_id=job, epoch=1, reason="gpu_ceiling", checkpoint_first=True,
-                                  grace_seconds=GRACE))
-        done = await queue.wait_finished(job, timeout=20)
-        stopped_in = time.monotonic() - stop_at
-        assert done.outcome is RunOutcome.STOPPED and done.exit_code == -9, done  # SIGKILL after the grace
-        assert GRACE <= stopped_in < GRACE + 3 * settings.heartbeat_seconds, stopped_in
-
-        # The run's last stretch arrives as a final sample with the next heartbeat; then nothing more.
-        def samples() -> list:
-            return [h.usage for h in queue.heartbeats if h.usage and h.usage.job_id == job]
-
-        ended_at, seen = time.monotonic(), len(queue.heartbeats)
-        await eventually(lambda: [h for h in queue.heartbeats[seen:] if h.usage is None and h.accepting], 10,
-                         "an idle heartbeat after the run")
-        final = samples()
-        await asyncio.sleep(2 * settings.heartbeat_seconds)
-        assert samples() == final  # nothing charged once the process is gone
-        assert [u.seq for u in final] == list(range(1, len(final) + 1))
-        charged = sum(u.wall_seconds for u in final)
-        # Charged: from the process's start to its death, which includes the whole grace it ignored, and never
-        # more than the time since the grant (time before the process started is not charged either).
-        assert GRACE <= charged <= ended_at - granted_at, (charged, ended_at - granted_at)
+        yield settings, js, queue
     finally:
         agent.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -80,3 +51,67 @@ async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_
         await queue.stop()
         await nc.close()
 
+
+async def _stop(js, settings, job: str) -> None:
+    await bus.publish(js, settings.subjects.agent(settings.executor_id, "stop"),
+                      StopJob(job_id=job, epoch=1, reason="gpu_ceiling", checkpoint_first=True, grace_seconds=GRACE))
+
+
+async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_only_while_it_ran(executor):
+    settings, js, queue = executor
+    job = uuid.uuid4().hex
+    # Idle heartbeats charge nothing.
+    await eventually(lambda: len(queue.heartbeats) >= 2, 10, "idle heartbeats")
+    assert all(h.usage is None for h in queue.heartbeats)
+
+    granted_at = time.monotonic()
+    await queue.grant(js, settings, job, command({}, sys.executable, "-c", DEAF))
+    await eventually(lambda: queue.of(job, "started"), 20, "the process to start")
+    await eventually(lambda: [h for h in queue.heartbeats if h.usage and h.usage.job_id == job], 10,
+                     "usage while it runs")
+    stop_at = time.monotonic()
+    # The stop carries the grace (the queue's setting), which wins over the agent's own default of 30 s.
+    await _stop(js, settings, job)
+    done = await queue.wait_finished(job, timeout=20)
+    stopped_in = time.monotonic() - stop_at
+    assert done.outcome is RunOutcome.STOPPED and done.exit_code == -9, done  # SIGKILL after the grace
+    assert GRACE <= stopped_in < GRACE + 3 * settings.heartbeat_seconds, stopped_in
+
+    # The run's last stretch arrives as a final sample with the next heartbeat; then nothing more.
+    def samples() -> list:
+        return [h.usage for h in queue.heartbeats if h.usage and h.usage.job_id == job]
+
+    ended_at, seen = time.monotonic(), len(queue.heartbeats)
+    await eventually(lambda: [h for h in queue.heartbeats[seen:] if h.usage is None and h.accepting], 10,
+                     "an idle heartbeat after the run")
+    final = samples()
+    await asyncio.sleep(2 * settings.heartbeat_seconds)
+    assert samples() == final  # nothing charged once the process is gone
+    assert [u.seq for u in final] == list(range(1, len(final) + 1))
+    charged = sum(u.wall_seconds for u in final)
+    # Charged: from the process's start to its death, which includes the whole grace it ignored, and never
+    # more than the time since the grant (time before the process started is not charged either).
+    assert GRACE <= charged <= ended_at - granted_at, (charged, ended_at - granted_at)
+
+
+async def test_a_stop_that_arrives_while_the_process_is_being_started_still_stops_it(executor, monkeypatch):
+    settings, js, queue = executor
+    real_start = agent_module.Child.start
+
+    async def start_after_the_stop(launch, on_report):
+        # Hold the start until the agent has taken the stop (it writes the stop file first): the stop lands
+        # while there is no process to signal yet.
+        stop_file = Path(launch.env["TETO_STOP_FILE"])
+        deadline = time.monotonic() + 15
+        while not stop_file.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return await real_start(launch, on_report)
+
+    monkeypatch.setattr(agent_module.Child, "start", staticmethod(start_after_the_stop))
+    job = uuid.uuid4().hex
+    await queue.grant(js, settings, job, command({}, sys.executable, "-c", DEAF))
+    await eventually(lambda: queue.renewals, 10, "the grant to be confirmed")
+    await _stop(js, settings, job)
+    done = await queue.wait_finished(job, timeout=20)
+    # SIGTERM, or SIGKILL after the grace if it came after the script began to ignore SIGTERM.
+    assert done.outcome is RunOutcome.STOPPED and done.exit_code in (-15, -9), done
