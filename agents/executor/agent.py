@@ -26,13 +26,15 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from libs.contracts.agents import RunJob, StopJob
-from libs.contracts.envelope import ContractError, RejectedMessage, utcnow
-from libs.contracts.nodes import NodeRegistered
+from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
+from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport)
 from libs.runtime import bus
 
 from . import checkpoints, launch
+from .checks import reach
+from .checks.handler import NodeChecks, Reboot
 from .gpu import detect_gpus
 from .heartbeat import UsageMeter
 from .lease import LeaseKeeper, LeaseLost
@@ -82,6 +84,10 @@ class Agent:
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
         self.rejected = 0
+        self.checks = NodeChecks(self)
+        self.boot_id = new_id()  # a registration with a new boot id is a node back from a (re)boot
+        self.address: str | None = None
+        self.collective_port: int | None = None
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -91,7 +97,7 @@ class Agent:
 
     @property
     def accepting(self) -> bool:
-        return self.run is None
+        return self.run is None and not self.checks.active  # no job while checking
 
     async def register(self) -> None:
         try:
@@ -100,7 +106,8 @@ class Agent:
             torch_version = None
         note = NodeRegistered(node_id=self.settings.node_id, executor_id=self.id, group=self.settings.group,
                               hostname=socket.gethostname(), gpus=self.gpus, cpu_count=os.cpu_count() or 1,
-                              torch_version=torch_version, agent_version=AGENT_VERSION)
+                              torch_version=torch_version, agent_version=AGENT_VERSION, address=self.address,
+                              collective_port=self.collective_port, boot_id=self.boot_id)
         await self.publisher.send(self.subjects.node(self.settings.node_id, "registered"), note)
         log.info("executor %s registered node %s in group %s with %d GPU(s)", self.id, self.settings.node_id,
                  self.settings.group, len(self.gpus))
@@ -143,8 +150,8 @@ class Agent:
 
     async def on_directive(self, msg: Msg) -> None:
         kind = msg.subject.rsplit(".", 1)[-1]
-        model = {"run": RunJob, "stop": StopJob}.get(kind)
-        directive: RunJob | StopJob | None = None
+        model = {"run": RunJob, "stop": StopJob, "check": RunChecks, "reboot": RebootNode}.get(kind)
+        directive: RunJob | StopJob | RunChecks | RebootNode | None = None
         if model is None:
             await self.reject(msg, f"unknown directive {kind!r}")
         else:
@@ -162,6 +169,12 @@ class Agent:
             self.on_run(directive)
         elif isinstance(directive, StopJob):
             self.on_stop(directive)
+        elif isinstance(directive, RunChecks | RebootNode) and directive.executor_id != self.id:
+            log.warning("directive for executor %s, not %s: ignored", directive.executor_id, self.id)
+        elif isinstance(directive, RunChecks):
+            self.checks.on_check(directive)
+        elif isinstance(directive, RebootNode):
+            self.checks.on_reboot(directive)
 
     async def reject(self, msg: Msg, reason: str) -> None:
         self.rejected += 1
@@ -171,6 +184,11 @@ class Agent:
         await self.publisher.publish_now(self.subjects.rejected("executor"), note)
 
     def on_run(self, grant: RunJob) -> None:
+        if self.checks.active:
+            # Placement raced the node's check (its "not schedulable" event was still on the way): the grant
+            # is left unconfirmed, so its lease expires and the job is requeued without spending an attempt.
+            log.warning("checking this node: grant of job %s epoch %d dropped", grant.job_id, grant.epoch)
+            return
         run = self.run
         if run is not None:
             if (run.grant.job_id, run.grant.epoch) != (grant.job_id, grant.epoch):
@@ -353,16 +371,31 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     js = nc.jetstream(timeout=15.0)
     agent = Agent(settings, nc, js, gpus)
     tasks: list[asyncio.Task] = []
+    listener = None
     try:
         await bus.ensure_streams(js, settings.subjects)
+        listener, port = await reach.start_listener()
+        agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
+        agent.collective_port = reach.free_port()
         tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
         await agent.register()
         tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
         tasks.append(asyncio.create_task(agent.directives(), name="directives"))
         if ready is not None:
             ready.set()
-        await asyncio.gather(*tasks)
+        reboot = asyncio.create_task(agent.checks.rebooting.wait(), name="reboot")
+        tasks.append(reboot)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if reboot.done() and agent.checks.reboot is not None:
+            raise Reboot(agent.checks.reboot)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception():
+                raise t.exception()
     finally:
+        if listener is not None:
+            listener.close()
+        if agent.checks.task is not None and not agent.checks.task.done():
+            agent.checks.task.cancel()
         if agent.job_task is not None and not agent.job_task.done():
             agent.job_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

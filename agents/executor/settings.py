@@ -37,6 +37,19 @@ class ExecutorSettings(CommonSettings):
     stop_grace_seconds: float = Field(10.0, gt=0, le=3600, description="SIGTERM to SIGKILL when stopping a job")
     torch_threads: int | None = Field(
         None, ge=1, le=1024, description="CPU threads of the built-in fine-tune (default: the CPU count)")
+    advertise_host: str | None = Field(
+        None, max_length=255, description="Host other nodes reach this one at for checks (default: this host's "
+        "address)")
+    check_timeout_seconds: float = Field(300.0, gt=0, le=7200, description="A check run longer than this fails")
+    check_memtest_fraction: float = Field(
+        0.05, gt=0, le=0.95, description="Fraction of free device memory the memory pattern test covers (CPU: at "
+        "most 32 MB)")
+    reboot_command: str | None = Field(
+        None, max_length=4000, description="Run (shell) on a reboot directive instead of restarting the agent "
+        "process, e.g. 'sudo systemctl reboot'")
+    test_fault: str = Field(
+        "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
+        "named checks fail or run slow (never set on a real node)")
 
     @model_validator(mode="after")
     def _fill_ids(self) -> ExecutorSettings:
@@ -63,6 +76,12 @@ class ExecutorSettings(CommonSettings):
 
     def check(self) -> None:
         super().check()
+        from .checks.faults import parse
+
+        try:
+            parse(self.test_fault)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         if self.progress_interval_seconds > self.lease_seconds:
             raise SettingsError(f"progress interval {self.progress_interval_seconds:g}s is longer than the lease "
                                 f"{self.lease_seconds:g}s: a healthy job would look stuck")

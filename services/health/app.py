@@ -10,6 +10,7 @@ from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 
 from . import store
+from .checks import Checks
 from .handlers import Counters, consumers
 from .settings import HealthSettings
 
@@ -22,7 +23,10 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
     try:
         # Consumers share their durables with every replica; the evaluator and the relay run in one.
-        for c in consumers(runtime, Counters()):
+        relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js)
+        checks = Checks(runtime, settings)
+        checks.kick = relay.kick
+        for c in consumers(runtime, Counters(), checks):
             await c.subscribe()
             runtime.background(c.run(), c.durable)
 
@@ -31,7 +35,8 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
 
         tick = periodic(evaluate, settings.evaluate_interval_seconds, "health evaluator")
         runtime.singleton("health-evaluator", tick)
-        runtime.singleton("health-outbox", OutboxRelay(runtime.pool, store.SCHEMA, runtime.js).run)
+        runtime.singleton("health-checks", periodic(checks.tick, settings.check_interval_seconds, "check loop"))
+        runtime.singleton("health-outbox", relay.run)
         if ready is not None:
             ready.set()
         await wait_forever()

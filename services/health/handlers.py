@@ -15,11 +15,13 @@ from nats.aio.msg import Msg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent
-from libs.contracts.nodes import NodeRegistered, SignalChanged
+from libs.contracts.commands import DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.service import Runtime
 
 from . import store
+from .checks import Checks
 from libs.runtime.batch import BatchConsumer
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ async def decode_batch(runtime: Runtime, model: type[M], msgs: list[Msg]) -> lis
     return good
 
 
-def consumers(runtime: Runtime, counters: Counters) -> list[BatchConsumer]:
+def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[BatchConsumer]:
     s = runtime.subjects
 
     async def on_heartbeats(msgs: list[Msg]) -> None:
@@ -92,6 +94,24 @@ def consumers(runtime: Runtime, counters: Counters) -> list[BatchConsumer]:
             async with runtime.pool.acquire() as conn, conn.transaction():
                 for reg in regs:
                     await store.record_registration(conn, reg)
+                    await checks.on_registration(conn, reg)
+
+    async def on_check_reports(msgs: list[Msg]) -> None:
+        reports = await decode_batch(runtime, CheckReport, msgs)
+        provision = []
+        if reports:
+            async with runtime.pool.acquire() as conn, conn.transaction():
+                for rep in sorted(reports, key=lambda r: r.time):
+                    provision += await checks.on_report(conn, rep)
+            checks.kick()
+        for request in provision:  # after the commit: the node is replaced whatever the hook does
+            await checks.provision(request)
+
+    def on_commands(model):
+        async def handle(msgs: list[Msg]) -> None:
+            for cmd in await decode_batch(runtime, model, msgs):
+                await checks.on_command(cmd)
+        return handle
 
     async def on_job_events(msgs: list[Msg]) -> None:
         # Our own signal events travel on the same stream under another schema: skip them unread.
@@ -108,4 +128,7 @@ def consumers(runtime: Runtime, counters: Counters) -> list[BatchConsumer]:
         consumer(s.heartbeat_all, "HB", "health-heartbeats", on_heartbeats, batch=500),
         consumer(s.node_all, "NODE", "health-nodes", on_node_events),
         consumer(s.job_all, "JOB", "health-job-events", on_job_events),
+        consumer(s.check_all, "NODE", "health-check-reports", on_check_reports, batch=50),
+        *(consumer(s.cmd(m.KIND), "CMD", f"health-{m.KIND}", on_commands(m), batch=10)
+          for m in (RunHealthCheck, DrainNode, UndrainNode)),
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import Field
 
 from libs.runtime.settings import CommonSettings, SettingsError
@@ -18,6 +20,23 @@ class HealthSettings(CommonSettings):
         "progress intervals, whatever this says)"
     )
     evaluate_interval_seconds: float = Field(1.0, gt=0, le=60, description="How often signals are re-derived")
+    max_reboots: int = Field(2, ge=0, le=100, description="Failed recoveries (reboots) before a node is replaced")
+    min_ratio: float = Field(0.75, gt=0, le=1, description="A node's throughput figure below this fraction of "
+                             "the group's healthy median (or the baseline) fails the test")
+    check_baselines: str = Field("{}", max_length=10000, description='JSON {"<test>.<figure>": value}, e.g. '
+                                 '{"matmul.tflops_bfloat16": 700}: used instead of the group median')
+    join_batch_seconds: float = Field(5.0, ge=0, le=3600, description="Joining nodes wait this long so nodes "
+                                      "joining together are checked (and all-reduce) together")
+    check_interval_seconds: float = Field(0.5, gt=0, le=60, description="How often due checks are started")
+    provisioner_command: str | None = Field(
+        None, max_length=4000, description="Run when a node is replaced; {node_id} {group} {executor_id} are "
+        "filled in")
+    provisioner_url: str | None = Field(None, max_length=2000, description="POSTed the replaced node as JSON "
+                                        "(when no provisioner command is set)")
+
+    @property
+    def baselines(self) -> dict[str, float]:
+        return {k: float(v) for k, v in json.loads(self.check_baselines).items()}
 
     @property
     def effective_signal_timeout(self) -> float:
@@ -29,6 +48,10 @@ class HealthSettings(CommonSettings):
 
     def check(self) -> None:
         super().check()
+        try:
+            self.baselines
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise SettingsError(f"TETO_CHECK_BASELINES must be a JSON object of numbers: {exc}") from None
         if self.effective_signal_timeout < self.heartbeat_seconds:
             raise SettingsError(
                 f"signal timeout {self.effective_signal_timeout:g}s is shorter than one heartbeat "

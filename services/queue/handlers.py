@@ -26,6 +26,7 @@ from libs.contracts.budget import BudgetEvent
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SubmitJob
 from libs.contracts.envelope import ContractError
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
 from libs.runtime.service import Runtime
 
@@ -94,6 +95,17 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs) -> NatsRouter
         if beat is not None:
             await guarded(msg, lambda: runs.heartbeats([beat]))
 
+    # Node events from the health service: which executors' nodes are schedulable. The stream also carries
+    # registrations and check reports, which are not for the queue: acknowledged unread.
+    @router.subscriber(s.node_all, stream=stream("NODE"), durable="queue-nodes",
+                       pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
+    async def on_node_event(msg: NatsMessage = Context("message")) -> None:
+        if _schema_of(msg.body) != NodeEvent.SCHEMA:
+            return
+        event = await runtime.decode(NodeEvent, msg)
+        if event is not None:
+            await guarded(msg, lambda: runs.node_event(event))
+
     @router.subscriber(s.rpc_lease_renew, queue="queue")
     async def on_renew(msg: NatsMessage = Context("message")) -> bytes:
         request = await runtime.decode(LeaseRenewRequest, msg)
@@ -102,6 +114,14 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs) -> NatsRouter
         return (await runs.renew(request)).encode()
 
     return router
+
+
+def _schema_of(body: bytes) -> str | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value.get("schema") if isinstance(value, dict) else None
 
 
 async def decode_progress(runtime: Runtime, body: bytes, subject: str) -> ProgressBase | None:

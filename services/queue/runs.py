@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from libs.contracts.budget import BudgetEvent, BudgetEventKind
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import (
     CheckpointReport,
     CheckpointSkipped,
@@ -94,6 +95,11 @@ class Runs:
             log.info("job %s reached its GPU ceiling (%.0fs of %.0fs): %s", event.job_id, event.consumed_seconds,
                      event.ceiling_seconds, result.job.state)
         return result
+
+    async def node_event(self, event: NodeEvent) -> None:
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            await store.apply_node_event(conn, event.node_id, event.executor_id, event.group, event.state.value,
+                                         event.schedulable, event.reason, event.seq)
 
     async def heartbeats(self, beats: list[Heartbeat]) -> int:
         """Upsert the newest heartbeat per executor of a batch (placement needs only the latest)."""

@@ -47,7 +47,8 @@ class Scheduler:
             jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
             if not jobs:
                 return 0
-            free = await store.free_executors(conn, now, self.silent_after)
+            free = await store.free_executors(conn, now, self.silent_after,
+                                              require_checked=self.settings.require_checked_nodes)
             if not free:
                 return 0
             # 3. Decide on the snapshot.

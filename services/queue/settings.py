@@ -25,6 +25,8 @@ class QueueSettings(CommonSettings):
         2.0, ge=1, le=100, description="An executor unseen for this many heartbeats is not given work"
     )
     max_jobs_per_pass: int = Field(200, ge=1, le=100_000, description="Queued jobs considered per placement pass")
+    require_checked_nodes: bool = Field(
+        True, description="Place work only on nodes the health service reports schedulable (passed their checks)")
 
     def check(self) -> None:
         super().check()

@@ -149,7 +149,8 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
-async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float) -> list[FreeExecutor]:
+async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
+                         require_checked: bool = True) -> list[FreeExecutor]:
     """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.
 
     The jobs table is authoritative (a heartbeat sent before a grant lags it); the reported job covers the
@@ -158,8 +159,11 @@ async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: 
         f"SELECT e.executor_id, e.gpus, e.last_seen, e.group_name FROM {T}.executors e"
         " WHERE e.accepting AND e.job_id IS NULL AND e.last_seen >= $1"
         f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state = 'running' AND e.executor_id = ANY(j.workers))"
+        # Only nodes that passed their checks (health's node events): ready and not cordoned.
+        f" AND ($2 OR EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
+        "   AND n.executor_id = e.executor_id))"
         " ORDER BY e.executor_id",
-        now - timedelta(seconds=silent_after))
+        now - timedelta(seconds=silent_after), not require_checked)
     return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
 
 
@@ -183,3 +187,16 @@ async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> N
         " WHERE e.sent_at <= EXCLUDED.sent_at",
         rows,
     )
+
+
+# -- nodes (the health service's node events) ---------------------------------------------------------------
+
+async def apply_node_event(conn: asyncpg.Connection, node_id: str, executor_id: str | None, group: str, state: str,
+                           schedulable: bool, reason: str | None, seq: int) -> None:
+    """Keep the latest node event per node (an older, redelivered one does not overwrite a newer one)."""
+    await conn.execute(
+        f"INSERT INTO {T}.nodes AS n (node_id, executor_id, group_name, state, schedulable, reason, seq)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node_id) DO UPDATE SET executor_id = EXCLUDED.executor_id,"
+        " group_name = EXCLUDED.group_name, state = EXCLUDED.state, schedulable = EXCLUDED.schedulable,"
+        " reason = EXCLUDED.reason, seq = EXCLUDED.seq, updated_at = now() WHERE n.seq < EXCLUDED.seq",
+        node_id, executor_id, group, state, schedulable, reason, seq)

@@ -19,6 +19,7 @@ from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import Envelope, utcnow
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import Heartbeat, Phase, RunFinished, RunOutcome
 from libs.runtime import bus
 from services.queue.app import serve
@@ -140,7 +141,15 @@ class FakeExecutor:
         sub = await self.c.js.pull_subscribe(s.agent_all_of(self.id), durable=f"agent-{self.id}",
                                              stream=s.stream_name("AGENT"))
         self._tasks = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._listen(sub))]
+        await self.node_ready()
         return self
+
+    async def node_ready(self, schedulable: bool = True, seq: int = 1) -> None:
+        """Play the health service: this executor's node passed its checks (placement needs that)."""
+        event = NodeEvent(node_id=f"node-{self.id}", seq=seq, event="ready" if schedulable else "drained",
+                          state="ready" if schedulable else "drained", executor_id=self.id, group="default",
+                          schedulable=schedulable)
+        await bus.publish(self.c.js, self.c.s.node(event.node_id, event.event.value), event)
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from libs.contracts.nodes import NodeEvent
 from libs.contracts.budget import BudgetEvent, BudgetEventKind, BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, RequeueJob, SubmitJob
 from libs.contracts.jobs import JobSpec
@@ -245,6 +246,9 @@ async def test_two_replicas_placing_at_the_same_moment_never_place_twice(env):
         beats = [Heartbeat(executor_id=f"ex-{i}", node_id=f"n{i}", group="g", sent_at=utcnow(), interval_seconds=1,
                            progress_interval_seconds=1) for i in range(3)]
         await runs.heartbeats(beats)
+        for i in range(3):  # their nodes passed their checks (the health service says so)
+            await runs.node_event(NodeEvent(node_id=f"n{i}", seq=1, event="ready", state="ready",
+                                            executor_id=f"ex-{i}", group="g", schedulable=True))
         placed = await asyncio.gather(*(Scheduler(r, settings).place_once() for r in replicas))
         assert sorted(placed) == [1, 2]
         rows = await replicas[0].pool.fetch("SELECT id, workers, lease_epoch FROM queue.jobs WHERE state = 'running'")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from libs.contracts.nodes import NodeEventKind, NodeState
-from services.health.domain.nodes import (CheckRequested, ChecksFailed, ChecksPassed, ChecksStarted, Drain, Node,
+from services.health.domain.nodes import (CheckRequested, ChecksDeferred, ChecksFailed, ChecksPassed, ChecksStarted, Drain, Node,
                                           Policy, Provision, Reboot, Refusal, Registered, ScheduleChecks,
                                           Transition, Undrain, decide, uncordon)
 
@@ -173,3 +173,13 @@ def test_only_ready_uncordoned_nodes_are_schedulable(state):
     assert node(state).schedulable is (state is S.READY)
     assert not node(state, cordoned=True).schedulable
     assert (node(state).why_not_schedulable is None) is (state is S.READY)
+
+
+@pytest.mark.parametrize("state", ALL, ids=str)
+def test_a_busy_answer_returns_a_checking_node_to_ready_cordoned(state):
+    t = decide(node(state), ChecksDeferred("r1"), T0)
+    if state is S.CHECKING:
+        assert t.node.state is S.READY and t.node.cordoned and t.node.run_id == "r1" and not t.node.schedulable
+        assert t.events[0].kind is NodeEventKind.CORDONED
+    else:
+        assert not t.changed

@@ -88,6 +88,12 @@ class ChecksFailed:
 
 
 @dataclass(frozen=True)
+class ChecksDeferred:
+    """The agent answered busy (a job landed on it just before its checks): cordon it until the job ends."""
+    run_id: str
+
+
+@dataclass(frozen=True)
 class Drain:
     reason: str = "drained by an operator"
 
@@ -97,7 +103,8 @@ class Undrain:
     pass
 
 
-Fact = Registered | ChecksStarted | CheckRequested | ChecksPassed | ChecksFailed | Drain | Undrain
+Fact = (Registered | ChecksStarted | CheckRequested | ChecksPassed | ChecksFailed | ChecksDeferred | Drain
+        | Undrain)
 
 
 # -- results ----------------------------------------------------------------------------------------------
@@ -167,6 +174,8 @@ def decide(node: Node | None, fact: Fact, now: datetime, policy: Policy = Policy
         return on_passed(node, fact, now)
     if isinstance(fact, ChecksFailed):
         return on_failed(node, fact, now, policy)
+    if isinstance(fact, ChecksDeferred):
+        return on_deferred(node, fact, now)
     if isinstance(fact, Drain):
         return on_drain(node, fact, now)
     if isinstance(fact, Undrain):
@@ -245,6 +254,16 @@ def on_failed(node: Node, fact: ChecksFailed, now: datetime, policy: Policy) -> 
     why = f"reboot {reboots} of {policy.max_reboots}: {fact.reason}"
     new, ev2 = _to(failed, S.RECOVERING, NodeEventKind.RECOVERING, now, why, reboots=reboots)
     return Transition(new, (ev1, ev2), (Reboot(reboots, fact.reason),))
+
+
+def on_deferred(node: Node, fact: ChecksDeferred, now: datetime) -> Transition:
+    """Only a node that was ready before its checks can be busy; it goes back to ready, cordoned, and its
+    checks start again when its job ends. A joining node cannot have a job (it was never schedulable)."""
+    if node.state is not S.CHECKING or node.run_id != fact.run_id:
+        return Transition.unchanged(node, f"not checking under run {fact.run_id}")
+    new = replace(node, state=S.READY, cordoned=True, since=now, reason=None)
+    return Transition(new, (Event(NodeEventKind.CORDONED, S.READY, S.CHECKING,
+                                  f"busy: checked when its job ends (run {fact.run_id})", {"run_id": fact.run_id}),))
 
 
 def on_drain(node: Node, fact: Drain, now: datetime) -> Transition | Refusal:

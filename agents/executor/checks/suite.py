@@ -1,0 +1,364 @@
+"""The check tests themselves. Each takes the run's ``Spec`` and returns a ``Result`` (status, figures with
+their units in their names, detail, error). On a CUDA device they use it; on a CPU-only node the same torch
+tests run on the CPU with sizes that finish in seconds, and NVML reports ``not_applicable`` (never a silent
+pass). Figure names ending in ``_gbps`` or starting with ``tflops_`` are the ones the health service compares
+with the group.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .faults import SLOW_FACTOR
+
+# Relative Frobenius error of an n x n product against the float64 product of the same (rounded) inputs.
+ERROR_BOUNDS = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2}
+TEMPERATURE_LIMIT_C = 90.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    tests: list[str]
+    fault: dict[str, str] = field(default_factory=dict)
+    device: str = "auto"  # auto: cuda when available
+    memtest_fraction: float = 0.05
+    memtest_max_mb: float | None = None  # cap (CPU default 32 MB)
+    peers: list[dict[str, str]] = field(default_factory=list)
+    rank: int = 0
+    world_size: int = 1
+    rendezvous: str | None = None
+    collective_timeout_seconds: float = 60.0
+
+
+@dataclass
+class Result:
+    status: str  # passed, failed, not_applicable
+    figures: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _device(spec: Spec) -> Any:
+    import torch
+
+    if spec.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec.device)
+
+
+def _sync(dev: Any) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _timed(spec: Spec, test: str, dev: Any, fn: Callable[[], None], min_seconds: float) -> tuple[int, float]:
+    """Run ``fn`` until ``min_seconds`` have passed; (iterations, seconds). The slow fault really waits."""
+    fn()
+    _sync(dev)
+    n, start = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        _sync(dev)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            break
+    if spec.fault.get(test) == "slow":
+        time.sleep(elapsed * (SLOW_FACTOR - 1))
+        elapsed *= SLOW_FACTOR
+    return n, elapsed
+
+
+# -- GPU (or CPU) compute --------------------------------------------------------------------------------------
+
+def precisions(dev: Any) -> list[str]:
+    import torch
+
+    if dev.type != "cuda":
+        return ["float32", "bfloat16"]
+    out = ["float32", "tf32", "float16"]
+    if torch.cuda.is_bf16_supported():
+        out.append("bfloat16")
+    return out
+
+
+def _dtype(precision: str) -> Any:
+    import torch
+
+    return {"tf32": torch.float32, "float32": torch.float32, "float16": torch.float16,
+            "bfloat16": torch.bfloat16, "float64": torch.float64}[precision]
+
+
+def matmul(spec: Spec) -> Result:
+    import torch
+
+    dev = _device(spec)
+    cuda = dev.type == "cuda"
+    n_check, n_speed = (2048, 8192) if cuda else (256, 384)
+    figures: dict[str, float] = {}
+    errors: list[str] = []
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for precision in precisions(dev):
+        dtype = _dtype(precision)
+        if cuda:
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        a = torch.randn(n_check, n_check, generator=gen).to(dev, dtype)
+        b = torch.randn(n_check, n_check, generator=gen).to(dev, dtype)
+        c = (a @ b).double()
+        if spec.fault.get("matmul") == "fail":
+            c[0, 0] += 1e3 * c.abs().max()  # a silent data corruption, as a bad unit would produce
+        ref = a.double() @ b.double()
+        rel = float(torch.linalg.norm(c - ref) / torch.linalg.norm(ref))
+        figures[f"rel_error_{precision}"] = rel
+        if not rel <= ERROR_BOUNDS[precision]:
+            errors.append(f"{precision}: relative error {rel:.3g} exceeds {ERROR_BOUNDS[precision]:g}")
+        x = torch.randn(n_speed, n_speed, generator=gen).to(dev, dtype)
+        y = torch.randn(n_speed, n_speed, generator=gen).to(dev, dtype)
+        iters, seconds = _timed(spec, "matmul", dev, lambda: torch.mm(x, y), 0.5 if cuda else 0.25)
+        figures[f"tflops_{precision}"] = 2 * n_speed**3 * iters / seconds / 1e12
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    detail = {"device": str(dev), "n_check": n_check, "n_speed": n_speed, "bounds": ERROR_BOUNDS}
+    return Result("failed" if errors else "passed", figures, detail, "; ".join(errors) or None)
+
+
+def membw(spec: Spec) -> Result:
+    import torch
+
+    dev = _device(spec)
+    nbytes = (1 << 30) if dev.type == "cuda" else (64 << 20)
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    iters, seconds = _timed(spec, "membw", dev, lambda: dst.copy_(src), 0.3)
+    # A copy reads and writes every byte once.
+    gbps = 2 * nbytes * iters / seconds / 1e9
+    return Result("passed", {"copy_gbps": gbps}, {"device": str(dev), "bytes": nbytes, "iterations": iters})
+
+
+def _free_bytes(dev: Any) -> int:
+    import torch
+
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 256 << 20
+
+
+def memtest(spec: Spec) -> Result:
+    import torch
+
+    dev = _device(spec)
+    cap = spec.memtest_max_mb if spec.memtest_max_mb is not None else (None if dev.type == "cuda" else 32.0)
+    size = int(_free_bytes(dev) * spec.memtest_fraction)
+    if cap is not None:
+        size = min(size, int(cap * (1 << 20)))
+    size = max(size // 4 * 4, 1 << 20)
+    buf = torch.empty(size, dtype=torch.uint8, device=dev)
+    bad = 0
+    for pattern in (0x00, 0xFF, 0xAA, 0x55):
+        buf.fill_(pattern)
+        if spec.fault.get("memtest") == "fail" and pattern == 0xAA:
+            buf[size // 2] = 0xAB  # one flipped bit
+        bad += int((buf != pattern).sum())
+    # Address-in-address: each word holds its own index, so a wrong mapping shows as well as a stuck bit.
+    words = buf.view(torch.int32)
+    words.copy_(torch.arange(words.numel(), dtype=torch.int32, device=dev))
+    bad += int((words != torch.arange(words.numel(), dtype=torch.int32, device=dev)).sum())
+    figures = {"tested_mb": size / (1 << 20), "errors": float(bad)}
+    detail = {"device": str(dev), "fraction_of_free": spec.memtest_fraction, "patterns": "00 FF AA 55 address"}
+    return Result("failed" if bad else "passed", figures, detail, f"{bad} mismatching bytes/words" if bad else None)
+
+
+# -- NVML ------------------------------------------------------------------------------------------------------
+
+def nvml(spec: Spec) -> Result:
+    try:
+        import pynvml
+    except ImportError:
+        return Result("not_applicable", error="nvidia-ml-py is not installed: no NVML readings")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return Result("not_applicable", error=f"no NVIDIA GPU on this node ({exc.__class__.__name__})")
+    try:
+        return _nvml_readings(pynvml, spec)
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def _nvml_readings(nv: Any, spec: Spec) -> Result:
+    """ECC, retired pages / remapped rows, XID events, temperature, power, clocks and throttle reasons."""
+    figures: dict[str, float] = {}
+    problems: list[str] = []
+    devices = []
+    hw_slowdown = 0x8 | 0x40 | 0x80  # HW slowdown, HW thermal slowdown, HW power brake
+
+    def read(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except nv.NVMLError:
+            return None
+
+    for i in range(nv.nvmlDeviceGetCount()):
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        d: dict[str, Any] = {"index": i}
+        d["ecc_uncorrected"] = read(lambda: nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC))
+        d["ecc_corrected"] = read(lambda: nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC))
+        remap = read(lambda: nv.nvmlDeviceGetRemappedRows(h))  # (corr, uncorr, pending, failure)
+        if remap is not None:
+            d["remapped_rows_correctable"], d["remapped_rows_uncorrectable"] = remap[0], remap[1]
+            d["remap_pending"], d["remap_failure"] = bool(remap[2]), bool(remap[3])
+        else:
+            retired = read(lambda: nv.nvmlDeviceGetRetiredPages(h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+            d["retired_pages_dbe"] = len(retired) if retired is not None else None
+        d["temperature_c"] = read(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+        power = read(lambda: nv.nvmlDeviceGetPowerUsage(h))
+        d["power_w"] = power / 1000 if power is not None else None
+        d["sm_clock_mhz"] = read(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+        d["mem_clock_mhz"] = read(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+        reasons = read(lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+        d["throttle_reasons"] = hex(reasons) if reasons is not None else None
+        d["xid_events"] = _xids(nv, h)
+        if d["ecc_uncorrected"]:
+            problems.append(f"GPU {i}: {d['ecc_uncorrected']} uncorrected ECC errors")
+        if d.get("remap_failure") or d.get("remap_pending"):
+            problems.append(f"GPU {i}: row remapping {'failed' if d.get('remap_failure') else 'pending'}")
+        if d["xid_events"]:
+            problems.append(f"GPU {i}: XID events {d['xid_events']}")
+        if d["temperature_c"] is not None and d["temperature_c"] > TEMPERATURE_LIMIT_C:
+            problems.append(f"GPU {i}: temperature {d['temperature_c']} C above {TEMPERATURE_LIMIT_C:g}")
+        if reasons is not None and reasons & hw_slowdown:
+            problems.append(f"GPU {i}: hardware slowdown (throttle reasons {hex(reasons)})")
+        for key in ("temperature_c", "power_w", "sm_clock_mhz", "ecc_uncorrected", "ecc_corrected"):
+            if isinstance(d.get(key), int | float):
+                figures[f"gpu{i}_{key}"] = float(d[key])
+        devices.append(d)
+    if spec.fault.get("nvml") == "fail":
+        problems.append("injected by TETO_TEST_FAULT")
+    return Result("failed" if problems else "passed", figures, {"gpus": devices}, "; ".join(problems) or None)
+
+
+def _xids(nv: Any, handle: Any, wait_ms: int = 200) -> list[int]:
+    """XID critical errors seen while we listen briefly (older ones are in the kernel log, not here)."""
+    try:
+        events = nv.nvmlEventSetCreate()
+        nv.nvmlDeviceRegisterEvents(handle, nv.nvmlEventTypeXidCriticalError, events)
+    except nv.NVMLError:
+        return []
+    seen = []
+    try:
+        while True:
+            try:
+                data = nv.nvmlEventSetWait_v2(events, wait_ms)
+            except nv.NVMLError:  # timeout: nothing more
+                break
+            seen.append(int(data.eventData))
+    finally:
+        try:
+            nv.nvmlEventSetFree(events)
+        except nv.NVMLError:
+            pass
+    return seen
+
+
+# -- the group -------------------------------------------------------------------------------------------------
+
+def connectivity(spec: Spec) -> Result:
+    if not spec.peers:
+        return Result("not_applicable", error="no other node in the group to reach")
+    rtts: dict[str, float] = {}
+    failures: list[str] = []
+    for peer in spec.peers:
+        host, _, port = peer["address"].rpartition(":")
+        if spec.fault.get("connectivity") == "fail":
+            port = "1"  # nothing listens there
+        start = time.perf_counter()
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as s:
+                s.sendall(b"teto-ping\n")
+                s.settimeout(5)
+                if not s.recv(64).startswith(b"teto-ping"):
+                    raise OSError("wrong echo")
+            rtts[peer["node_id"]] = (time.perf_counter() - start) * 1000
+        except OSError as exc:
+            failures.append(f"{peer['node_id']} at {peer['address']}: {exc}")
+    figures = {"peers": float(len(spec.peers)), "reached": float(len(rtts))}
+    if rtts:
+        figures["max_rtt_ms"] = max(rtts.values())
+    return Result("failed" if failures else "passed", figures, {"rtt_ms": rtts},
+                  ("unreachable: " + "; ".join(failures)) if failures else None)
+
+
+def allreduce(spec: Spec) -> Result:
+    if spec.world_size < 2 or not spec.rendezvous:
+        return Result("not_applicable", error="a single node in this run: no collective to measure")
+    import torch
+    import torch.distributed as dist
+
+    dev = _device(spec)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    nbytes = (256 << 20) if dev.type == "cuda" else (4 << 20)
+    dist.init_process_group(backend, init_method=f"tcp://{spec.rendezvous}", rank=spec.rank,
+                            world_size=spec.world_size, timeout=timedelta(seconds=spec.collective_timeout_seconds))
+    try:
+        t = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
+        t.fill_(spec.rank + 1)
+        dist.all_reduce(t)
+        _sync(dev)
+        expect = spec.world_size * (spec.world_size + 1) / 2
+        wrong = float(t[0]) != expect or float(t[-1]) != expect
+        if spec.fault.get("allreduce") == "fail":
+            wrong = True
+        iters = 5
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        _sync(dev)
+        seconds = (time.perf_counter() - start) / iters
+        if spec.fault.get("allreduce") == "slow":
+            time.sleep(seconds * iters * (SLOW_FACTOR - 1))
+            seconds *= SLOW_FACTOR
+    finally:
+        dist.destroy_process_group()
+    algbw, bus = bus_bandwidth(nbytes, seconds, spec.world_size)
+    figures = {"algbw_gbps": algbw, "busbw_gbps": bus, "bytes": float(nbytes), "seconds": seconds}
+    detail = {"backend": backend, "world_size": spec.world_size, "rank": spec.rank}
+    return Result("failed" if wrong else "passed", figures, detail,
+                  f"all-reduce result wrong (expected {expect:g} everywhere)" if wrong else None)
+
+
+def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s, the nccl-tests way for all-reduce: busbw = algbw x 2(n-1)/n."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+TESTS: dict[str, Callable[[Spec], Result]] = {"matmul": matmul, "membw": membw, "memtest": memtest, "nvml": nvml,
+                                              "connectivity": connectivity, "allreduce": allreduce}
+# Node-local tests first; the collective last, so the nodes of a run meet there at about the same time.
+ORDER = ("nvml", "matmul", "membw", "memtest", "connectivity", "allreduce")
+
+
+def threads() -> None:
+    """CPU checks use every core the agent may use (TETO_TORCH_THREADS)."""
+    import torch
+
+    if os.environ.get("TETO_TORCH_THREADS"):
+        torch.set_num_threads(int(os.environ["TETO_TORCH_THREADS"]))

@@ -1,0 +1,69 @@
+"""The node table's edge: nodes in and out of rows, and a transition written with its ``NodeEvent``s and the
+directives it causes (reboot) in the outbox, in the caller's transaction.
+
+Every function takes a connection the caller holds inside a transaction; nothing here commits on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from libs.contracts.envelope import Envelope
+from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
+from libs.contracts.subjects import Subjects
+from libs.runtime import outbox
+
+from .domain.nodes import Node, Reboot, Transition
+
+SCHEMA = "health"
+
+
+def node_of(row: asyncpg.Record) -> Node:
+    return Node(node_id=row["node_id"], group=row["group_name"], executor_id=row["executor_id"],
+                state=NodeState(row["state"]), reboots=row["reboots"], run_id=row["run_id"],
+                cordoned=row["cordoned"], reason=row["reason"], boot_id=row["boot_id"], since=row["since"])
+
+
+async def load(conn: asyncpg.Connection, node_id: str) -> tuple[Node | None, asyncpg.Record | None]:
+    row = await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1 FOR UPDATE", node_id)
+    return (None, None) if row is None else (node_of(row), row)
+
+
+async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now: datetime, *,
+               seq: int, extra: dict[str, Any] | None = None, messages: Iterable[tuple[str, Envelope]] = (),
+               needs_check: bool | None = None) -> list[NodeEvent]:
+    """Store the node after a transition (``seq``: its last event number so far) with its events, the reboot
+    directive its effects ask for, and ``messages``; ``extra`` sets other columns (address, figures, ...)."""
+    n = t.node
+    events = [NodeEvent(node_id=n.node_id, seq=seq + i + 1, event=e.kind, state=e.state, previous_state=e.previous,
+                        executor_id=n.executor_id, group=n.group, schedulable=n.schedulable,
+                        reason=e.reason or n.why_not_schedulable, run_id=n.run_id or e.detail.get("run_id"),
+                        reboots=n.reboots, detail=e.detail, time=now)
+              for i, e in enumerate(t.events)]
+    cols: dict[str, Any] = {"group_name": n.group, "executor_id": n.executor_id, "state": n.state.value,
+                            "reason": n.reason, "reboots": n.reboots, "run_id": n.run_id, "cordoned": n.cordoned,
+                            "boot_id": n.boot_id, "since": n.since, "event_seq": seq + len(events)}
+    if needs_check is not None:
+        cols["needs_check"] = needs_check
+    for key, value in (extra or {}).items():
+        cols[key] = json.dumps(value) if key in ("gpus", "figures") else value
+    names = list(cols)
+    casts = {"gpus": "::jsonb", "figures": "::jsonb"}
+    placeholders = ", ".join(f"${i}{casts.get(c, '')}" for i, c in enumerate(names, 2))
+    await conn.execute(
+        f"INSERT INTO health.nodes (node_id, {', '.join(names)}) VALUES ($1, {placeholders})"
+        f" ON CONFLICT (node_id) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in names)}, updated_at = now()",
+        n.node_id, *cols.values())
+    out: list[tuple[str, Envelope]] = [(subjects.node(n.node_id, ev.event.value), ev) for ev in events]
+    for effect in t.effects:
+        if isinstance(effect, Reboot) and n.executor_id:
+            out.append((subjects.agent(n.executor_id, "reboot"),
+                        RebootNode(node_id=n.node_id, executor_id=n.executor_id, reason=effect.reason,
+                                   reboots=effect.reboots)))
+    await outbox.add(conn, SCHEMA, [*out, *messages])
+    return events
