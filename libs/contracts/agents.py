@@ -25,6 +25,8 @@ class RunJob(Envelope):
     rank: int = Field(0, ge=0)
     world_size: int = Field(1, ge=1)
     rendezvous: str | None = Field(None, description="host:port of rank 0 for torch.distributed")
+    ready_timeout_seconds: float | None = Field(
+        None, gt=0, description="Gangs: how long the queue waits for every worker to be ready")
 
 
 class StopJob(Envelope):

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from .envelope import Envelope, new_id, utcnow
 from .jobs import JobSpec
+from .policies import GangPolicy
 from .nodes import CheckTest
 
 
@@ -77,8 +78,17 @@ class UndrainNode(Command):
     node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
 
 
+class SetGangPolicy(Command):
+    """Replace the gang policy (``PUT /v1/policies/gang``); the queue applies it from its next admission."""
+
+    SCHEMA = "teto.cmd.set_policy/1"
+    KIND = "set_policy"
+
+    policy: GangPolicy
+
+
 COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob, RunHealthCheck,
-                                                          DrainNode, UndrainNode)}
+                                                          DrainNode, UndrainNode, SetGangPolicy)}
 
 
 class CommandOutcome(Envelope):

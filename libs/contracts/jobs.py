@@ -81,6 +81,10 @@ class JobSpec(Model):
     estimated_step_seconds: float | None = Field(
         None, gt=0, description="The user's estimate of one step's wall time, for an early ceiling warning"
     )
+    ready_timeout_seconds: float | None = Field(
+        None, gt=0, le=86_400,
+        description="Gangs: time for every worker to be ready; shorter than the gang policy's, never longer"
+    )
 
 
 class JobEventKind(StrEnum):
@@ -100,6 +104,9 @@ class JobEventKind(StrEnum):
     CANCELLED = "cancelled"
     STOP_REQUESTED = "stop_requested"
     SIGNAL = "signal"
+    WORKER_READY = "worker_ready"  # a gang worker's process group formed (admitting)
+    ADMITTED = "admitted"  # every gang worker ready: admitting -> running
+    WORKER_LOST = "worker_lost"  # a running gang lost a worker (node failure); the policy's strategy follows
 
 
 class JobEvent(Envelope):

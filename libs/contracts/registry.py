@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
-from .commands import CancelJob, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck, SubmitJob, UndrainNode
+from .commands import (CancelJob, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck, SetGangPolicy, SubmitJob,
+                       UndrainNode)
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
 from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
-from .telemetry import CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport
+from .telemetry import (CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport,
+                        WorkerReady)
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(SubmitJob, "teto.cmd.submit", "CMD", "gateway", "Submit a job"),
     Entry(CancelJob, "teto.cmd.cancel", "CMD", "gateway", "Cancel a job"),
     Entry(RequeueJob, "teto.cmd.requeue", "CMD", "gateway", "Requeue an interrupted job with a new total ceiling"),
+    Entry(SetGangPolicy, "teto.cmd.set_policy", "CMD", "gateway", "Replace the gang admission policy"),
     Entry(RunHealthCheck, "teto.cmd.run_health_check", "CMD", "gateway", "Run deep checks on a group or nodes"),
     Entry(DrainNode, "teto.cmd.drain_node", "CMD", "gateway", "Take a node out of scheduling"),
     Entry(UndrainNode, "teto.cmd.undrain_node", "CMD", "gateway", "Return a drained node (re-checked first)"),
@@ -49,6 +52,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(CheckpointReport, "teto.progress.<job_id>", "PROGRESS", "executor", "Checkpoint written (atomic)"),
     Entry(CheckpointSkipped, "teto.progress.<job_id>", "PROGRESS", "executor", "Corrupt checkpoint skipped"),
     Entry(RunFinished, "teto.progress.<job_id>", "PROGRESS", "executor", "Training process ended"),
+    Entry(WorkerReady, "teto.progress.<job_id>", "PROGRESS", "executor", "Gang worker's process group formed"),
     Entry(BudgetEvent, "teto.budget.<job_id>.<event>", "BUDGET", "budget", "Ceiling warning / exhausted"),
     Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),

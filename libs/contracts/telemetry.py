@@ -56,6 +56,8 @@ class Heartbeat(Envelope):
     sent_at: datetime
     interval_seconds: float = Field(gt=0, description="The executor's heartbeat interval")
     progress_interval_seconds: float = Field(gt=0, description="How often the step counter is measured")
+    address: str | None = Field(
+        None, max_length=255, description="Host other nodes reach this node's workers at (gang rendezvous)")
 
 
 class ProgressBase(Envelope):
@@ -90,6 +92,9 @@ class CheckpointSkipped(ProgressBase):
     reason: str
 
 
+EXIT_PEER_LOST = 76  # a gang worker's exit status when its group could not form or lost a peer (teto.sdk)
+
+
 class RunOutcome(StrEnum):
     SUCCEEDED = "succeeded"  # exit code 0
     FAILED = "failed"  # non-zero exit or crash: spends an attempt
@@ -116,8 +121,19 @@ class RunStarted(ProgressBase):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+class WorkerReady(ProgressBase):
+    """A gang worker's process group has formed (``init_process_group`` returned and a barrier passed)."""
+
+    SCHEMA = "teto.progress.ready/1"
+    kind: Literal["ready"] = "ready"
+    rank: int = Field(ge=0)
+    world_size: int = Field(ge=1)
+    seconds_since_launch: float | None = Field(None, ge=0, description="From process start to ready")
+
+
 Progress = Annotated[
-    StepReport | CheckpointReport | CheckpointSkipped | RunStarted | RunFinished, Field(discriminator="kind")
+    StepReport | CheckpointReport | CheckpointSkipped | RunStarted | RunFinished | WorkerReady,
+    Field(discriminator="kind"),
 ]
 PROGRESS_TYPES: dict[str, type[ProgressBase]] = {
     "step": StepReport,
@@ -125,4 +141,5 @@ PROGRESS_TYPES: dict[str, type[ProgressBase]] = {
     "checkpoint_skipped": CheckpointSkipped,
     "started": RunStarted,
     "finished": RunFinished,
+    "ready": WorkerReady,
 }

@@ -16,6 +16,7 @@ from services.queue.domain.lifecycle import (
     CheckpointSkipped,
     Checkpointed,
     Finished,
+    GangWorker,
     Granted,
     Job,
     LeaseExpired,
@@ -44,9 +45,14 @@ EX = "ex-1"
 def make_job(state: JobState = JobState.QUEUED, **kw) -> Job:
     spec = kw.pop("spec", JobSpec(workload={"kind": "finetune"}, max_attempts=3, gpu_ceiling_seconds=600))
     running = state is JobState.RUNNING
+    lease = T0 + timedelta(seconds=6)
     base = dict(id="j1", name="demo", owner="ann", spec=spec, state=state, created_at=T0, updated_at=T0,
                 lease_epoch=EPOCH, attempt_number=EPOCH, executor_id=EX if running else None,
-                workers=(EX,) if running else (), lease_expires_at=T0 + timedelta(seconds=6) if running else None)
+                workers=(EX,) if running else (), lease_expires_at=lease if running else None)
+    if state is JobState.ADMITTING:  # only a gang is ever admitting (tests/unit/test_gang_lifecycle.py)
+        base.update(executor_id=EX, workers=(EX, "ex-2"), lease_expires_at=lease,
+                    gang=(GangWorker(EX, lease), GangWorker("ex-2", lease)), ready_deadline=T0 + timedelta(60),
+                    spec=spec.model_copy(update={"workers": 2}))
     base.update(kw)
     return Job(**base)
 
@@ -77,16 +83,20 @@ REFUSED, UNCHANGED = "refused", "unchanged"
 
 
 def expected(state: JobState, fact: str) -> str | JobState:
-    """The rule book, written as a table: what each fact does to a job in each state (current epoch)."""
+    """The rule book, written as a table: what each fact does to a job in each state (current epoch).
+
+    An admitting job is a gang (the facts here name no worker, so its workers' ends change nothing; the gang
+    rules have their own table in test_gang_lifecycle.py)."""
     running = state is JobState.RUNNING
+    admitting = state is JobState.ADMITTING
     if fact == "submitted":
         return REFUSED  # the job exists already
     if fact == "granted":
         return JobState.RUNNING if state is JobState.QUEUED else REFUSED
     if fact == "renew":
-        return JobState.RUNNING if running else REFUSED
+        return state if running or admitting else REFUSED
     if fact in ("started", "step", "checkpointed", "checkpoint_skipped"):
-        return JobState.RUNNING if running else UNCHANGED
+        return state if running or admitting else UNCHANGED
     if fact == "finished_succeeded":
         return JobState.SUCCEEDED if running else UNCHANGED
     if fact in ("finished_failed", "finished_abandoned", "finished_stopped", "lease_expired"):
@@ -121,7 +131,7 @@ def test_every_state_and_fact(state: JobState, fact: str):
         assert isinstance(result, Transition) and result.changed
         assert result.job.state is want
         for ev in result.events:  # every event names the state it leaves the job in, in order
-            assert ev.state in (want, JobState.RUNNING)
+            assert ev.state in (want, state, JobState.RUNNING)
         if result.events:
             assert result.events[-1].state is want
 
@@ -170,6 +180,7 @@ def test_a_grant_with_any_epoch_but_the_next_is_refused(epoch):
 def test_a_gang_grant_holds_every_worker():
     t = decide(make_job(), Granted(("a", "b"), EPOCH + 1, LATER), LATER)
     assert t.job.workers == ("a", "b") and t.job.executor_id == "a" and t.effects[0].workers == ("a", "b")
+    assert t.job.state is JobState.ADMITTING and [w.executor_id for w in t.job.gang] == ["a", "b"]
 
 
 # -- renewal ----------------------------------------------------------------------------------------------
@@ -318,7 +329,8 @@ def test_cancel_of_a_running_job_is_immediate_and_stops_the_process():
     assert t.events[0].detail == {"actor": "ann"}
 
 
-@pytest.mark.parametrize("state", [s for s in NON_TERMINAL if s is not JobState.RUNNING], ids=str)
+@pytest.mark.parametrize("state", [s for s in NON_TERMINAL if s not in (JobState.RUNNING, JobState.ADMITTING)],
+                         ids=str)
 def test_cancel_of_a_job_not_running_stops_nothing(state):
     t = decide(make_job(state), Cancel("enough", "ann"), LATER)
     assert t.job.state is JobState.CANCELLED and t.effects == ()

@@ -11,9 +11,21 @@ from libs.contracts.jobs import AttemptCause, JobEventKind, JobSpec, JobState
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
 
+from .admission import Backoff
+
 
 def no_attempts() -> dict[str, int]:
     return {cause.value: 0 for cause in AttemptCause}
+
+
+@dataclass(frozen=True)
+class GangWorker:
+    """One worker of a gang's current run (jobs with ``workers > 1``; rank = position in ``Job.gang``)."""
+
+    executor_id: str
+    lease_expires_at: datetime | None = None  # each worker renews its own lease; the job's is the earliest
+    ready_at: datetime | None = None  # its process group formed (WorkerReady)
+    ended: str | None = None  # how its process ended (a RunOutcome value, or "peer_lost"); None while running
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,14 @@ class Job:
     stop_requested: str | None = None  # reason of a stop sent to the executor and not yet answered
     ceiling_history: tuple[dict[str, Any], ...] = ()
     event_seq: int = 0  # owned by the store: the seq of the last event written
+    # -- gangs (workers > 1); see gang.py
+    gang: tuple[GangWorker, ...] = ()  # the workers of the current run, rank order; () when not admitted
+    rendezvous: str | None = None  # host:port of rank 0's store for the current run
+    ready_deadline: datetime | None = None  # admitting: every worker ready by then, or the job backs off
+    admitted_at: datetime | None = None  # the current run's grant (admitting began)
+    backoff_count: int = 0  # ready timeouts so far
+    next_admission_at: datetime | None = None  # backoff: when it is queued again
+    on_node_failure: str = "requeue_gang"  # the policy's strategy when the run was admitted
 
 
 # -- facts ------------------------------------------------------------------------------------------------
@@ -58,6 +78,10 @@ class Granted:
     workers: tuple[str, ...]  # rank order; workers[0] is the executor the job is shown on
     epoch: int
     expires_at: datetime
+    # gangs only: where the workers meet, by when they must be ready, what a node failure will do
+    rendezvous: str | None = None
+    ready_deadline: datetime | None = None
+    on_node_failure: str = "requeue_gang"
 
 
 @dataclass(frozen=True)
@@ -107,6 +131,7 @@ class Finished:
     exit_code: int | None = None
     error: str | None = None
     last_step: int | None = None
+    executor_id: str | None = None  # which worker's process ended (gangs track each one)
 
 
 @dataclass(frozen=True)
@@ -133,8 +158,30 @@ class Requeue:
     actor: str
 
 
+@dataclass(frozen=True)
+class WorkerReady:
+    """A gang worker's process group formed."""
+
+    epoch: int
+    executor_id: str
+
+
+@dataclass(frozen=True)
+class ReadyTimedOut:
+    """The scanner saw an admitting gang past its ready deadline; ``backoff`` is the next back-off the policy
+    allows (None: the limit is used up and the job fails)."""
+
+    epoch: int
+    backoff: Backoff | None
+
+
+@dataclass(frozen=True)
+class AdmissionDue:
+    """A job in backoff whose time has come (the scanner asks; the job knows when)."""
+
+
 Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
-        | LeaseExpired | Cancel | StopForCeiling | Requeue)
+        | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue)
 RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
 
 

@@ -17,8 +17,10 @@ from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, Job
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
 
+from . import gang as gang_rules
 from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is imported from here
     RUN_FACTS,
+    AdmissionDue,
     Cancel,
     Checkpointed,
     CheckpointSkipped,
@@ -26,10 +28,12 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     EventDraft,
     Fact,
     Finished,
+    GangWorker,
     Granted,
     Job,
     LeaseExpired,
     LeaseFact,
+    ReadyTimedOut,
     Refusal,
     Renew,
     Requeue,
@@ -40,6 +44,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     StopOn,
     Submitted,
     Transition,
+    WorkerReady,
     no_attempts,
 )
 
@@ -68,6 +73,12 @@ def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
         return on_ceiling(job, fact, now)
     if isinstance(fact, RUN_FACTS):
         return on_run_fact(job, fact, now)
+    if isinstance(fact, WorkerReady):
+        return gang_rules.on_ready(job, fact, now)
+    if isinstance(fact, ReadyTimedOut):
+        return gang_rules.on_ready_timeout(job, fact, now)
+    if isinstance(fact, AdmissionDue):
+        return gang_rules.on_admission_due(job, fact, now)
     raise TypeError(f"not a lifecycle fact: {fact!r}")
 
 
@@ -81,12 +92,15 @@ def submit(fact: Submitted, now: datetime) -> Transition:
 
 
 def on_granted(job: Job, fact: Granted, now: datetime) -> Transition | Refusal:
-    """Only a queued job is placed, and only with the next epoch: a second grant racing the first is refused."""
+    """Only a queued job is placed, and only with the next epoch: a second grant racing the first is refused.
+    A gang (several workers) is admitting until every worker is ready; a single worker runs at once."""
     if job.state is not JobState.QUEUED:
         return Refusal(f"cannot place a {job.state} job")
     if fact.epoch != job.lease_epoch + 1 or not fact.workers:
         return Refusal("a grant must carry the next epoch and at least one executor",
                        {"epoch": fact.epoch, "expected": job.lease_epoch + 1})
+    if len(fact.workers) > 1:
+        return gang_rules.on_granted(job, fact, now)
     attempt = job.attempt_number + 1
     new = replace(job, state=JobState.RUNNING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
                   workers=fact.workers, lease_expires_at=fact.expires_at, attempt_number=attempt,
@@ -102,8 +116,10 @@ def on_renew(job: Job, fact: Renew, now: datetime) -> Transition | Refusal:
     """Renewal is the executor's proof of contact; a refusal tells it to stop its process at once."""
     if fact.epoch < job.lease_epoch:
         return Refusal(f"stale epoch: lease {job.lease_epoch} is current", {"current_epoch": job.lease_epoch})
-    if job.state is not JobState.RUNNING or fact.epoch != job.lease_epoch:
+    if job.state not in (JobState.RUNNING, JobState.ADMITTING) or fact.epoch != job.lease_epoch:
         return Refusal("job cancelled" if job.state is JobState.CANCELLED else f"job ended: it is {job.state}")
+    if job.gang:
+        return gang_rules.on_renew(job, fact)
     if fact.executor_id not in job.workers:
         return Refusal("the lease is held by another executor")
     return Transition(replace(job, lease_expires_at=fact.expires_at))
@@ -114,7 +130,7 @@ def on_cancel(job: Job, fact: Cancel, now: datetime) -> Transition | Refusal:
     if job.state in TERMINAL_STATES:
         return Refusal(f"job already {job.state}", {"state": job.state.value})
     effects: tuple[Effect, ...] = ()
-    if job.state is JobState.RUNNING:
+    if job.state in (JobState.RUNNING, JobState.ADMITTING):
         effects = (StopOn(job.workers, job.lease_epoch, "cancelled", checkpoint_first=False),
                    LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason="cancelled"))
     new = _leave_run(job, JobState.CANCELLED, now, reason=fact.reason)
@@ -154,6 +170,13 @@ def on_ceiling(job: Job, fact: StopForCeiling, now: datetime) -> Transition:
     if fact.ceiling_seconds < job.spec.gpu_ceiling_seconds:
         return Transition.unchanged(job, "exhaustion of an earlier ceiling")
     numbers = {"ceiling_seconds": fact.ceiling_seconds, "consumed_seconds": fact.consumed_seconds}
+    if job.state is JobState.ADMITTING:
+        # A gang still forming has trained nothing yet: stop its workers and interrupt it at once.
+        new = _leave_run(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
+        return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, job.state, reason=CEILING_STOP,
+                                           detail=numbers),),
+                          (StopOn(job.workers, job.lease_epoch, CEILING_STOP, checkpoint_first=False),
+                           _released(job, CEILING_STOP)))
     if job.state is not JobState.RUNNING:
         new = _leave_run(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
         return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, job.state, reason=CEILING_STOP,
@@ -172,8 +195,17 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     executor, a redelivered report, a race with cancel), never an error."""
     if fact.epoch != job.lease_epoch:
         return Transition.unchanged(job, f"stale epoch {fact.epoch} (current {job.lease_epoch})")
-    if job.state is not JobState.RUNNING:
+    # A forming gang already reports (each worker starts, and rank 0 may step before the last ready arrives);
+    # its lease expiry is not watched: the ready timeout ends a gang that cannot form.
+    forming = job.state is JobState.ADMITTING and not isinstance(fact, LeaseExpired)
+    if job.state is not JobState.RUNNING and not forming:
         return Transition.unchanged(job, f"job is {job.state}")
+    if job.gang and isinstance(fact, Finished):
+        return gang_rules.on_finished(job, fact, now, _attempt_failed,
+                                      lambda j, epoch, at, detail: _interrupt(j, epoch, at, detail,
+                                                                              _released(j, CEILING_STOP)))
+    if job.gang and isinstance(fact, LeaseExpired):
+        return gang_rules.on_lease_expired(job, fact, now)
     ex = job.executor_id
     if isinstance(fact, Started):
         detail = {"resumed_from_step": fact.resumed_from_step, "resumed_from": fact.resumed_from,
@@ -266,10 +298,9 @@ def _released(job: Job, why: str) -> LeaseFact:
 
 
 def _leave_run(job: Job, state: JobState, now: datetime, *, reason: str | None = None) -> Job:
-    """The job stops holding executors. A requeued job forgets its executor (it will get another); an ended
-    one keeps it for the record."""
-    return replace(job, state=state, workers=(), lease_expires_at=None, stop_requested=None, reason=reason,
-                   executor_id=None if state is JobState.QUEUED else job.executor_id, updated_at=now)
+    """The job stops holding executors (and, a gang, its reservations). A requeued job forgets its executor
+    (it will get another); an ended one keeps it for the record."""
+    return gang_rules.leave(job, state, now, reason=reason)
 
 
 def _with_step(job: Job, fact: StepReported, now: datetime) -> Job:
