@@ -9,6 +9,7 @@ other's messages or rows.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ class Infra:
 @pytest.fixture(scope="session")
 def infra() -> Iterator[Infra]:
     root = Path(tempfile.mkdtemp(prefix="teto-test-"))
+    os.chmod(root, 0o755)  # the PostgreSQL service user must enter it (mkdtemp makes it 0700)
     if _docker_available():
         from testcontainers.nats import NatsContainer
         from testcontainers.postgres import PostgresContainer
@@ -76,7 +78,8 @@ def infra() -> Iterator[Infra]:
         yield Infra(nats.url, pg.url, root, pg.create_database)
     finally:
         nats.stop()
-        pg.stop()
+        pg.stop(destroy=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
@@ -109,6 +112,16 @@ class TestEnv:
 def env(infra: Infra, tmp_path: Path) -> TestEnv:
     prefix = "t" + uuid.uuid4().hex[:10]
     return TestEnv(infra=infra, prefix=prefix, database_url=infra.new_database(), data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def stack_dir() -> Iterator[Path]:
+    """A data directory for a whole `teto up` stack, enterable by the PostgreSQL service user (pytest's
+    tmp_path lives under a 0700 directory, which would push the cluster to /var/lib/teto), removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="teto-e2e-"))
+    os.chmod(root, 0o755)
+    yield root / "teto"
+    shutil.rmtree(root, ignore_errors=True)
 
 
 _LAYERS = ("unit", "broker", "integration", "e2e")

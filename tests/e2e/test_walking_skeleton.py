@@ -23,8 +23,8 @@ def _finetune(steps: int, every: int, delay: float = 0.0, name: str = "e2e") -> 
             "checkpoint_every_steps": every}
 
 
-def test_submit_train_checkpoint_kill_resume_restart(tmp_path: Path):
-    data_dir = tmp_path / "teto"
+def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
+    data_dir = stack_dir
     stack = start_stack(data_dir)
     try:
         # 1. A job submitted over HTTP succeeds, with its checkpoints on disk.

