@@ -78,3 +78,20 @@ def test_eta_falls_back_to_the_budget_services_measurement_while_running():
     assert job_view(job, budget=budget)["checkpoint"]["next_eta_seconds"] == 4.5
     assert job_view({**job, "state": "queued"}, budget=budget)["checkpoint"]["next_eta_seconds"] is None
     assert job_view({**job, "step_seconds": 1.0}, budget=budget)["checkpoint"]["next_eta_seconds"] == 5.0
+
+
+def test_an_accepted_requeue_shows_its_ceiling_before_the_budget_service_has_heard_of_it():
+    history = [{"ceiling_seconds": 12.0, "actor": "alice", "at": "t0"}, {"ceiling_seconds": 140.0, "actor": "ops",
+                                                                         "at": "t1"}]
+    job = {"id": "j", "state": "queued", "spec": {"gpu_ceiling_seconds": 140.0}, "ceiling_history": history}
+    lagging = {"ceiling_seconds": 12.0, "consumed_seconds": 13.5, "remaining_seconds": 0, "overshoot_seconds": 1.5,
+               "ceiling_history": [{"ceiling_seconds": 12.0, "actor": "alice", "consumed_seconds": 0.0, "at": "t0"}]}
+    block = job_view(job, budget=lagging)["budget"]
+    assert block["ceiling_seconds"] == 140.0 and block["remaining_seconds"] == 126.5
+    assert block["consumed_seconds"] == 13.5 and block["overshoot_seconds"] == 1.5  # the ledger's, untouched
+    assert [h["ceiling_seconds"] for h in block["ceiling_history"]] == [12.0, 140.0]
+    assert block["ceiling_history"][0]["consumed_seconds"] == 0.0  # the budget service's entry where it has one
+    caught_up = {**lagging, "ceiling_seconds": 140.0, "remaining_seconds": 126.5,
+                 "ceiling_history": [*lagging["ceiling_history"], {"ceiling_seconds": 140.0, "actor": "ops",
+                                                                   "consumed_seconds": 13.5, "at": "t1"}]}
+    assert job_view(job, budget=caught_up)["budget"] == {**caught_up, "warning": None}

@@ -74,8 +74,25 @@ def signal_block(job_state: str, row: Mapping[str, Any] | None) -> dict[str, Any
     return block
 
 
-def budget_block(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return None if row is None else pick(row, BUDGET_FIELDS)
+def budget_block(row: Mapping[str, Any] | None, job: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The budget service's account of the job. The queue decides ceilings (submit, requeue) and the budget
+    service learns them from the job's events a moment later: while its ceiling history is behind the queue's,
+    the queue's current ceiling is shown (and the remaining seconds follow), so an accepted requeue is visible
+    in its own answer. Consumption is only ever the budget service's."""
+    if row is None:
+        return None
+    block = pick(row, BUDGET_FIELDS)
+    job = job or {}
+    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    current = spec.get("gpu_ceiling_seconds")
+    decided = list(job.get("ceiling_history") or [])
+    known = list(block.get("ceiling_history") or [])
+    if current is None or len(known) >= len(decided):
+        return block
+    block.update(ceiling_seconds=current, ceiling_history=known + decided[len(known):])
+    if block.get("consumed_seconds") is not None:
+        block["remaining_seconds"] = max(float(current) - float(block["consumed_seconds"]), 0.0)
+    return block
 
 
 def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
@@ -85,7 +102,7 @@ def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
     out = pick(job, JOB_FIELDS)
     spec = out.get("spec") or {}
     out["signal"] = signal_block(str(out.get("state")), signal)
-    out["budget"] = budget_block(budget)
+    out["budget"] = budget_block(budget, out)
     out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
     # The budget service measures step time too (from usage reports); use its ETA when the queue has none.
     measured = (budget or {}).get("checkpoint")
