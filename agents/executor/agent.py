@@ -29,7 +29,7 @@ from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
-                                      RunOutcome, RunStarted, StepReport)
+                                      RunOutcome, RunStarted, StepReport, WorkerReady)
 from libs.runtime import bus
 
 from . import checkpoints, launch
@@ -67,6 +67,8 @@ class Run:
     last_step_sent_at: float | None = None
     step_seconds_sum: float = 0.0
     step_seconds_n: int = 0
+    launched_at: float | None = None  # monotonic
+    ready: bool = False  # a gang worker's process group has formed
 
 
 class Agent:
@@ -87,6 +89,7 @@ class Agent:
         self.checks = NodeChecks(self)
         self.boot_id = new_id()  # a registration with a new boot id is a node back from a (re)boot
         self.address: str | None = None
+        self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
         self.collective_port: int | None = None
 
     # -- what heartbeats say -------------------------------------------------------------------------------
@@ -123,7 +126,7 @@ class Agent:
                              epoch=run.grant.epoch if run else None, phase=self.phase,
                              step=run.step if run else None, usage=sample, sent_at=utcnow(),
                              interval_seconds=s.heartbeat_seconds,
-                             progress_interval_seconds=s.progress_interval_seconds)
+                             progress_interval_seconds=s.progress_interval_seconds, address=self.host)
             ok = await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
             if ok:
                 self.meter.acknowledged(sample)
@@ -266,7 +269,10 @@ class Agent:
                 # or a ceiling stop would be lost and the job would run on past its budget.
                 asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
                                     name=f"stop-{grant.job_id}")
-            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), time.monotonic())
+            run.launched_at = time.monotonic()
+            if grant.world_size == 1:
+                # A gang worker is metered from its ready report: forming the gang is not charged.
+                self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at)
             log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                      run.child.pid, run.resumed_from_step)
             self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
@@ -346,14 +352,33 @@ class Agent:
             self._flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
             self._send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
                        sha256=record.get("sha256"), bytes=record.get("bytes"))
+        elif kind == "ready" and not run.ready and run.grant.world_size > 1:
+            self._on_ready(run)
         elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):
             phase = record.get("phase")
             if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
                 run.phase = Phase(phase)
 
+    def _on_ready(self, run: Run) -> None:
+        """The process group formed: the gang worker is ready, and from now on its time is charged."""
+        run.ready = True
+        now = time.monotonic()
+        grant = run.grant
+        if not run.stop_requested and run.lost is None:
+            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), now)
+        since = None if run.launched_at is None else round(now - run.launched_at, 3)
+        log.info("job %s epoch %d: rank %d of %d ready after %ss", grant.job_id, grant.epoch, grant.rank,
+                 grant.world_size, since)
+        self._send(run, WorkerReady, rank=grant.rank, world_size=grant.world_size, seconds_since_launch=since)
+
     def _flush_step(self, run: Run) -> None:
         record = run.pending_step
         if record is None:
+            return
+        if run.grant.rank != 0:
+            # In a gang every rank steps together; rank 0 speaks for the job (its heartbeat still says its step).
+            run.pending_step = None
+            run.step_seconds_sum, run.step_seconds_n = 0.0, 0
             return
         run.pending_step = None
         run.last_step_sent_at = time.monotonic()

@@ -69,6 +69,7 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_CHECKPOINT_DIR=str((settings.effective_checkpoint_dir / grant.job_id).resolve()),
         TETO_RESUME_FROM=str(resume_from.resolve()) if resume_from else "", TETO_RANK=str(grant.rank),
         TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
+        TETO_READY_TIMEOUT=f"{grant.ready_timeout_seconds:g}" if grant.ready_timeout_seconds else "",
         TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=device(gpus),
         TETO_PARAMS=params, TETO_WORK_DIR=str(work.resolve()), TETO_STOP_FILE=str(stop_file(settings, grant).resolve()),
         TETO_BASE_DIR=str(settings.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")

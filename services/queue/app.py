@@ -13,7 +13,9 @@ from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 
 from .commands import Commands
+from .gangs import GangScanner
 from .handlers import build_router
+from .policy import Policies
 from .runs import Runs
 from .scheduler import Scheduler
 from .settings import QueueSettings
@@ -34,13 +36,20 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         runs = Runs(runtime, settings)
         scheduler = Scheduler(runtime, settings, kick=relay.kick)
         broker = NatsBroker(settings.nats_url)
-        broker.include_router(build_router(runtime, commands, runs))
+        gangs = GangScanner(runtime, settings, kick=relay.kick)
+        broker.include_router(build_router(runtime, commands, runs, Policies(runtime)))
         await broker.start()
         runtime.singleton(f"{NAME}-outbox", relay.run)
         runtime.singleton(f"{NAME}-placement", periodic(
             scheduler.place_once, settings.schedule_interval_seconds, "placement"))
+        # A follower tries for the lock every scan interval (at most every second), so when the scanning replica
+        # dies another takes over within one scan interval: lease expiry never waits for a restart.
         runtime.singleton(f"{NAME}-lease-scanner", periodic(
-            scheduler.scan_once, settings.scan_interval_seconds, "lease scanner"))
+            scheduler.scan_once, settings.scan_interval_seconds, "lease scanner"),
+            retry_seconds=min(1.0, settings.scan_interval_seconds))
+        # Gangs past their ready deadline back off; back-offs that are over are queued again.
+        runtime.singleton(f"{NAME}-gang-scanner", periodic(
+            gangs.scan_once, settings.scan_interval_seconds, "gang scanner"))
         # Published outbox rows are kept a day (for inspection after an incident), then dropped.
         runtime.singleton(f"{NAME}-outbox-purge", periodic(
             lambda: purge_published(runtime.pool, SCHEMA), OUTBOX_PURGE_SECONDS, "outbox purge"))

@@ -16,7 +16,7 @@ from libs.contracts.envelope import ContractError
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 
-from . import store
+from . import policy, store
 from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
 from .effects import apply
 from .settings import QueueSettings
@@ -32,7 +32,10 @@ class Commands:
         self.settings = settings
 
     async def submit(self, cmd: SubmitJob) -> CommandOutcome:
-        return await self._decide(cmd, cmd.job_id, Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec))
+        # A gang may ask for a shorter ready timeout than the gang policy's, never a longer one.
+        refusal = await policy.refusal_for(self.runtime.pool, cmd.spec)
+        return await self._decide(cmd, cmd.job_id,
+                                  refusal or Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec))
 
     async def cancel(self, cmd: CancelJob) -> CommandOutcome:
         return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))

@@ -30,7 +30,8 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings) -> l
                 run = RunJob(job_id=job.id, epoch=effect.epoch, executor_id=executor_id, spec=job.spec,
                              attempt=effect.attempt, lease_seconds=settings.lease_seconds,
                              heartbeat_seconds=settings.heartbeat_seconds, rank=rank,
-                             world_size=len(effect.workers))
+                             world_size=len(effect.workers), rendezvous=job.rendezvous,
+                             ready_timeout_seconds=_ready_timeout(job))
                 out.append((subjects.agent(executor_id, "run"), run))
         elif isinstance(effect, StopOn):
             for executor_id in effect.workers:
@@ -42,6 +43,12 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings) -> l
                                event=effect.event, expires_at=effect.expires_at, reason=effect.reason)
             out.append((subjects.lease(job.id, effect.event.value), lease))
     return out
+
+
+def _ready_timeout(job: Job) -> float | None:
+    if job.ready_deadline is None or job.admitted_at is None:
+        return None
+    return max(0.001, (job.ready_deadline - job.admitted_at).total_seconds())
 
 
 @dataclass

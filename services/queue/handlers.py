@@ -23,7 +23,7 @@ from faststream.nats import JStream, NatsRouter, PullSub
 from faststream.nats.message import NatsMessage
 
 from libs.contracts.budget import BudgetEvent
-from libs.contracts.commands import CancelJob, Command, RequeueJob, SubmitJob
+from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
 from libs.contracts.envelope import ContractError
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
@@ -31,13 +31,14 @@ from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
 from libs.runtime.service import Runtime
 
 from .commands import Commands
+from .policy import Policies
 from .runs import Runs
 
 log = logging.getLogger(__name__)
 RETRY_DELAY_SECONDS = 1.0
 
 
-def build_router(runtime: Runtime, commands: Commands, runs: Runs) -> NatsRouter:
+def build_router(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None) -> NatsRouter:
     s = runtime.subjects
     router = NatsRouter()
 
@@ -71,6 +72,8 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs) -> NatsRouter
     command_subscriber(SubmitJob, commands.submit)
     command_subscriber(CancelJob, commands.cancel)
     command_subscriber(RequeueJob, commands.requeue)
+    if policies is not None:
+        command_subscriber(SetGangPolicy, policies.set)
 
     # One message per fetch: a job's reports are applied in the order they were sent (a checkpoint before the
     # finish that follows it), which FastStream's concurrent handling of a multi-message fetch would not keep.

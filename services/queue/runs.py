@@ -18,6 +18,7 @@ from libs.contracts.telemetry import (
     RunFinished,
     RunStarted,
     StepReport,
+    WorkerReady,
 )
 from libs.runtime.service import Runtime
 
@@ -40,7 +41,9 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
     if isinstance(msg, CheckpointSkipped):
         return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
     if isinstance(msg, RunFinished):
-        return lc.Finished(msg.epoch, msg.outcome, msg.exit_code, msg.error, msg.last_step)
+        return lc.Finished(msg.epoch, msg.outcome, msg.exit_code, msg.error, msg.last_step, msg.executor_id)
+    if isinstance(msg, WorkerReady):
+        return lc.WorkerReady(msg.epoch, msg.executor_id)
     raise TypeError(f"not a progress message: {type(msg).__name__}")
 
 
@@ -109,7 +112,7 @@ class Runs:
                 latest[hb.executor_id] = hb
         now = self.runtime.clock.now()
         rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                 hb.phase.value, hb.sent_at, now) for hb in latest.values()]
+                 hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
         if rows:
             async with self.runtime.pool.acquire() as conn, conn.transaction():
                 await store.upsert_executors(conn, rows)

@@ -19,6 +19,7 @@ from . import store
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob, place
 from .effects import messages_for
+from .gangs import GangGrants
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -51,14 +52,20 @@ class Scheduler:
                                               require_checked=self.settings.require_checked_nodes)
             if not free:
                 return 0
-            # 3. Decide on the snapshot.
+            # 3. Decide on the snapshot; gangs only as the gang policy admits them (one at a time if sequential).
             by_id = {j.id: j for j in jobs}
             wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            gangs = await GangGrants.snapshot(conn, self.settings)
+            wanted = await gangs.admissible(conn, wanted)
             assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
-            # 4. Grant each: job running under the next epoch, RunJob and LeaseEvent in the same transaction.
+            # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
+            # same transaction.
             for a in assignments:
                 job = by_id[a.job_id]
-                t = lc.decide(job, lc.Granted(a.workers, job.lease_epoch + 1, now + lease), now)
+                granted = await gangs.grant(conn, job, a.workers, now + lease, now)
+                if granted is None:
+                    continue
+                t = lc.decide(job, granted, now)
                 if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
                     log.error("placement of %s refused: %s", job.id, t.reason)
                     continue

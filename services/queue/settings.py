@@ -25,11 +25,18 @@ class QueueSettings(CommonSettings):
         2.0, ge=1, le=100, description="An executor unseen for this many heartbeats is not given work"
     )
     max_jobs_per_pass: int = Field(200, ge=1, le=100_000, description="Queued jobs considered per placement pass")
+    rendezvous_port_first: int = Field(
+        29500, ge=1024, le=65535, description="First port the queue hands out for a gang's rendezvous (rank 0)")
+    rendezvous_port_count: int = Field(
+        1000, ge=1, le=64511, description="How many ports from rendezvous_port_first gangs may meet on")
     require_checked_nodes: bool = Field(
         True, description="Place work only on nodes the health service reports schedulable (passed their checks)")
 
     def check(self) -> None:
         super().check()
+        if self.rendezvous_port_first + self.rendezvous_port_count - 1 > 65535:
+            raise SettingsError(f"rendezvous ports {self.rendezvous_port_first}+{self.rendezvous_port_count} "
+                                "go past 65535")
         if self.scan_interval_seconds >= self.lease_seconds:
             raise SettingsError(
                 f"scan interval {self.scan_interval_seconds:g}s must be shorter than the lease "

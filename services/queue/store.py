@@ -19,7 +19,7 @@ from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain.lifecycle import Job, Transition
+from .domain.lifecycle import GangWorker, Job, Transition
 from .domain.placement import FreeExecutor
 
 SCHEMA = "queue"
@@ -28,8 +28,9 @@ T = f'"{SCHEMA}"'
 _JOB_COLUMNS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "lease_epoch", "executor_id",
                 "workers", "lease_expires_at", "last_step", "total_steps", "step_seconds", "step_samples",
                 "last_checkpoint", "reason", "error", "stop_requested", "ceiling_history", "event_seq",
-                "created_at", "updated_at")
-_JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history"}
+                "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "admitted_at", "backoff_count",
+                "next_admission_at", "on_node_failure")
+_JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history", "gang"}
 _SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
 
 
@@ -47,7 +48,24 @@ def job_from_row(row: asyncpg.Record) -> Job:
         last_checkpoint=_loads(row["last_checkpoint"]), reason=row["reason"], error=row["error"],
         stop_requested=row["stop_requested"], ceiling_history=tuple(_loads(row["ceiling_history"])),
         event_seq=row["event_seq"], created_at=row["created_at"], updated_at=row["updated_at"],
+        gang=gang_from_json(_loads(row["gang"])), rendezvous=row["rendezvous"], ready_deadline=row["ready_deadline"],
+        admitted_at=row["admitted_at"], backoff_count=row["backoff_count"],
+        next_admission_at=row["next_admission_at"], on_node_failure=row["on_node_failure"],
     )
+
+
+def gang_from_json(items: list[dict[str, Any]] | None) -> tuple[GangWorker, ...]:
+    def when(value: str | None) -> datetime | None:
+        return None if value is None else datetime.fromisoformat(value)
+
+    return tuple(GangWorker(i["executor_id"], when(i.get("lease_expires_at")), when(i.get("ready_at")), i.get("ended"))
+                 for i in items or ())
+
+
+def gang_to_json(gang: tuple[GangWorker, ...]) -> str:
+    return json.dumps([{"executor_id": w.executor_id, "ended": w.ended,
+                        "lease_expires_at": w.lease_expires_at.isoformat() if w.lease_expires_at else None,
+                        "ready_at": w.ready_at.isoformat() if w.ready_at else None} for w in gang])
 
 
 def _job_values(job: Job) -> list[Any]:
@@ -59,6 +77,7 @@ def _job_values(job: Job) -> list[Any]:
         "workers": list(job.workers),
         "last_checkpoint": None if job.last_checkpoint is None else json.dumps(job.last_checkpoint),
         "ceiling_history": json.dumps(list(job.ceiling_history)),
+        "gang": gang_to_json(job.gang),
     }
     return [values[c] for c in _JOB_COLUMNS]
 
@@ -113,8 +132,10 @@ async def note_stale(conn: asyncpg.Connection, executor_id: str, job_id: str, ep
 
 
 async def save_lease(conn: asyncpg.Connection, job: Job) -> None:
-    """A renewal touches only the expiry: cheaper than a full write, and it races nothing else."""
-    await conn.execute(f"UPDATE {T}.jobs SET lease_expires_at = $2 WHERE id = $1", job.id, job.lease_expires_at)
+    """A renewal touches only the expiry (and a gang's per-worker leases): cheaper than a full write, and it
+    races nothing else."""
+    await conn.execute(f"UPDATE {T}.jobs SET lease_expires_at = $2, gang = $3::jsonb WHERE id = $1", job.id,
+                       job.lease_expires_at, gang_to_json(job.gang))
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -158,7 +179,8 @@ async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: 
     rows = await conn.fetch(
         f"SELECT e.executor_id, e.gpus, e.last_seen, e.group_name FROM {T}.executors e"
         " WHERE e.accepting AND e.job_id IS NULL AND e.last_seen >= $1"
-        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state = 'running' AND e.executor_id = ANY(j.workers))"
+        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
+        " AND e.executor_id = ANY(j.workers))"
         # Only nodes that passed their checks (health's node events): ready and not cordoned.
         f" AND ($2 OR EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
         "   AND n.executor_id = e.executor_id))"
@@ -176,14 +198,15 @@ async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 5
 # -- heartbeats -------------------------------------------------------------------------------------------
 
 async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
-    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen).
+    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address).
     A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
     await conn.executemany(
         f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
-        " sent_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        " sent_at, last_seen, address) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
         " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
-        " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen"
+        " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen,"
+        " address = EXCLUDED.address"
         " WHERE e.sent_at <= EXCLUDED.sent_at",
         rows,
     )
@@ -200,3 +223,35 @@ async def apply_node_event(conn: asyncpg.Connection, node_id: str, executor_id: 
         " group_name = EXCLUDED.group_name, state = EXCLUDED.state, schedulable = EXCLUDED.schedulable,"
         " reason = EXCLUDED.reason, seq = EXCLUDED.seq, updated_at = now() WHERE n.seq < EXCLUDED.seq",
         node_id, executor_id, group, state, schedulable, reason, seq)
+
+
+# -- gangs ------------------------------------------------------------------------------------------------
+
+async def admitting_count(conn: asyncpg.Connection) -> int:
+    return await conn.fetchval(f"SELECT count(*) FROM {T}.jobs WHERE state = 'admitting'")
+
+
+async def ready_timeouts(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
+    """Admitting gangs past their ready deadline, row-locked."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'admitting' AND ready_deadline <= $1"
+                            " ORDER BY ready_deadline LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
+    return [job_from_row(r) for r in rows]
+
+
+async def backoffs_due(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'backoff' AND next_admission_at <= $1"
+                            " ORDER BY next_admission_at LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
+    return [job_from_row(r) for r in rows]
+
+
+async def rendezvous_in_use(conn: asyncpg.Connection) -> set[str]:
+    """host:port of every gang now forming or running (a new gang must not meet on the same port)."""
+    rows = await conn.fetch(f"SELECT rendezvous FROM {T}.jobs WHERE state IN ('admitting', 'running')"
+                            " AND rendezvous IS NOT NULL")
+    return {r["rendezvous"] for r in rows}
+
+
+async def executor_addresses(conn: asyncpg.Connection, executor_ids: Sequence[str]) -> dict[str, str | None]:
+    rows = await conn.fetch(f"SELECT executor_id, address FROM {T}.executors WHERE executor_id = ANY($1::text[])",
+                            list(executor_ids))
+    return {r["executor_id"]: r["address"] for r in rows}

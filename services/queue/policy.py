@@ -1,0 +1,71 @@
+"""The gang policy's store and its command: one row (absent means the defaults), read by placement, the gang
+scanner and the submit check; replaced by ``set_policy`` (audited like every command, answered with an outcome
+that carries the policy now in force)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+import asyncpg
+
+from libs.contracts.commands import CommandOutcome, SetGangPolicy
+from libs.contracts.jobs import JobSpec
+from libs.contracts.policies import GangPolicy
+from libs.runtime import outbox
+from libs.runtime.service import Runtime
+
+from . import store
+from .domain.admission import spec_refusal
+from .domain.lifecycle import Refusal
+
+log = logging.getLogger(__name__)
+SERVICE = "queue"
+_FIELDS = ("ready_timeout_seconds", "backoff_base_seconds", "backoff_max_seconds", "backoff_limit",
+           "sequential_admission", "node_failure_strategy")
+
+
+async def load(conn: asyncpg.Connection | asyncpg.Pool) -> GangPolicy:
+    row = await conn.fetchrow(f"SELECT {', '.join(_FIELDS)} FROM {store.T}.gang_policy WHERE id")
+    return GangPolicy() if row is None else GangPolicy.model_validate(dict(row))
+
+
+async def save(conn: asyncpg.Connection, policy: GangPolicy, actor: str, now: datetime) -> None:
+    values = [getattr(policy, f) for f in _FIELDS]
+    values[-1] = policy.node_failure_strategy.value
+    await conn.execute(
+        f"INSERT INTO {store.T}.gang_policy (id, {', '.join(_FIELDS)}, updated_by, updated_at)"
+        " VALUES (true, $1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET "
+        + ", ".join(f"{f} = EXCLUDED.{f}" for f in (*_FIELDS, "updated_by", "updated_at")),
+        *values, actor, now)
+
+
+async def refusal_for(pool: asyncpg.Pool, spec: JobSpec) -> Refusal | None:
+    """A submitted spec the policy does not allow (a ready timeout longer than the policy's)."""
+    if spec.ready_timeout_seconds is None:
+        return None
+    found = spec_refusal(spec, await load(pool))
+    return None if found is None else Refusal(*found)
+
+
+class Policies:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def set(self, cmd: SetGangPolicy) -> CommandOutcome:
+        """Replace the policy once per command id; a redelivered command is answered with the stored outcome."""
+        now = self.runtime.clock.now()
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            if await store.claim_command(conn, cmd.command_id, cmd.KIND):
+                await save(conn, cmd.policy, cmd.actor, now)
+                outcome = CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, by=SERVICE,
+                                         detail={"policy": cmd.policy.model_dump(mode="json")})
+                await store.record_outcome(conn, cmd.command_id, None, outcome)
+                log.info("gang policy set by %s: %s", cmd.actor, cmd.policy.model_dump(mode="json"))
+            else:
+                prior = await store.answered(conn, cmd.command_id)
+                again = {k: v for k, v in (prior or {}).items() if k not in ("id", "time")}
+                outcome = CommandOutcome.model_validate(again or {"command_id": cmd.command_id, "kind": cmd.KIND,
+                                                                  "accepted": True, "by": SERVICE})
+            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id), outcome)])
+        return outcome
