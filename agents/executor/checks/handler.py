@@ -52,8 +52,8 @@ class NodeChecks:
     def on_check(self, directive: RunChecks) -> None:
         if self.current is not None:
             if (self.current.run_id, self.current.attempt) != (directive.run_id, directive.attempt):
-                log.warning("already checking (run %s): check run %s queued after it", self.current.run_id,
-                            directive.run_id)
+                log.info("still finishing check run %s: run %s (attempt %d) starts after it",
+                         self.current.run_id, directive.run_id, directive.attempt)
                 asyncio.create_task(self._after_current(directive))
             return
         self.current = directive  # set before any await: a grant arriving now sees the node checking
