@@ -28,7 +28,7 @@ from .commands import BusUnavailable, Commands
 from .errors import ApiError
 from .limits import BodyLimit
 from .reads import Reads
-from .routes import admin, jobs
+from .routes import admin, jobs, policies, nodes
 from .settings import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -157,4 +157,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
 
     jobs.register(app)
     admin.register(app)
+    policies.register(app)
+    nodes.register(app)
     return app

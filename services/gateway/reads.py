@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload"})
+                           "payload", "figures", "states", "nodes", "gang"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -108,6 +108,24 @@ class Reads:
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
                                     stale_heartbeats={s["executor_id"]: s["count"] for s in beats}) for r in rows]
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return await self._fetch("health.nodes_public",
+                                 "SELECT * FROM health.nodes_public ORDER BY group_name, node_id")
+
+    async def node_groups(self) -> list[dict[str, Any]]:
+        return await self._fetch("health.node_groups_public",
+                                 "SELECT * FROM health.node_groups_public ORDER BY group_name")
+
+    async def check_run(self, run_id: str) -> dict[str, Any] | None:
+        rows = await self._fetch("health.check_runs_public",
+                                 "SELECT * FROM health.check_runs_public WHERE run_id = $1", run_id)
+        return rows[0] if rows else None
+
+    async def gang_policy(self) -> dict[str, Any]:
+        """The gang policy in force (the defaults until an admin has set one)."""
+        rows = await self._fetch("queue.gang_policy_public", "SELECT * FROM queue.gang_policy_public")
+        return views.gang_policy_view(rows[0] if rows else None)
 
     async def audit(self, f: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Audit rows by actor / job / command kind / time range, paged by ``after_seq``."""

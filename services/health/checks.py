@@ -344,7 +344,7 @@ class Checks:
                                     " FOR UPDATE", cmd.nodes)
             unknown = sorted(set(cmd.nodes) - {r["node_id"] for r in rows})
             if unknown:
-                return False, f"unknown node(s): {', '.join(unknown)}", {"unknown": unknown}
+                return False, f"node(s) not found: {', '.join(unknown)}", {"unknown": unknown}
         targets = [r for r in rows if r["state"] == NodeState.READY and not r["cordoned"]]
         skipped = {r["node_id"]: (f"cordoned for run {r['run_id']}" if r["cordoned"] else r["state"])
                    for r in rows if r not in targets}

@@ -43,8 +43,20 @@ class FakeReads:
     async def audit(self, f: Any) -> list[dict[str, Any]]:
         return []
 
+    async def nodes(self) -> list[dict[str, Any]]:
+        return []
+
+    async def node_groups(self) -> list[dict[str, Any]]:
+        return []
+
+    async def check_run(self, run_id: str) -> dict[str, Any] | None:
+        return {"run_id": run_id, "nodes": []}
+
     async def audit_verify(self) -> dict[str, Any]:
         return {"ok": True, "first_bad_seq": None}
+
+    async def gang_policy(self) -> dict[str, Any]:
+        return {"ready_timeout_seconds": 120.0}
 
 
 class FakeCommands:
@@ -76,11 +88,19 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/j1/cancel", None),
     ("POST", "/v1/jobs/{job_id}/requeue"): ("/v1/jobs/j1/requeue", {"gpu_ceiling_seconds": 500}),
     ("GET", "/v1/executors"): ("/v1/executors", None),
+    ("GET", "/v1/policies/gang"): ("/v1/policies/gang", None),
+    ("PUT", "/v1/policies/gang"): ("/v1/policies/gang", {"ready_timeout_seconds": 60, "backoff_limit": None}),
     ("POST", "/v1/tokens"): ("/v1/tokens", {"actor": "bob", "role": "viewer"}),
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/{viewer_token_id}", None),
     ("GET", "/v1/audit"): ("/v1/audit?actor=x", None),
     ("GET", "/v1/audit/verify"): ("/v1/audit/verify", None),
+    ("POST", "/v1/health-checks"): ("/v1/health-checks", {"group": "g"}),
+    ("GET", "/v1/health-checks/{run_id}"): ("/v1/health-checks/r1", None),
+    ("GET", "/v1/nodes"): ("/v1/nodes", None),
+    ("GET", "/v1/node-groups"): ("/v1/node-groups", None),
+    ("POST", "/v1/nodes/{node_id}/drain"): ("/v1/nodes/n1/drain", None),
+    ("POST", "/v1/nodes/{node_id}/undrain"): ("/v1/nodes/n1/undrain", None),
 }
 PUBLIC = {("GET", "/healthz")}  # no authentication by design (load balancer probes)
 

@@ -198,3 +198,37 @@ def test_audit_time_range_goes_to_the_gateway(server):
     assert args.func(args) == 0
     assert dict(seen[0].url.params) == {"kind": "requeue", "since": "2026-01-01T00:00:00Z",
                                         "until": "2026-01-02T00:00:00Z"}
+
+
+def test_check_nodes_and_check_status_talk_to_the_gateway(monkeypatch, tmp_path, capsys):
+    """teto check --group, teto check-status and teto nodes: the requests made and the tables printed."""
+    import httpx
+
+    from teto import cli_client
+
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, request.content))
+        if request.url.path == "/v1/health-checks":
+            return httpx.Response(200, json={"command_id": "c", "run_id": "r1", "nodes": ["n1", "n2"],
+                                             "cordoned": ["n2"], "skipped": {}})
+        if request.url.path == "/v1/health-checks/r1":
+            return httpx.Response(200, json={"run_id": "r1", "kind": "on_demand", "group_name": "g", "state": "running",
+                                             "nodes": [{"node_id": "n1", "status": "running", "tests": [
+                                                 {"test": "membw", "status": "passed", "figures": {"copy_gbps": 9.5}}]}]})
+        return httpx.Response(200, json=[{"node_id": "n1", "group_name": "g", "state": "ready", "schedulable": True}])
+
+    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handler))
+    from teto.cli import main
+
+    base = ["--url", "http://gw", "--token", "t"]
+    assert main(["check", "--group", "g", *base]) == 0
+    assert "cordoned until their job ends: n2" in capsys.readouterr().out
+    assert main(["check-status", "r1", *base]) == 0
+    out = capsys.readouterr().out
+    assert "n1: running" in out and "copy_gbps=9.5" in out
+    assert main(["nodes", *base]) == 0
+    assert "ready" in capsys.readouterr().out
+    assert seen[0][0] == "POST" and b'"group":"g"' in seen[0][2].replace(b" ", b"")
+    assert main(["check", "--group", "g", "--node", "n1", *base]) == 2  # one target only

@@ -165,7 +165,7 @@ def decide(node: Node | None, fact: Fact, now: datetime, policy: Policy = Policy
     if isinstance(fact, Registered):
         return on_registered(node, fact, now)
     if node is None:
-        return Refusal("no such node")
+        return Refusal("node not found")
     if isinstance(fact, ChecksStarted):
         return on_checks_started(node, fact, now)
     if isinstance(fact, CheckRequested):
