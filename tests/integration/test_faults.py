@@ -207,3 +207,15 @@ async def test_a_training_script_that_raises_spends_attempts_until_the_job_fails
         assert events.count(("attempt_failed", 1)) == 1 and events.count(("attempt_failed", 2)) == 1
         assert ("requeued", 1) in events and events[-1] == ("failed", 2)
         assert [r["epoch"] for r in f.started(job_id)] == [1, 2]
+
+
+def test_an_executor_with_an_unsafe_lease_contract_refuses_to_start_with_the_reason(env):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "teto.cli", "executor", "--executor-id", "unsafe"],
+                          env=env.env_vars(TETO_LEASE_SECONDS="2.5", TETO_HEARTBEAT_SECONDS="1",
+                                           TETO_STOP_MARGIN_SECONDS="1"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "lease 2.5s is shorter than two heartbeats (2s) plus the stop margin (1s)" in proc.stderr
