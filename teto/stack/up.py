@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -153,14 +154,19 @@ def up(opts: UpOptions) -> int:
             env["TETO_LEASE_SECONDS"] = str(opts.lease_seconds)
         if opts.heartbeat_seconds is not None:
             env["TETO_HEARTBEAT_SECONDS"] = str(opts.heartbeat_seconds)
+        # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
+        env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
         _check_settings(env)
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], env))
+        def add_executor(name: str, group: str) -> None:
+            sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
+                                "--log-level", opts.log_level], env,
+                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}"))
+
         for i in range(1, opts.executors + 1):
-            sup.add(Part(f"executor-{i}", [*py, "executor", "--group", opts.group, "--executor-id", "{executor_id}",
-                                           "--log-level", opts.log_level], env,
-                         new_executor_id=lambda i=i: f"{opts.group}-{i}-{uuid.uuid4().hex[:6]}"))
+            add_executor(f"executor-{i}", opts.group)
         url = f"http://127.0.0.1:{opts.http_port}"
         _wait_http(f"{url}/healthz", 90.0, sup)
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
@@ -177,6 +183,7 @@ def up(opts: UpOptions) -> int:
                 return rc
         while True:
             sup.check()
+            replace_nodes(sup, data_dir, add_executor)
             time.sleep(0.5)
     except _Stop:
         print("\nstopping Teto ...", flush=True)
@@ -193,6 +200,37 @@ def up(opts: UpOptions) -> int:
         lock.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def provisioner_command(data_dir: Path) -> str:
+    """The health service runs this when a node is replaced: it drops a request file for ``replace_nodes``."""
+    code = ("import json,sys,pathlib,uuid; d=pathlib.Path(sys.argv[1]); d.mkdir(parents=True,exist_ok=True); "
+            "t=d/(uuid.uuid4().hex+'.tmp'); t.write_text(json.dumps(dict(node_id=sys.argv[2],group=sys.argv[3],"
+            "executor_id=sys.argv[4]))); t.rename(t.with_suffix('.json'))")
+    return (f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {shlex.quote(str(data_dir / 'provision'))} "
+            "{node_id} {group} {executor_id}")
+
+
+def replace_nodes(sup: Supervisor, data_dir: Path, add_executor) -> list[str]:
+    """Serve the local provisioner's requests: stop the replaced node's agent for good and start a fresh one
+    in the same group (a new executor and node id, so it joins and is checked like any new node)."""
+    started = []
+    for request in sorted((data_dir / "provision").glob("*.json")):
+        try:
+            info = json.loads(request.read_text())
+        except (OSError, ValueError):
+            continue
+        old = next((p for p in sup.parts.values() if p.executor_id == info.get("executor_id")), None)
+        if old is not None:
+            sup.stop([old.name])
+            sup.parts.pop(old.name, None)
+            sup.stopping = False  # stop() is for shutdown; the rest of the stack keeps being supervised
+        name = f"executor-r{len([n for n in sup.parts if n.startswith('executor-r')]) + 1}"
+        add_executor(name, str(info.get("group") or "local"))
+        log.warning("node %s was replaced: started %s in group %s", info.get("node_id"), name, info.get("group"))
+        request.unlink(missing_ok=True)
+        started.append(name)
+    return started
 
 
 def _check_settings(env: dict[str, str]) -> None:
