@@ -7,17 +7,28 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from libs.contracts.policies import GangPolicy
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 JOB_FIELDS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
               "lease_expires_at", "last_step", "total_steps", "step_seconds", "last_checkpoint", "reason", "error",
-              "ceiling_history", "created_at", "updated_at")
+              "ceiling_history", "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "backoff_count",
+              "next_admission_at")
 BUDGET_FIELDS = ("ceiling_seconds", "consumed_seconds", "remaining_seconds", "overshoot_seconds", "warning",
                  "ceiling_history")
 EVENT_FIELDS = ("job_id", "seq", "event", "state", "previous_state", "reason", "epoch", "executor_id", "detail",
                 "time")
 EXECUTOR_FIELDS = ("executor_id", "node_id", "group_name", "gpus", "accepting", "phase", "step", "job_id", "epoch",
                    "last_heartbeat", "signal", "signal_since", "detail")
+
+
+def gang_policy_view(row: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The gang policy as GET /v1/policies/gang shows it: its fields, who set it and when (null: defaults)."""
+    fields = GangPolicy.model_fields
+    policy = GangPolicy() if row is None else GangPolicy.model_validate({f: row[f] for f in fields})
+    return {**policy.model_dump(mode="json"), "updated_by": row and row.get("updated_by"),
+            "updated_at": row and row.get("updated_at")}
 
 
 def pick(row: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
