@@ -1,5 +1,5 @@
 """Wiring of the queue service: runtime, broker and router, singleton loops (outbox relay, placement, lease
-scanner). Nothing else lives here."""
+scanner, gang scanner). Nothing else lives here."""
 
 from __future__ import annotations
 
