@@ -28,6 +28,7 @@ from .effects import StaleFacts, apply
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
+NODE_LOST_STATES = frozenset({"failed", "recovering", "replaced"})
 
 
 def fact_of(msg: ProgressBase) -> lc.Fact:
@@ -103,6 +104,13 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             await store.apply_node_event(conn, event.node_id, event.executor_id, event.group, event.state.value,
                                          event.schedulable, event.reason, event.seq)
+            # A failed node under a running gang is a node failure of that gang (its strategy applies now,
+            # not a lease later).
+            if event.executor_id and event.state.value in NODE_LOST_STATES:
+                now = self.runtime.clock.now()
+                fact = lc.NodeFailed(event.executor_id, event.reason or event.state.value)
+                for job_id in await store.running_gangs_of(conn, event.executor_id):
+                    await apply(conn, self.settings, job_id, fact, now)
 
     async def heartbeats(self, beats: list[Heartbeat]) -> int:
         """Upsert the newest heartbeat per executor of a batch (placement needs only the latest)."""

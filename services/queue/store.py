@@ -255,3 +255,9 @@ async def executor_addresses(conn: asyncpg.Connection, executor_ids: Sequence[st
     rows = await conn.fetch(f"SELECT executor_id, address FROM {T}.executors WHERE executor_id = ANY($1::text[])",
                             list(executor_ids))
     return {r["executor_id"]: r["address"] for r in rows}
+
+
+async def running_gangs_of(conn: asyncpg.Connection, executor_id: str) -> list[str]:
+    rows = await conn.fetch(f"SELECT id FROM {T}.jobs WHERE state = 'running' AND cardinality(workers) > 1"
+                            " AND $1 = ANY(workers)", executor_id)
+    return [r["id"] for r in rows]

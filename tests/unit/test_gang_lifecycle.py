@@ -21,6 +21,7 @@ from services.queue.domain.lifecycle import (
     Job,
     LeaseExpired,
     LeaseFact,
+    NodeFailed,
     ReadyTimedOut,
     Refusal,
     Renew,
@@ -80,6 +81,7 @@ FACTS = {
     "finished_abandoned": lambda: fin("w1", RunOutcome.ABANDONED),
     "finished_succeeded": lambda: fin("w1", RunOutcome.SUCCEEDED, 0),
     "lease_expired": lambda: LeaseExpired(EPOCH),
+    "node_failed": lambda: NodeFailed("w1", "ecc errors"),
     "cancel": lambda: Cancel("enough", "ann"),
     "stop_for_ceiling": lambda: StopForCeiling(ceiling_seconds=600, consumed_seconds=601),
 }
@@ -108,7 +110,7 @@ def expected(state: JobState, fact: str) -> str | JobState:
         return state if admitting or run else UNCHANGED
     if fact == "finished_abandoned":  # a node failure once running; the ready timeout's while admitting
         return JobState.QUEUED if run else (state if admitting else UNCHANGED)
-    if fact == "lease_expired":
+    if fact in ("lease_expired", "node_failed"):
         return JobState.QUEUED if run else UNCHANGED
     if fact == "cancel":
         return REFUSED if state in TERMINAL_STATES else JobState.CANCELLED
@@ -321,3 +323,14 @@ def test_a_node_failure_under_a_ceiling_stop_interrupts():
 def test_a_worker_ending_twice_is_counted_once():
     job = decide(running(), fin("w0", RunOutcome.SUCCEEDED, 0), T0).job
     assert not decide(job, fin("w0", RunOutcome.SUCCEEDED, 0), T0).changed
+
+
+def test_a_failed_node_under_a_running_gang_applies_the_strategy_at_once():
+    t = decide(running(), NodeFailed("w1", "ecc errors"), T0)
+    assert t.job.state is JobState.QUEUED and t.job.attempts["node_failure"] == 1
+    assert t.events[0].event is JobEventKind.WORKER_LOST and t.events[0].reason == "node failed: ecc errors"
+    assert t.effects[0] == StopOn(("w0", "w2"), EPOCH, "node_failure", checkpoint_first=False)
+
+
+def test_a_failed_node_whose_worker_already_ended_changes_nothing():
+    assert not decide(running(ended={1: "succeeded"}), NodeFailed("w1", "x"), T0).changed

@@ -176,12 +176,21 @@ class ReadyTimedOut:
 
 
 @dataclass(frozen=True)
+class NodeFailed:
+    """The health service says this executor's node failed (or is being recovered or replaced)."""
+
+    executor_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class AdmissionDue:
     """A job in backoff whose time has come (the scanner asks; the job knows when)."""
 
 
 Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
-        | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue)
+        | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue
+        | NodeFailed)
 RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
 
 

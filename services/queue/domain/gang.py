@@ -38,6 +38,7 @@ from .facts import (
     Job,
     LeaseExpired,
     LeaseFact,
+    NodeFailed,
     ReadyTimedOut,
     Refusal,
     Renew,
@@ -230,6 +231,15 @@ def on_lease_expired(job: Job, fact: LeaseExpired, now: datetime) -> Transition:
     if not lost:
         return Transition.unchanged(job, "no worker's lease has expired")
     return node_failure(job, lost, "lease expired", now, {})
+
+
+def on_node_failed(job: Job, fact: NodeFailed, now: datetime) -> Transition:
+    """The health service failed the node of a running gang's live worker: a node failure, without waiting for
+    its lease. Anything else is not the gang's business (a forming gang has its ready timeout; a single worker
+    is never checked while it runs)."""
+    if job.state is not JobState.RUNNING or not job.gang or fact.executor_id not in live(job.gang):
+        return Transition.unchanged(job, "not a live worker of a running gang")
+    return node_failure(job, (fact.executor_id,), f"node failed: {fact.reason}", now, {})
 
 
 def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detail: dict[str, Any]) -> Transition:

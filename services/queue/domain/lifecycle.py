@@ -33,6 +33,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     Job,
     LeaseExpired,
     LeaseFact,
+    NodeFailed,
     ReadyTimedOut,
     Refusal,
     Renew,
@@ -79,6 +80,8 @@ def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
         return gang_rules.on_ready_timeout(job, fact, now)
     if isinstance(fact, AdmissionDue):
         return gang_rules.on_admission_due(job, fact, now)
+    if isinstance(fact, NodeFailed):
+        return gang_rules.on_node_failed(job, fact, now)
     raise TypeError(f"not a lifecycle fact: {fact!r}")
 
 
