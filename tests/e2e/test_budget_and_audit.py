@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,7 +20,11 @@ from typing import Any
 
 import asyncpg
 import httpx
+import nats
 import pytest
+
+from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
+from libs.contracts.subjects import Subjects
 
 from .stack import Stack, eventually, start_stack
 
@@ -59,6 +65,23 @@ class Consumption:
 
     def assert_never_decreased(self) -> None:
         assert self.seen == sorted(self.seen), self.seen
+
+
+def _budget_status(nats_url: str, prefix: str, job_id: str) -> BudgetStatusReply | None:
+    """The budget service's answer to its status request (what the queue asks before a requeue), or None."""
+
+    async def go() -> BudgetStatusReply | None:
+        nc = await nats.connect(nats_url)
+        try:
+            msg = await nc.request(Subjects(prefix).rpc_budget_status, BudgetStatusRequest(job_id=job_id).encode(),
+                                   timeout=1.0)
+            return BudgetStatusReply.decode(msg.data)
+        except Exception:  # noqa: BLE001 - no responder yet (NoRespondersError) or no answer in time
+            return None
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
 
 
 def _sql(database_url: str, *statements: str) -> list[Any]:
@@ -132,6 +155,18 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         waiting = stack.job(queued_id)
         assert waiting["state"] == "queued" and waiting["budget"]["consumed_seconds"] == 0
         assert waiting["checkpoint"]["next_eta_seconds"] is None  # no step measured yet
+
+        # The budget service dies (SIGKILL) and is restarted by `teto up`: the totals are where they were, and the
+        # requeues below (which ask it for the consumption) and the ledger go on from there.
+        (budget_part,) = [p for p in stack.processes() if p["name"] == "budget"]
+        os.kill(budget_part["pid"], signal.SIGKILL)
+        eventually(lambda: [p for p in stack.processes() if p["name"] == "budget" and p["pid"] != budget_part["pid"]],
+                   60, "the budget service to be restarted")
+        info = json.loads((data_dir / "stack.json").read_text())
+        reply = eventually(lambda: _budget_status(info["nats_url"], info["subject_prefix"], job_id), 60,
+                           "the restarted budget service to answer")
+        assert reply.known and reply.consumed_seconds == consumed and reply.ceiling_seconds == CEILING
+        assert usage.job()["budget"]["consumed_seconds"] == consumed
 
         # 3. A requeue leaving less than a minute: 422 with consumed, the minimum and the value given.
         r = stack.post(f"/v1/jobs/{job_id}/requeue", {"gpu_ceiling_seconds": consumed + 30})
@@ -227,6 +262,8 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         url = json.loads((data_dir / "stack.json").read_text())["database_url"]
         writer = f"{url.rsplit('/', 1)[-1]}_audit_writer"
         seq = too_low["seq"]
+        (ledger,) = _sql(url, f"SELECT sum(gpu_seconds) AS total FROM budget.ledger WHERE job_id = '{job_id}'")
+        assert ledger[0]["total"] == pytest.approx(usage.seen[-1])  # the total is the ledger's sum
         results = _sql(
             url,
             f'SET ROLE "{writer}"',
