@@ -15,7 +15,14 @@ def main(argv: list[str] | None = None) -> int:
     cli_stack.register(sub)
     cli_client.register(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    from libs.runtime.settings import SettingsError
+
+    try:
+        return int(args.func(args) or 0)
+    except SettingsError as exc:
+        # A configuration that cannot be safe is refused with its reason, not a traceback.
+        print(f"teto {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
