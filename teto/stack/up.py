@@ -110,6 +110,12 @@ def up(opts: UpOptions) -> int:
     logging.basicConfig(level=getattr(logging, opts.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    lease_env = {}
+    if opts.lease_seconds is not None:
+        lease_env["TETO_LEASE_SECONDS"] = str(opts.lease_seconds)
+    if opts.heartbeat_seconds is not None:
+        lease_env["TETO_HEARTBEAT_SECONDS"] = str(opts.heartbeat_seconds)
+    _check_settings({**os.environ, **lease_env})  # refuse an unsafe lease contract before starting anything
     data_dir = opts.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = open(data_dir / "up.lock", "w")
@@ -150,13 +156,9 @@ def up(opts: UpOptions) -> int:
         env.update(TETO_NATS_URL=nats_url, TETO_DATABASE_URL=database_url, TETO_DATA_DIR=str(data_dir),
                    TETO_HTTP_PORT=str(opts.http_port), TETO_TOKENS_FILE=str(tokens_file),
                    TETO_SUBJECT_PREFIX=prefix, PYTHONUNBUFFERED="1")
-        if opts.lease_seconds is not None:
-            env["TETO_LEASE_SECONDS"] = str(opts.lease_seconds)
-        if opts.heartbeat_seconds is not None:
-            env["TETO_HEARTBEAT_SECONDS"] = str(opts.heartbeat_seconds)
+        env.update(lease_env)
         # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
-        _check_settings(env)
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], env))
