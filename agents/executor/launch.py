@@ -20,6 +20,7 @@ from .runner import Launch
 from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
+GUARD_MODULE = "agents.executor.guard"
 # The installation this agent runs from, so that any python the user's command runs can `import teto.sdk`.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,8 @@ def devices_held(grant: RunJob, gpus: list[GpuInfo]) -> int:
 def argv(grant: RunJob) -> list[str]:
     workload = grant.spec.workload
     if isinstance(workload, CommandWorkload):
-        return list(workload.command)
+        # Through the guard, so that whatever the command starts dies with the agent (see guard.py).
+        return [sys.executable, "-m", GUARD_MODULE, "--", *workload.command]
     return [sys.executable, "-m", FINETUNE_MODULE]
 
 

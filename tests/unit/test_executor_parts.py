@@ -93,7 +93,7 @@ def test_command_environment_tells_the_script_everything_and_cannot_be_overridde
     got = launch.build(grant, _settings(tmp_path), [], resume_from=resume,
                        base_env={"PATH": "/bin", "TETO_NATS_URL": "nats://secret"})
     env = got.env
-    assert got.argv == ["train"] and got.cwd is None
+    assert got.argv[-2:] == ["--", "train"] and "agents.executor.guard" in got.argv and got.cwd is None
     assert env["LR"] == "0.1" and env["PATH"] == "/bin" and "TETO_NATS_URL" not in env
     assert (env["TETO_JOB_ID"], env["TETO_EPOCH"], env["TETO_ATTEMPT"]) == ("j1", "3", "2")
     assert env["TETO_RESUME_FROM"] == str(resume.resolve()) and env["TETO_CHECKPOINT_EVERY"] == "7"
