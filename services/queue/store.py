@@ -181,9 +181,11 @@ async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: 
         " WHERE e.accepting AND e.job_id IS NULL AND e.last_seen >= $1"
         f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
         " AND e.executor_id = ANY(j.workers))"
-        # Only nodes that passed their checks (health's node events): ready and not cordoned.
+        # Only nodes that passed their checks (health's node events): ready and not cordoned. Without that
+        # requirement an unchecked node may take work, but never one the health service has ruled out.
         f" AND ($2 OR EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
         "   AND n.executor_id = e.executor_id))"
+        f" AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND NOT n.schedulable)"
         " ORDER BY e.executor_id",
         now - timedelta(seconds=silent_after), not require_checked)
     return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
