@@ -138,11 +138,18 @@ class Child:
         return rc
 
     def signal(self, sig: int) -> None:
-        # The whole session: a script that started helpers (a shell running python) stops with them.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        """Signal the whole session: a script that started helpers (a shell running python) stops with them.
+
+        Never through ``proc.send_signal``: Popen.send_signal polls first, and that poll can reap a child the
+        group signal has just killed, behind asyncio's child watcher, which then reports exit status 255 instead
+        of the real one (a stopped run would look like a failed one)."""
+        if self.proc.returncode is not None:
+            return
+        try:
             os.killpg(self.proc.pid, sig)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)  # not a group leader any more: the process alone
 
     async def stop(self, grace_seconds: float) -> None:
         """SIGTERM, then SIGKILL if still running after the grace; returns once the process is gone."""

@@ -115,3 +115,4 @@ async def test_a_stop_that_arrives_while_the_process_is_being_started_still_stop
     done = await queue.wait_finished(job, timeout=20)
     # SIGTERM, or SIGKILL after the grace if it came after the script began to ignore SIGTERM.
     assert done.outcome is RunOutcome.STOPPED and done.exit_code in (-15, -9), done
+

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agents.executor import launch
@@ -139,3 +141,37 @@ def test_a_progress_interval_longer_than_the_lease_is_refused(tmp_path):
     with pytest.raises(SettingsError, match="progress interval"):
         _settings(tmp_path, lease_seconds=6, heartbeat_seconds=1, stop_margin_seconds=1,
                   progress_interval_seconds=10)
+
+
+class _Proc:
+    """A process whose Popen-style methods must not be used: they poll, and a poll can reap the child behind
+    asyncio's watcher (which then reports exit status 255)."""
+
+    pid = 4242
+    returncode = None
+
+    def send_signal(self, sig):  # noqa: ARG002
+        raise AssertionError("send_signal polls and may reap the child")
+
+    def poll(self):
+        raise AssertionError("poll may reap the child")
+
+
+def test_signalling_a_run_goes_to_its_process_group_and_never_polls(monkeypatch):
+    import signal as sig
+
+    from agents.executor import runner
+
+    sent = []
+    monkeypatch.setattr(runner.os, "killpg", lambda pid, s: sent.append(("group", pid, s)))
+    monkeypatch.setattr(runner.os, "kill", lambda pid, s: sent.append(("pid", pid, s)))
+    child = runner.Child(proc=_Proc(), launch=runner.Launch(argv=["x"], env={}, log_path=Path("/dev/null")))
+    child.signal(sig.SIGKILL)
+    assert sent == [("group", 4242, sig.SIGKILL)]
+
+    def no_group(pid, s):
+        raise ProcessLookupError
+
+    monkeypatch.setattr(runner.os, "killpg", no_group)
+    child.signal(sig.SIGTERM)  # not a group leader any more: the process alone
+    assert sent[-1] == ("pid", 4242, sig.SIGTERM)
