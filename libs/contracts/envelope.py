@@ -7,6 +7,7 @@ half-understood. Trace context travels in NATS headers, not here.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
@@ -67,6 +68,15 @@ class Envelope(Model):
             return cls.model_validate_json(data)
         except ValidationError as exc:
             raise ContractError(cls.SCHEMA, describe(exc)) from None
+
+
+def schema_of(data: bytes | str) -> str | None:
+    """The envelope's schema name without validating the rest (one subject can carry several schemas)."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value.get("schema") if isinstance(value, dict) else None
 
 
 def describe(exc: ValidationError) -> str:

@@ -14,6 +14,7 @@ from typing import TypeVar
 import asyncpg
 from faststream.nats.message import NatsMessage
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from libs.contracts.envelope import ContractError, Envelope, RejectedMessage
@@ -83,6 +84,17 @@ class Runtime:
         except ContractError as exc:
             await self.reject(subject, body, exc.reason, raw if isinstance(raw, NatsMessage) else None)
             return None
+
+    async def decode_batch(self, model: type[M], msgs: list[Msg]) -> list[M]:
+        """Decode a batch from a BatchConsumer; malformed messages are refused visibly and terminated."""
+        good = []
+        for m in msgs:
+            decoded = await self.decode(model, m.data, m.subject)
+            if decoded is None:
+                await m.term()
+            else:
+                good.append(decoded)
+        return good
 
     async def reject(self, subject: str, body: bytes, reason: str, raw: NatsMessage | None = None) -> None:
         self.rejected += 1

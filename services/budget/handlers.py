@@ -7,14 +7,12 @@ commit, and a failure redelivers it (redelivered samples are counted once by the
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TypeVar
 
 from nats.aio.msg import Msg
 
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
-from libs.contracts.envelope import Envelope
+from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
@@ -26,7 +24,6 @@ from . import store
 from .settings import BudgetSettings
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=Envelope)
 
 
 class Counters:
@@ -40,25 +37,6 @@ class Counters:
         if executor_id not in self._logged:  # once per executor: a zombie reports every interval
             self._logged.add(executor_id)
             log.warning("ignoring reports of executor %s about job %s at old epoch %s", executor_id, job_id, epoch)
-
-
-def schema_of(data: bytes) -> str | None:
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return None
-    return value.get("schema") if isinstance(value, dict) else None
-
-
-async def decode_batch(runtime: Runtime, model: type[M], msgs: list[Msg]) -> list[M]:
-    good = []
-    for m in msgs:
-        decoded = await runtime.decode(model, m.data, m.subject)
-        if decoded is None:
-            await m.term()
-        else:
-            good.append(decoded)
-    return good
 
 
 def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
@@ -77,14 +55,14 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             relay.kick()  # the ceiling is reached: tell the queue without waiting for the relay's poll
 
     async def on_heartbeats(msgs: list[Msg]) -> None:
-        beats = await decode_batch(runtime, Heartbeat, msgs)
+        beats = await runtime.decode_batch(Heartbeat, msgs)
         samples = [(b.executor_id, b.usage) for b in beats if b.usage is not None]
         if samples:
             await commit(lambda conn: store.record_usage(conn, samples, s))
 
     async def on_job_events(msgs: list[Msg]) -> None:
         # Health's signal events share the stream under another schema: not ours to read.
-        events = await decode_batch(runtime, JobEvent, [m for m in msgs if schema_of(m.data) != SignalChanged.SCHEMA])
+        events = await runtime.decode_batch(JobEvent, [m for m in msgs if schema_of(m.data) != SignalChanged.SCHEMA])
         if not events:
             return
 
@@ -98,7 +76,7 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
 
     async def on_progress(msgs: list[Msg]) -> None:
         # Only step reports carry step time; checkpoints and run outcomes are the queue's business.
-        reports = await decode_batch(runtime, StepReport, [m for m in msgs if schema_of(m.data) == StepReport.SCHEMA])
+        reports = await runtime.decode_batch(StepReport, [m for m in msgs if schema_of(m.data) == StepReport.SCHEMA])
         if reports:
             await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
 

@@ -7,13 +7,11 @@ only after the commit, and a failure redelivers it (see batching.py).
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TypeVar
 
 from nats.aio.msg import Msg
 
-from libs.contracts.envelope import Envelope
+from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.commands import DrainNode, RunHealthCheck, UndrainNode
 from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
@@ -25,7 +23,6 @@ from .checks import Checks
 from libs.runtime.batch import BatchConsumer
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=Envelope)
 
 
 class Counters:
@@ -43,32 +40,11 @@ class Counters:
                         beat.executor_id, beat.job_id, beat.epoch, current_epoch)
 
 
-def schema_of(data: bytes) -> str | None:
-    """The envelope's schema name, without validating the rest (a subject can carry several schemas)."""
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return None
-    return value.get("schema") if isinstance(value, dict) else None
-
-
-async def decode_batch(runtime: Runtime, model: type[M], msgs: list[Msg]) -> list[M]:
-    """Decode a batch; malformed messages are refused (published for operators) and terminated."""
-    good = []
-    for m in msgs:
-        decoded = await runtime.decode(model, m.data, m.subject)
-        if decoded is None:
-            await m.term()
-        else:
-            good.append(decoded)
-    return good
-
-
 def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[BatchConsumer]:
     s = runtime.subjects
 
     async def on_heartbeats(msgs: list[Msg]) -> None:
-        beats = await decode_batch(runtime, Heartbeat, msgs)
+        beats = await runtime.decode_batch(Heartbeat, msgs)
         if not beats:
             return
         async with runtime.pool.acquire() as conn, conn.transaction():
@@ -88,7 +64,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Batc
 
     async def on_node_events(msgs: list[Msg]) -> None:
         # The node stream carries other node and check events too; only registrations concern this service.
-        regs = await decode_batch(runtime, NodeRegistered,
+        regs = await runtime.decode_batch(NodeRegistered,
                                   [m for m in msgs if schema_of(m.data) == NodeRegistered.SCHEMA])
         if regs:
             async with runtime.pool.acquire() as conn, conn.transaction():
@@ -97,7 +73,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Batc
                     await checks.on_registration(conn, reg)
 
     async def on_check_reports(msgs: list[Msg]) -> None:
-        reports = await decode_batch(runtime, CheckReport, msgs)
+        reports = await runtime.decode_batch(CheckReport, msgs)
         provision = []
         if reports:
             async with runtime.pool.acquire() as conn, conn.transaction():
@@ -109,13 +85,13 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Batc
 
     def on_commands(model):
         async def handle(msgs: list[Msg]) -> None:
-            for cmd in await decode_batch(runtime, model, msgs):
+            for cmd in await runtime.decode_batch(model, msgs):
                 await checks.on_command(cmd)
         return handle
 
     async def on_job_events(msgs: list[Msg]) -> None:
         # Our own signal events travel on the same stream under another schema: skip them unread.
-        events = await decode_batch(runtime, JobEvent, [m for m in msgs if schema_of(m.data) != SignalChanged.SCHEMA])
+        events = await runtime.decode_batch(JobEvent, [m for m in msgs if schema_of(m.data) != SignalChanged.SCHEMA])
         if events:
             async with runtime.pool.acquire() as conn, conn.transaction():
                 for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):

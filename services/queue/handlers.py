@@ -24,7 +24,7 @@ from faststream.nats.message import NatsMessage
 
 from libs.contracts.budget import BudgetEvent
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
-from libs.contracts.envelope import ContractError
+from libs.contracts.envelope import ContractError, schema_of
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
@@ -58,8 +58,9 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs, policies: Pol
         try:
             cmd = model.decode(body)
         except ContractError as exc:
-            await guarded(msg, lambda: commands.refuse_malformed(model.KIND, body, exc.reason))
-            await runtime.reject(msg.raw_message.subject, body, exc.reason, msg)
+            reason = exc.reason
+            await guarded(msg, lambda: commands.refuse_malformed(model.KIND, body, reason))
+            await runtime.reject(msg.raw_message.subject, body, reason, msg)
             return
         await guarded(msg, lambda: act(cmd))
 
@@ -103,7 +104,7 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs, policies: Pol
     @router.subscriber(s.node_all, stream=stream("NODE"), durable="queue-nodes",
                        pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
     async def on_node_event(msg: NatsMessage = Context("message")) -> None:
-        if _schema_of(msg.body) != NodeEvent.SCHEMA:
+        if schema_of(msg.body) != NodeEvent.SCHEMA:
             return
         event = await runtime.decode(NodeEvent, msg)
         if event is not None:
@@ -117,14 +118,6 @@ def build_router(runtime: Runtime, commands: Commands, runs: Runs, policies: Pol
         return (await runs.renew(request)).encode()
 
     return router
-
-
-def _schema_of(body: bytes) -> str | None:
-    try:
-        value = json.loads(body)
-    except ValueError:
-        return None
-    return value.get("schema") if isinstance(value, dict) else None
 
 
 async def decode_progress(runtime: Runtime, body: bytes, subject: str) -> ProgressBase | None:
