@@ -31,7 +31,7 @@ class QueueSettings(CommonSettings):
         1000, ge=1, le=64511, description="How many ports from rendezvous_port_first gangs may meet on")
     require_checked_nodes: bool = Field(
         True, description="Place work only on nodes the health service reports schedulable (passed their checks);"
-        " when off, nodes it has not judged yet take work too, but a node it ruled out never does")
+        " when off, nodes not judged yet (joining, checking) take work too, but a ruled-out node never does")
 
     def check(self) -> None:
         super().check()

@@ -170,6 +170,10 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
+# Node states in which a node takes no work, whatever the check requirement says.
+RULED_OUT_NODE_STATES = frozenset({"failed", "recovering", "replaced", "drained"})
+
+
 async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
                          require_checked: bool = True) -> list[FreeExecutor]:
     """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.
@@ -182,12 +186,14 @@ async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: 
         f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
         " AND e.executor_id = ANY(j.workers))"
         # Only nodes that passed their checks (health's node events): ready and not cordoned. Without that
-        # requirement an unchecked node may take work, but never one the health service has ruled out.
-        f" AND ($2 OR EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
-        "   AND n.executor_id = e.executor_id))"
-        f" AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND NOT n.schedulable)"
+        # requirement a node not yet judged (joining, checking) may take work too, but never one the health
+        # service or an operator has ruled out.
+        f" AND (EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
+        "   AND n.executor_id = e.executor_id)"
+        f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
+        "   AND n.state = ANY($3::text[]))))"
         " ORDER BY e.executor_id",
-        now - timedelta(seconds=silent_after), not require_checked)
+        now - timedelta(seconds=silent_after), not require_checked, sorted(RULED_OUT_NODE_STATES))
     return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
 
 
