@@ -179,6 +179,13 @@ class Agent:
         elif isinstance(directive, RebootNode):
             self.checks.on_reboot(directive)
 
+    def _hand_back(self, grant: RunJob, why: str) -> None:
+        """A grant this agent cannot take goes back at once as an abandoned run (the queue requeues the job
+        without spending an attempt), not silently dropped to wait out a whole lease (180 s by default)."""
+        log.warning("grant of job %s epoch %d handed back: %s", grant.job_id, grant.epoch, why)
+        self._send(Run(grant), RunFinished, outcome=RunOutcome.ABANDONED, exit_code=None,
+                   error=f"not started: {why}", last_step=None, resumed_from_step=None)
+
     async def reject(self, msg: Msg, reason: str) -> None:
         self.rejected += 1
         log.error("executor %s refused a directive on %s: %s", self.id, msg.subject, reason)
@@ -188,15 +195,14 @@ class Agent:
 
     def on_run(self, grant: RunJob) -> None:
         if self.checks.active:
-            # Placement raced the node's check (its "not schedulable" event was still on the way): the grant
-            # is left unconfirmed, so its lease expires and the job is requeued without spending an attempt.
-            log.warning("checking this node: grant of job %s epoch %d dropped", grant.job_id, grant.epoch)
+            # Placement raced the node's check (the health service judged it from the test reports while the
+            # check process is still finishing, or its "not schedulable" event was on the way).
+            self._hand_back(grant, "the node is running its health checks")
             return
         run = self.run
         if run is not None:
             if (run.grant.job_id, run.grant.epoch) != (grant.job_id, grant.epoch):
-                log.warning("busy with job %s (epoch %d): grant of job %s epoch %d dropped", run.grant.job_id,
-                            run.grant.epoch, grant.job_id, grant.epoch)
+                self._hand_back(grant, f"the executor is busy with job {run.grant.job_id}")
             return
         self.run = Run(grant)  # set before any await: a second grant now sees us busy
         self.job_task = asyncio.create_task(self._serve_grant(self.run), name=f"job-{grant.job_id}")

@@ -220,3 +220,25 @@ async def test_the_training_process_dies_with_its_agent(env, base_dir):
             await proc.wait()
         await queue.stop()
         await nc.close()
+
+
+async def test_a_grant_that_arrives_during_the_node_checks_is_handed_back_at_once(stack):
+    """Placement can race the node's checks (the health service judges from the test reports while the check
+    process is still finishing). The agent must not start the job, and must not leave the grant to expire a
+    whole lease later: it hands it back at once as an abandoned run (a free requeue)."""
+    from libs.contracts.nodes import CheckTest, RunChecks
+
+    settings, js, queue = stack
+    beats = await eventually(lambda: queue.heartbeats, 10, "a heartbeat")
+    node = beats[-1].node_id
+    await bus.publish(js, settings.subjects.agent(settings.executor_id, "check"),
+                      RunChecks(run_id=uuid.uuid4().hex, node_id=node, executor_id=settings.executor_id,
+                                tests=[CheckTest.MATMUL, CheckTest.MEMBW, CheckTest.MEMTEST]))
+    await eventually(lambda: any(not h.accepting for h in queue.heartbeats[-3:]), 10, "the node to be checking")
+    job = _job()
+    await queue.grant(js, settings, job, finetune(steps=5))
+    done = await queue.wait_finished(job, 1, timeout=settings.lease_seconds - 1)  # well before the lease ends
+    assert done.outcome is RunOutcome.ABANDONED and "health checks" in (done.error or "")
+    assert not queue.of(job, "started")
+    # Leave nothing running: the check process finishes and the agent takes work again.
+    await eventually(lambda: queue.heartbeats[-1].accepting, 60, "the check to finish")
