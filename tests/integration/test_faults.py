@@ -8,7 +8,6 @@ the last renewal it received: the training process must be dead in between.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
