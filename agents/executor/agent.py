@@ -18,7 +18,6 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client
@@ -37,8 +36,9 @@ from .checks import reach
 from .checks.handler import NodeChecks, Reboot
 from .gpu import detect_gpus
 from .heartbeat import UsageMeter
-from .lease import LeaseKeeper, LeaseLost
+from .lease import LeaseKeeper
 from .publisher import Publisher
+from .run import Run
 from .runner import Child
 from .settings import ExecutorSettings
 
@@ -49,26 +49,6 @@ try:
 except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
-
-
-@dataclass
-class Run:
-    """One grant being served, and what its process has reported."""
-
-    grant: RunJob
-    phase: Phase = Phase.STARTING
-    child: Child | None = None
-    step: int | None = None
-    resumed_from_step: int | None = None
-    stop_requested: bool = False
-    stop_grace_seconds: float | None = None  # the grace the stop carried (the queue's setting)
-    lost: LeaseLost | None = None
-    pending_step: dict[str, Any] | None = None
-    last_step_sent_at: float | None = None
-    step_seconds_sum: float = 0.0
-    step_seconds_n: int = 0
-    launched_at: float | None = None  # monotonic
-    ready: bool = False  # a gang worker's process group has formed
 
 
 class Agent:
