@@ -405,23 +405,33 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     finally:
         if listener is not None:
             listener.close()
-        if agent.checks.task is not None and not agent.checks.task.done():
-            agent.checks.task.cancel()
-        if agent.job_task is not None and not agent.job_task.done():
-            agent.job_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await agent.job_task
+        # The job task stops its process within a bounded grace and reports; then the loops. Every wait is
+        # bounded: nothing may hold the agent's shutdown forever.
+        work = [t for t in (agent.checks.task, agent.job_task) if t is not None and not t.done()]
+        for t in work:
+            t.cancel()
+        await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await _settle(tasks, SHUTDOWN_GRACE_SECONDS)
         # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
         # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.flush(), 2.0)
         with contextlib.suppress(Exception):
             await nc.close()
+
+
+async def _settle(tasks: list[asyncio.Task], timeout: float) -> None:
+    """Wait for cancelled tasks to finish, at most ``timeout``; name any that did not."""
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for t in done:
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("task %s ended with %r at shutdown", t.get_name(), t.exception())
+    for t in pending:
+        log.error("task %s did not stop within %.0fs of shutdown; leaving it", t.get_name(), timeout)
 
 
 def main() -> None:

@@ -175,3 +175,32 @@ def test_signalling_a_run_goes_to_its_process_group_and_never_polls(monkeypatch)
     monkeypatch.setattr(runner.os, "killpg", no_group)
     child.signal(sig.SIGTERM)  # not a group leader any more: the process alone
     assert sent[-1] == ("pid", 4242, sig.SIGTERM)
+
+
+
+async def test_shutdown_waits_are_bounded_even_for_a_task_that_ignores_cancellation(caplog):
+    import asyncio
+    import time
+
+    from agents.executor.agent import _settle
+
+    release = asyncio.Event()
+
+    async def stubborn():
+        while not release.is_set():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                continue  # a buggy loop that swallows its cancellation
+
+    task = asyncio.create_task(stubborn(), name="stubborn")
+    await asyncio.sleep(0)
+    task.cancel()
+    t0 = time.monotonic()
+    await _settle([task], 0.3)
+    assert time.monotonic() - t0 < 2.0
+    assert "stubborn did not stop" in caplog.text
+    release.set()  # leave nothing behind
+    task.cancel()
+    await asyncio.wait([task], timeout=2)
+    assert task.done()
