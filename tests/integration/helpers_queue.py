@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -24,36 +24,12 @@ from libs.contracts.telemetry import Heartbeat, Phase, RunFinished, RunOutcome
 from libs.runtime import bus
 from services.queue.app import serve
 from services.queue.settings import QueueSettings
+from tests.support.services import eventually, running
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float = 10.0, every: float = 0.05) -> Any:
-    """Await ``check()`` until it returns something truthy (returned) or fail with its last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s; last value: {last!r}")
-
-
-@contextlib.asynccontextmanager
-async def queue_service(settings: QueueSettings) -> AsyncIterator[asyncio.Task]:
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(settings, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    done, _ = await asyncio.wait({task, waiter}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        waiter.cancel()
-        task.result()
-    assert waiter in done, "queue service not ready within 30s"
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def queue_service(settings: QueueSettings):
+    """The queue service running in this event loop until the block ends."""
+    return running(serve, settings)
 
 
 class Client_:
