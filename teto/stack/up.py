@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -73,16 +72,14 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str) -> None:
 
 def _admin_token(data_dir: Path, tokens_file: Path) -> str:
     """Reuse the local admin token of an earlier run while it is still valid; otherwise make one."""
-    from services.gateway.auth import create_token
+    from services.gateway.auth import Role, TokenStore, create_token
 
     stack = data_dir / "stack.json"
     if stack.exists() and tokens_file.exists():
         secret = json.loads(stack.read_text()).get("admin_token")
-        if secret:
-            digest = hashlib.sha256(secret.encode()).hexdigest()
-            tokens = json.loads(tokens_file.read_text()).get("tokens", [])
-            if any(t.get("sha256") == digest and not t.get("revoked") for t in tokens):
-                return secret
+        found = TokenStore(tokens_file).authenticate(secret) if secret else None
+        if found is not None and found.role is Role.ADMIN:
+            return secret
     return create_token(tokens_file, "local-admin", "admin")
 
 
