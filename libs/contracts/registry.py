@@ -8,6 +8,7 @@ from .agents import RunJob, StopJob
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
 from .commands import (CancelJob, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck, SetGangPolicy, SubmitJob,
                        UndrainNode)
+from .dead import DeadLetter
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
@@ -57,4 +58,5 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),
     Entry(RejectedMessage, "teto.rejected.<service>", "REJECTED", "any consumer", "A malformed message refused"),
+    Entry(DeadLetter, "teto.dead.<service>", "DEAD", "any consumer", "A message given up on, with the reason"),
 )

@@ -24,6 +24,7 @@ class StreamSpec:
     subjects: tuple[str, ...]
     max_age_seconds: float | None  # None keeps messages until limits say otherwise
     description: str
+    max_bytes: int | None = None  # a size cap on top of the age (oldest dropped first); None: no cap
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,22 @@ class Subjects:
     def rejected_all(self) -> str:
         return f"{self.prefix}.rejected.*"
 
+    # -- messages a consumer gave up on (permanent failure or redelivery exhausted): teto.dead.<service>
+    def dead(self, service: str) -> str:
+        return f"{self.prefix}.dead.{_token(service)}"
+
+    @property
+    def dead_all(self) -> str:
+        return f"{self.prefix}.dead.*"
+
+    # -- GPU usage samples: teto.usage.<executor_id> (durable for days: no GPU-second is lost to an outage)
+    def usage(self, executor_id: str) -> str:
+        return f"{self.prefix}.usage.{_token(executor_id)}"
+
+    @property
+    def usage_all(self) -> str:
+        return f"{self.prefix}.usage.*"
+
     # -- streams
     def stream_name(self, base: str) -> str:
         return f"{self.prefix.upper().replace('.', '_').replace('-', '_')}_{base}"
@@ -152,6 +169,10 @@ class Subjects:
             StreamSpec(self.stream_name("NODE"), (self.node_all, self.check_all), 30 * day, "Nodes and checks"),
             StreamSpec(self.stream_name("BUDGET"), (self.budget_all,), 90 * day, "Budget events"),
             StreamSpec(self.stream_name("REJECTED"), (self.rejected_all,), 30 * day, "Refused malformed messages"),
+            StreamSpec(self.stream_name("DEAD"), (self.dead_all,), 30 * day,
+                       "Dead letters: messages a consumer gave up on, with the reason", max_bytes=1 << 30),
+            StreamSpec(self.stream_name("USAGE"), (self.usage_all,), 14 * day,
+                       "GPU usage samples, kept through a budget-service outage", max_bytes=4 << 30),
         ]
 
     def stream_for(self, base: str) -> str:
