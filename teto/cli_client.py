@@ -424,6 +424,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     asub.add_parser("verify", help="recompute the hash chain; exits 1 naming the first bad row",
                     parents=[common]).set_defaults(func=_guard(cmd_audit_verify))
 
+    from .cli_dead import add_parser as add_dead_letters
+
+    add_dead_letters(sub, common, _guard)
+
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])

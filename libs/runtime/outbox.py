@@ -4,6 +4,10 @@ relay publishes them to JetStream in insertion order with their message id.
 A crash between the commit and the publish loses nothing (the row is still unpublished); a crash between the
 publish and marking the row published publishes it again with the same ``Nats-Msg-Id``, which JetStream drops
 as a duplicate. So every event is published once, in order, per service.
+
+A row the bus can never accept (over the server's max payload, say) is quarantined with its reason instead of
+being retried forever in front of every row behind it: the relay marks it, publishes a dead letter, hands it to
+the service's ``on_quarantine`` hook (the queue fails the job it belonged to) and goes on with the next row.
 """
 
 from __future__ import annotations
@@ -11,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import asyncpg
+from nats.errors import MaxPayloadError
 from nats.js import JetStreamContext
+from nats.js.errors import APIError
 
+from libs.contracts.dead import DeadCause, DeadLetter, dead_letter
 from libs.contracts.envelope import Envelope
 
 from .bus import trace_headers
@@ -33,7 +40,22 @@ CREATE TABLE IF NOT EXISTS "{schema}".outbox (
     published_at timestamptz
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON "{schema}".outbox (id) WHERE published_at IS NULL;
+ALTER TABLE "{schema}".outbox ADD COLUMN IF NOT EXISTS quarantined_at timestamptz;
+ALTER TABLE "{schema}".outbox ADD COLUMN IF NOT EXISTS quarantine_reason text;
 """
+
+# JetStream's "message size exceeds maximum allowed" (a stream or server limit): the same row fails every time.
+_JS_PERMANENT_CODES = frozenset({10054})
+
+QuarantineHook = Callable[[asyncpg.Connection, str, bytes, str], Awaitable[None]]
+Bury = Callable[[DeadLetter], Awaitable[None]]
+
+
+def unpublishable(exc: BaseException) -> bool:
+    """The bus will refuse this message however often it is sent."""
+    if isinstance(exc, MaxPayloadError):
+        return True
+    return isinstance(exc, APIError) and exc.err_code in _JS_PERMANENT_CODES
 
 
 async def ensure_table(conn: asyncpg.Connection, schema: str) -> None:
@@ -55,12 +77,16 @@ async def add(conn: asyncpg.Connection, schema: str, items: Iterable[tuple[str, 
 class OutboxRelay:
     """Publishes unpublished rows in id order. Run it under a SingletonLoop so one replica relays."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str, js: JetStreamContext, *, batch: int = 500) -> None:
+    def __init__(self, pool: asyncpg.Pool, schema: str, js: JetStreamContext, *, batch: int = 500,
+                 on_quarantine: QuarantineHook | None = None, bury: Bury | None = None) -> None:
         self.pool = pool
         self.schema = schema
         self.js = js
         self.batch = batch
+        self.on_quarantine = on_quarantine
+        self.bury = bury
         self.published = 0
+        self.quarantined = 0
         self._wake = asyncio.Event()
 
     def kick(self) -> None:
@@ -70,7 +96,7 @@ class OutboxRelay:
     async def relay_once(self) -> int:
         rows = await self.pool.fetch(
             f'SELECT id, msg_id, subject, payload, headers FROM "{self.schema}".outbox'
-            " WHERE published_at IS NULL ORDER BY id LIMIT $1",
+            " WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY id LIMIT $1",
             self.batch,
         )
         done: list[int] = []
@@ -78,7 +104,13 @@ class OutboxRelay:
             for row in rows:
                 headers = json.loads(row["headers"]) if row["headers"] else {}
                 headers["Nats-Msg-Id"] = row["msg_id"]
-                await self.js.publish(row["subject"], bytes(row["payload"]), headers=headers, timeout=15.0)
+                try:
+                    await self.js.publish(row["subject"], bytes(row["payload"]), headers=headers, timeout=15.0)
+                except Exception as exc:
+                    if not unpublishable(exc):
+                        raise  # transient: the same row first on the next try, so order holds
+                    await self.quarantine(row, headers, f"the bus refused it: {type(exc).__name__}: {exc}")
+                    continue
                 done.append(row["id"])
         finally:
             # Mark what was acknowledged even when a later publish failed, so order holds on the retry.
@@ -88,6 +120,25 @@ class OutboxRelay:
                 )
                 self.published += len(done)
         return len(done)
+
+    async def quarantine(self, row: asyncpg.Record, headers: dict[str, str], reason: str) -> None:
+        """Set the row aside for good (with its reason), tell the service, and leave a dead letter."""
+        payload = bytes(row["payload"])
+        reason = f"{row['subject']}: {len(payload)} bytes: {reason}"[:4000]
+        log.error("outbox %s: row %s quarantined: %s", self.schema, row["id"], reason)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(f'UPDATE "{self.schema}".outbox SET quarantined_at = now(), quarantine_reason = $2'
+                               " WHERE id = $1", row["id"], reason)
+            if self.on_quarantine is not None:
+                await self.on_quarantine(conn, row["subject"], payload, reason)
+        self.quarantined += 1
+        if self.bury is not None:
+            letter = dead_letter(service=self.schema, consumer=f"{self.schema}-outbox", cause=DeadCause.UNPUBLISHABLE,
+                                 reason=reason, subject=row["subject"], payload=payload, headers=headers)
+            try:
+                await self.bury(letter)
+            except Exception as exc:  # noqa: BLE001 - the quarantine row keeps the reason and payload anyway
+                log.warning("outbox %s: dead letter for row %s not published: %r", self.schema, row["id"], exc)
 
     async def run(self, idle_wait: float = 0.1) -> None:
         while True:

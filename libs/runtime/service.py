@@ -1,5 +1,6 @@
 """What every service does at start and stop, in one place: connect to PostgreSQL and NATS, apply its
-migrations, declare the streams, run its singleton loops, and refuse malformed messages visibly.
+migrations, declare the streams, run its consumers (libs/runtime/edge.py) and singleton loops, refuse malformed
+messages visibly and bury the ones it gave up on as dead letters.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import asyncpg
-from faststream.nats.message import NatsMessage
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import ContractError, Envelope, RejectedMessage
 from libs.contracts.subjects import Subjects
 
 from . import bus, db
 from .clock import Clock
+from .edge import Consumer, ConsumerLoop, EdgeCounters, Responder, serve_responder
 from .settings import CommonSettings
 from .singleton import SingletonLoop
 
@@ -39,6 +40,9 @@ class Runtime:
     clock: Clock = field(default_factory=Clock)
     tasks: list[asyncio.Task] = field(default_factory=list)
     rejected: int = 0
+    dead: int = 0
+    edge: EdgeCounters = field(default_factory=EdgeCounters)
+    loops: list[ConsumerLoop] = field(default_factory=list)
 
     @property
     def subjects(self) -> Subjects:
@@ -63,6 +67,24 @@ class Runtime:
     def background(self, coro: Awaitable[None], name: str) -> None:
         self.tasks.append(asyncio.create_task(coro, name=name))
 
+    async def consume(self, consumers: list[Consumer]) -> None:
+        """Bind every durable (so the service is ready only once it receives), then run each in a task."""
+        for consumer in consumers:
+            loop = ConsumerLoop(self.js, self.subjects, consumer, self, counters=self.edge)
+            await loop.subscribe()
+            self.loops.append(loop)
+            self.background(loop.run(), consumer.durable)
+
+    async def respond(self, responders: list[Responder]) -> None:
+        for responder in responders:
+            await serve_responder(self.nc, responder, self)
+
+    async def bury(self, letter: DeadLetter) -> None:
+        """Publish a dead letter and wait for JetStream's ack (raises if it could not be stored)."""
+        msg_id = f"dead-{letter.consumer}-{letter.stream_seq}" if letter.stream_seq is not None else letter.id
+        await bus.publish(self.js, self.subjects.dead(self.name), letter, msg_id=msg_id)
+        self.dead += 1
+
     async def close(self) -> None:
         for t in self.tasks:
             t.cancel()
@@ -74,39 +96,31 @@ class Runtime:
         with contextlib.suppress(Exception):
             await self.pool.close()
 
-    async def decode(self, model: type[M], raw: NatsMessage | bytes, subject: str = "") -> M | None:
-        """Decode a message; a malformed or hostile one is terminated (never redelivered), logged with the
-        reason, and published on ``teto.rejected.<service>`` where the audit log and operators see it."""
-        body = raw.body if isinstance(raw, NatsMessage) else raw
-        subject = subject or (raw.raw_message.subject if isinstance(raw, NatsMessage) else "")
+    async def decode(self, model: type[M], body: bytes, subject: str = "") -> M | None:
+        """Decode a message outside a consumer (a consumer's edge does this itself); a malformed one is refused
+        visibly (``teto.rejected.<service>``) and None is returned."""
         try:
             return model.decode(body)
         except ContractError as exc:
-            await self.reject(subject, body, exc.reason, raw if isinstance(raw, NatsMessage) else None)
+            await self.reject(subject, body, exc.reason)
             return None
 
-    async def decode_batch(self, model: type[M], msgs: list[Msg]) -> list[M]:
-        """Decode a batch from a BatchConsumer; malformed messages are refused visibly and terminated."""
-        good = []
-        for m in msgs:
-            decoded = await self.decode(model, m.data, m.subject)
-            if decoded is None:
-                await m.term()
-            else:
-                good.append(decoded)
-        return good
-
-    async def reject(self, subject: str, body: bytes, reason: str, raw: NatsMessage | None = None) -> None:
+    async def reject(self, subject: str, body: bytes, reason: str) -> None:
+        """Log a refused message and publish it on ``teto.rejected.<service>`` where the audit log and operators
+        see it (the consumer's edge terminates it: a malformed message is never redelivered)."""
         self.rejected += 1
         log.error("%s refused a message on %s: %s", self.name, subject, reason)
-        note = RejectedMessage(service=self.name, subject=subject, reason=reason[:4000],
-                               payload_excerpt=body[:1000].decode("utf-8", "replace"), payload_bytes=len(body))
+        # The excerpt is what a person reads: NUL and other C0 controls become U+FFFD so the note itself is
+        # always storable and sendable, whatever the hostile message held.
+        note = RejectedMessage(service=self.name, subject=_printable(subject)[:1000], reason=_printable(reason)[:4000],
+                               payload_excerpt=_printable(body[:1000].decode("utf-8", "replace")),
+                               payload_bytes=len(body))
         with contextlib.suppress(Exception):
             await bus.publish(self.js, self.subjects.rejected(self.name), note)
-        if raw is not None:
-            # reject() terminates the JetStream message: a malformed message is never redelivered.
-            with contextlib.suppress(Exception):
-                await raw.reject()
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c >= " " or c in "\t\n" else "\ufffd" for c in text)
 
 
 async def wait_forever() -> None:

@@ -18,9 +18,7 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
         async with runtime.pool.acquire() as conn:
             role = await store.writer_role(conn, settings.audit_writer_role)
         # Every replica consumes from the same durables; the advisory lock in store.append keeps one chain.
-        for c in consumers(runtime, settings, role):
-            await c.subscribe()
-            runtime.background(c.run(), c.durable)
+        await runtime.consume(consumers(runtime, settings, role))
         if ready is not None:
             ready.set()
         await wait_forever()

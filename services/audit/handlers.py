@@ -1,5 +1,6 @@
-"""The audit service's consumers: every command (``teto.cmd.>``), every outcome (``teto.outcome.>``) and every
-refused message (``teto.rejected.*``), in batches, each batch one transaction acknowledged after its commit.
+"""The audit service's consumer declarations: every command (``teto.cmd.>``), every outcome (``teto.outcome.>``)
+and every refused message (``teto.rejected.*``), in batches, each batch one transaction acknowledged after its
+commit (the edge, libs/runtime/edge.py, settles them).
 
 Nothing is refused here: a malformed message is itself worth recording, so it is stored as raw text.
 """
@@ -13,7 +14,7 @@ from datetime import datetime
 from nats.aio.msg import Msg
 
 from libs.runtime.service import Runtime
-from libs.runtime.batch import BatchConsumer
+from libs.runtime.edge import Consumer
 
 from . import store
 from .domain import entries
@@ -33,20 +34,22 @@ def fallback_id(stream: str, msg: Msg) -> str:
         return f"{stream}-{(msg.headers or {}).get('Nats-Msg-Id', 'unknown')}"
 
 
-def consumers(runtime: Runtime, settings: AuditSettings, role: str | None) -> list[BatchConsumer]:
+def consumers(runtime: Runtime, settings: AuditSettings, role: str | None) -> list[Consumer]:
     s = runtime.subjects
 
-    def consumer(subject: str, stream: str, durable: str, read: Reader) -> BatchConsumer:
-        async def on_batch(msgs: list[Msg]) -> None:
-            now = runtime.clock.now()
-            found = [read(m.subject, m.data, fallback_id(stream, m), now) for m in msgs]
-            async with runtime.pool.acquire() as conn:
-                await store.append(conn, found, role=role, now=now)
+    async def append(found: list[Entry]) -> None:
+        async with runtime.pool.acquire() as conn:
+            await store.append(conn, found, role=role, now=runtime.clock.now())
 
-        return BatchConsumer(runtime.js, subject, s.stream_name(stream), durable, on_batch, batch=settings.batch_size)
+    def consumer(subject: str, stream: str, durable: str, read: Reader) -> Consumer:
+        def entry(m: Msg) -> Entry:
+            return read(m.subject, m.data, fallback_id(stream, m), runtime.clock.now())
+
+        return Consumer(subject, stream, durable, None, append, batch=settings.batch_size, read=entry)
 
     return [
         consumer(s.cmd_all, "CMD", "audit-commands", entries.from_command),
         consumer(s.outcome_all, "OUTCOME", "audit-outcomes", entries.from_outcome),
         consumer(s.rejected_all, "REJECTED", "audit-rejected", entries.from_rejected),
     ]
+

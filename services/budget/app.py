@@ -8,7 +8,7 @@ from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 
 from . import store
-from .handlers import Counters, consumers, serve_status
+from .handlers import Counters, consumers, responders
 from .settings import BudgetSettings
 
 
@@ -17,12 +17,10 @@ async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event 
     settings = settings or BudgetSettings.from_env()
     runtime = await Runtime.open("budget", settings, schema=store.SCHEMA, package="services.budget")
     try:
-        relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js)
+        relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js, bury=runtime.bury)
         # Consumers share their durables with every replica; the relay runs in one.
-        for c in consumers(runtime, settings, Counters(), relay):
-            await c.subscribe()
-            runtime.background(c.run(), c.durable)
-        await serve_status(runtime, settings)
+        await runtime.consume(consumers(runtime, settings, Counters(), relay))
+        await runtime.respond(responders(runtime, settings))
         runtime.singleton("budget-outbox", relay.run)
         if ready is not None:
             ready.set()

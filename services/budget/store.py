@@ -20,6 +20,7 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobEventKind, JobSpec
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport, UsageSample
+from libs.runtime.fencing import StaleEpoch, is_stale
 
 from .domain import ledger
 from .domain.ledger import Account, Decision, FirstCheckpointWarning, StepStats
@@ -35,7 +36,7 @@ class Effects:
     """What a transaction did, for the caller's counters and the tests."""
 
     events: list[tuple[str, Envelope]] = field(default_factory=list)
-    stale: list[Any] = field(default_factory=list)  # messages ignored for an old lease epoch
+    stale: list[StaleEpoch] = field(default_factory=list)  # messages ignored for an old lease epoch
     inserted: int = 0
 
 
@@ -78,8 +79,8 @@ async def record_usage(conn: asyncpg.Connection, samples: list[tuple[str, UsageS
     rows = await lock_jobs(conn, [s.job_id for _, s in samples])
     fresh = []
     for executor_id, s in samples:
-        if s.epoch < rows[s.job_id]["epoch"]:
-            effects.stale.append((executor_id, s))
+        if is_stale(s.epoch, rows[s.job_id]["epoch"]):
+            effects.stale.append(StaleEpoch(executor_id, s.job_id, s.epoch, rows[s.job_id]["epoch"], "usage sample"))
         else:
             fresh.append((executor_id, s))
     if not fresh:
@@ -178,8 +179,9 @@ async def record_steps(conn: asyncpg.Connection, reports: list[StepReport], subj
     rows = await lock_jobs(conn, [r.job_id for r in reports])
     stats = {j: StepStats(r["last_step"], r["mean_step_seconds"], r["measured_steps"]) for j, r in rows.items()}
     for rep in sorted(reports, key=lambda r: (r.job_id, r.time)):
-        if rep.epoch < rows[rep.job_id]["epoch"]:
-            effects.stale.append(rep)
+        if is_stale(rep.epoch, rows[rep.job_id]["epoch"]):
+            effects.stale.append(StaleEpoch(rep.executor_id, rep.job_id, rep.epoch, rows[rep.job_id]["epoch"],
+                                            "step report"))
             continue
         stats[rep.job_id] = ledger.on_step(stats[rep.job_id], rep.step, rep.step_seconds)
     for job_id, row in rows.items():

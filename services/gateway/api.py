@@ -25,10 +25,12 @@ from libs.runtime.service import Runtime
 from . import auth
 from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
+from .dead_letters import DeadLetters
 from .errors import ApiError
 from .limits import BodyLimit
 from .reads import Reads
 from .routes import admin, jobs, policies, nodes
+from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -77,8 +79,9 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
 
 
 def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
-               commands: Any = None) -> FastAPI:
-    """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands`` fakes."""
+               commands: Any = None, dead_letters: Any = None) -> FastAPI:
+    """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands``/
+    ``dead_letters`` fakes."""
     # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
     app = FastAPI(title="Teto gateway", version="1", strict_content_type=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
@@ -88,6 +91,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
+    app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -159,4 +163,5 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     admin.register(app)
     policies.register(app)
     nodes.register(app)
+    dead_letter_routes.register(app)
     return app

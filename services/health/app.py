@@ -23,12 +23,10 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
     try:
         # Consumers share their durables with every replica; the evaluator and the relay run in one.
-        relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js)
+        relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js, bury=runtime.bury)
         checks = Checks(runtime, settings)
         checks.kick = relay.kick
-        for c in consumers(runtime, Counters(), checks):
-            await c.subscribe()
-            runtime.background(c.run(), c.durable)
+        await runtime.consume(consumers(runtime, Counters(), checks))
 
         async def evaluate() -> None:
             await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())

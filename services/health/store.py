@@ -15,6 +15,7 @@ from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import outbox
+from libs.runtime.fencing import StaleEpoch
 
 from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
 
@@ -87,14 +88,14 @@ async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], jo
         await conn.executemany(_UPSERT_JOB_CONTACT, job_rows)
 
 
-async def note_stale(conn: asyncpg.Connection, stale: list[tuple[Heartbeat, int]], now: datetime) -> None:
-    """Count heartbeats ignored for their old epoch against their executors: (heartbeat, job's epoch) pairs."""
+async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: datetime) -> None:
+    """Count heartbeats ignored for their old epoch against their executors."""
     await conn.executemany(
         """INSERT INTO health.stale_heartbeats AS s (executor_id, count, last_job_id, last_epoch, current_epoch,
                first_at, last_at) VALUES ($1, 1, $2, $3, $4, $5, $5)
            ON CONFLICT (executor_id) DO UPDATE SET count = s.count + 1, last_job_id = EXCLUDED.last_job_id,
                last_epoch = EXCLUDED.last_epoch, current_epoch = EXCLUDED.current_epoch, last_at = EXCLUDED.last_at""",
-        [(b.executor_id, b.job_id, b.epoch, current, now) for b, current in stale])
+        [(s.executor_id, s.job_id, s.epoch, s.current, now) for s in stale])
 
 
 async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> None:

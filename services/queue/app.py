@@ -1,20 +1,19 @@
-"""Wiring of the queue service: runtime, broker and router, singleton loops (outbox relay, placement, lease
-scanner, gang scanner). Nothing else lives here."""
+"""Wiring of the queue service: runtime, consumers and responders, singleton loops (outbox relay, placement,
+lease scanner, gang scanner). Nothing else lives here."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from faststream.nats import NatsBroker
-
 from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 
 from .commands import Commands
+from .effects import quarantine_hook
 from .gangs import GangScanner
-from .handlers import build_router
+from .handlers import consumers, responders
 from .policy import Policies
 from .runs import Runs
 from .scheduler import Scheduler
@@ -29,16 +28,15 @@ OUTBOX_PURGE_SECONDS = 3600.0
 async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or QueueSettings.from_env()
     runtime = await Runtime.open(NAME, settings, schema=SCHEMA, package="services.queue")
-    broker: NatsBroker | None = None
     try:
-        relay = OutboxRelay(runtime.pool, SCHEMA, runtime.js)
+        relay = OutboxRelay(runtime.pool, SCHEMA, runtime.js, bury=runtime.bury,
+                            on_quarantine=quarantine_hook(settings, runtime.clock.now))
         commands = Commands(runtime, settings)
         runs = Runs(runtime, settings)
         scheduler = Scheduler(runtime, settings, kick=relay.kick)
-        broker = NatsBroker(settings.nats_url)
         gangs = GangScanner(runtime, settings, kick=relay.kick)
-        broker.include_router(build_router(runtime, commands, runs, Policies(runtime)))
-        await broker.start()
+        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime)))
+        await runtime.respond(responders(runtime, runs))
         runtime.singleton(f"{NAME}-outbox", relay.run)
         runtime.singleton(f"{NAME}-placement", periodic(
             scheduler.place_once, settings.schedule_interval_seconds, "placement"))
@@ -58,8 +56,6 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
             ready.set()
         await wait_forever()
     finally:
-        if broker is not None:
-            await broker.stop()
         await runtime.close()
 
 

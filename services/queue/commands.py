@@ -13,6 +13,7 @@ from typing import Any
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, Command, CommandOutcome, RequeueJob, SubmitJob
 from libs.contracts.envelope import ContractError
+from libs.runtime import commands as once
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 
@@ -45,9 +46,9 @@ class Commands:
         transaction (never hold row locks across a network wait); with no answer the requeue is refused rather
         than decided on a guess."""
         async with self.runtime.pool.acquire() as conn:
-            prior = await store.answered(conn, cmd.command_id)
-        if prior is not None:
-            return await self._answer_again(cmd, prior)
+            answered = await store.answered(conn, cmd.command_id) is not None
+        if answered:  # no budget question for a command already decided: answered again below
+            return await self._decide(cmd, cmd.job_id, Refusal("answered before"))
         consumed = await self.consumed_seconds(cmd.job_id)
         if consumed is None:
             return await self._decide(cmd, cmd.job_id, Refusal(BUDGET_UNAVAILABLE))
@@ -81,42 +82,30 @@ class Commands:
         outcome = CommandOutcome(command_id=command_id, kind=kind, accepted=False,
                                  reason=f"malformed command: {reason}", job_id=job_id, by=SERVICE)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
-            if not await store.claim_command(conn, command_id, kind):
+            if not await once.claim(conn, store.SCHEMA, command_id, kind):
                 return None
-            await store.record_outcome(conn, command_id, job_id, outcome)
+            await once.record(conn, store.SCHEMA, command_id, outcome, job_id=job_id)
             await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(kind, command_id), outcome)])
         return outcome
 
     async def _decide(self, cmd: Command, job_id: str, fact: Fact | Refusal) -> CommandOutcome:
         now = self.runtime.clock.now()
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            if not await store.claim_command(conn, cmd.command_id, cmd.KIND):
-                prior = await store.answered(conn, cmd.command_id)
-            else:
-                prior = None
-                result = fact if isinstance(fact, Refusal) else await apply(conn, self.settings, job_id, fact, now)
-                if isinstance(result, Refusal):
-                    outcome = self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
-                else:
-                    outcome = self._outcome(cmd, job_id, accepted=True)
-                await store.record_outcome(conn, cmd.command_id, job_id, outcome)
-                await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id),
-                                                             outcome)])
-        if prior is not None:
-            return await self._answer_again(cmd, prior)
-        log.info("%s %s for job %s: %s", cmd.KIND, cmd.command_id, job_id,
-                 "accepted" if outcome.accepted else f"refused ({outcome.reason})")
-        return outcome
 
-    async def _answer_again(self, cmd: Command, prior: dict[str, Any]) -> CommandOutcome:
-        """The same outcome again, as a new message (a fresh id, so JetStream does not drop it as a duplicate
-        of the first answer, which a waiting client may have missed)."""
-        again = CommandOutcome.model_validate({k: v for k, v in prior.items() if k not in ("id", "time")})
+        async def decide() -> CommandOutcome:
+            result = fact if isinstance(fact, Refusal) else await apply(conn, self.settings, job_id, fact, now)
+            if isinstance(result, Refusal):
+                return self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
+            return self._outcome(cmd, job_id, accepted=True)
+
         async with self.runtime.pool.acquire() as conn, conn.transaction():
-            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id),
-                                                         again)])
-        log.info("%s %s seen again: answered with the stored outcome", cmd.KIND, cmd.command_id)
-        return again
+            answer = await once.decide_once(conn, store.SCHEMA, self.runtime.subjects, cmd, decide, job_id=job_id)
+        outcome = answer.outcome
+        if answer.again:
+            log.info("%s %s seen again: answered with the stored outcome", cmd.KIND, cmd.command_id)
+        else:
+            log.info("%s %s for job %s: %s", cmd.KIND, cmd.command_id, job_id,
+                     "accepted" if outcome.accepted else f"refused ({outcome.reason})")
+        return outcome
 
     def _outcome(self, cmd: Command, job_id: str, *, accepted: bool, reason: str | None = None,
                  detail: dict[str, Any] | None = None) -> CommandOutcome:

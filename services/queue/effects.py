@@ -3,8 +3,9 @@ applying of a fact to a stored job (load under a row lock, decide, write) shared
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime
 
 import asyncpg
@@ -12,9 +13,10 @@ import asyncpg
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.envelope import Envelope
 from libs.contracts.leases import LeaseEvent
+from libs.runtime.outbox import QuarantineHook
 
 from . import store
-from .domain.lifecycle import Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Transition, decide
+from .domain.lifecycle import Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Transition, Undeliverable, decide
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -51,20 +53,26 @@ def _ready_timeout(job: Job) -> float | None:
     return max(0.001, (job.ready_deadline - job.admitted_at).total_seconds())
 
 
-@dataclass
-class StaleFacts:
-    """Facts ignored because they came from an older lease epoch: counted, and logged once per executor so a
-    zombie executor cannot flood the log."""
+def job_of(payload: bytes) -> str | None:
+    """The job a stored outbox message is about (every queue message names its ``job_id``, outcomes too)."""
+    try:
+        value = json.loads(payload)
+    except ValueError:
+        return None
+    job_id = value.get("job_id") if isinstance(value, dict) else None
+    return job_id if isinstance(job_id, str) and job_id else None
 
-    count: int = 0
-    logged: set[str] = field(default_factory=set)
 
-    def note(self, executor_id: str, job_id: str, why: str) -> None:
-        self.count += 1
-        if executor_id not in self.logged:
-            self.logged.add(executor_id)
-            log.warning("ignoring messages from executor %s about job %s: %s (logged once per executor)",
-                        executor_id, job_id, why)
+def quarantine_hook(settings: QueueSettings, clock: Callable[[], datetime]) -> QuarantineHook:
+    """What the queue does when the bus refuses one of its messages for good: the job it was about fails with
+    the reason (in the relay's transaction), so it never cycles through grants no executor receives."""
+
+    async def hook(conn: asyncpg.Connection, subject: str, payload: bytes, reason: str) -> None:
+        job_id = job_of(payload)
+        if job_id is not None:
+            await apply(conn, settings, job_id, Undeliverable(reason), clock())
+
+    return hook
 
 
 async def apply(conn: asyncpg.Connection, settings: QueueSettings, job_id: str, fact: Fact,

@@ -1,14 +1,10 @@
-"""The queue's FastStream router: commands, progress, heartbeats and budget events from JetStream (durable pull
-consumers shared by replicas), and the lease-renewal RPC on core NATS (a queue group, answered by any replica).
+"""The queue's consumer declarations: commands, progress, heartbeats, budget and node events from JetStream
+(durable pull consumers shared by replicas), and the lease-renewal responder on core NATS (a queue group,
+answered by any replica). What happens to a malformed, failing or poison message is the edge's business
+(libs/runtime/edge.py); these declarations say only what to read and whom to hand it to.
 
-Handlers take the raw message and decode it themselves, so malformed or hostile input is refused visibly
-(``teto.rejected.queue``) and never redelivered. A transient failure (database away) is nacked with a delay, so
-the message comes back later instead of spinning.
-
-Every pull subscriber fetches one message at a time: with faststream 0.7.8 and nats-py 2.16 a multi-message
-fetch can end in a plain ``asyncio.TimeoutError`` that FastStream does not catch (it catches
-``nats.errors.TimeoutError``), which silently kills the consuming task and strands the fetched message until its
-ack wait. A single-message fetch only raises the nats error.
+Progress is applied one message at a time in arrival order inside each batch, so a job's reports keep their
+order (a checkpoint before the finish that follows it).
 """
 
 from __future__ import annotations
@@ -18,16 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from faststream import AckPolicy, Context
-from faststream.nats import JStream, NatsRouter, PullSub
-from faststream.nats.message import NatsMessage
-
 from libs.contracts.budget import BudgetEvent
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
 from libs.contracts.envelope import ContractError, schema_of
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
+from libs.runtime.edge import Consumer, Responder
 from libs.runtime.service import Runtime
 
 from .commands import Commands
@@ -35,97 +28,64 @@ from .policy import Policies
 from .runs import Runs
 
 log = logging.getLogger(__name__)
-RETRY_DELAY_SECONDS = 1.0
 
 
-def build_router(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None) -> NatsRouter:
+def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None) -> list[Consumer]:
     s = runtime.subjects
-    router = NatsRouter()
 
-    def stream(base: str) -> JStream:
-        return JStream(s.stream_name(base), declare=False)
+    def command(model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> Consumer:
+        async def handle(cmds: list[Command]) -> None:
+            for cmd in cmds:  # each its own transaction, decided once per command id
+                await act(cmd)
 
-    async def guarded(msg: NatsMessage, work: Callable[[], Awaitable[Any]]) -> None:
-        try:
-            await work()
-        except Exception:  # noqa: BLE001 - transient by default: the message is kept and retried later
-            log.exception("queue handler failed on %s; retrying in %.0fs", msg.raw_message.subject,
-                          RETRY_DELAY_SECONDS)
-            await msg.nack(delay=RETRY_DELAY_SECONDS)
+        async def malformed(body: bytes, reason: str) -> None:
+            await commands.refuse_malformed(model.KIND, body, reason)
 
-    async def command(msg: NatsMessage, model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> None:
-        body = msg.body
-        try:
-            cmd = model.decode(body)
-        except ContractError as exc:
-            reason = exc.reason
-            await guarded(msg, lambda: commands.refuse_malformed(model.KIND, body, reason))
-            await runtime.reject(msg.raw_message.subject, body, reason, msg)
-            return
-        await guarded(msg, lambda: act(cmd))
+        return Consumer(s.cmd(model.KIND), "CMD", f"queue-{model.KIND}", model.decode, handle, batch=50,
+                        on_malformed=malformed)
 
-    def command_subscriber(model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> None:
-        @router.subscriber(s.cmd(model.KIND), stream=stream("CMD"), durable=f"queue-{model.KIND}",
-                           pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
-        async def on_command(msg: NatsMessage = Context("message")) -> None:
-            await command(msg, model, act)
+    async def on_progress(reports: list[ProgressBase]) -> None:
+        for report in reports:
+            await runs.progress(report)
 
-    command_subscriber(SubmitJob, commands.submit)
-    command_subscriber(CancelJob, commands.cancel)
-    command_subscriber(RequeueJob, commands.requeue)
+    async def on_budget(events: list[BudgetEvent]) -> None:
+        for event in events:
+            await runs.budget(event)
+
+    async def on_node_events(events: list[NodeEvent]) -> None:
+        for event in events:
+            await runs.node_event(event)
+
+    # The node stream also carries registrations and check reports, which are not for the queue.
+    def node_events_only(body: bytes) -> bool:
+        return schema_of(body) == NodeEvent.SCHEMA
+
+    declared = [
+        command(SubmitJob, commands.submit),
+        command(CancelJob, commands.cancel),
+        command(RequeueJob, commands.requeue),
+        Consumer(s.progress_all, "PROGRESS", "queue-progress", decode_progress, on_progress, batch=200),
+        Consumer(s.budget_all, "BUDGET", "queue-budget", BudgetEvent.decode, on_budget, batch=50),
+        # Placement needs only each executor's newest heartbeat: one upsert per batch.
+        Consumer(s.heartbeat_all, "HB", "queue-heartbeats", Heartbeat.decode, runs.heartbeats, batch=500),
+        Consumer(s.node_all, "NODE", "queue-nodes", NodeEvent.decode, on_node_events, batch=100,
+                 accepts=node_events_only),
+    ]
     if policies is not None:
-        command_subscriber(SetGangPolicy, policies.set)
-
-    # One message per fetch: a job's reports are applied in the order they were sent (a checkpoint before the
-    # finish that follows it), which FastStream's concurrent handling of a multi-message fetch would not keep.
-    @router.subscriber(s.progress_all, stream=stream("PROGRESS"), durable="queue-progress",
-                       pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
-    async def on_progress(msg: NatsMessage = Context("message")) -> None:
-        report = await decode_progress(runtime, msg.body, msg.raw_message.subject)
-        if report is not None:
-            await guarded(msg, lambda: runs.progress(report))
-
-    @router.subscriber(s.budget_all, stream=stream("BUDGET"), durable="queue-budget",
-                       pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
-    async def on_budget(msg: NatsMessage = Context("message")) -> None:
-        event = await runtime.decode(BudgetEvent, msg)
-        if event is not None:
-            await guarded(msg, lambda: runs.budget(event))
-
-    @router.subscriber(s.heartbeat_all, stream=stream("HB"), durable="queue-heartbeats",
-                       pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
-    async def on_heartbeat(msg: NatsMessage = Context("message")) -> None:
-        beat = await runtime.decode(Heartbeat, msg)
-        if beat is not None:
-            await guarded(msg, lambda: runs.heartbeats([beat]))
-
-    # Node events from the health service: which executors' nodes are schedulable. The stream also carries
-    # registrations and check reports, which are not for the queue: acknowledged unread.
-    @router.subscriber(s.node_all, stream=stream("NODE"), durable="queue-nodes",
-                       pull_sub=PullSub(batch_size=1, timeout=1.0), ack_policy=AckPolicy.NACK_ON_ERROR)
-    async def on_node_event(msg: NatsMessage = Context("message")) -> None:
-        if schema_of(msg.body) != NodeEvent.SCHEMA:
-            return
-        event = await runtime.decode(NodeEvent, msg)
-        if event is not None:
-            await guarded(msg, lambda: runs.node_event(event))
-
-    @router.subscriber(s.rpc_lease_renew, queue="queue")
-    async def on_renew(msg: NatsMessage = Context("message")) -> bytes:
-        request = await runtime.decode(LeaseRenewRequest, msg)
-        if request is None:
-            return LeaseRenewReply(ok=False, reason="malformed renewal request").encode()
-        return (await runs.renew(request)).encode()
-
-    return router
+        declared.append(command(SetGangPolicy, policies.set))
+    return declared
 
 
-async def decode_progress(runtime: Runtime, body: bytes, subject: str) -> ProgressBase | None:
+def responders(runtime: Runtime, runs: Runs) -> list[Responder]:
+    return [Responder(runtime.subjects.rpc_lease_renew, "queue", LeaseRenewRequest.decode, runs.renew,
+                      lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"))]
+
+
+def decode_progress(body: bytes) -> ProgressBase:
     """Progress messages share a subject; the ``kind`` field says which contract to read them with."""
     try:
         kind = json.loads(body).get("kind")
         model = PROGRESS_TYPES[kind]
     except (ValueError, AttributeError, KeyError, TypeError):
-        await runtime.reject(subject, body, "progress message without a known 'kind'")
-        return None
-    return await runtime.decode(model, body, subject)
+        raise ContractError("teto.progress", "progress message without a known 'kind'") from None
+    return model.decode(body)

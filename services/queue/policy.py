@@ -12,7 +12,7 @@ import asyncpg
 from libs.contracts.commands import CommandOutcome, SetGangPolicy
 from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
-from libs.runtime import outbox
+from libs.runtime import commands as once
 from libs.runtime.service import Runtime
 
 from . import store
@@ -55,17 +55,13 @@ class Policies:
     async def set(self, cmd: SetGangPolicy) -> CommandOutcome:
         """Replace the policy once per command id; a redelivered command is answered with the stored outcome."""
         now = self.runtime.clock.now()
+
+        async def decide() -> CommandOutcome:
+            await save(conn, cmd.policy, cmd.actor, now)
+            log.info("gang policy set by %s: %s", cmd.actor, cmd.policy.model_dump(mode="json"))
+            return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, by=SERVICE,
+                                  detail={"policy": cmd.policy.model_dump(mode="json")})
+
         async with self.runtime.pool.acquire() as conn, conn.transaction():
-            if await store.claim_command(conn, cmd.command_id, cmd.KIND):
-                await save(conn, cmd.policy, cmd.actor, now)
-                outcome = CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, by=SERVICE,
-                                         detail={"policy": cmd.policy.model_dump(mode="json")})
-                await store.record_outcome(conn, cmd.command_id, None, outcome)
-                log.info("gang policy set by %s: %s", cmd.actor, cmd.policy.model_dump(mode="json"))
-            else:
-                prior = await store.answered(conn, cmd.command_id)
-                again = {k: v for k, v in (prior or {}).items() if k not in ("id", "time")}
-                outcome = CommandOutcome.model_validate(again or {"command_id": cmd.command_id, "kind": cmd.KIND,
-                                                                  "accepted": True, "by": SERVICE})
-            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(cmd.KIND, cmd.command_id), outcome)])
+            outcome = (await once.decide_once(conn, store.SCHEMA, self.runtime.subjects, cmd, decide)).outcome
         return outcome

@@ -20,11 +20,12 @@ from libs.contracts.telemetry import (
     StepReport,
     WorkerReady,
 )
+from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
 
 from . import store
 from .domain import lifecycle as lc
-from .effects import StaleFacts, apply
+from .effects import apply
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -52,19 +53,20 @@ class Runs:
     def __init__(self, runtime: Runtime, settings: QueueSettings) -> None:
         self.runtime = runtime
         self.settings = settings
-        self.stale = StaleFacts()
+        self.stale = StaleCounter("queue")
 
     async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
         now = self.runtime.clock.now()
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             result = await apply(conn, self.settings, msg.job_id, fact_of(msg), now)
-            stale = isinstance(result, lc.Transition) and (result.ignored or "").startswith("stale epoch")
-            if stale:
-                await store.note_stale(conn, msg.executor_id, msg.job_id, msg.epoch, result.ignored or "", now)
+            stale = None
+            if isinstance(result, lc.Transition) and result.stale:
+                stale = StaleEpoch(msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")
+                await store.note_stale(conn, stale, now)
         if isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
-        elif stale:
-            self.stale.note(msg.executor_id, msg.job_id, result.ignored or "")
+        elif stale is not None:
+            self.stale.note(stale)
         return result
 
     async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
@@ -75,14 +77,15 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             job = await store.load_job(conn, req.job_id, lock=True)
             result = lc.decide(job, fact, now)
-            stale = isinstance(result, lc.Refusal) and job is not None and req.epoch < job.lease_epoch
+            stale = None
             if isinstance(result, lc.Transition):
                 await store.save_lease(conn, result.job)
-            elif stale:
-                await store.note_stale(conn, req.executor_id, req.job_id, req.epoch, result.reason, now)
+            elif job is not None and is_stale(req.epoch, job.lease_epoch):
+                stale = StaleEpoch(req.executor_id, req.job_id, req.epoch, job.lease_epoch, "renewal")
+                await store.note_stale(conn, stale, now)
         if isinstance(result, lc.Refusal):
-            if stale:
-                self.stale.note(req.executor_id, req.job_id, result.reason)
+            if stale is not None:
+                self.stale.note(stale)
             return LeaseRenewReply(ok=False, reason=result.reason)
         return LeaseRenewReply(ok=True, expires_at=fact.expires_at)
 

@@ -18,6 +18,7 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
+from libs.runtime.fencing import StaleEpoch
 
 from .domain.lifecycle import GangWorker, Job, Transition
 from .domain.placement import FreeExecutor
@@ -121,14 +122,13 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
     return events
 
 
-async def note_stale(conn: asyncpg.Connection, executor_id: str, job_id: str, epoch: int | None, reason: str,
-                     now: datetime) -> None:
+async def note_stale(conn: asyncpg.Connection, stale: StaleEpoch, now: datetime) -> None:
     """Count a message ignored for its old lease epoch against the executor that sent it."""
     await conn.execute(
         f"INSERT INTO {T}.stale_messages AS s (executor_id, count, last_job_id, last_epoch, last_reason, first_at,"
         " last_at) VALUES ($1, 1, $2, $3, $4, $5, $5) ON CONFLICT (executor_id) DO UPDATE SET count = s.count + 1,"
         " last_job_id = EXCLUDED.last_job_id, last_epoch = EXCLUDED.last_epoch, last_reason = EXCLUDED.last_reason,"
-        " last_at = EXCLUDED.last_at", executor_id, job_id, epoch, reason[:500], now)
+        " last_at = EXCLUDED.last_at", stale.executor_id, stale.job_id, stale.epoch, stale.reason[:500], now)
 
 
 async def save_lease(conn: asyncpg.Connection, job: Job) -> None:
@@ -144,21 +144,6 @@ async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] 
     """The stored outcome of a command already processed, or None."""
     return _loads(await conn.fetchval(f"SELECT outcome FROM {T}.processed_commands WHERE command_id = $1",
                                       command_id))
-
-
-async def claim_command(conn: asyncpg.Connection, command_id: str, kind: str) -> bool:
-    """Claim a command for this transaction. False: it was processed already (a replica racing us on the same
-    redelivered command waits here until the first commits, then sees the row)."""
-    got = await conn.fetchval(
-        f"INSERT INTO {T}.processed_commands (command_id, kind) VALUES ($1, $2)"
-        " ON CONFLICT (command_id) DO NOTHING RETURNING command_id", command_id, kind)
-    return got is not None
-
-
-async def record_outcome(conn: asyncpg.Connection, command_id: str, job_id: str | None, outcome: Envelope) -> None:
-    await conn.execute(
-        f"UPDATE {T}.processed_commands SET outcome = $2::jsonb, job_id = $3 WHERE command_id = $1",
-        command_id, outcome.model_dump_json(by_alias=True), job_id)
 
 
 # -- placement and lease scanning -------------------------------------------------------------------------

@@ -12,10 +12,12 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from libs.contracts.commands import CommandOutcome
+from libs.contracts.dead import DeadCause, dead_letter
 from services.gateway import auth
 from services.gateway.api import create_app, route_permission
 from services.gateway.auth import Permission, Role, TokenStore
 from services.gateway.commands import Sent
+from services.gateway.dead_letters import Replayed
 from services.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.unit
@@ -78,6 +80,26 @@ class FakeCommands:
         self.recorded.append(outcome)
 
 
+class FakeDeadLetters:
+    """One dead letter at sequence 1; replay records what it would publish."""
+
+    letter = dead_letter(service="queue", consumer="queue-progress", cause=DeadCause.PERMANENT, reason="bigint",
+                         subject="teto.progress.j1", payload=b'{"kind": "step"}')
+
+    def __init__(self) -> None:
+        self.replayed: list[int] = []
+
+    async def list(self, *, service: str | None, after_seq: int, limit: int) -> list[tuple[int, Any]]:
+        return [(1, self.letter)] if after_seq < 1 and service in (None, "queue") else []
+
+    async def get(self, seq: int) -> Any:
+        return self.letter if seq == 1 else None
+
+    async def replay(self, seq: int, letter: Any) -> Replayed:
+        self.replayed.append(seq)
+        return Replayed(seq, letter.subject, "replay-1")
+
+
 # One request per (method, route path); a new endpoint must add its sample here.
 SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/whoami"): ("/v1/whoami", None),
@@ -101,6 +123,9 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/node-groups"): ("/v1/node-groups", None),
     ("POST", "/v1/nodes/{node_id}/drain"): ("/v1/nodes/n1/drain", None),
     ("POST", "/v1/nodes/{node_id}/undrain"): ("/v1/nodes/n1/undrain", None),
+    ("GET", "/v1/dead-letters"): ("/v1/dead-letters?service=queue", None),
+    ("GET", "/v1/dead-letters/{seq}"): ("/v1/dead-letters/1", None),
+    ("POST", "/v1/dead-letters/{seq}/replay"): ("/v1/dead-letters/1/replay", None),
 }
 PUBLIC = {("GET", "/healthz")}  # no authentication by design (load balancer probes)
 
@@ -110,7 +135,7 @@ def gateway(tmp_path):
     settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
     tokens = {role: auth.issue_token(settings.effective_tokens_file, role.value, role) for role in Role}
     commands = FakeCommands()
-    app = create_app(settings, reads=FakeReads(), commands=commands)
+    app = create_app(settings, reads=FakeReads(), commands=commands, dead_letters=FakeDeadLetters())
     with TestClient(app) as client:
         yield app, client, tokens, commands
 
@@ -280,3 +305,17 @@ def test_submit_owner_is_the_tokens_actor_and_idempotency_key_names_command_and_
     assert (second.command_id, second.job_id) == ("k-1", "k-1")
     bad = client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers={**h, "Idempotency-Key": "a b"})
     assert bad.status_code == 422 and "idempotency-key" in bad.json()["reason"].lower()
+
+
+def test_dead_letters_are_listed_for_operators_and_a_replay_is_recorded_with_the_actor(gateway):
+    app, client, tokens, commands = gateway
+    headers = {"Authorization": f"Bearer {tokens[Role.OPERATOR][1]}"}
+    (listed,) = client.get("/v1/dead-letters", headers=headers).json()["dead_letters"]
+    assert listed["seq"] == 1 and listed["cause"] == "permanent" and listed["payload"] == '{"kind": "step"}'
+    assert listed["subject"] == "teto.progress.j1" and listed["replayable"]
+    assert client.get("/v1/dead-letters/2", headers=headers).status_code == 404
+    resp = client.post("/v1/dead-letters/1/replay", headers=headers)
+    assert resp.status_code == 200 and resp.json()["subject"] == "teto.progress.j1"
+    assert app.state.dead_letters.replayed == [1]
+    (rec,) = [o for o in commands.recorded if o.kind == "dead_letter_replay"]
+    assert rec.detail["actor"] == Role.OPERATOR.value and rec.detail["seq"] == 1

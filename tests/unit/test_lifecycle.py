@@ -23,6 +23,7 @@ from services.queue.domain.lifecycle import (
     LeaseFact,
     Refusal,
     Renew,
+    Undeliverable,
     Requeue,
     RunOn,
     Started,
@@ -74,6 +75,7 @@ FACTS = {
     "stop_for_ceiling": lambda: StopForCeiling(ceiling_seconds=600, consumed_seconds=601),
     "requeue": lambda: Requeue(new_ceiling=1000, consumed=601, actor="op"),
     "requeue_too_low": lambda: Requeue(new_ceiling=650, consumed=601, actor="op"),
+    "undeliverable": lambda: Undeliverable("teto.job.j1.submitted: payload 2000000 bytes over the 1048576 limit"),
 }
 RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "finished_succeeded", "finished_failed",
              "finished_abandoned", "finished_stopped", "lease_expired")
@@ -111,6 +113,8 @@ def expected(state: JobState, fact: str) -> str | JobState:
         return JobState.QUEUED if state is JobState.INTERRUPTED else REFUSED
     if fact == "requeue_too_low":
         return REFUSED
+    if fact == "undeliverable":
+        return UNCHANGED if state in TERMINAL_STATES else JobState.FAILED
     raise AssertionError(fact)
 
 
@@ -143,7 +147,8 @@ STALE = [(s, f) for s in JobState for f in RUN_FACTS]
 def test_a_fact_from_an_older_epoch_changes_nothing(state: JobState, fact: str):
     job = make_job(state)
     result = decide(job, replace(FACTS[fact](), epoch=EPOCH - 1), LATER)
-    assert result == Transition.unchanged(job, result.ignored) and "stale epoch" in result.ignored
+    assert result == Transition.stale_epoch(job, EPOCH - 1) and result.stale and not result.changed
+    assert "stale epoch" in result.ignored
 
 
 # -- submit and grant -------------------------------------------------------------------------------------
@@ -340,3 +345,12 @@ def test_cancel_of_a_job_not_running_stops_nothing(state):
 def test_cancel_of_a_finished_job_says_it_is_over(state):
     result = decide(make_job(state), Cancel("enough", "ann"), LATER)
     assert isinstance(result, Refusal) and result.reason == f"job already {state}"
+
+
+@pytest.mark.parametrize("state", [JobState.RUNNING, JobState.ADMITTING], ids=str)
+def test_an_undeliverable_job_that_runs_is_stopped_and_its_lease_released(state: JobState):
+    job = make_job(state)
+    t = decide(job, FACTS["undeliverable"](), LATER)
+    assert t.job.state is JobState.FAILED and "undeliverable" in (t.job.reason or "")
+    assert any(isinstance(e, StopOn) for e in t.effects)
+    assert any(isinstance(e, LeaseFact) and e.event is LeaseEventKind.RELEASED for e in t.effects)

@@ -188,9 +188,17 @@ class AdmissionDue:
     """A job in backoff whose time has come (the scanner asks; the job knows when)."""
 
 
+@dataclass(frozen=True)
+class Undeliverable:
+    """A message about this job can never be published (the bus refused it: over its max payload, say), so the
+    job cannot go on: it fails with that reason rather than cycling through grants nobody receives."""
+
+    reason: str
+
+
 Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
         | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue
-        | NodeFailed)
+        | NodeFailed | Undeliverable)
 RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
 
 
@@ -248,10 +256,16 @@ class Transition:
     events: tuple[EventDraft, ...] = ()
     effects: tuple[Effect, ...] = ()
     ignored: str | None = None  # why the fact changed nothing (stale epoch, run over); None when applied
+    stale: bool = False  # ignored because it came under an older lease epoch (counted against its sender)
 
     @classmethod
     def unchanged(cls, job: Job, ignored: str | None = None) -> Transition:
         return cls(job=job, ignored=ignored)
+
+    @classmethod
+    def stale_epoch(cls, job: Job, epoch: int) -> Transition:
+        """Old news from a lease the job no longer has (a zombie executor, a redelivered report)."""
+        return cls(job=job, ignored=f"stale epoch {epoch} (current {job.lease_epoch})", stale=True)
 
     @property
     def changed(self) -> bool:

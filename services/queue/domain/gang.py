@@ -111,7 +111,7 @@ def on_renew(job: Job, fact: Renew) -> Transition | Refusal:
 def on_ready(job: Job, fact: WorkerReady, now: datetime) -> Transition:
     """A worker's group formed; the last one makes the gang run."""
     if fact.epoch != job.lease_epoch:
-        return Transition.unchanged(job, f"stale epoch {fact.epoch} (current {job.lease_epoch})")
+        return Transition.stale_epoch(job, fact.epoch)
     if job.state is not JobState.ADMITTING:
         return Transition.unchanged(job, f"job is {job.state}")
     rank = _rank(job, fact.executor_id)

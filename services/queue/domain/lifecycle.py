@@ -38,6 +38,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     Refusal,
     Renew,
     Requeue,
+    Undeliverable,
     RunOn,
     Started,
     StepReported,
@@ -82,6 +83,8 @@ def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
         return gang_rules.on_admission_due(job, fact, now)
     if isinstance(fact, NodeFailed):
         return gang_rules.on_node_failed(job, fact, now)
+    if isinstance(fact, Undeliverable):
+        return on_undeliverable(job, fact, now)
     raise TypeError(f"not a lifecycle fact: {fact!r}")
 
 
@@ -142,6 +145,22 @@ def on_cancel(job: Job, fact: Cancel, now: datetime) -> Transition | Refusal:
     return Transition(new, (event,), effects)
 
 
+def on_undeliverable(job: Job, fact: Undeliverable, now: datetime) -> Transition:
+    """The bus cannot carry a message this job needs (its grant, its events): fail it with the reason, stopping
+    whatever runs. A finished job only loses a notification: nothing changes."""
+    if job.state in TERMINAL_STATES:
+        return Transition.unchanged(job, f"job already {job.state}")
+    effects: tuple[Effect, ...] = ()
+    if job.state in (JobState.RUNNING, JobState.ADMITTING):
+        effects = (StopOn(job.workers, job.lease_epoch, "failed", checkpoint_first=False),
+                   LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason="failed"))
+    reason = f"undeliverable: {fact.reason}"
+    new = _leave_run(job, JobState.FAILED, now, reason=reason)
+    event = EventDraft(JobEventKind.FAILED, new.state, job.state, reason=reason, epoch=job.lease_epoch or None,
+                       executor_id=job.executor_id)
+    return Transition(new, (event,), effects)
+
+
 def on_requeue(job: Job, fact: Requeue, now: datetime) -> Transition | Refusal:
     """Only an interrupted job is requeued, and only with room for at least a minute more of work."""
     if job.state is not JobState.INTERRUPTED:
@@ -197,7 +216,7 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     """Facts produced under a lease count only for the job's current run; anything else is old news (a zombie
     executor, a redelivered report, a race with cancel), never an error."""
     if fact.epoch != job.lease_epoch:
-        return Transition.unchanged(job, f"stale epoch {fact.epoch} (current {job.lease_epoch})")
+        return Transition.stale_epoch(job, fact.epoch)
     # A forming gang already reports (each worker starts, and rank 0 may step before the last ready arrives);
     # its lease expiry is not watched: the ready timeout ends a gang that cannot form.
     forming = job.state is JobState.ADMITTING and not isinstance(fact, LeaseExpired)

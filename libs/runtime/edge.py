@@ -1,0 +1,352 @@
+"""The one way a Teto service consumes the bus: typed consumer declarations run on durable pull consumers, and
+request/reply responders on core NATS.
+
+A ``Consumer`` names its subject, stream, durable, message model and handler. The handler gets a list of decoded
+messages (a batch of one for a single-message consumer) and applies them, usually in one transaction. What happens
+to each message is decided here, once for every service:
+- other schemas on a shared subject (``accepts`` says no): acknowledged unread;
+- malformed (fails its contract): refused visibly on ``teto.rejected.<service>`` (audited) and terminated;
+- the handler returned: acknowledged;
+- the handler raised while the bus or the database is away (``is_unavailable``): the batch is kept (its ack
+  deadline extended) and applied again after a back-off, in this process, until the world is back; nobody's
+  message is blamed and no delivery is spent, so a long outage dead-letters nothing;
+- any other failure is isolated: each message of the batch is applied alone, so one bad message never holds back
+  the others. A message that fails alone and permanently (``errors.is_permanent``) is dead-lettered at once; one
+  that fails transiently is redelivered with back-off until ``max_deliver`` deliveries, then dead-lettered.
+Dead letters go to ``teto.dead.<service>`` with the reason, the original subject, headers and payload; only once
+that publish is acknowledged is the original acknowledged, so nothing accepted is lost.
+
+Why our own pull loop and not FastStream's subscribers (faststream 0.7.8 with nats-py 2.16): FastStream's
+multi-message pull loop catches only ``nats.errors.TimeoutError``, while nats-py raises a plain
+``asyncio.TimeoutError`` when its own timer fires first; the loop task dies and its fetched messages wait out the
+AckWait. One message per fetch avoids that but caps a consumer near 440 msg/s. Here one ``fetch`` is one batch,
+handled at once (docs/reliability.md; regression test in tests/integration/test_edge.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import asyncpg
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import MsgAlreadyAckdError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from libs.contracts.dead import DeadCause, DeadLetter, dead_letter
+from libs.contracts.envelope import ContractError, Envelope
+from libs.contracts.subjects import Subjects
+
+from .errors import is_permanent, reason_of
+
+log = logging.getLogger(__name__)
+M = TypeVar("M")
+
+DEFAULT_MAX_DELIVER = 8
+DEFAULT_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+# A message delivered this many times more than the limit never got an outcome: the consumer died on it each
+# time (a crash, an OOM kill). It is buried before being handled again, so it cannot kill every replica forever.
+CRASH_MARGIN = 3
+
+
+class Reporter(Protocol):
+    """Where refusals and dead letters go (the service's Runtime)."""
+
+    name: str
+
+    async def reject(self, subject: str, body: bytes, reason: str) -> None: ...
+
+    async def bury(self, letter: DeadLetter) -> None: ...
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """The world is not ready (database or bus away): nobody's message is at fault, redeliver them all."""
+    return isinstance(exc, (OSError, asyncio.TimeoutError, TimeoutError, asyncpg.InterfaceError,
+                            asyncpg.CannotConnectNowError, asyncpg.ConnectionDoesNotExistError,
+                            asyncpg.TooManyConnectionsError, asyncpg.AdminShutdownError,
+                            asyncpg.InsufficientResourcesError, asyncpg.ConnectionFailureError))
+
+
+@dataclass(frozen=True)
+class Consumer(Generic[M]):
+    """A durable pull consumer of ``subject`` in stream ``stream`` (base name), shared by every replica."""
+
+    subject: str
+    stream: str
+    durable: str
+    decode: Callable[[bytes], M] | None  # raises ContractError for a malformed message (None: see ``read``)
+    handle: Callable[[list[M]], Awaitable[Any]]
+    batch: int = 200
+    accepts: Callable[[bytes], bool] | None = None  # False: another schema on a shared subject, acked unread
+    on_malformed: Callable[[bytes, str], Awaitable[Any]] | None = None  # e.g. answer a malformed command
+    read: Callable[[Msg], M] | None = None  # instead of decode, for a consumer that needs subject and sequence
+    max_deliver: int = DEFAULT_MAX_DELIVER
+    backoff: Sequence[float] = DEFAULT_BACKOFF
+    wait_seconds: float = 0.5  # how long a fetch waits for the first message
+    ack_wait_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if (self.decode is None) == (self.read is None):
+            raise ValueError(f"{self.durable}: give a consumer either decode or read")
+
+    def item(self, m: Msg) -> M:
+        return self.read(m) if self.read is not None else self.decode(m.data)  # type: ignore[misc]
+
+    def delay(self, deliveries: int) -> float:
+        """Back-off before the next delivery, after ``deliveries`` failed ones."""
+        steps = list(self.backoff) or [1.0]
+        return steps[min(max(deliveries, 1), len(steps)) - 1]
+
+
+def model_decoder(model: type[Envelope]) -> Callable[[bytes], Envelope]:
+    return model.decode
+
+
+@dataclass
+class EdgeCounters:
+    handled: int = 0
+    skipped: int = 0
+    malformed: int = 0
+    redelivered: int = 0
+    dead: int = 0
+    isolated_batches: int = 0
+    waits: int = 0  # back-offs while the database or bus was away
+
+
+@dataclass
+class ConsumerLoop(Generic[M]):
+    """Runs one Consumer: fetch a batch, decode, handle, settle each message (see the module docstring)."""
+
+    js: JetStreamContext
+    subjects: Subjects
+    consumer: Consumer[M]
+    reporter: Reporter
+    counters: EdgeCounters = field(default_factory=EdgeCounters)
+    retry_seconds: float = 1.0
+    _sub: JetStreamContext.PullSubscription | None = None
+
+    @property
+    def durable(self) -> str:
+        return self.consumer.durable
+
+    async def subscribe(self) -> None:
+        """Create or bind the durable (before the service says it is ready)."""
+        if self._sub is not None:
+            return
+        c = self.consumer
+        # No server-side max_deliver: the server would stop delivering a message we have not buried yet.
+        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=c.ack_wait_seconds,
+                                max_ack_pending=max(1000, 4 * c.batch))
+        while True:
+            try:
+                self._sub = await self.js.pull_subscribe(c.subject, durable=c.durable,
+                                                         stream=self.subjects.stream_name(c.stream), config=config)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - JetStream not ready yet (a leader election, say)
+                log.warning("%s: cannot subscribe (%r); retrying", c.durable, exc)
+                await asyncio.sleep(self.retry_seconds)
+
+    async def run(self) -> None:
+        await self.subscribe()
+        sub = self._sub
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(self.consumer.batch, timeout=self.consumer.wait_seconds)
+                except asyncio.TimeoutError:  # nothing to do (nats.errors.TimeoutError is one too)
+                    continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - server restarting, connection lost: try again
+                    log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
+                    await asyncio.sleep(self.retry_seconds)
+                    continue
+                await self.settle(msgs)
+        finally:
+            # An open pull request would hold the connection's drain at shutdown; the durable stays.
+            self._sub = None
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # -- one batch ------------------------------------------------------------------------------------------
+
+    async def settle(self, msgs: list[Msg]) -> None:
+        """Decode, handle and settle one fetched batch; never raises (but for cancellation)."""
+        c = self.consumer
+        decoded: list[tuple[Msg, M]] = []
+        for m in msgs:
+            if c.accepts is not None and not c.accepts(m.data):
+                self.counters.skipped += 1
+                await _ack(m)
+                continue
+            if _deliveries(m) > c.max_deliver + CRASH_MARGIN:
+                await self._bury(m, DeadCause.EXHAUSTED, f"delivered {_deliveries(m)} times without an outcome "
+                                 "(the consumer stopped while handling it each time)")
+                continue
+            try:
+                decoded.append((m, c.item(m)))
+            except ContractError as exc:
+                await self._malformed(m, exc.reason)
+        if not decoded:
+            return
+        try:
+            await self._handle_while_unavailable(decoded)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - judged below, never lost
+            if len(decoded) == 1:
+                await self._failed(decoded[0][0], exc)
+                return
+            # One message may be at fault: apply each alone so the others go through.
+            self.counters.isolated_batches += 1
+            log.warning("%s: batch of %d failed (%s); applying each message alone", self.durable, len(decoded),
+                        reason_of(exc))
+            for m, item in decoded:
+                await self._alone(m, item)
+            return
+        self.counters.handled += len(decoded)
+        for m, _ in decoded:
+            await _ack(m)
+
+    async def _handle_while_unavailable(self, decoded: list[tuple[Msg, M]]) -> None:
+        """Apply the batch; while the database or bus is away, keep the messages and try again after a back-off."""
+        attempt = 0
+        while True:
+            try:
+                await self.consumer.handle([item for _, item in decoded])
+                return
+            except Exception as exc:
+                if not is_unavailable(exc):
+                    raise
+                attempt += 1
+                delay = self.consumer.delay(attempt)
+                if attempt == 1 or attempt % 10 == 0:
+                    log.warning("%s: unavailable (%r); holding %d message(s), next try in %.1fs", self.durable,
+                                exc, len(decoded), delay)
+                self.counters.waits += 1
+                await asyncio.sleep(delay)
+                for m, _ in decoded:  # still ours: extend the ack deadline, spend no delivery
+                    with contextlib.suppress(Exception):
+                        await m.in_progress()
+
+    async def _alone(self, m: Msg, item: M) -> None:
+        try:
+            await self._handle_while_unavailable([(m, item)])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - judged by _failed
+            await self._failed(m, exc)
+            return
+        self.counters.handled += 1
+        await _ack(m)
+
+    async def _failed(self, m: Msg, exc: BaseException) -> None:
+        if is_permanent(exc):
+            log.error("%s: message on %s can never be applied: %s", self.durable, m.subject, reason_of(exc))
+            await self._bury(m, DeadCause.PERMANENT, reason_of(exc))
+            return
+        if _deliveries(m) >= self.consumer.max_deliver:
+            log.error("%s: message on %s failed %d times, giving up: %s", self.durable, m.subject, _deliveries(m),
+                      reason_of(exc))
+            await self._bury(m, DeadCause.EXHAUSTED,
+                             f"failed on each of {_deliveries(m)} deliveries; last: {reason_of(exc)}")
+            return
+        log.warning("%s: message on %s failed (delivery %d of %d), retrying: %s", self.durable, m.subject,
+                    _deliveries(m), self.consumer.max_deliver, reason_of(exc),
+                    exc_info=exc if _deliveries(m) == 1 else None)  # one traceback per message, not per delivery
+        self.counters.redelivered += 1
+        with contextlib.suppress(MsgAlreadyAckdError, Exception):
+            # Lost nak: AckWait redelivers it then.
+            await m.nak(delay=self.consumer.delay(_deliveries(m)))
+
+    async def _malformed(self, m: Msg, reason: str) -> None:
+        self.counters.malformed += 1
+        if self.consumer.on_malformed is not None:
+            try:
+                await self.consumer.on_malformed(m.data, reason)
+            except Exception as exc:  # noqa: BLE001 - the refusal below still happens
+                log.warning("%s: answering a malformed message failed: %r", self.durable, exc)
+        await self.reporter.reject(m.subject, m.data, reason)
+        with contextlib.suppress(MsgAlreadyAckdError, Exception):
+            await m.term()
+
+    async def _bury(self, m: Msg, cause: DeadCause, reason: str) -> None:
+        letter = dead_letter(service=self.reporter.name, consumer=self.durable, cause=cause, reason=reason,
+                             subject=m.subject, payload=m.data, headers=dict(m.headers or {}),
+                             deliveries=_deliveries(m), stream_seq=_stream_seq(m))
+        try:
+            await self.reporter.bury(letter)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not buried, so not acked: it comes back, nothing lost
+            log.warning("%s: dead letter not published (%r); the message stays", self.durable, exc)
+            with contextlib.suppress(MsgAlreadyAckdError, Exception):
+                await m.nak(delay=self.consumer.delay(_deliveries(m)))
+            return
+        self.counters.dead += 1
+        await _ack(m)
+
+
+def _deliveries(m: Msg) -> int:
+    try:
+        return int(m.metadata.num_delivered)
+    except Exception:  # noqa: BLE001 - not a JetStream message
+        return 1
+
+
+def _stream_seq(m: Msg) -> int | None:
+    try:
+        return int(m.metadata.sequence.stream)
+    except Exception:  # noqa: BLE001 - not a JetStream message
+        return None
+
+
+async def _ack(m: Msg) -> None:
+    # A lost ack means a redelivery, which every handler here applies idempotently.
+    with contextlib.suppress(MsgAlreadyAckdError, Exception):
+        await m.ack()
+
+
+# -- request/reply ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Responder(Generic[M]):
+    """Answers requests on a core NATS subject in a queue group (one replica answers each request).
+
+    ``malformed`` builds the reply to a request that fails its contract. A handler that raises sends no reply: the
+    requester times out and asks again, as it would if this replica had died.
+    """
+
+    subject: str
+    queue: str
+    decode: Callable[[bytes], M]
+    handle: Callable[[M], Awaitable[Envelope]]
+    malformed: Callable[[str], Envelope]
+
+
+async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporter) -> Any:
+    async def on_request(msg: Msg) -> None:
+        try:
+            request = responder.decode(msg.data)
+        except ContractError as exc:
+            await reporter.reject(msg.subject, msg.data, exc.reason)
+            reply = responder.malformed(exc.reason)
+        else:
+            try:
+                reply = await responder.handle(request)
+            except Exception as exc:  # noqa: BLE001 - no answer is the honest answer; the requester retries
+                log.warning("%s: request on %s failed: %s", reporter.name, msg.subject, reason_of(exc))
+                return
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await msg.respond(reply.encode())
+
+    return await nc.subscribe(responder.subject, queue=responder.queue, cb=on_request)

@@ -1,0 +1,88 @@
+"""Dead letters as operators read and replay them: a reader over the DEAD stream (``teto.dead.<service>``).
+
+The stream is the store: the edge publishes each dead letter there with the original subject, headers and
+payload. Listing pages by stream sequence; replay republishes the original payload to its original subject
+with a fresh message id (so JetStream does not drop it as a duplicate of the first delivery) and the original
+headers otherwise, once the cause has been fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from libs.contracts.dead import DeadLetter
+from libs.contracts.envelope import ContractError, new_id
+from libs.runtime.service import Runtime
+
+
+class NotReplayable(Exception):
+    """The dead letter cannot be replayed as it is (its payload was cut, or it is not a dead letter)."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    seq: int
+    subject: str
+    msg_id: str
+
+
+def view(seq: int, letter: DeadLetter) -> dict[str, Any]:
+    """A dead letter as the API shows it: the payload as text when it is text (hostile bytes stay escaped)."""
+    payload = letter.payload
+    try:
+        text: str | None = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    return {"seq": seq, "time": letter.time, "service": letter.service, "consumer": letter.consumer,
+            "cause": letter.cause.value, "reason": letter.reason, "subject": letter.subject,
+            "deliveries": letter.deliveries, "stream_seq": letter.stream_seq, "headers": letter.headers,
+            "payload_bytes": letter.payload_bytes, "truncated": letter.truncated,
+            "payload": text[:4096].replace("\x00", "\\u0000") if text is not None else None,
+            "payload_b64": None if text is not None else letter.payload_b64[:8192],
+            "replayable": not letter.truncated}
+
+
+class DeadLetters:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.stream = runtime.subjects.stream_name("DEAD")
+
+    async def list(self, *, service: str | None, after_seq: int, limit: int) -> list[tuple[int, DeadLetter]]:
+        subject = self.runtime.subjects.dead(service) if service else self.runtime.subjects.dead_all
+        found: list[tuple[int, DeadLetter]] = []
+        seq = after_seq + 1
+        while len(found) < limit:
+            try:
+                raw = await self.runtime.js.get_msg(self.stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                break
+            try:
+                found.append((raw.seq, DeadLetter.decode(raw.data or b"")))
+            except ContractError:
+                pass  # not ours to show (the stream only takes the edge's dead letters)
+            seq = raw.seq + 1
+        return found
+
+    async def get(self, seq: int) -> DeadLetter | None:
+        try:
+            raw = await self.runtime.js.get_msg(self.stream, seq=seq)
+        except NotFoundError:
+            return None
+        try:
+            return DeadLetter.decode(raw.data or b"")
+        except ContractError:
+            return None
+
+    async def replay(self, seq: int, letter: DeadLetter) -> Replayed:
+        if letter.truncated:
+            raise NotReplayable(f"dead letter {seq} kept only the first {len(letter.payload)} of "
+                                f"{letter.payload_bytes} bytes; it cannot be replayed")
+        headers = {k: v for k, v in letter.headers.items() if not k.lower().startswith("nats-")}
+        msg_id = f"replay-{seq}-{new_id()}"
+        headers["Nats-Msg-Id"] = msg_id
+        headers["Teto-Replay-Of"] = str(seq)
+        await self.runtime.js.publish(letter.subject, letter.payload, headers=headers, timeout=15.0)
+        return Replayed(seq, letter.subject, msg_id)

@@ -1,0 +1,68 @@
+"""Dead letters (operators, ``fleet:manage``): messages a service gave up on, with the reason, and replay after
+a fix. Replays are recorded as gateway outcomes, so the audit log shows who replayed what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+
+from libs.contracts.commands import CommandOutcome
+from libs.contracts.envelope import new_id
+
+from ..auth import Permission, Principal, require
+from ..dead_letters import DeadLetters, NotReplayable, view
+from ..errors import ApiError, not_found, unavailable
+
+NOT_FOUND = {404: {"description": "No dead letter with that sequence"}}
+
+
+def _letters(request: Request) -> DeadLetters:
+    letters = getattr(request.app.state, "dead_letters", None)
+    if letters is None:
+        raise unavailable()
+    return letters
+
+
+def register(app: FastAPI) -> None:
+
+    @app.get("/v1/dead-letters", tags=["operations"],
+             summary="Messages a service gave up on (permanent failure, deliveries exhausted, unpublishable)")
+    async def list_dead_letters(request: Request,
+                                service: str | None = Query(None, pattern=r"^[a-z][a-z0-9_-]{0,63}$"),
+                                after_seq: int = Query(0, ge=0, le=2**53), limit: int = Query(50, ge=1, le=500),
+                                _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
+        found = await _letters(request).list(service=service, after_seq=after_seq, limit=limit)
+        nxt = found[-1][0] if len(found) == limit else None
+        return {"dead_letters": jsonable_encoder([view(seq, letter) for seq, letter in found]),
+                "next_after_seq": nxt}
+
+    @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter", responses=NOT_FOUND)
+    async def get_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
+                              _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
+        letter = await _letters(request).get(seq)
+        if letter is None:
+            raise not_found("dead letter", str(seq))
+        return jsonable_encoder(view(seq, letter))
+
+    @app.post("/v1/dead-letters/{seq}/replay", tags=["operations"],
+              summary="Publish a dead letter's message again on its original subject (after a fix)",
+              responses={**NOT_FOUND, 409: {"description": "Its payload was cut: it cannot be replayed"}})
+    async def replay_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
+                                 principal: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
+        letters = _letters(request)
+        letter = await letters.get(seq)
+        if letter is None:
+            raise not_found("dead letter", str(seq))
+        try:
+            done = await letters.replay(seq, letter)
+        except NotReplayable as exc:
+            raise ApiError(409, "not_replayable", str(exc)) from None
+        commands = request.app.state.commands
+        if commands is not None:
+            await commands.record(CommandOutcome(command_id=new_id(), kind="dead_letter_replay", accepted=True,
+                                                 by="gateway", detail={"actor": principal.actor, "seq": seq,
+                                                                       "subject": done.subject,
+                                                                       "service": letter.service}))
+        return {"seq": seq, "replayed": True, "subject": done.subject, "msg_id": done.msg_id}
