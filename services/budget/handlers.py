@@ -17,6 +17,7 @@ from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 from libs.runtime.edge import Consumer, Responder
 from libs.runtime.fencing import StaleCounter
 
@@ -36,15 +37,16 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
               relay: outbox.OutboxRelay | None = None) -> list[Consumer]:
     s = runtime.subjects
 
+    # The relay is kicked after each commit: a ceiling reached tells the queue without waiting for its poll.
+    units = Units(runtime.pool, store.SCHEMA, s, counters.stale, kick=relay.kick if relay is not None else None)
+
     async def commit(work) -> None:
-        async with runtime.pool.acquire() as conn, conn.transaction():
-            effects = await work(conn)
-            await outbox.add(conn, store.SCHEMA, effects.events)
-        for stale in effects.stale:
-            counters.stale.note(stale)
+        async with units.begin() as unit:
+            effects = await work(unit.conn)
+            unit.emit(*effects.events)
+            for stale in effects.stale:
+                unit.stale(stale)
         counters.exhausted += sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
-        if effects.events and relay is not None:
-            relay.kick()  # the ceiling is reached: tell the queue without waiting for the relay's poll
 
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
         samples = [(b.executor_id, b.usage) for b in beats if b.usage is not None]

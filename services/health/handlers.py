@@ -15,6 +15,7 @@ from libs.contracts.telemetry import Heartbeat
 from libs.runtime.edge import Consumer
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 
 from . import store
 from .checks import Checks
@@ -36,22 +37,22 @@ class Counters:
 def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Consumer]:
     s = runtime.subjects
 
+    units = Units(runtime.pool, store.SCHEMA, s, counters.stale)
+
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
-        async with runtime.pool.acquire() as conn, conn.transaction():
-            epochs = await store.job_epochs(conn, sorted({b.job_id for b in beats if b.job_id}))
+        async with units.begin() as unit:
+            epochs = await store.job_epochs(unit.conn, sorted({b.job_id for b in beats if b.job_id}))
             job_beats, stale = [], []
             for b in beats:
                 current = epochs.get(b.job_id, 0) if b.job_id else 0
                 if b.job_id and is_stale(b.epoch or 0, current):
-                    stale.append(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat"))
+                    stale.append(unit.stale(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat")))
                 else:
                     job_beats.append(b)
             now = runtime.clock.now()
-            await store.record_heartbeats(conn, beats, job_beats, now)
+            await store.record_heartbeats(unit.conn, beats, job_beats, now)
             if stale:
-                await store.note_stale(conn, stale, now)
-        for item in stale:
-            counters.stale.note(item)
+                await store.note_stale(unit.conn, stale, now)
 
     async def on_registrations(regs: list[NodeRegistered]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from libs.runtime.fencing import StaleCounter
 from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
+from libs.runtime.unit import Units
 
 from .commands import Commands
 from .effects import quarantine_hook
@@ -31,11 +33,13 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
     try:
         relay = OutboxRelay(runtime.pool, SCHEMA, runtime.js, bury=runtime.bury,
                             on_quarantine=quarantine_hook(settings, runtime.clock.now))
-        commands = Commands(runtime, settings)
-        runs = Runs(runtime, settings)
+        # One way to apply facts: each unit's outbox rows leave at once (the relay is kicked after the commit).
+        units = Units(runtime.pool, SCHEMA, runtime.subjects, StaleCounter(NAME), kick=relay.kick)
+        commands = Commands(runtime, settings, units)
+        runs = Runs(runtime, settings, units)
         scheduler = Scheduler(runtime, settings, kick=relay.kick)
         gangs = GangScanner(runtime, settings, kick=relay.kick)
-        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime)))
+        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units)))
         await runtime.respond(responders(runtime, runs))
         runtime.singleton(f"{NAME}-outbox", relay.run)
         runtime.singleton(f"{NAME}-placement", periodic(

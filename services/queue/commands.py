@@ -14,8 +14,9 @@ from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, Command, CommandOutcome, RequeueJob, SubmitJob
 from libs.contracts.envelope import ContractError
 from libs.runtime import commands as once
-from libs.runtime import outbox
+from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 
 from . import policy, store
 from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
@@ -28,9 +29,10 @@ BUDGET_UNAVAILABLE = "budget service unavailable"
 
 
 class Commands:
-    def __init__(self, runtime: Runtime, settings: QueueSettings) -> None:
+    def __init__(self, runtime: Runtime, settings: QueueSettings, units: Units | None = None) -> None:
         self.runtime = runtime
         self.settings = settings
+        self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
 
     async def submit(self, cmd: SubmitJob) -> CommandOutcome:
         # A gang may ask for a shorter ready timeout than the gang policy's, never a longer one.
@@ -81,24 +83,25 @@ class Commands:
             return None
         outcome = CommandOutcome(command_id=command_id, kind=kind, accepted=False,
                                  reason=f"malformed command: {reason}", job_id=job_id, by=SERVICE)
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            if not await once.claim(conn, store.SCHEMA, command_id, kind):
+        async with self.units.begin() as unit:
+            if not await once.claim(unit.conn, store.SCHEMA, command_id, kind):
                 return None
-            await once.record(conn, store.SCHEMA, command_id, outcome, job_id=job_id)
-            await outbox.add(conn, store.SCHEMA, [(self.runtime.subjects.outcome(kind, command_id), outcome)])
+            await once.record(unit.conn, store.SCHEMA, command_id, outcome, job_id=job_id)
+            unit.emit((self.runtime.subjects.outcome(kind, command_id), outcome))
         return outcome
 
     async def _decide(self, cmd: Command, job_id: str, fact: Fact | Refusal) -> CommandOutcome:
         now = self.runtime.clock.now()
 
-        async def decide() -> CommandOutcome:
-            result = fact if isinstance(fact, Refusal) else await apply(conn, self.settings, job_id, fact, now)
-            if isinstance(result, Refusal):
-                return self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
-            return self._outcome(cmd, job_id, accepted=True)
+        async with self.units.begin() as unit:
+            async def decide() -> CommandOutcome:
+                result = (fact if isinstance(fact, Refusal)
+                          else await apply(unit.conn, self.settings, job_id, fact, now))
+                if isinstance(result, Refusal):
+                    return self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
+                return self._outcome(cmd, job_id, accepted=True)
 
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            answer = await once.decide_once(conn, store.SCHEMA, self.runtime.subjects, cmd, decide, job_id=job_id)
+            answer = await unit.once(cmd, decide, job_id=job_id)
         outcome = answer.outcome
         if answer.again:
             log.info("%s %s seen again: answered with the stored outcome", cmd.KIND, cmd.command_id)

@@ -12,8 +12,9 @@ import asyncpg
 from libs.contracts.commands import CommandOutcome, SetGangPolicy
 from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
-from libs.runtime import commands as once
+from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 
 from . import store
 from .domain.admission import spec_refusal
@@ -49,8 +50,9 @@ async def refusal_for(pool: asyncpg.Pool, spec: JobSpec) -> Refusal | None:
 
 
 class Policies:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, units: Units | None = None) -> None:
         self.runtime = runtime
+        self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
 
     async def set(self, cmd: SetGangPolicy) -> CommandOutcome:
         """Replace the policy once per command id; a redelivered command is answered with the stored outcome."""
@@ -62,6 +64,7 @@ class Policies:
             return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, by=SERVICE,
                                   detail={"policy": cmd.policy.model_dump(mode="json")})
 
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            outcome = (await once.decide_once(conn, store.SCHEMA, self.runtime.subjects, cmd, decide)).outcome
+        async with self.units.begin() as unit:
+            conn = unit.conn
+            outcome = (await unit.once(cmd, decide)).outcome
         return outcome

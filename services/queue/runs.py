@@ -22,6 +22,7 @@ from libs.contracts.telemetry import (
 )
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 
 from . import store
 from .domain import lifecycle as lc
@@ -50,23 +51,24 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
 
 
 class Runs:
-    def __init__(self, runtime: Runtime, settings: QueueSettings) -> None:
+    def __init__(self, runtime: Runtime, settings: QueueSettings, units: Units | None = None) -> None:
         self.runtime = runtime
         self.settings = settings
-        self.stale = StaleCounter("queue")
+        self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
+
+    @property
+    def stale(self) -> StaleCounter:
+        return self.units.counter
 
     async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
         now = self.runtime.clock.now()
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            result = await apply(conn, self.settings, msg.job_id, fact_of(msg), now)
-            stale = None
+        async with self.units.begin() as unit:
+            result = await apply(unit.conn, self.settings, msg.job_id, fact_of(msg), now)
             if isinstance(result, lc.Transition) and result.stale:
-                stale = StaleEpoch(msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")
-                await store.note_stale(conn, stale, now)
+                await store.note_stale(unit.conn, unit.stale(StaleEpoch(
+                    msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
         if isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
-        elif stale is not None:
-            self.stale.note(stale)
         return result
 
     async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
@@ -74,18 +76,15 @@ class Runs:
         the answer, so an acknowledged renewal is never lost to a crash."""
         now = self.runtime.clock.now()
         fact = lc.Renew(req.executor_id, req.epoch, now + timedelta(seconds=self.settings.lease_seconds))
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            job = await store.load_job(conn, req.job_id, lock=True)
+        async with self.units.begin() as unit:
+            job = await store.load_job(unit.conn, req.job_id, lock=True)
             result = lc.decide(job, fact, now)
-            stale = None
             if isinstance(result, lc.Transition):
-                await store.save_lease(conn, result.job)
+                await store.save_lease(unit.conn, result.job)
             elif job is not None and is_stale(req.epoch, job.lease_epoch):
-                stale = StaleEpoch(req.executor_id, req.job_id, req.epoch, job.lease_epoch, "renewal")
-                await store.note_stale(conn, stale, now)
+                await store.note_stale(unit.conn, unit.stale(StaleEpoch(
+                    req.executor_id, req.job_id, req.epoch, job.lease_epoch, "renewal")), now)
         if isinstance(result, lc.Refusal):
-            if stale is not None:
-                self.stale.note(stale)
             return LeaseRenewReply(ok=False, reason=result.reason)
         return LeaseRenewReply(ok=True, expires_at=fact.expires_at)
 
@@ -93,8 +92,8 @@ class Runs:
         if event.event is not BudgetEventKind.EXHAUSTED:
             return None  # warnings are the budget's to show; they change nothing here
         now = self.runtime.clock.now()
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            result = await apply(conn, self.settings, event.job_id,
+        async with self.units.begin() as unit:
+            result = await apply(unit.conn, self.settings, event.job_id,
                                  lc.StopForCeiling(event.ceiling_seconds, event.consumed_seconds), now)
         if isinstance(result, lc.Refusal):
             log.warning("budget exhausted for job %s ignored: %s", event.job_id, result.reason)
@@ -104,7 +103,8 @@ class Runs:
         return result
 
     async def node_event(self, event: NodeEvent) -> None:
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
+        async with self.units.begin() as unit:
+            conn = unit.conn
             await store.apply_node_event(conn, event.node_id, event.executor_id, event.group, event.state.value,
                                          event.schedulable, event.reason, event.seq)
             # A failed node under a running gang is a node failure of that gang (its strategy applies now,

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
+import asyncpg
 import pytest
 
 from libs.contracts.commands import SubmitJob
 from libs.contracts.dead import DeadCause, DeadLetter
 from libs.contracts.envelope import ContractError, utcnow
 from libs.contracts.jobs import JobEvent, JobSpec
+from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import db, outbox
 from libs.runtime.edge import Consumer
 from libs.runtime.service import Runtime
@@ -166,3 +169,44 @@ async def test_a_job_whose_submitted_event_cannot_travel_fails_with_the_reason_a
         assert (await c.command(small)).accepted
         (event,) = await c.published_events(small.job_id, 1)
         assert event["event"] == "submitted"
+
+
+async def test_a_poison_heartbeat_never_keeps_other_executors_heartbeats_out(env):
+    """Regression: a step of 2**63 failed the bigint column and the whole batch was redelivered for as long as
+    the stream kept it, so every executor in that batch falsely showed no_signal. Now it is refused (at decode,
+    or dead-lettered if it got past its contract) and the others' heartbeats are ingested."""
+    from services.health.app import serve as health
+    from services.health.settings import HealthSettings
+    from tests.integration.helpers_hba import jetstream, running
+
+    settings = env.settings(HealthSettings)
+    s = settings.subjects
+    good = [Heartbeat(executor_id=f"ex{i}", node_id=f"n{i}", group="g1", sent_at=utcnow(), interval_seconds=1,
+                      progress_interval_seconds=1) for i in range(3)]
+    poison = json.loads(good[0].model_copy(update={"executor_id": "exbad", "job_id": "j1", "epoch": 1,
+                                                   "phase": Phase.TRAINING}).encode())
+    poison["step"] = 2**63
+    async with running(health, settings), jetstream(env.infra.nats_url) as (nc, js):
+        await js.publish(s.heartbeat("exbad"), json.dumps(poison).encode())
+        for hb in good:
+            await js.publish(s.heartbeat(hb.executor_id), hb.encode())
+        pg = await asyncpg.connect(env.database_url)
+        try:
+            await eventually(lambda: pg.fetchval(
+                "SELECT count(*) = 3 FROM health.executors WHERE executor_id = ANY($1::text[]) AND last_heartbeat"
+                " IS NOT NULL", [hb.executor_id for hb in good]), timeout=15)
+            info = await eventually(lambda: _settled_js(js, s.stream_name("HB"), "health-heartbeats"), timeout=15)
+            assert info.num_redelivered <= 1
+
+            async def refused_or_buried() -> int:
+                counts = [(await js.stream_info(s.stream_name(name))).state.messages for name in ("DEAD", "REJECTED")]
+                return sum(counts)
+
+            assert await eventually(refused_or_buried, timeout=10) == 1
+        finally:
+            await pg.close()
+
+
+async def _settled_js(js, stream: str, durable: str):
+    info = await js.consumer_info(stream, durable)
+    return info if info.num_ack_pending == 0 and info.num_pending == 0 else None

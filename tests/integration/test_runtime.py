@@ -72,3 +72,29 @@ async def test_singleton_body_stops_with_the_loop_and_another_replica_takes_over
     assert ticks["b"] > 0  # the other replica took over
     b.cancel()
     await asyncio.gather(b, return_exceptions=True)
+
+
+async def test_a_unit_writes_its_events_with_its_change_counts_stale_facts_and_kicks_the_relay_only_on_commit(env):
+    from libs.runtime.fencing import StaleCounter, StaleEpoch
+    from libs.runtime.unit import Units
+
+    rt = await Runtime.open("t", env.settings(), schema="tu", package=None)
+    kicks: list[int] = []
+    try:
+        await db.migrate(rt.pool, "tu", "libs.runtime")
+        units = Units(rt.pool, "tu", rt.subjects, StaleCounter("t"), kick=lambda: kicks.append(1))
+        msg = SubmitJob(actor="a", spec={"workload": {"kind": "finetune"}})
+        with pytest.raises(RuntimeError):
+            async with units.begin() as unit:
+                unit.emit((rt.subjects.cmd("submit"), msg))
+                unit.stale(StaleEpoch("ex1", "j1", 1, 2))
+                raise RuntimeError("rolled back")
+        assert await rt.pool.fetchval('SELECT count(*) FROM "tu".outbox') == 0
+        assert units.counter.count == 0 and kicks == []
+        async with units.begin() as unit:
+            unit.emit((rt.subjects.cmd("submit"), msg))
+            unit.stale(StaleEpoch("ex1", "j1", 1, 2))
+        assert await rt.pool.fetchval('SELECT msg_id FROM "tu".outbox') == msg.id
+        assert units.counter.count == 1 and units.counter.by_executor == {"ex1": 1} and kicks == [1]
+    finally:
+        await rt.close()
