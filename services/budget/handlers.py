@@ -1,5 +1,5 @@
-"""The budget service's consumers (usage samples in heartbeats, job events, step reports: all batched) and
-its status responder (core NATS request/reply in queue group ``budget``).
+"""The budget service's consumers (usage reports, legacy usage samples in heartbeats, job events, step
+reports: all batched) and its status responder (core NATS request/reply in queue group ``budget``).
 
 Each batch is one transaction whose events go through the outbox; the batch is acknowledged only after the
 commit, and a failure redelivers it (redelivered samples are counted once by the ledger's key).
@@ -16,6 +16,7 @@ from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
+from libs.contracts.usage import UsageReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 from libs.runtime.batch import BatchConsumer
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 class Counters:
     def __init__(self) -> None:
         self.stale = 0
+        self.late = 0  # usage records of an old lease epoch, charged (the worker really ran)
         self.exhausted = 0
         self._logged: set[str] = set()
 
@@ -50,15 +52,22 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         for item in effects.stale:
             executor_id, sample = item if isinstance(item, tuple) else (item.executor_id, item)
             counters.ignore_stale(executor_id, sample.job_id, sample.epoch)
+        counters.late += effects.late
         counters.exhausted += sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
         if effects.events and relay is not None:
             relay.kick()  # the ceiling is reached: tell the queue without waiting for the relay's poll
 
     async def on_heartbeats(msgs: list[Msg]) -> None:
         beats = await runtime.decode_batch(Heartbeat, msgs)
-        samples = [(b.executor_id, b.usage) for b in beats if b.usage is not None]
-        if samples:
-            await commit(lambda conn: store.record_usage(conn, samples, s))
+        # Agents before usage reports carried usage here; same identity, so charged once either way.
+        charges = [store.charge_of(b.executor_id, b.usage) for b in beats if b.usage is not None]
+        if charges:
+            await commit(lambda conn: store.record_usage(conn, charges, s))
+
+    async def on_usage(msgs: list[Msg]) -> None:
+        charges = store.charges_of(await runtime.decode_batch(UsageReport, msgs))
+        if charges:
+            await commit(lambda conn: store.record_usage(conn, charges, s))
 
     async def on_job_events(msgs: list[Msg]) -> None:
         # Health's signal events share the stream under another schema: not ours to read.
@@ -84,6 +93,7 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         return BatchConsumer(runtime.js, subject, s.stream_name(stream), durable, handle, batch=batch)
 
     return [
+        consumer(s.usage_all, "USAGE", "budget-usage-reports", on_usage, batch=settings.usage_batch_size),
         consumer(s.heartbeat_all, "HB", "budget-usage", on_heartbeats, batch=settings.usage_batch_size),
         consumer(s.job_all, "JOB", "budget-job-events", on_job_events),
         consumer(s.progress_all, "PROGRESS", "budget-progress", on_progress),
