@@ -47,14 +47,15 @@ class UsageMeter:
             self.finish(now)
         self._run = _Run(job_id, epoch, max(1, devices), since=now, since_at=at)
 
-    def _cut(self, now: float) -> None:
+    def _cut(self, now: float, last: bool = False) -> None:
         run = self._run
         assert run is not None
         run.seq += 1
         wall = max(0.0, now - run.since)
         ended_at = None if run.since_at is None else run.since_at + timedelta(seconds=wall)
         self._pending.append(UsageRecord(job_id=run.job_id, epoch=run.epoch, seq=run.seq, devices=run.devices,
-                                         wall_seconds=wall, started_at=run.since_at, ended_at=ended_at))
+                                         wall_seconds=wall, started_at=run.since_at, ended_at=ended_at,
+                                         last=last))
         run.since, run.since_at = now, ended_at
 
     def tick(self, now: float) -> None:
@@ -68,7 +69,7 @@ class UsageMeter:
     def finish(self, now: float) -> None:
         """The process ended: its last stretch of time becomes a final record, whatever the backlog."""
         if self._run is not None:
-            self._cut(now)
+            self._cut(now, last=True)
             self._run = None
 
     def due(self, limit: int) -> list[UsageRecord]:

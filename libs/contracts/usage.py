@@ -32,6 +32,7 @@ class UsageRecord(Model):
     wall_seconds: float = Field(ge=0, le=MAX_RECORD_SECONDS, description="Wall time the process ran in the stretch")
     started_at: datetime | None = Field(None, description="Start of the stretch (the executor's clock)")
     ended_at: datetime | None = Field(None, description="End of the stretch (the executor's clock)")
+    last: bool = Field(False, description="Cut at the process's exit: the run's usage is complete with it")
 
 
 class UsageReport(Envelope):

@@ -25,6 +25,7 @@ def test_records_carry_the_stretch_they_cover_in_wall_clock_time():
                                                                                 T0 + timedelta(seconds=1.5))
     assert (last.seq, last.wall_seconds, last.started_at) == (2, 2.5, first.ended_at)
     assert last.ended_at == T0 + timedelta(seconds=4) and {first.devices, last.devices} == {2}
+    assert (first.last, last.last) == (False, True)  # the record cut at the exit says the run is complete
 
 
 def test_nothing_is_forgotten_until_acknowledged_and_a_retry_is_the_same_record():
