@@ -5,6 +5,7 @@ partition is charged once, a duplicate is charged once, and every job's total re
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -184,3 +185,35 @@ async def _assert_totals(url: str, distinct, run: str) -> None:
             assert results[job].consumed_seconds == pytest.approx(sum(r.devices * r.wall_seconds for r in mine))
     finally:
         await conn.close()
+
+
+def test_teto_budget_reconcile_proves_each_total_and_names_a_job_whose_total_drifted(env, capsys):
+    from teto.cli import main
+
+    subjects = env.settings(BudgetSettings).subjects
+
+    async def charge() -> None:
+        pool = await db.create_pool(env.database_url, max_size=2)
+        await db.migrate(pool, store.SCHEMA, "services.budget")
+        async with pool.acquire() as conn, conn.transaction():
+            await store.record_usage(conn, [store.charge_of("ex1", record(job, seq, devices=2, wall=0.1))
+                                            for job in ("ja", "jb") for seq in (1, 2, 3)], subjects)
+        await pool.close()
+
+    asyncio.run(charge())
+    args = ["budget", "reconcile", "--database-url", env.database_url]
+    assert main(args) == 0
+    assert "2 job(s): every total equals the sum of its ledger" in capsys.readouterr().out
+
+    async def drift() -> None:  # the account and its ledger disagree (a bug, or a hand edit of the total)
+        conn = await asyncpg.connect(env.database_url)
+        await conn.execute("UPDATE budget.jobs SET consumed_seconds = consumed_seconds + 0.5 WHERE job_id = 'jb'")
+        await conn.close()
+
+    asyncio.run(drift())
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "1 of 2 job(s) differ" in out and "jb" in out and "+0.5" in out and "ja" not in out
+    assert main([*args, "--job", "ja", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["ok"] and [j["job_id"] for j in body["jobs"]] == ["ja"] and body["jobs"][0]["rows"] == 3
