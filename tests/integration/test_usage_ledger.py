@@ -217,3 +217,57 @@ def test_teto_budget_reconcile_proves_each_total_and_names_a_job_whose_total_dri
     assert main([*args, "--job", "ja", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert body["ok"] and [j["job_id"] for j in body["jobs"]] == ["ja"] and body["jobs"][0]["rows"] == 3
+
+
+async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_once_the_link_heals(env, tmp_path):
+    """The real agent behind a severable link: its process runs on for most of a lease after the cut, the job
+    moves to another executor under epoch 2, and once the link heals the old executor's backlog (epoch 1)
+    is charged in full, once, next to the new run's usage; each job's total reconciles with its ledger."""
+    from services.budget.app import serve as budget_serve
+    from tests.support.fleet import death_of, fleet, serving
+    from tests.support.fleet import eventually as wait
+    from tests.support.proxy import TcpProxy
+
+    async with fleet(env, tmp_path / "fleet") as f, serving(budget_serve, env.settings(BudgetSettings)):
+        proxy = TcpProxy.to_url(f.nats_url).start()
+        try:
+            f.start_executor("cut", nats_url=proxy.url)
+            await f.wait_executors("cut")
+            job_id = await f.submit(f.spec("cut-off", steps=150, step_seconds=0.05, every=10))
+            await f.wait_job(job_id, lambda j: j["state"] == "running" and j["executor_id"] == "cut", 30,
+                             "running on the executor behind the proxy")
+            f.start_executor("spare")
+            await f.wait_executors("spare")
+            await wait(lambda: _rows(f.db, job_id, "cut"), 15, "some usage of the first run charged")
+            (first,) = f.started(job_id)
+            cut_at = datetime.now(UTC)
+            assert proxy.cut() >= 1
+            died_at = datetime.fromtimestamp(await death_of(first["pid"], timeout=15), UTC)
+            await f.wait_job(job_id, lambda j: j["lease_epoch"] >= 2, 20, "redelivery under epoch 2")
+            charged_before_heal = await _rows(f.db, job_id, "cut")
+            proxy.restore()
+            done = await f.wait_done(job_id, timeout=90)
+            assert done["state"] == "succeeded" and done["executor_id"] == "spare", done
+
+            async def first_run_complete() -> list | None:
+                rows = await _rows(f.db, job_id, "cut")
+                return rows if rows and rows[-1]["ended_at"] >= died_at - timedelta(seconds=1) else None
+
+            rows = await wait(first_run_complete, 20, "the cut-off run's usage up to its process's death")
+            # Time used while cut off was held back, then charged: records ending after the cut, at epoch 1.
+            assert {r["epoch"] for r in rows} == {1} and len(rows) > len(charged_before_heal)
+            assert rows[-1]["ended_at"] > cut_at + timedelta(seconds=2)
+            # One contiguous account of the process's life: no stretch missing, none counted twice.
+            assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+            span = (rows[-1]["ended_at"] - rows[0]["started_at"]).total_seconds()
+            assert sum(r["wall_seconds"] for r in rows) == pytest.approx(span, abs=1e-3)
+            await wait(lambda: _rows(f.db, job_id, "spare"), 15, "the second run's usage")
+            (rec,) = await store.reconcile(f.db, [job_id])
+            assert rec.ok and rec.rows > len(rows)
+        finally:
+            proxy.close()
+
+
+async def _rows(conn: asyncpg.Connection, job: str, executor: str) -> list[asyncpg.Record]:
+    return await conn.fetch("SELECT epoch, seq, wall_seconds, started_at, ended_at FROM budget.ledger"
+                            " WHERE job_id = $1 AND executor_id = $2 ORDER BY epoch, seq", job, executor)
