@@ -5,7 +5,7 @@ grant (RunJob) is accepted only when idle and only after a renewal over request/
 still ours (a stale grant is dropped). While the process runs the lease keeper renews every heartbeat; if the
 lease is refused, or no renewal was acknowledged for ``lease - stop_margin``, the process is killed before the
 queue can redeliver the job, the agent takes no work, and reports ``abandoned`` once it reaches the server.
-An unreachable server never crashes the agent: progress waits in memory, heartbeats are retried.
+An unreachable server never crashes the agent: progress and usage records wait in memory, heartbeats are retried.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ class Agent:
         self.publisher = Publisher(js, timeout=max(1.0, settings.heartbeat_seconds),
                                    retry_seconds=min(1.0, settings.heartbeat_seconds))
         self.meter = UsageMeter()
-        self.usage_due = asyncio.Event()
-        self._usage_report: UsageReport | None = None  # in flight: retried unchanged until acknowledged  # a process ended: send its last record now, not at the next tick
+        self.usage_due = asyncio.Event()  # a process ended: send its last record now, not at the next tick
+        self._usage_report: UsageReport | None = None  # in flight: retried unchanged until acknowledged
         self.run: Run | None = None
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
