@@ -371,6 +371,9 @@ def cmd_budget_reconcile(args: argparse.Namespace) -> int:
     rows = [{**r.as_dict(), "difference": f"{r.difference:+g}"} for r in bad]
     human = (f"{len(results)} job(s): every total equals the sum of its ledger" if not bad else
              f"{len(bad)} of {len(results)} job(s) differ from their ledger:\n" + table(rows, RECONCILE_COLUMNS))
+    gaps = [f"{r.job_id} ({r.missing})" for r in results if r.missing]
+    if gaps:  # not a failure by itself: a redelivered batch fills its gap within seconds; run again to see
+        human += "\nusage records missing inside a run (in flight, or lost if it persists): " + ", ".join(gaps)
     _print(args, {"ok": not bad, "jobs": [r.as_dict() for r in results]}, human)
     return EXIT_REFUSED if bad else 0
 

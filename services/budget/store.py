@@ -78,7 +78,8 @@ def charge_of(executor_id: str, record: UsageRecord | UsageSample) -> Charge:
     """A usage record (or a sample from a heartbeat of an agent that predates usage reports) as a ledger row."""
     return Charge(job_id=record.job_id, executor_id=executor_id, epoch=record.epoch, seq=record.seq,
                   devices=record.devices, wall_seconds=record.wall_seconds,
-                  started_at=getattr(record, "started_at", None), ended_at=getattr(record, "ended_at", None))
+                  started_at=getattr(record, "started_at", None), ended_at=getattr(record, "ended_at", None),
+                  last=getattr(record, "last", False))
 
 
 def charges_of(reports: list[UsageReport]) -> list[Charge]:
@@ -115,14 +116,14 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
         return effects
     inserted = await conn.fetch(
         """INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds,
-                                      started_at, ended_at)
+                                      started_at, ended_at, last)
            SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::int[], $6::float8[],
-                                $7::float8[], $8::timestamptz[], $9::timestamptz[])
+                                $7::float8[], $8::timestamptz[], $9::timestamptz[], $10::bool[])
            ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
            RETURNING job_id, epoch, gpu_seconds""",
         [c.job_id for c in fresh], [c.epoch for c in fresh], [c.executor_id for c in fresh], [c.seq for c in fresh],
         [c.devices for c in fresh], [c.wall_seconds for c in fresh], [c.gpu_seconds for c in fresh],
-        [c.started_at for c in fresh], [c.ended_at for c in fresh])
+        [c.started_at for c in fresh], [c.ended_at for c in fresh], [c.last for c in fresh])
     effects.inserted = len(inserted)
     added: dict[str, float] = {}
     epochs: dict[str, int] = {}
@@ -137,7 +138,16 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
 
 
 async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] | None = None) -> list[Reconciliation]:
-    """Every job's (or the named jobs') running total against the sum of its ledger rows."""
+    """Every job's (or the named jobs') running total against the sum of its ledger rows, with the records
+    missing inside each run and the runs not closed yet."""
+    runs = await conn.fetch(
+        """SELECT job_id, max(seq) AS highest, count(*) AS n, bool_or(last) AS closed FROM budget.ledger
+           WHERE $1::text[] IS NULL OR job_id = ANY($1::text[]) GROUP BY job_id, executor_id, epoch""", job_ids)
+    missing: dict[str, int] = {}
+    open_runs: dict[str, int] = {}
+    for r in runs:
+        missing[r["job_id"]] = missing.get(r["job_id"], 0) + usage.missing_in_run(r["highest"], r["n"])
+        open_runs[r["job_id"]] = open_runs.get(r["job_id"], 0) + (not r["closed"])
     rows = await conn.fetch(
         """SELECT COALESCE(j.job_id, l.job_id) AS job_id, COALESCE(j.consumed_seconds, 0) AS consumed,
                   COALESCE(l.total, 0) AS total, COALESCE(l.n, 0) AS n
@@ -145,7 +155,8 @@ async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] 
            FULL JOIN (SELECT job_id, sum(gpu_seconds) AS total, count(*) AS n FROM budget.ledger
                       WHERE $1::text[] IS NULL OR job_id = ANY($1::text[]) GROUP BY job_id) l USING (job_id)
            ORDER BY 1""", job_ids)
-    return [Reconciliation(r["job_id"], r["consumed"], r["total"], r["n"]) for r in rows]
+    return [Reconciliation(r["job_id"], r["consumed"], r["total"], r["n"], missing.get(r["job_id"], 0),
+                           open_runs.get(r["job_id"], 0)) for r in rows]
 
 
 def _warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.budget.domain.usage import Charge, Reconciliation, plan_charges
+from services.budget.domain.usage import Charge, Reconciliation, missing_in_run, plan_charges
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +87,14 @@ def test_any_interleaving_of_duplicated_reordered_and_stale_records_charges_exac
 def test_reconciliation_allows_only_float_rounding(consumed, ledger, ok):
     r = Reconciliation("j", consumed, ledger, 3)
     assert r.ok is ok and r.as_dict()["difference"] == pytest.approx(consumed - ledger)
+
+
+@pytest.mark.parametrize(("highest", "present", "missing"), [(3, 3, 0), (5, 3, 2), (1, 1, 0), (0, 0, 0)],
+                         ids=["complete", "two-missing", "one-record", "empty"])
+def test_missing_records_of_a_run_are_the_numbers_below_its_highest_not_in_the_ledger(highest, present, missing):
+    assert missing_in_run(highest, present) == missing
+
+
+def test_missing_records_do_not_fail_the_totals_they_are_reported_apart():
+    r = Reconciliation("j", 2.0, 2.0, 2, missing=1, open_runs=1)
+    assert r.ok and r.as_dict()["missing"] == 1 and r.as_dict()["open_runs"] == 1

@@ -34,6 +34,7 @@ class Charge:
     wall_seconds: float
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    last: bool = False  # cut at the process's exit: the run's records end here
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -89,12 +90,19 @@ def plan_charges(batch: Iterable[Charge], charged: dict[tuple[str, str, int, int
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """One job's account checked against its ledger."""
+    """One job's account checked against its ledger.
+
+    ``missing`` counts records absent from the ledger although a later one of the same run (job, executor,
+    epoch; numbered from 1) is there: in flight (a redelivered batch) or lost. It is reported apart from
+    ``ok``, which is the totals' agreement alone.
+    """
 
     job_id: str
     consumed_seconds: float  # the running total the account keeps (what the ceiling is judged on)
     ledger_seconds: float  # the sum of the job's ledger rows
     rows: int
+    missing: int = 0
+    open_runs: int = 0  # runs (executor, epoch) whose record cut at the process's exit has not arrived (yet)
 
     @property
     def difference(self) -> float:
@@ -108,4 +116,10 @@ class Reconciliation:
     def as_dict(self) -> dict[str, object]:
         return {"job_id": self.job_id, "consumed_seconds": self.consumed_seconds,
                 "ledger_seconds": self.ledger_seconds, "rows": self.rows, "difference": self.difference,
-                "ok": self.ok}
+                "missing": self.missing, "open_runs": self.open_runs, "ok": self.ok}
+
+
+def missing_in_run(highest_seq: int, present: int) -> int:
+    """Records of one run (job, executor, epoch) absent below its highest seq: seqs are numbered from 1 and
+    the ledger holds each at most once, so every number up to the highest should be there."""
+    return max(0, highest_seq - present)
