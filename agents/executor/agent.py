@@ -5,7 +5,7 @@ grant (RunJob) is accepted only when idle and only after a renewal over request/
 still ours (a stale grant is dropped). While the process runs the lease keeper renews every heartbeat; if the
 lease is refused, or no renewal was acknowledged for ``lease - stop_margin``, the process is killed before the
 queue can redeliver the job, the agent takes no work, and reports ``abandoned`` once it reaches the server.
-An unreachable server never crashes the agent: progress waits in memory, heartbeats are retried.
+An unreachable server never crashes the agent: progress and usage records wait in memory, heartbeats are retried.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcn
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport, WorkerReady)
+from libs.contracts.usage import MAX_RECORDS_PER_REPORT, UsageReport
 from libs.runtime import bus
 
 from . import checkpoints, launch
@@ -62,6 +63,8 @@ class Agent:
         self.publisher = Publisher(js, timeout=max(1.0, settings.heartbeat_seconds),
                                    retry_seconds=min(1.0, settings.heartbeat_seconds))
         self.meter = UsageMeter()
+        self.usage_due = asyncio.Event()  # a process ended: send its last record now, not at the next tick
+        self._usage_report: UsageReport | None = None  # in flight: retried unchanged until acknowledged
         self.run: Run | None = None
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
@@ -99,20 +102,44 @@ class Agent:
         s = self.settings
         while True:
             started = time.monotonic()
-            sample = self.meter.next_sample(started)
             run = self.run
             beat = Heartbeat(executor_id=self.id, node_id=s.node_id, group=s.group, gpus=self.gpus,
                              accepting=self.accepting, job_id=run.grant.job_id if run else None,
                              epoch=run.grant.epoch if run else None, phase=self.phase,
-                             step=run.step if run else None, usage=sample, sent_at=utcnow(),
+                             step=run.step if run else None, sent_at=utcnow(),
                              interval_seconds=s.heartbeat_seconds,
                              progress_interval_seconds=s.progress_interval_seconds, address=self.host)
-            ok = await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
-            if ok:
-                self.meter.acknowledged(sample)
-                if self.meter.backlog:
-                    continue  # a finished run's last sample is still due: send it now
+            await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
+
+    async def usage_reports(self) -> None:
+        """Usage goes on its own durable subject, oldest record first; heartbeats carry none (they are for
+        liveness and kept an hour). A report is retried unchanged (same message id) until JetStream
+        acknowledged it, so an outage or a partition delays usage and never loses it."""
+        while True:
+            self.meter.tick(time.monotonic())
+            await self.send_usage()
+            self.usage_due.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.usage_due.wait(), self.settings.heartbeat_seconds)
+
+    async def send_usage(self) -> bool:
+        """Send the backlog in reports; False when the server did not acknowledge one (kept for later)."""
+        while self.meter.backlog:
+            if self._usage_report is None:
+                self._usage_report = UsageReport(executor_id=self.id, node_id=self.settings.node_id,
+                                                 records=self.meter.due(MAX_RECORDS_PER_REPORT))
+            report = self._usage_report
+            if not await self.publisher.publish_now(self.subjects.usage(self.id), report,
+                                                    timeout=self.settings.heartbeat_seconds):
+                return False
+            self.meter.acknowledged(report.records)
+            self._usage_report = None
+        return True
+
+    def _meter_finish(self) -> None:
+        self.meter.finish(time.monotonic())
+        self.usage_due.set()
 
     # -- directives ----------------------------------------------------------------------------------------
 
@@ -256,9 +283,9 @@ class Agent:
                 asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
                                     name=f"stop-{grant.job_id}")
             run.launched_at = time.monotonic()
-            if grant.world_size == 1:
-                # A gang worker is metered from its ready report: forming the gang is not charged.
-                self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at)
+            # Every worker, gang or not, is metered from its process's start: forming a gang uses the devices.
+            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at,
+                             utcnow())
             log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                      run.child.pid, run.resumed_from_step)
             self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
@@ -275,13 +302,13 @@ class Agent:
                           run.child.pid)
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
-            self.meter.finish(time.monotonic())
+            self._meter_finish()
             await self._finish(run, self._outcome(run, rc), rc, self._error(run, rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
             if run.child is not None:
                 await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
-                self.meter.finish(time.monotonic())
+                self._meter_finish()
                 await self.publisher.publish_now(self.subjects.progress(grant.job_id), self._progress(
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
                     resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
@@ -346,12 +373,10 @@ class Agent:
                 run.phase = Phase(phase)
 
     def _on_ready(self, run: Run) -> None:
-        """The process group formed: the gang worker is ready, and from now on its time is charged."""
+        """The process group formed: the gang worker is ready (its time is metered since its process started)."""
         run.ready = True
         now = time.monotonic()
         grant = run.grant
-        if not run.stop_requested and run.lost is None:
-            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), now)
         since = None if run.launched_at is None else round(now - run.launched_at, 3)
         log.info("job %s epoch %d: rank %d of %d ready after %ss", grant.job_id, grant.epoch, grant.rank,
                  grant.world_size, since)
@@ -391,6 +416,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
         await agent.register()
         tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
+        tasks.append(asyncio.create_task(agent.usage_reports(), name="usage"))
         tasks.append(asyncio.create_task(agent.directives(), name="directives"))
         if ready is not None:
             ready.set()
@@ -414,6 +440,10 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in tasks:
             t.cancel()
         await _settle(tasks, SHUTDOWN_GRACE_SECONDS)
+        # The stopped process's last usage record: one bounded try (what the server did not take is lost
+        # with this process's memory, at most the stretch since the last report).
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(agent.send_usage(), 2.0)
         # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
         # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
         with contextlib.suppress(Exception):

@@ -15,6 +15,7 @@ from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
 from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
 from .telemetry import (CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport,
                         WorkerReady)
+from .usage import UsageReport
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(RunJob, "teto.agent.<executor_id>.run", "AGENT", "queue", "Lease grant: run this job"),
     Entry(StopJob, "teto.agent.<executor_id>.stop", "AGENT", "queue", "Stop the training process of a job"),
     Entry(Heartbeat, "teto.hb.<executor_id>", "HB", "executor", "Liveness, phase, step, GPU usage sample"),
+    Entry(UsageReport, "teto.usage.<executor_id>", "USAGE", "executor", "GPU usage records, each charged once"),
     Entry(NodeRegistered, "teto.node.<node_id>.registered", "NODE", "executor", "Agent started on a node"),
     Entry(NodeEvent, "teto.node.<node_id>.<event>", "NODE", "health", "Node lifecycle change, ordered per node"),
     Entry(RunChecks, "teto.agent.<executor_id>.check", "AGENT", "health", "Run deep checks on this node"),

@@ -1,5 +1,5 @@
-"""The budget service's consumer declarations (usage samples in heartbeats, job events, step reports: all
-batched) and its status responder (core NATS request/reply in queue group ``budget``).
+"""The budget service's consumer declarations (usage reports, legacy usage samples in heartbeats, job events,
+step reports: all batched) and its status responder (core NATS request/reply in queue group ``budget``).
 
 Each batch is one transaction whose events go through the outbox; the edge (libs/runtime/edge.py) acknowledges
 it after the commit and isolates, redelivers or dead-letters what fails (redelivered samples are counted once
@@ -15,6 +15,7 @@ from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
+from libs.contracts.usage import UsageReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 class Counters:
     def __init__(self) -> None:
         self.stale = StaleCounter("budget")
+        self.late = 0  # usage records of an old lease epoch, charged (the worker really ran)
         self.exhausted = 0
 
 
@@ -46,12 +48,19 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             unit.emit(*effects.events)
             for stale in effects.stale:
                 unit.stale(stale)
+        counters.late += effects.late
         counters.exhausted += sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
 
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
-        samples = [(b.executor_id, b.usage) for b in beats if b.usage is not None]
-        if samples:
-            await commit(lambda conn: store.record_usage(conn, samples, s))
+        # Agents before usage reports carried usage here; same identity, so charged once either way.
+        charges = [store.charge_of(b.executor_id, b.usage) for b in beats if b.usage is not None]
+        if charges:
+            await commit(lambda conn: store.record_usage(conn, charges, s))
+
+    async def on_usage(reports: list[UsageReport]) -> None:
+        charges = store.charges_of(reports)
+        if charges:
+            await commit(lambda conn: store.record_usage(conn, charges, s))
 
     async def on_job_events(events: list[JobEvent]) -> None:
         async def work(conn):
@@ -66,6 +75,8 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
 
     return [
+        Consumer(s.usage_all, "USAGE", "budget-usage-reports", UsageReport.decode, on_usage,
+                 batch=settings.usage_batch_size),
         Consumer(s.heartbeat_all, "HB", "budget-usage", Heartbeat.decode, on_heartbeats,
                  batch=settings.usage_batch_size),
         # Health's signal events share the stream under another schema: not ours to read.

@@ -20,10 +20,12 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobEventKind, JobSpec
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport, UsageSample
+from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime.fencing import StaleEpoch, is_stale
 
-from .domain import ledger
+from .domain import ledger, usage
 from .domain.ledger import Account, Decision, FirstCheckpointWarning, StepStats
+from .domain.usage import Charge, Reconciliation
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,8 @@ class Effects:
     events: list[tuple[str, Envelope]] = field(default_factory=list)
     stale: list[StaleEpoch] = field(default_factory=list)  # messages ignored for an old lease epoch
     inserted: int = 0
+    late: int = 0  # usage records of an old lease epoch, charged all the same
+    duplicates: int = 0  # usage records already charged
 
 
 async def lock_jobs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, asyncpg.Record]:
@@ -71,28 +75,56 @@ async def _save_account(conn: asyncpg.Connection, job_id: str, d: Decision, subj
         effects.events.append(_exhausted(subjects, job_id, acc))
 
 
-async def record_usage(conn: asyncpg.Connection, samples: list[tuple[str, UsageSample]],
-                       subjects: Subjects) -> Effects:
-    """Append (executor_id, sample) pairs to the ledger and charge the jobs; a sample already in the ledger
-    (a redelivered heartbeat) inserts nothing and charges nothing."""
+def charge_of(executor_id: str, record: UsageRecord | UsageSample) -> Charge:
+    """A usage record (or a sample from a heartbeat of an agent that predates usage reports) as a ledger row."""
+    return Charge(job_id=record.job_id, executor_id=executor_id, epoch=record.epoch, seq=record.seq,
+                  devices=record.devices, wall_seconds=record.wall_seconds,
+                  started_at=getattr(record, "started_at", None), ended_at=getattr(record, "ended_at", None),
+                  last=getattr(record, "last", False))
+
+
+def charges_of(reports: list[UsageReport]) -> list[Charge]:
+    return [charge_of(r.executor_id, rec) for r in reports for rec in r.records]
+
+
+async def _charged(conn: asyncpg.Connection, batch: list[Charge]) -> dict[tuple[str, str, int, int], Charge]:
+    rows = await conn.fetch(
+        """SELECT l.job_id, l.executor_id, l.epoch, l.seq, l.devices, l.wall_seconds FROM budget.ledger l
+           JOIN unnest($1::text[], $2::text[], $3::int[], $4::int[]) AS k(job_id, executor_id, epoch, seq)
+             USING (job_id, executor_id, epoch, seq)""",
+        [c.job_id for c in batch], [c.executor_id for c in batch], [c.epoch for c in batch], [c.seq for c in batch])
+    return {(r["job_id"], r["executor_id"], r["epoch"], r["seq"]): Charge(
+        r["job_id"], r["executor_id"], r["epoch"], r["seq"], r["devices"], r["wall_seconds"]) for r in rows}
+
+
+async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: Subjects) -> Effects:
+    """Append usage records to the ledger and charge their jobs, each (job, executor, epoch, seq) once.
+
+    A record of an old lease epoch is charged too (counted in ``late``): the worker really ran. The job rows
+    are locked first, so two replicas charging the same job serialise and the second sees the first's rows.
+    """
     effects = Effects()
-    rows = await lock_jobs(conn, [s.job_id for _, s in samples])
-    fresh = []
-    for executor_id, s in samples:
-        if is_stale(s.epoch, rows[s.job_id]["epoch"]):
-            effects.stale.append(StaleEpoch(executor_id, s.job_id, s.epoch, rows[s.job_id]["epoch"], "usage sample"))
-        else:
-            fresh.append((executor_id, s))
+    if not batch:
+        return effects
+    rows = await lock_jobs(conn, [c.job_id for c in batch])
+    plan = usage.plan_charges(batch, await _charged(conn, batch), {j: r["epoch"] for j, r in rows.items()})
+    effects.late, effects.duplicates = plan.late, plan.duplicates
+    for c in plan.conflicts:
+        log.warning("usage record %s sent again with other figures (%s devices x %ss): the first one stays charged",
+                    c.key, c.devices, c.wall_seconds)
+    fresh = plan.fresh
     if not fresh:
         return effects
     inserted = await conn.fetch(
-        """INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds)
-           SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::int[], $6::float8[], $7::float8[])
+        """INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds,
+                                      started_at, ended_at, last)
+           SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::int[], $6::float8[],
+                                $7::float8[], $8::timestamptz[], $9::timestamptz[], $10::bool[])
            ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
            RETURNING job_id, epoch, gpu_seconds""",
-        [s.job_id for _, s in fresh], [s.epoch for _, s in fresh], [e for e, _ in fresh], [s.seq for _, s in fresh],
-        [s.devices for _, s in fresh], [s.wall_seconds for _, s in fresh],
-        [ledger.gpu_seconds(s.devices, s.wall_seconds) for _, s in fresh])
+        [c.job_id for c in fresh], [c.epoch for c in fresh], [c.executor_id for c in fresh], [c.seq for c in fresh],
+        [c.devices for c in fresh], [c.wall_seconds for c in fresh], [c.gpu_seconds for c in fresh],
+        [c.started_at for c in fresh], [c.ended_at for c in fresh], [c.last for c in fresh])
     effects.inserted = len(inserted)
     added: dict[str, float] = {}
     epochs: dict[str, int] = {}
@@ -104,6 +136,28 @@ async def record_usage(conn: asyncpg.Connection, samples: list[tuple[str, UsageS
         await conn.execute("UPDATE budget.jobs SET epoch = GREATEST(epoch, $2) WHERE job_id = $1",
                            job_id, epochs[job_id])
     return effects
+
+
+async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] | None = None) -> list[Reconciliation]:
+    """Every job's (or the named jobs') running total against the sum of its ledger rows, with the records
+    missing inside each run and the runs not closed yet."""
+    runs = await conn.fetch(
+        """SELECT job_id, max(seq) AS highest, count(*) AS n, bool_or(last) AS closed FROM budget.ledger
+           WHERE $1::text[] IS NULL OR job_id = ANY($1::text[]) GROUP BY job_id, executor_id, epoch""", job_ids)
+    missing: dict[str, int] = {}
+    open_runs: dict[str, int] = {}
+    for r in runs:
+        missing[r["job_id"]] = missing.get(r["job_id"], 0) + usage.missing_in_run(r["highest"], r["n"])
+        open_runs[r["job_id"]] = open_runs.get(r["job_id"], 0) + (not r["closed"])
+    rows = await conn.fetch(
+        """SELECT COALESCE(j.job_id, l.job_id) AS job_id, COALESCE(j.consumed_seconds, 0) AS consumed,
+                  COALESCE(l.total, 0) AS total, COALESCE(l.n, 0) AS n
+           FROM (SELECT * FROM budget.jobs WHERE $1::text[] IS NULL OR job_id = ANY($1::text[])) j
+           FULL JOIN (SELECT job_id, sum(gpu_seconds) AS total, count(*) AS n FROM budget.ledger
+                      WHERE $1::text[] IS NULL OR job_id = ANY($1::text[]) GROUP BY job_id) l USING (job_id)
+           ORDER BY 1""", job_ids)
+    return [Reconciliation(r["job_id"], r["consumed"], r["total"], r["n"], missing.get(r["job_id"], 0),
+                           open_runs.get(r["job_id"], 0)) for r in rows]
 
 
 def _warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,

@@ -20,6 +20,7 @@ from libs.contracts.jobs import CommandWorkload, FinetuneParams, FinetuneWorkloa
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat
+from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime import bus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +68,7 @@ class FakeQueue:
     renewals: list[LeaseRenewRequest] = field(default_factory=list)
     progress: list[Any] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    usage: list[UsageRecord] = field(default_factory=list)  # every usage record reported, in arrival order
     raw: dict[str, list[bytes]] = field(default_factory=dict)
     _subs: list[Any] = field(default_factory=list)
 
@@ -74,6 +76,7 @@ class FakeQueue:
         self._subs = [await self.nc.subscribe(self.subjects.rpc_lease_renew, cb=self._on_renew),
                       await self.nc.subscribe(self.subjects.progress_all, cb=self._on_progress),
                       await self.nc.subscribe(self.subjects.heartbeat_all, cb=self._on_heartbeat),
+                      await self.nc.subscribe(self.subjects.usage_all, cb=self._on_usage),
                       await self.nc.subscribe(self.subjects.rejected_all, cb=self._on_raw)]
         return self
 
@@ -99,6 +102,12 @@ class FakeQueue:
 
     async def _on_heartbeat(self, msg: Any) -> None:
         self.heartbeats.append(Heartbeat.decode(msg.data))
+
+    async def _on_usage(self, msg: Any) -> None:
+        self.usage += UsageReport.decode(msg.data).records
+
+    def records(self, job_id: str) -> list[UsageRecord]:
+        return [r for r in self.usage if r.job_id == job_id]
 
     async def _on_raw(self, msg: Any) -> None:
         self.raw.setdefault(msg.subject, []).append(msg.data)

@@ -79,8 +79,9 @@ async def test_ledger_exhaustion_rpc_and_requeue(env):
         await publish(js, s.job_event("j1", "leased"), JobEvent(job_id="j1", seq=5, event="leased",
                                                                 state=JobState.RUNNING, epoch=2, executor_id="ex2"))
         await eventually(lambda: pg.fetchval("SELECT epoch = 2 FROM budget.jobs WHERE job_id = 'j1'"))
-        await publish(js, s.heartbeat("ex1"), usage_beat("j1", 7, epoch=1))  # a zombie at the old epoch
-        await publish(js, s.heartbeat("ex2"), usage_beat("j1", 1, epoch=2, devices=1, wall=68.0, executor="ex2"))
+        # A late sample at the old epoch (ex1 ran on until it noticed its lease was gone): really used, charged.
+        await publish(js, s.heartbeat("ex1"), usage_beat("j1", 7, epoch=1))
+        await publish(js, s.heartbeat("ex2"), usage_beat("j1", 1, epoch=2, devices=1, wall=66.0, executor="ex2"))
         assert await eventually(lambda: _equals(consumed, 80.0))
         await eventually(lambda: asyncio.sleep(0, len(events("exhausted")) == 2))
         row = await pg.fetchrow("SELECT * FROM budget.jobs_public WHERE job_id = 'j1'")

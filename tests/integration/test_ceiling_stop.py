@@ -62,13 +62,12 @@ async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_
     job = uuid.uuid4().hex
     # Idle heartbeats charge nothing.
     await eventually(lambda: len(queue.heartbeats) >= 2, 10, "idle heartbeats")
-    assert all(h.usage is None for h in queue.heartbeats)
+    assert queue.usage == []
 
     granted_at = time.monotonic()
     await queue.grant(js, settings, job, command({}, sys.executable, "-c", DEAF))
     await eventually(lambda: queue.of(job, "started"), 20, "the process to start")
-    await eventually(lambda: [h for h in queue.heartbeats if h.usage and h.usage.job_id == job], 10,
-                     "usage while it runs")
+    await eventually(lambda: queue.records(job), 10, "usage while it runs")
     stop_at = time.monotonic()
     # The stop carries the grace (the queue's setting), which wins over the agent's own default of 30 s.
     await _stop(js, settings, job)
@@ -77,13 +76,13 @@ async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_
     assert done.outcome is RunOutcome.STOPPED and done.exit_code == -9, done  # SIGKILL after the grace
     assert GRACE <= stopped_in < GRACE + 3 * settings.heartbeat_seconds, stopped_in
 
-    # The run's last stretch arrives as a final sample with the next heartbeat; then nothing more.
+    # The run's last stretch arrives as a final usage record; then nothing more.
     def samples() -> list:
-        return [h.usage for h in queue.heartbeats if h.usage and h.usage.job_id == job]
+        return queue.records(job)
 
     ended_at, seen = time.monotonic(), len(queue.heartbeats)
-    await eventually(lambda: [h for h in queue.heartbeats[seen:] if h.usage is None and h.accepting], 10,
-                     "an idle heartbeat after the run")
+    await eventually(lambda: [r for r in samples() if r.last] and [h for h in queue.heartbeats[seen:] if h.accepting],
+                     10, "the run's last usage record and an idle heartbeat after it")
     final = samples()
     await asyncio.sleep(2 * settings.heartbeat_seconds)
     assert samples() == final  # nothing charged once the process is gone

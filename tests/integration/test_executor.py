@@ -77,8 +77,8 @@ async def test_finetune_checkpoints_then_resumes_past_a_corrupt_checkpoint(stack
     assert [c.step for c in queue.of(job, "checkpoint")] == [5, 10, 15, 20]
     ckpt_dir = settings.effective_checkpoint_dir / job
     assert sorted(p.name for p in ckpt_dir.glob("*.pt")) == [f"step-{s:08d}.pt" for s in (5, 10, 15, 20)]
-    # every heartbeat while it trained carried a usage sample: numbered, one device (CPU)
-    usage = [h.usage for h in queue.heartbeats if h.usage and h.usage.job_id == job]
+    # its running time was reported as usage records: numbered, one device (CPU)
+    usage = queue.records(job)
     assert usage and [u.seq for u in usage] == list(range(1, len(usage) + 1)) and {u.devices for u in usage} == {1}
 
     # The newest checkpoint is damaged; the next grant (next epoch) skips it and resumes at step 16.

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from agents.executor.workloads.model import TinyLM, ensure_base
-from libs.contracts.telemetry import Heartbeat
+from libs.contracts.usage import UsageReport
 from services.queue.domain.admission import JITTER_FRACTION
 from tests.integration.helpers_queue import Client_, FakeExecutor
 from tests.support.fleet import Fleet, eventually, fleet
@@ -105,19 +105,18 @@ async def test_a_three_worker_gang_trains_to_success_and_its_checkpoint_loads(en
                       if line.startswith("fine-tune:")) == ["0", "1", "2"]
 
 
-async def test_a_gang_with_a_worker_never_ready_backs_off_on_schedule_then_fails_uncharged(env, tmp_path, base_dir):
+async def test_a_gang_with_a_worker_never_ready_backs_off_on_schedule_then_fails_charged_from_process_start(
+        env, tmp_path, base_dir):
     """Two real executors and one that takes the grant but never starts a process (its node hangs)."""
     async with fleet(env, tmp_path / "fleet") as f:
         await start(f, base_dir, "r-a", "r-b")
         nc = await nats.connect(f.nats_url)
-        usage: list[Heartbeat] = []
+        usage: list[UsageReport] = []
 
-        async def on_beat(msg: Any) -> None:
-            beat = Heartbeat.decode(msg.data)
-            if beat.usage is not None:
-                usage.append(beat)
+        async def on_usage(msg: Any) -> None:
+            usage.append(UsageReport.decode(msg.data))
 
-        await nc.subscribe(f.queue_settings.subjects.heartbeat_all, cb=on_beat)
+        await nc.subscribe(f.queue_settings.subjects.usage_all, cb=on_usage)
         hung = await FakeExecutor(Client_(f.queue_settings, nc, nc.jetstream(), f.db), "r-hung").start()
         try:
             await f.wait_executors("r-a", "r-b", "r-hung")
@@ -153,8 +152,18 @@ async def test_a_gang_with_a_worker_never_ready_backs_off_on_schedule_then_fails
                 assert d["base_delay_seconds"] == min(1 * 2 ** (n - 1), 1.5)
                 assert d["delay_seconds"] == pytest.approx(d["base_delay_seconds"] * (1 + JITTER_FRACTION * d["jitter"]))
                 assert d["delay_seconds"] <= back_at - out_at <= d["delay_seconds"] + slack
-            # Nothing was charged: no worker reached ready, so no executor reported usage for the job.
-            assert [b for b in usage if b.usage.job_id == job_id] == []
+            # No worker reached ready, yet the real workers' processes ran while the gang tried to form: each is
+            # charged from its process's start to its exit, every admission (a run closed by a last record
+            # per epoch). The hung executor started no process and reported nothing.
+            def closed(executor: str) -> set[int]:
+                return {r.epoch for u in usage if u.executor_id == executor for r in u.records
+                        if r.job_id == job_id and r.last}
+
+            epochs = {e["epoch"] for e in events if e["event"] == "leased"}
+            assert len(epochs) == 3
+            await eventually(lambda: closed("r-a") == closed("r-b") == epochs or None, 10,
+                             "each real worker's last usage record of each admission")
+            assert not [u for u in usage if u.executor_id == "r-hung"]
             # The real workers were stopped each time: both executors are idle and accepting again.
             await f.wait_executors("r-a", "r-b")
         finally:
