@@ -77,6 +77,8 @@ class NodeEventKind(StrEnum):
     DRAINED = "drained"
     CORDONED = "cordoned"  # busy node targeted by a check run: no new work, checked when its job ends
     UNCORDONED = "uncordoned"
+    HELD = "held"  # the group's systemic-failure alert holds it out of scheduling (reason says why)
+    RELEASED = "released"  # the alert was cleared by an operator
 
 
 class NodeEvent(Envelope):

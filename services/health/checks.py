@@ -9,32 +9,39 @@ How a run goes:
 2. The nodes started together are a wave: they get ranks and rank 0's address for the all-reduce, and the
    addresses of the group's other nodes for the connectivity test, in a ``check`` directive each.
 3. Each final result is judged against the group (verdicts.py); a failed one is re-run once (for the
-   all-reduce: on the whole wave). When every test of every node of the wave is final, each node passes or
-   fails, and the node's transition is written with its events and directives in one transaction.
+   all-reduce: on the whole wave). A report still missing at the member's deadline fails its tests with that
+   reason (domain/runs.py). When every test of every node of the wave is final, each node passes or fails,
+   and the node's transition is written with its events and directives in one transaction.
+4. A node that would be replaced goes through its group's breaker first (domain/breaker.py): past the budget,
+   or failing the test its predecessor was replaced for, it stays failed and its group is held.
+
+The tick handles each node in a savepoint: one node that cannot be checked (an id the bus refuses) is failed
+with the reason and never stops the other nodes of any group.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import shlex
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from libs.contracts.commands import CommandOutcome, DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import new_id
 from libs.contracts.nodes import (ALL_TESTS, CheckPeer, CheckReport, CheckStatus, CheckTest, NodeRegistered,
                                   NodeState, RunChecks)
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 
+from . import commands, guards, provisioner
 from . import nodes as store
+from .domain import breaker
 from .domain import nodes as lc
-from .domain.verdicts import FINAL, judge, node_outcome
+from .domain import runs
+from .domain.verdicts import judge
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,7 @@ class Checks:
         self.settings = settings
         self.policy = lc.Policy(settings.max_reboots)
         self.stale_reports = 0
+        self.overdue_reports = 0
         self.provisioned: list[dict[str, Any]] = []
 
     @property
@@ -63,6 +71,8 @@ class Checks:
         assert isinstance(t, lc.Transition)  # registration is never refused
         extra = {"address": reg.address, "collective_port": reg.collective_port, "hostname": reg.hostname,
                  "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time}
+        if row is None or row["joined_at"] is None:
+            extra["joined_at"] = now  # the service's clock, like the breaker's replacement times
         schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
         await store.save(conn, self.s, t, now, seq=row["event_seq"] if row else 0, extra=extra,
                          needs_check=True if schedule else None)
@@ -70,11 +80,12 @@ class Checks:
     # -- the check loop ------------------------------------------------------------------------------------
 
     async def tick(self) -> int:
-        """Start what is due: joining nodes past their batch wait, cordoned or queued nodes now idle."""
+        """Start what is due (joining nodes past their batch wait, cordoned or queued nodes now idle) and fail
+        the members whose report is overdue."""
         now = self.runtime.clock.now()
         started = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
-            batch_since = now - timedelta(seconds=self.settings.join_batch_seconds)
+            provision = await self._fail_overdue(conn, now)
             due = await conn.fetch(
                 "SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' ORDER BY group_name, node_id"
                 " FOR UPDATE")
@@ -82,12 +93,11 @@ class Checks:
             for row in due:
                 by_group[row["group_name"]].append(row)
             for group, rows in by_group.items():
-                # Wait until the youngest joiner has waited the batch time, so joiners are checked together.
-                if max(r["since"] for r in rows) > batch_since:
+                if not runs.join_run_due([r["since"] for r in rows], now, self.settings.join_batch_seconds):
                     continue
-                kind = "recovery" if any(r["reboots"] for r in rows) else "join"
+                kind = runs.run_kind([r["reboots"] for r in rows])
                 run_id = new_id()
-                await self._new_run(conn, run_id, kind, group, None, list(ALL_TESTS), False, now)
+                await self.new_run(conn, run_id, kind, group, None, list(ALL_TESTS), False, now)
                 await conn.executemany(
                     "INSERT INTO health.check_run_nodes (run_id, node_id, status) VALUES ($1, $2, 'waiting')",
                     [(run_id, r["node_id"]) for r in rows])
@@ -101,21 +111,23 @@ class Checks:
                 " WHERE rn.status = 'waiting' AND r.state = 'running'"
                 "   AND (r.force OR e.job_id IS NULL OR n.state = 'joining')"
                 " ORDER BY rn.run_id, rn.node_id FOR UPDATE OF rn")
-            runs: dict[str, list[asyncpg.Record]] = defaultdict(list)
+            by_run: dict[str, list[asyncpg.Record]] = defaultdict(list)
             for w in waiting:
-                runs[w["run_id"]].append(w)
-            for run_id, members in runs.items():
+                by_run[w["run_id"]].append(w)
+            for run_id, members in by_run.items():
                 started += await self._start_wave(conn, run_id, [m["node_id"] for m in members],
                                                   [CheckTest(t) for t in members[0]["tests"]], members[0]["force"],
                                                   now)
-        if started:
+        if started or provision:
             self.kick()
+        for request in provision:
+            await self.provision(request)
         return started
 
     def kick(self) -> None:
         """Replaced by the app with the outbox relay's kick (directives should go out at once)."""
 
-    async def _new_run(self, conn: asyncpg.Connection, run_id: str, kind: str, group: str | None,
+    async def new_run(self, conn: asyncpg.Connection, run_id: str, kind: str, group: str | None,
                        actor: str | None, tests: list[CheckTest], force: bool, now: datetime) -> None:
         await conn.execute(
             "INSERT INTO health.check_runs (run_id, kind, group_name, requested_by, tests, force, created_at)"
@@ -127,15 +139,18 @@ class Checks:
                                    run_id)
         members: list[tuple[lc.Node, asyncpg.Record]] = []
         for node_id in node_ids:
-            node, row = await store.load(conn, node_id)
-            t = lc.decide(node, lc.ChecksStarted(run_id), now, self.policy)
-            if isinstance(t, lc.Refusal):
-                await conn.execute("UPDATE health.check_run_nodes SET status = 'failed', reason = $3, finished_at = $4"
-                                   " WHERE run_id = $1 AND node_id = $2", run_id, node_id,
-                                   f"not checked: {t.reason}", now)
-                continue
-            await store.save(conn, self.s, t, now, seq=row["event_seq"])
-            members.append((t.node, row))
+            try:
+                async with conn.transaction():  # a savepoint: one node that cannot start never stops the others
+                    node, row = await store.load(conn, node_id)
+                    t = lc.decide(node, lc.ChecksStarted(run_id), now, self.policy)
+                    if isinstance(t, lc.Refusal):
+                        await self._member_failed(conn, run_id, node_id, f"not checked: {t.reason}", now)
+                        continue
+                    self.s.agent(t.node.executor_id or "", "check")  # its directive must be addressable
+                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
+                    members.append((t.node, row))
+            except Exception as exc:  # noqa: BLE001 - isolated: this node is flagged, the others go on
+                await self._unaddressable(conn, run_id, node_id, f"cannot be checked: {exc}", now)
         if not members:
             await self._maybe_finish_run(conn, run_id, now)
             return 0
@@ -144,10 +159,12 @@ class Checks:
         rendezvous = f"{host}:{rank0['collective_port']}" if rank0["collective_port"] and len(members) > 1 else None
         world = len(members)
         for rank, (node, row) in enumerate(members):
+            member = runs.started(runs.Member(run_id, node.node_id, runs.MemberStatus.WAITING), wave, now,
+                                  self.settings.check_deadline_seconds)
             await conn.execute(
-                "UPDATE health.check_run_nodes SET status = 'pending', wave = $3, rank = $4, world_size = $5,"
-                " rendezvous = $6, started_at = $7 WHERE run_id = $1 AND node_id = $2",
-                run_id, node.node_id, wave, rank, world, rendezvous, now)
+                "UPDATE health.check_run_nodes SET status = $8, wave = $3, rank = $4, world_size = $5,"
+                " rendezvous = $6, started_at = $7, deadline_at = $9 WHERE run_id = $1 AND node_id = $2",
+                run_id, node.node_id, wave, rank, world, rendezvous, now, member.status.value, member.deadline)
             await conn.executemany(
                 "INSERT INTO health.check_results (run_id, node_id, test, status) VALUES ($1, $2, $3, 'pending')"
                 " ON CONFLICT (run_id, node_id, test) DO UPDATE SET status = 'pending', attempt = 1,"
@@ -173,7 +190,7 @@ class Checks:
         now = self.runtime.clock.now()
         member = await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND node_id = $2"
                                      " FOR UPDATE", rep.run_id, rep.node_id)
-        if member is None or member["status"] in ("passed", "failed", "waiting"):
+        if runs.stale_member(_member(member)) is not None:
             self.stale_reports += 1
             return []
         if rep.status == "busy":
@@ -186,7 +203,7 @@ class Checks:
             return []
         result = await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2 AND"
                                      " test = $3 FOR UPDATE", rep.run_id, rep.node_id, rep.test and rep.test.value)
-        if result is None or result["attempt"] != rep.attempt or CheckStatus(result["status"]) in FINAL:
+        if runs.stale_report(_member(member), _result(result), rep.attempt) is not None:
             self.stale_reports += 1
             return []
         status = CheckStatus(rep.status)
@@ -209,11 +226,12 @@ class Checks:
             rep.run_id, rep.node_id, rep.test.value, verdict.status.value, json.dumps(rep.figures),
             json.dumps(rep.detail, default=str), verdict_json, verdict.reason, rep.seconds)
         if verdict.rerun:
-            await self._rerun(conn, member, rep.test, rep.attempt + 1)
+            await self._rerun(conn, member, rep.test, rep.attempt + 1, now)
             return []
         return await self._maybe_finish_wave(conn, rep.run_id, member["wave"], now)
 
-    async def _rerun(self, conn: asyncpg.Connection, member: asyncpg.Record, test: CheckTest, attempt: int) -> None:
+    async def _rerun(self, conn: asyncpg.Connection, member: asyncpg.Record, test: CheckTest, attempt: int,
+                     now: datetime) -> None:
         """A failed test runs once more; the all-reduce needs its whole wave, so all of it re-runs."""
         run_id = member["run_id"]
         if test in GROUP_TESTS:
@@ -222,7 +240,10 @@ class Checks:
         else:
             members = [member]
         force = await conn.fetchval("SELECT force FROM health.check_runs WHERE run_id = $1", run_id)
+        deadline = now + timedelta(seconds=self.settings.check_deadline_seconds)  # a re-run re-arms it
         for m in members:
+            await conn.execute("UPDATE health.check_run_nodes SET deadline_at = $3 WHERE run_id = $1 AND"
+                               " node_id = $2", run_id, m["node_id"], deadline)
             await conn.execute("UPDATE health.check_results SET status = 'pending', attempt = $4, updated_at = now()"
                                " WHERE run_id = $1 AND node_id = $2 AND test = $3", run_id, m["node_id"], test.value,
                                attempt)
@@ -237,31 +258,28 @@ class Checks:
     async def _maybe_finish_wave(self, conn: asyncpg.Connection, run_id: str, wave: int | None,
                                  now: datetime) -> list[dict[str, Any]]:
         rows = await conn.fetch(
-            "SELECT rn.node_id, cr.test, cr.status, cr.verdict FROM health.check_run_nodes rn"
-            " JOIN health.check_results cr USING (run_id, node_id) WHERE rn.run_id = $1 AND rn.wave = $2",
-            run_id, wave)
-        if not rows or any(CheckStatus(r["status"]) not in FINAL for r in rows):
-            return []
-        per_node: dict[str, list[asyncpg.Record]] = defaultdict(list)
+            "SELECT rn.node_id, cr.test, cr.status, cr.attempt, cr.verdict FROM health.check_run_nodes rn"
+            " JOIN health.check_results cr USING (run_id, node_id) WHERE rn.run_id = $1 AND rn.wave = $2"
+            " ORDER BY rn.node_id, cr.test", run_id, wave)
+        per_node: dict[str, list[runs.Result]] = defaultdict(list)
         for r in rows:
-            per_node[r["node_id"]].append(r)
+            per_node[r["node_id"]].append(runs.Result(r["test"], CheckStatus(r["status"]), r["attempt"],
+                                                      json.loads(r["verdict"]).get("reason")))
+        outcomes = runs.wave_outcomes(per_node)
+        if outcomes is None:
+            return []
         provision: list[dict[str, Any]] = []
-        for node_id, results in per_node.items():
-            outcome = node_outcome(CheckStatus(r["status"]) for r in results)
+        for node_id, outcome in outcomes.items():
             node, row = await store.load(conn, node_id)
-            if outcome is CheckStatus.PASSED:
+            if outcome.status is CheckStatus.PASSED:
                 fact: lc.Fact = lc.ChecksPassed(run_id)
                 figures = {r["test"]: json.loads(r["f"]) for r in await conn.fetch(
                     "SELECT test, figures AS f FROM health.check_results WHERE run_id = $1 AND node_id = $2"
                     " AND status = 'passed'", run_id, node_id)}
                 extra: dict[str, Any] = {"figures": {**json.loads(row["figures"]), **figures}}
-                reason = None
             else:
-                failed = [f"{r['test']}: {json.loads(r['verdict']).get('reason') or 'failed'}"
-                          for r in results if r["status"] == "failed"]
-                reason = "; ".join(failed)[:1500]
-                fact, extra = lc.ChecksFailed(run_id, reason), {}
-            extra.update(last_check_run_id=run_id, last_check_at=now, last_check_outcome=outcome.value)
+                fact, extra = await self._failed_fact(conn, node, row, run_id, outcome, now), {}
+            extra.update(last_check_run_id=run_id, last_check_at=now, last_check_outcome=outcome.status.value)
             t = lc.decide(node, fact, now, self.policy)
             if isinstance(t, lc.Transition):
                 await store.save(conn, self.s, t, now, seq=row["event_seq"], extra=extra)
@@ -269,11 +287,87 @@ class Checks:
                     if isinstance(effect, lc.Provision):
                         provision.append({"node_id": node_id, "group": t.node.group,
                                           "executor_id": t.node.executor_id or "", "reason": effect.reason})
+                if outcome.status is CheckStatus.PASSED and node is not None:
+                    alert = await guards.alert(conn, node.group)
+                    if alert is not None:  # a node passing in a held group is held too
+                        await guards.apply_to_group(conn, self.s, node.group, lc.Hold(alert.reason), now)
             await conn.execute("UPDATE health.check_run_nodes SET status = $3, reason = $4, finished_at = $5"
-                               " WHERE run_id = $1 AND node_id = $2", run_id, node_id, outcome.value, reason, now)
-            log.info("node %s %s check run %s%s", node_id, outcome.value, run_id, f": {reason}" if reason else "")
+                               " WHERE run_id = $1 AND node_id = $2", run_id, node_id, outcome.status.value,
+                               outcome.reason, now)
+            log.info("node %s %s check run %s%s", node_id, outcome.status.value, run_id,
+                     f": {outcome.reason}" if outcome.reason else "")
         await self._maybe_finish_run(conn, run_id, now)
         return provision
+
+    async def _failed_fact(self, conn: asyncpg.Connection, node: lc.Node | None, row: asyncpg.Record | None,
+                           run_id: str, outcome: runs.Outcome, now: datetime) -> lc.Fact:
+        """A node failed for good: its group's breaker says whether the usual reboot/replace path may go on."""
+        reason = outcome.reason or "failed"
+        if node is None or row is None or node.state is not NodeState.CHECKING or node.run_id != run_id:
+            return lc.ChecksFailed(run_id, reason)  # old news for the node: the lifecycle ignores it
+        guard = await guards.load(conn, node.group)
+        d = breaker.decide(guard, breaker.NodeFailed(node.node_id, outcome.failed_tests,
+                                                     node.reboots >= self.policy.max_reboots, row["joined_at"]),
+                           now, self.settings.breaker)
+        assert isinstance(d, breaker.Decision)  # a failure is never refused
+        if d.guard != guard:
+            await guards.save(conn, d.guard)
+        if d.verdict is breaker.Verdict.PROCEED:
+            return lc.ChecksFailed(run_id, reason)
+        assert d.guard.alert is not None
+        if d.verdict is breaker.Verdict.TRIP:
+            log.error("ALERT group %s: %s. Nothing in the group is rebooted or replaced and its nodes are held out"
+                      " of scheduling until an operator clears it (teto nodes clear-alert %s)", node.group,
+                      d.guard.alert.reason, node.group)
+            held = await guards.apply_to_group(conn, self.s, node.group, lc.Hold(d.guard.alert.reason), now)
+            log.warning("group %s: held %s", node.group, ", ".join(held) or "no ready node")
+        return lc.ChecksFailed(run_id, reason, hold=d.guard.alert.reason)
+
+    async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[dict[str, Any]]:
+        """Members whose report did not arrive by their deadline: their unfinished tests fail with that reason.
+        SKIP LOCKED: a member a report is being applied to right now is not overdue."""
+        provision: list[dict[str, Any]] = []
+        for m in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
+                                  " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):
+            results = [runs.Result(r["test"], CheckStatus(r["status"]), r["attempt"]) for r in await conn.fetch(
+                "SELECT test, status, attempt FROM health.check_results WHERE run_id = $1 AND node_id = $2"
+                " FOR UPDATE", m["run_id"], m["node_id"])]
+            failed = runs.on_deadline(_member(m), results, now, self.settings.check_deadline_seconds)
+            for r in failed:
+                await conn.execute(
+                    "UPDATE health.check_results SET status = 'failed', error = $4, verdict = $5::jsonb,"
+                    " updated_at = now() WHERE run_id = $1 AND node_id = $2 AND test = $3", m["run_id"],
+                    m["node_id"], r.test, r.reason, json.dumps({"reason": r.reason, "attempt": r.attempt,
+                                                                "rerun": False, "overdue": True}))
+            # Disarmed: the wave may still wait on other nodes, and this one must not be failed twice.
+            await conn.execute("UPDATE health.check_run_nodes SET deadline_at = NULL WHERE run_id = $1 AND"
+                               " node_id = $2", m["run_id"], m["node_id"])
+            if failed:
+                self.overdue_reports += 1
+                log.warning("check run %s: no report from node %s by its deadline (%gs): %s failed", m["run_id"],
+                            m["node_id"], self.settings.check_deadline_seconds, ", ".join(r.test for r in failed))
+            provision += await self._maybe_finish_wave(conn, m["run_id"], m["wave"], now)
+        return provision
+
+    async def _member_failed(self, conn: asyncpg.Connection, run_id: str, node_id: str, reason: str,
+                             now: datetime) -> None:
+        await conn.execute("UPDATE health.check_run_nodes SET status = 'failed', reason = $3, finished_at = $4"
+                           " WHERE run_id = $1 AND node_id = $2", run_id, node_id, reason, now)
+
+    async def _unaddressable(self, conn: asyncpg.Connection, run_id: str, node_id: str, reason: str,
+                             now: datetime) -> None:
+        """Flag a node that cannot be checked: failed with the reason (logged once: it is not due again)."""
+        log.error("node %s %s; the other nodes are checked as usual", node_id, reason)
+        await self._member_failed(conn, run_id, node_id, reason, now)
+        try:
+            async with conn.transaction():
+                node, row = await store.load(conn, node_id)
+                t = lc.decide(node, lc.Unaddressable(reason[:1500]), now, self.policy)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
+        except Exception:  # noqa: BLE001 - even its node event cannot be addressed: keep the state, no event
+            await conn.execute("UPDATE health.nodes SET state = 'failed', reason = $2, run_id = NULL,"
+                               " needs_check = false, updated_at = now() WHERE node_id = $1", node_id, reason[:1500])
 
     async def _maybe_finish_run(self, conn: asyncpg.Connection, run_id: str, now: datetime) -> None:
         await conn.execute(
@@ -284,102 +378,22 @@ class Checks:
     # -- the provisioner hook ------------------------------------------------------------------------------
 
     async def provision(self, request: dict[str, Any]) -> None:
-        """Ask for a fresh node in the group: a command (``{node_id}``, ``{group}``, ``{executor_id}`` filled in)
-        or a webhook (POST of the request as JSON). At most once: a crash right after the commit loses it."""
         self.provisioned.append(request)
-        cfg = self.settings
-        try:
-            if cfg.provisioner_command:
-                argv = [a.format(**request) for a in shlex.split(cfg.provisioner_command)]
-                proc = await asyncio.create_subprocess_exec(*argv)
-                rc = await asyncio.wait_for(proc.wait(), 60)
-                log.warning("node %s replaced: provisioner command exited %s", request["node_id"], rc)
-            elif cfg.provisioner_url:
-                import httpx
-
-                async with httpx.AsyncClient(timeout=30) as client:
-                    r = await client.post(cfg.provisioner_url, json=request)
-                log.warning("node %s replaced: provisioner webhook answered %s", request["node_id"], r.status_code)
-            else:
-                log.error("node %s replaced but no provisioner is configured (TETO_PROVISIONER_COMMAND or "
-                          "TETO_PROVISIONER_URL): add a node to group %s by hand", request["node_id"], request["group"])
-        except Exception:  # noqa: BLE001 - a broken hook must not stop the health service
-            log.exception("provisioner hook failed for node %s", request["node_id"])
+        await provisioner.ask(self.settings, request)
 
     # -- commands ------------------------------------------------------------------------------------------
 
-    async def on_command(self, cmd: RunHealthCheck | DrainNode | UndrainNode) -> CommandOutcome:
-        now = self.runtime.clock.now()
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            got = await conn.fetchval("INSERT INTO health.processed_commands (command_id, kind) VALUES ($1, $2)"
-                                      " ON CONFLICT DO NOTHING RETURNING command_id", cmd.command_id, cmd.KIND)
-            if got is None:
-                prior = await conn.fetchval("SELECT outcome FROM health.processed_commands WHERE command_id = $1",
-                                            cmd.command_id)
-                again = CommandOutcome.model_validate({k: v for k, v in json.loads(prior).items()
-                                                       if k not in ("id", "time")})
-                await outbox.add(conn, SCHEMA, [(self.s.outcome(cmd.KIND, cmd.command_id), again)])
-                return again
-            if isinstance(cmd, RunHealthCheck):
-                accepted, reason, detail = await self._run_command(conn, cmd, now)
-            else:
-                accepted, reason, detail = await self._drain_command(conn, cmd, now)
-            outcome = CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=accepted, reason=reason,
-                                     detail=detail, by=SERVICE)
-            await conn.execute("UPDATE health.processed_commands SET outcome = $2::jsonb WHERE command_id = $1",
-                               cmd.command_id, outcome.model_dump_json(by_alias=True))
-            await outbox.add(conn, SCHEMA, [(self.s.outcome(cmd.KIND, cmd.command_id), outcome)])
-        self.kick()
-        return outcome
+    async def on_command(self, cmd: commands.HealthCommand) -> CommandOutcome:
+        return await commands.apply(self, cmd)
 
-    async def _run_command(self, conn: asyncpg.Connection, cmd: RunHealthCheck,
-                           now: datetime) -> tuple[bool, str | None, dict[str, Any]]:
-        if bool(cmd.group) == bool(cmd.nodes):
-            return False, "name a group or a list of nodes (not both)", {}
-        if cmd.group:
-            rows = await conn.fetch("SELECT * FROM health.nodes WHERE group_name = $1 ORDER BY node_id FOR UPDATE",
-                                    cmd.group)
-        else:
-            rows = await conn.fetch("SELECT * FROM health.nodes WHERE node_id = ANY($1::text[]) ORDER BY node_id"
-                                    " FOR UPDATE", cmd.nodes)
-            unknown = sorted(set(cmd.nodes) - {r["node_id"] for r in rows})
-            if unknown:
-                return False, f"node(s) not found: {', '.join(unknown)}", {"unknown": unknown}
-        targets = [r for r in rows if r["state"] == NodeState.READY and not r["cordoned"]]
-        skipped = {r["node_id"]: (f"cordoned for run {r['run_id']}" if r["cordoned"] else r["state"])
-                   for r in rows if r not in targets}
-        if not targets:
-            return False, "no ready node to check", {"skipped": skipped, "group": cmd.group}
-        tests = cmd.tests or list(ALL_TESTS)
-        await self._new_run(conn, cmd.run_id, "on_demand", cmd.group, cmd.actor, tests, cmd.force, now)
-        busy_rows = {r["executor_id"] for r in await conn.fetch(
-            "SELECT executor_id FROM health.executors WHERE executor_id = ANY($1::text[]) AND job_id IS NOT NULL",
-            [r["executor_id"] for r in targets])}
-        cordoned = []
-        for row in targets:
-            busy = row["executor_id"] in busy_rows and not cmd.force
-            t = lc.decide(store.node_of(row), lc.CheckRequested(cmd.run_id, busy), now, self.policy)
-            if isinstance(t, lc.Transition) and t.changed:
-                await store.save(conn, self.s, t, now, seq=row["event_seq"])
-                cordoned.append(row["node_id"])
-            await conn.execute("INSERT INTO health.check_run_nodes (run_id, node_id, status) VALUES ($1, $2,"
-                               " 'waiting')", cmd.run_id, row["node_id"])
-        log.info("check run %s on %d node(s) (%d cordoned until their job ends)", cmd.run_id, len(targets),
-                 len(cordoned))
-        return True, None, {"run_id": cmd.run_id, "nodes": [r["node_id"] for r in targets], "cordoned": cordoned,
-                            "skipped": skipped}
 
-    async def _drain_command(self, conn: asyncpg.Connection, cmd: DrainNode | UndrainNode,
-                             now: datetime) -> tuple[bool, str | None, dict[str, Any]]:
-        node, row = await store.load(conn, cmd.node_id)
-        fact = lc.Drain(cmd.reason) if isinstance(cmd, DrainNode) else lc.Undrain()
-        t = lc.decide(node, fact, now, self.policy)
-        if isinstance(t, lc.Refusal):
-            return False, t.reason, {"node_id": cmd.node_id}
-        if t.changed:
-            schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
-            await store.save(conn, self.s, t, now, seq=row["event_seq"], needs_check=schedule)
-        return True, None, {"node_id": cmd.node_id, "state": t.node.state.value}
+def _member(row: asyncpg.Record | None) -> runs.Member | None:
+    return None if row is None else runs.Member(row["run_id"], row["node_id"], runs.MemberStatus(row["status"]),
+                                                row["wave"], row["deadline_at"])
+
+
+def _result(row: asyncpg.Record | None) -> runs.Result | None:
+    return None if row is None else runs.Result(row["test"], CheckStatus(row["status"]), row["attempt"])
 
 
 SCHEMA = store.SCHEMA

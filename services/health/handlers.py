@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 
 from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
-from libs.contracts.commands import DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.commands import ClearGroupAlert, DrainNode, RunHealthCheck, UndrainNode
 from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.service import Runtime
@@ -106,5 +106,5 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Batc
         consumer(s.job_all, "JOB", "health-job-events", on_job_events),
         consumer(s.check_all, "NODE", "health-check-reports", on_check_reports, batch=50),
         *(consumer(s.cmd(m.KIND), "CMD", f"health-{m.KIND}", on_commands(m), batch=10)
-          for m in (RunHealthCheck, DrainNode, UndrainNode)),
+          for m in (RunHealthCheck, DrainNode, UndrainNode, ClearGroupAlert)),
     ]

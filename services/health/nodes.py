@@ -26,7 +26,8 @@ SCHEMA = "health"
 def node_of(row: asyncpg.Record) -> Node:
     return Node(node_id=row["node_id"], group=row["group_name"], executor_id=row["executor_id"],
                 state=NodeState(row["state"]), reboots=row["reboots"], run_id=row["run_id"],
-                cordoned=row["cordoned"], reason=row["reason"], boot_id=row["boot_id"], since=row["since"])
+                cordoned=row["cordoned"], reason=row["reason"], boot_id=row["boot_id"], since=row["since"],
+                held=row["held"])
 
 
 async def load(conn: asyncpg.Connection, node_id: str) -> tuple[Node | None, asyncpg.Record | None]:
@@ -47,7 +48,7 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
               for i, e in enumerate(t.events)]
     cols: dict[str, Any] = {"group_name": n.group, "executor_id": n.executor_id, "state": n.state.value,
                             "reason": n.reason, "reboots": n.reboots, "run_id": n.run_id, "cordoned": n.cordoned,
-                            "boot_id": n.boot_id, "since": n.since, "event_seq": seq + len(events)}
+                            "boot_id": n.boot_id, "since": n.since, "event_seq": seq + len(events), "held": n.held}
     if needs_check is not None:
         cols["needs_check"] = needs_check
     for key, value in (extra or {}).items():
