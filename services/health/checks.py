@@ -317,9 +317,10 @@ class Checks:
         assert d.guard.alert is not None
         if d.verdict is breaker.Verdict.TRIP:
             log.error("ALERT group %s: %s. Nothing in the group is rebooted or replaced and its nodes are held out"
-                      " of scheduling until an operator clears it (teto nodes clear-alert %s)", node.group,
+                      " of scheduling until an operator clears it (teto clear-alert %s)", node.group,
                       d.guard.alert.reason, node.group)
-            held = await guards.apply_to_group(conn, self.s, node.group, lc.Hold(d.guard.alert.reason), now)
+            held = await guards.apply_to_group(conn, self.s, node.group, lc.Hold(d.guard.alert.reason), now,
+                                               but=node.node_id)  # this one is held by its own failure below
             log.warning("group %s: held %s", node.group, ", ".join(held) or "no ready node")
         return lc.ChecksFailed(run_id, reason, hold=d.guard.alert.reason)
 

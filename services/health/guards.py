@@ -52,12 +52,12 @@ async def alert(conn: asyncpg.Connection, group: str) -> breaker.Alert | None:
 
 
 async def apply_to_group(conn: asyncpg.Connection, subjects: Subjects, group: str, fact: lc.Hold | lc.Release,
-                         now: datetime) -> list[str]:
-    """Hold or release every node of the group; returns the nodes that changed (their events are in the
-    outbox, ``schedulable`` telling placement what to do)."""
+                         now: datetime, *, but: str | None = None) -> list[str]:
+    """Hold or release every node of the group (``but`` one the caller is moving itself); returns the nodes
+    that changed (their events are in the outbox, ``schedulable`` telling placement what to do)."""
     changed = []
     ids = [r["node_id"] for r in await conn.fetch("SELECT node_id FROM health.nodes WHERE group_name = $1"
-                                                  " ORDER BY node_id", group)]
+                                                  " AND node_id IS DISTINCT FROM $2 ORDER BY node_id", group, but)]
     for node_id in ids:
         node, row = await store.load(conn, node_id)
         t = lc.decide(node, fact, now)

@@ -20,7 +20,8 @@ SELECT n.node_id, n.group_name, n.executor_id, n.state,
             WHEN n.state = 'ready' AND n.cordoned THEN 'cordoned for check run ' || n.run_id
             WHEN n.state = 'ready' THEN NULL ELSE n.reason END AS reason,
        n.reboots, n.run_id, n.cordoned, n.hostname, n.gpus, n.since, n.last_check_run_id, n.last_check_at,
-       n.last_check_outcome, n.figures, e.job_id, e.last_heartbeat, n.held IS NOT NULL AS held
+       n.last_check_outcome, n.figures, e.job_id, e.last_heartbeat, n.held IS NOT NULL AS held,
+       (SELECT g.alert FROM group_guards g WHERE g.group_name = n.group_name) AS alert
 FROM nodes n LEFT JOIN executors e ON e.executor_id = n.executor_id;
 
 CREATE OR REPLACE VIEW node_groups_public AS
