@@ -80,12 +80,13 @@ class Checks:
     # -- the check loop ------------------------------------------------------------------------------------
 
     async def tick(self) -> int:
-        """Start what is due (joining nodes past their batch wait, cordoned or queued nodes now idle) and fail
-        the members whose report is overdue."""
+        """Start what is due (joining nodes past their batch wait, cordoned or queued nodes now idle), fail the
+        members whose report is overdue, and mark gone the nodes no heartbeat followed."""
         now = self.runtime.clock.now()
         started = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             provision = await self._fail_overdue(conn, now)
+            await store.mark_gone(conn, self.s, now, self.settings.node_gone_seconds)
             due = await conn.fetch(
                 "SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' ORDER BY group_name, node_id"
                 " FOR UPDATE")
@@ -321,12 +322,11 @@ class Checks:
                       d.guard.alert.reason, node.group)
             held = await guards.apply_to_group(conn, self.s, node.group, lc.Hold(d.guard.alert.reason), now,
                                                but=node.node_id)  # this one is held by its own failure below
-            log.warning("group %s: held %s", node.group, ", ".join(held) or "no ready node")
+            log.warning("group %s: held %s", node.group, ", ".join(held) or "no other node")
         return lc.ChecksFailed(run_id, reason, hold=d.guard.alert.reason)
 
     async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[dict[str, Any]]:
-        """Members whose report did not arrive by their deadline: their unfinished tests fail with that reason.
-        SKIP LOCKED: a member a report is being applied to right now is not overdue."""
+        """Members whose report missed its deadline fail their unfinished tests (SKIP LOCKED: not overdue yet)."""
         provision: list[dict[str, Any]] = []
         for m in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
                                   " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):

@@ -7,8 +7,9 @@ Every function takes a connection the caller holds inside a transaction; nothing
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -18,9 +19,10 @@ from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain.nodes import Node, Reboot, Transition
+from .domain.nodes import Node, Reboot, Silent, Transition, decide, silent_since_registration
 
 SCHEMA = "health"
+log = logging.getLogger(__name__)
 
 
 def node_of(row: asyncpg.Record) -> Node:
@@ -68,3 +70,26 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
                                    reboots=effect.reboots)))
     await outbox.add(conn, SCHEMA, [*out, *messages])
     return events
+
+
+async def mark_gone(conn: asyncpg.Connection, subjects: Subjects, now: datetime, gone_after: float) -> list[str]:
+    """Nodes registered with no heartbeat since, for ``gone_after`` seconds, are marked gone (their run, if
+    any, fails at its deadline). SKIP LOCKED: a node another transaction holds is looked at next tick."""
+    rows = await conn.fetch(
+        "SELECT n.*, e.registered_at AS e_registered_at, e.last_heartbeat AS e_last_heartbeat FROM health.nodes n"
+        " LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
+        " WHERE n.state NOT IN ('replaced', 'drained', 'gone') AND e.registered_at <= $1"
+        " AND (e.last_heartbeat IS NULL OR e.last_heartbeat < e.registered_at)"
+        " ORDER BY n.node_id FOR UPDATE OF n SKIP LOCKED", now - timedelta(seconds=gone_after))
+    gone = []
+    for row in rows:
+        if not silent_since_registration(row["e_registered_at"], row["e_last_heartbeat"], now,
+                                         timedelta(seconds=gone_after)):
+            continue
+        t = decide(node_of(row), Silent(gone_after), now)
+        if isinstance(t, Transition) and t.changed:
+            await save(conn, subjects, t, now, seq=row["event_seq"], needs_check=False)
+            gone.append(row["node_id"])
+            log.warning("node %s (executor %s) is gone: registered, and no heartbeat in %gs since", row["node_id"],
+                        row["executor_id"], gone_after)
+    return gone

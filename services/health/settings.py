@@ -34,6 +34,10 @@ class HealthSettings(CommonSettings):
         900.0, gt=0, le=86400, description="A node whose check report has not arrived this long after its "
         "directive (the agent died, or its report was refused) fails the run with that reason. Keep it above the "
         "agents' check_timeout_seconds, which ends a hung suite on the node itself")
+    node_gone_seconds: float = Field(
+        300.0, gt=0, le=7 * 86400, description="A node whose agent registered and has sent no heartbeat since, "
+        "for this long, is marked gone (a bare registration, an agent dead at start); registering again brings it "
+        "back")
     replacement_budget: int = Field(3, ge=0, le=1000, description="Replacements per group and window; one more "
                                     "due raises the group's systemic-failure alert instead (0: never replace)")
     replacement_window_seconds: float = Field(3600.0, gt=0, le=30 * 86400, description="The window of the "
@@ -66,6 +70,9 @@ class HealthSettings(CommonSettings):
             self.baselines
         except (ValueError, TypeError, AttributeError) as exc:
             raise SettingsError(f"TETO_CHECK_BASELINES must be a JSON object of numbers: {exc}") from None
+        if self.node_gone_seconds < 2 * self.heartbeat_seconds:
+            raise SettingsError(f"TETO_NODE_GONE_SECONDS {self.node_gone_seconds:g}s is under two heartbeats "
+                                f"({2 * self.heartbeat_seconds:g}s): a healthy new node would be marked gone")
         if self.effective_signal_timeout < self.heartbeat_seconds:
             raise SettingsError(
                 f"signal timeout {self.effective_signal_timeout:g}s is shorter than one heartbeat "

@@ -2,18 +2,20 @@
 a node whose report never arrives (no agent behind its registration) or arrives refused (a malformed report)
 fails its run at the service-side deadline and takes the usual failed -> recovering path; and one node that
 cannot be checked (an executor id the bus refuses as a subject token) never stops the other nodes of any group
-from being checked."""
+from being checked; and a bare registration (no heartbeat ever follows) is never schedulable and is marked gone."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
 from libs.contracts.nodes import NodeEvent, NodeRegistered, RunChecks
+from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime.bus import publish
 from services.health.app import serve
 from services.health.settings import HealthSettings
@@ -107,5 +109,44 @@ async def test_one_node_that_cannot_be_checked_never_stops_the_others(env, caplo
             assert [e.event.value for e in events_of(nodes, "node-bad")] == ["failed"]
             flagged = [r for r in caplog.records if "node-bad" in r.getMessage()]
             assert len(flagged) == 1, [r.getMessage() for r in flagged]  # logged once, not on every tick
+    finally:
+        await pg.close()
+
+
+async def test_a_bare_registration_is_never_schedulable_and_is_marked_gone(env):
+    """A registration on the bus that no heartbeat follows (no agent behind it) creates no schedulable node and
+    is marked gone after node_gone_seconds; a node whose agent beats is not."""
+    settings = env.settings(HealthSettings, join_batch_seconds=0, check_interval_seconds=0.2,
+                            check_deadline_seconds=60, node_gone_seconds=2.0, evaluate_interval_seconds=0.5)
+    s = settings.subjects
+    pg = await asyncpg.connect(env.database_url)
+    try:
+        async with running(serve, settings), jetstream(settings.nats_url) as (nc, js), \
+                collect(settings.nats_url, s.node_all) as nodes:
+            for name in ("phantom", "alive"):
+                await publish(js, s.node(f"node-{name}", "registered"), registration(name))
+
+            async def beat_alive() -> None:
+                while True:
+                    await publish(js, s.heartbeat("ex-alive"), Heartbeat(
+                        executor_id="ex-alive", node_id="node-alive", group="g1", phase=Phase.IDLE,
+                        sent_at=datetime.now(UTC), interval_seconds=0.5, progress_interval_seconds=0.5,
+                        accepting=True))
+                    await asyncio.sleep(0.5)
+
+            beating = asyncio.create_task(beat_alive())
+            try:
+                await eventually(lambda: asyncio.sleep(0, "gone" in [e.event.value for e in
+                                                                     events_of(nodes, "node-phantom")]), timeout=15)
+                # Many ticks have passed: the beating node is still there, checking (no agent runs its suite).
+                assert "gone" not in [e.event.value for e in events_of(nodes, "node-alive")]
+                row = await pg.fetchrow("SELECT state, schedulable, reason FROM health.nodes_public"
+                                        " WHERE node_id = 'node-phantom'")
+                assert row["state"] == "gone" and not row["schedulable"] and "no heartbeat" in row["reason"]
+                assert not any(e.schedulable for e in events_of(nodes, "node-phantom"))
+                alive = await pg.fetchval("SELECT state FROM health.nodes WHERE node_id = 'node-alive'")
+                assert alive in ("joining", "checking")
+            finally:
+                beating.cancel()
     finally:
         await pg.close()

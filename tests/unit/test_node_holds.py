@@ -80,3 +80,34 @@ def test_a_node_that_cannot_be_addressed_is_failed_with_the_reason_and_never_reb
         return
     assert t.node.state is S.FAILED and t.node.reason == "cannot be checked: bad id" and not t.effects
     assert not t.node.schedulable and t.node.run_id is None and not t.node.cordoned
+
+
+# -- a registration no heartbeat follows -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("registered_ago", "beat_ago", "silent"), [
+    (None, None, False), (10, None, False), (60, None, True), (60, 70, True), (60, 30, False), (600, 1, False)],
+    ids=["never registered", "young", "bare registration", "beats only before it", "beating", "long-lived"])
+def test_only_a_registration_no_heartbeat_followed_for_the_timeout_is_silent(registered_ago, beat_ago, silent):
+    from datetime import timedelta
+
+    from services.health.domain.nodes import silent_since_registration
+
+    def ago(s):
+        return None if s is None else T0 - timedelta(seconds=s)
+
+    assert silent_since_registration(ago(registered_ago), ago(beat_ago), T0, timedelta(seconds=60)) is silent
+
+
+@pytest.mark.parametrize("state", ALL, ids=str)
+def test_a_silent_node_is_gone_never_schedulable_and_back_when_it_registers_again(state):
+    from services.health.domain.nodes import Registered, Silent
+
+    t = decide(node(state), Silent(60), T0)
+    if state in (S.REPLACED, S.DRAINED, S.GONE):
+        assert not t.changed
+        return
+    assert t.node.state is S.GONE and not t.node.schedulable and not t.effects and t.node.run_id is None
+    assert [(e.kind, e.reason) for e in t.events] == [(NodeEventKind.GONE, "gone: no heartbeat in 60s since it "
+                                                                           "registered")]
+    back = decide(t.node, Registered("n1", "e1", "g", "b9"), T0)
+    assert back.node.state is S.JOINING and back.effects == (ScheduleChecks(),)

@@ -14,7 +14,7 @@ events to emit, the effects the edge must carry out: start checks, reboot, call 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from libs.contracts.nodes import NodeEventKind, NodeState
@@ -22,7 +22,8 @@ from libs.contracts.nodes import NodeEventKind, NodeState
 S = NodeState
 NOT_SCHEDULABLE = {S.JOINING: "waiting for its checks", S.CHECKING: "running its checks",
                    S.FAILED: "failed its checks", S.RECOVERING: "rebooting after failed checks",
-                   S.REPLACED: "replaced", S.DRAINED: "drained by an operator"}
+                   S.REPLACED: "replaced", S.DRAINED: "drained by an operator",
+                   S.GONE: "gone: no heartbeat since it registered"}
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,14 @@ class Unaddressable:
     reason: str
 
 
+@dataclass(frozen=True)
+class Silent:
+    """No heartbeat since the node's agent registered, for ``seconds``: no agent is there to do anything."""
+    seconds: float
+
+
 Fact = (Registered | ChecksStarted | CheckRequested | ChecksPassed | ChecksFailed | ChecksDeferred | Drain
-        | Undrain | Hold | Release | Unaddressable)
+        | Undrain | Hold | Release | Unaddressable | Silent)
 
 
 # -- results ----------------------------------------------------------------------------------------------
@@ -211,6 +218,8 @@ def decide(node: Node | None, fact: Fact, now: datetime, policy: Policy = Policy
         return on_release(node, now)
     if isinstance(fact, Unaddressable):
         return on_unaddressable(node, fact, now)
+    if isinstance(fact, Silent):
+        return on_silent(node, fact, now)
     raise TypeError(f"not a node fact: {fact!r}")
 
 
@@ -352,4 +361,23 @@ def on_unaddressable(node: Node, fact: Unaddressable, now: datetime) -> Transiti
     if node.state in (S.REPLACED, S.DRAINED, S.FAILED):
         return Transition.unchanged(node, f"node is {node.state}")
     new, ev = _to(node, S.FAILED, NodeEventKind.FAILED, now, fact.reason, run_id=None, cordoned=False)
+    return Transition(new, (ev,))
+
+
+def silent_since_registration(registered_at: datetime | None, last_heartbeat: datetime | None, now: datetime,
+                              gone_after: timedelta) -> bool:
+    """A registration no heartbeat has followed for ``gone_after``: a bare registration on the bus, or an agent
+    that died at start. A rebooting node is not silent in this sense: its heartbeats before the reboot came
+    after its previous registration, and it registers again when it is back."""
+    if registered_at is None or now - registered_at < gone_after:
+        return False
+    return last_heartbeat is None or last_heartbeat < registered_at
+
+
+def on_silent(node: Node, fact: Silent, now: datetime) -> Transition:
+    """Out of every list of live nodes and never schedulable; registering again (a real agent) brings it back."""
+    if node.state in (S.REPLACED, S.DRAINED, S.GONE):
+        return Transition.unchanged(node, f"node is {node.state}")
+    why = f"gone: no heartbeat in {fact.seconds:g}s since it registered"
+    new, ev = _to(node, S.GONE, NodeEventKind.GONE, now, why, run_id=None, cordoned=False)
     return Transition(new, (ev,))
