@@ -8,15 +8,11 @@ How a run goes:
    executor reports no job (or at once with ``force``: the agent checkpoints and stops the job first).
 2. The nodes started together are a wave: they get ranks and rank 0's address for the all-reduce, and the
    addresses of the group's other nodes for the connectivity test, in a ``check`` directive each.
-3. Each final result is judged against the group (verdicts.py); a failed one is re-run once (for the
-   all-reduce: on the whole wave). A report still missing at the member's deadline fails its tests with that
-   reason (domain/runs.py). When every test of every node of the wave is final, each node passes or fails,
-   and the node's transition is written with its events and directives in one transaction.
-4. A node that would be replaced goes through its group's breaker first (domain/breaker.py): past the budget,
-   or failing the test its predecessor was replaced for, it stays failed and its group is held.
-
-The tick handles each node in a savepoint: one node that cannot be checked (an id the bus refuses) is failed
-with the reason and never stops the other nodes of any group.
+3. Each final result is judged against the group (verdicts.py) and applied by the run rules (domain/runs.py):
+   a failure re-runs once (the all-reduce: the whole wave); a report missing at the deadline fails. When the
+   wave is final, each node's transition is written with its events and directives in one transaction.
+4. A node that would be replaced goes through its group's breaker first (domain/breaker.py).
+The tick starts each node in a savepoint: one that cannot be checked never stops the others.
 """
 
 from __future__ import annotations
@@ -41,12 +37,11 @@ from . import nodes as store
 from .domain import breaker
 from .domain import nodes as lc
 from .domain import runs
-from .domain.verdicts import judge
+from .domain.verdicts import Verdict, judge
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
 SERVICE = "health"
-GROUP_TESTS = (CheckTest.ALLREDUCE,)
 
 
 class Checks:
@@ -189,72 +184,85 @@ class Checks:
     async def on_report(self, conn: asyncpg.Connection, rep: CheckReport) -> list[dict[str, Any]]:
         """Apply one report; returns provisioner requests to make once the transaction has committed."""
         now = self.runtime.clock.now()
-        member = await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND node_id = $2"
-                                     " FOR UPDATE", rep.run_id, rep.node_id)
-        if runs.stale_member(_member(member)) is not None:
-            self.stale_reports += 1
-            return []
+        member = _member(await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND"
+                                             " node_id = $2 FOR UPDATE", rep.run_id, rep.node_id))
+        result = _result(await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2"
+                                             " AND test = $3 FOR UPDATE", rep.run_id, rep.node_id,
+                                             rep.test and rep.test.value))
+        fact: runs.Fact
         if rep.status == "busy":
-            node, row = await store.load(conn, rep.node_id)
-            t = lc.decide(node, lc.ChecksDeferred(rep.run_id), now, self.policy)
-            if isinstance(t, lc.Transition) and t.changed:
-                await store.save(conn, self.s, t, now, seq=row["event_seq"])
-                await conn.execute("UPDATE health.check_run_nodes SET status = 'waiting', wave = NULL"
-                                   " WHERE run_id = $1 AND node_id = $2", rep.run_id, rep.node_id)
-            return []
-        result = await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2 AND"
-                                     " test = $3 FOR UPDATE", rep.run_id, rep.node_id, rep.test and rep.test.value)
-        if runs.stale_report(_member(member), _result(result), rep.attempt) is not None:
+            fact = runs.Busy()
+        elif rep.status in (CheckStatus.RUNNING, CheckStatus.PENDING):
+            fact = runs.Progress(rep.test.value, rep.attempt, CheckStatus(rep.status))
+        elif runs.stale_report(member, result, rep.attempt) is not None:  # before judging: no peers to load
             self.stale_reports += 1
             return []
-        status = CheckStatus(rep.status)
-        if status in (CheckStatus.RUNNING, CheckStatus.PENDING):
-            await conn.execute("UPDATE health.check_results SET status = $4, updated_at = now() WHERE run_id = $1"
-                               " AND node_id = $2 AND test = $3", rep.run_id, rep.node_id, rep.test.value, status.value)
-            await conn.execute("UPDATE health.check_run_nodes SET status = 'running' WHERE run_id = $1 AND"
-                               " node_id = $2 AND status = 'pending'", rep.run_id, rep.node_id)
+        else:
+            fact = runs.Judged(rep.test.value, rep.attempt, await self._judge(conn, rep))
+        step = runs.decide(member, result, fact, now, deadline_seconds=self.settings.check_deadline_seconds)
+        if step is None or step.ignored is not None:
+            self.stale_reports += 1
             return []
+        if isinstance(fact, runs.Judged):  # the attempt's figures and verdict are kept, even when it re-runs
+            v = fact.verdict
+            await conn.execute(
+                "UPDATE health.check_results SET figures = $4::jsonb, detail = $5::jsonb, verdict = $6::jsonb,"
+                " error = $7, seconds = $8 WHERE run_id = $1 AND node_id = $2 AND test = $3", rep.run_id,
+                rep.node_id, fact.test, json.dumps(rep.figures), json.dumps(rep.detail, default=str),
+                json.dumps({**v.detail(), "attempt": rep.attempt, "rerun": v.rerun}), v.reason, rep.seconds)
+        return await self._apply(conn, step, now)
+
+    async def _judge(self, conn: asyncpg.Connection, rep: CheckReport) -> Verdict:
         group = await conn.fetchval("SELECT group_name FROM health.nodes WHERE node_id = $1", rep.node_id)
         peers = [json.loads(r["f"]) for r in await conn.fetch(
             "SELECT figures -> $3 AS f FROM health.nodes WHERE group_name = $1 AND node_id <> $2 AND state = 'ready'"
             " AND figures ? $3", group, rep.node_id, rep.test.value)]
-        verdict = judge(rep.test.value, status, rep.figures, peers, rep.attempt, baselines=self.settings.baselines,
-                        min_ratio=self.settings.min_ratio, error=rep.error)
-        verdict_json = json.dumps({**verdict.detail(), "attempt": rep.attempt, "rerun": verdict.rerun})
-        await conn.execute(
-            "UPDATE health.check_results SET status = $4, figures = $5::jsonb, detail = $6::jsonb, verdict = $7::jsonb,"
-            " error = $8, seconds = $9, updated_at = now() WHERE run_id = $1 AND node_id = $2 AND test = $3",
-            rep.run_id, rep.node_id, rep.test.value, verdict.status.value, json.dumps(rep.figures),
-            json.dumps(rep.detail, default=str), verdict_json, verdict.reason, rep.seconds)
-        if verdict.rerun:
-            await self._rerun(conn, member, rep.test, rep.attempt + 1, now)
-            return []
-        return await self._maybe_finish_wave(conn, rep.run_id, member["wave"], now)
+        return judge(rep.test.value, CheckStatus(rep.status), rep.figures, peers, rep.attempt,
+                     baselines=self.settings.baselines, min_ratio=self.settings.min_ratio, error=rep.error)
 
-    async def _rerun(self, conn: asyncpg.Connection, member: asyncpg.Record, test: CheckTest, attempt: int,
-                     now: datetime) -> None:
-        """A failed test runs once more; the all-reduce needs its whole wave, so all of it re-runs."""
-        run_id = member["run_id"]
-        if test in GROUP_TESTS:
-            members = await conn.fetch("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND wave = $2",
-                                       run_id, member["wave"])
-        else:
-            members = [member]
+    async def _apply(self, conn: asyncpg.Connection, step: runs.Step, now: datetime) -> list[dict[str, Any]]:
+        """Write a member's step (its status, results) and carry out its effects."""
+        m = step.member
+        await conn.execute("UPDATE health.check_run_nodes SET status = $3, wave = $4, deadline_at = $5"
+                           " WHERE run_id = $1 AND node_id = $2", m.run_id, m.node_id, m.status.value, m.wave,
+                           m.deadline)
+        for r in step.results:
+            await conn.execute("UPDATE health.check_results SET status = $4, attempt = $5, updated_at = now()"
+                               " WHERE run_id = $1 AND node_id = $2 AND test = $3", m.run_id, m.node_id, r.test,
+                               r.status.value, r.attempt)
+        for effect in step.effects:
+            if isinstance(effect, runs.Deferred):
+                node, row = await store.load(conn, m.node_id)
+                t = lc.decide(node, lc.ChecksDeferred(m.run_id), now, self.policy)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
+            elif isinstance(effect, runs.Rerun):
+                await self._rerun(conn, m, CheckTest(effect.test), effect.attempt, effect.whole_wave, now)
+            elif isinstance(effect, runs.FinishWave):
+                return await self._maybe_finish_wave(conn, m.run_id, m.wave, now)
+        return []
+
+    async def _rerun(self, conn: asyncpg.Connection, member: runs.Member, test: CheckTest, attempt: int,
+                     whole_wave: bool, now: datetime) -> None:
+        """A failed test runs once more; the all-reduce needs its whole wave, so all of it re-runs (each node's
+        deadline re-armed)."""
+        run_id = member.run_id
+        members = await conn.fetch("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND (node_id = $2 OR"
+                                   " ($3 AND wave = $4))", run_id, member.node_id, whole_wave, member.wave)
         force = await conn.fetchval("SELECT force FROM health.check_runs WHERE run_id = $1", run_id)
-        deadline = now + timedelta(seconds=self.settings.check_deadline_seconds)  # a re-run re-arms it
+        deadline = now + timedelta(seconds=self.settings.check_deadline_seconds)
         for m in members:
             await conn.execute("UPDATE health.check_run_nodes SET deadline_at = $3 WHERE run_id = $1 AND"
                                " node_id = $2", run_id, m["node_id"], deadline)
             await conn.execute("UPDATE health.check_results SET status = 'pending', attempt = $4, updated_at = now()"
                                " WHERE run_id = $1 AND node_id = $2 AND test = $3", run_id, m["node_id"], test.value,
                                attempt)
-            row = await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1", m["node_id"])
-            node = store.node_of(row)
+            node = store.node_of(await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1", m["node_id"]))
             directive = RunChecks(run_id=run_id, node_id=node.node_id, executor_id=node.executor_id or "",
                                   tests=[test], attempt=attempt, force=force, peers=await self._peers(conn, node),
                                   rank=m["rank"] or 0, world_size=m["world_size"] or 1, rendezvous=m["rendezvous"])
             await outbox.add(conn, SCHEMA, [(self.s.agent(node.executor_id or "", "check"), directive)])
-        log.info("check run %s: %s failed on %s; re-running it once", run_id, test.value, member["node_id"])
+        log.info("check run %s: %s failed on %s; re-running it once", run_id, test.value, member.node_id)
 
     async def _maybe_finish_wave(self, conn: asyncpg.Connection, run_id: str, wave: int | None,
                                  now: datetime) -> list[dict[str, Any]]:
@@ -328,26 +336,26 @@ class Checks:
     async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[dict[str, Any]]:
         """Members whose report missed its deadline fail their unfinished tests (SKIP LOCKED: not overdue yet)."""
         provision: list[dict[str, Any]] = []
-        for m in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
-                                  " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):
+        seconds = self.settings.check_deadline_seconds
+        for row in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
+                                    " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):
             results = [runs.Result(r["test"], CheckStatus(r["status"]), r["attempt"]) for r in await conn.fetch(
                 "SELECT test, status, attempt FROM health.check_results WHERE run_id = $1 AND node_id = $2"
-                " FOR UPDATE", m["run_id"], m["node_id"])]
-            failed = runs.on_deadline(_member(m), results, now, self.settings.check_deadline_seconds)
-            for r in failed:
+                " FOR UPDATE", row["run_id"], row["node_id"])]
+            step = runs.decide(_member(row), None, runs.DeadlinePassed(seconds), now, deadline_seconds=seconds,
+                               results=results)
+            if step is None or step.ignored is not None:
+                continue
+            for r in step.results:
                 await conn.execute(
-                    "UPDATE health.check_results SET status = 'failed', error = $4, verdict = $5::jsonb,"
-                    " updated_at = now() WHERE run_id = $1 AND node_id = $2 AND test = $3", m["run_id"],
-                    m["node_id"], r.test, r.reason, json.dumps({"reason": r.reason, "attempt": r.attempt,
-                                                                "rerun": False, "overdue": True}))
-            # Disarmed: the wave may still wait on other nodes, and this one must not be failed twice.
-            await conn.execute("UPDATE health.check_run_nodes SET deadline_at = NULL WHERE run_id = $1 AND"
-                               " node_id = $2", m["run_id"], m["node_id"])
-            if failed:
+                    "UPDATE health.check_results SET error = $4, verdict = $5::jsonb WHERE run_id = $1 AND"
+                    " node_id = $2 AND test = $3", row["run_id"], row["node_id"], r.test, r.reason,
+                    json.dumps({"reason": r.reason, "attempt": r.attempt, "rerun": False, "overdue": True}))
+            if step.results:
                 self.overdue_reports += 1
-                log.warning("check run %s: no report from node %s by its deadline (%gs): %s failed", m["run_id"],
-                            m["node_id"], self.settings.check_deadline_seconds, ", ".join(r.test for r in failed))
-            provision += await self._maybe_finish_wave(conn, m["run_id"], m["wave"], now)
+                log.warning("check run %s: no report from node %s by its deadline (%gs): %s failed", row["run_id"],
+                            row["node_id"], seconds, ", ".join(r.test for r in step.results))
+            provision += await self._apply(conn, step, now)
         return provision
 
     async def _member_failed(self, conn: asyncpg.Connection, run_id: str, node_id: str, reason: str,
@@ -360,15 +368,7 @@ class Checks:
         """Flag a node that cannot be checked: failed with the reason (logged once: it is not due again)."""
         log.error("node %s %s; the other nodes are checked as usual", node_id, reason)
         await self._member_failed(conn, run_id, node_id, reason, now)
-        try:
-            async with conn.transaction():
-                node, row = await store.load(conn, node_id)
-                t = lc.decide(node, lc.Unaddressable(reason[:1500]), now, self.policy)
-                if isinstance(t, lc.Transition) and t.changed:
-                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
-        except Exception:  # noqa: BLE001 - even its node event cannot be addressed: keep the state, no event
-            await conn.execute("UPDATE health.nodes SET state = 'failed', reason = $2, run_id = NULL,"
-                               " needs_check = false, updated_at = now() WHERE node_id = $1", node_id, reason[:1500])
+        await store.flag_unaddressable(conn, self.s, node_id, reason, now)
 
     async def _maybe_finish_run(self, conn: asyncpg.Connection, run_id: str, now: datetime) -> None:
         await conn.execute(

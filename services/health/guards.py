@@ -1,8 +1,10 @@
 """The replacement breaker's edge: a group's guard in and out of ``health.group_guards``, and a group held or
 released (every node's transition written with its events, in the caller's transaction).
 
-The rules are in domain/breaker.py; nothing here decides. Locks: the guard row first, then nodes by id, the
-same order everywhere, so two groups' verdicts never deadlock each other.
+The rules are in domain/breaker.py; nothing here decides. Locks: a verdict holds the failing node, then the
+guard row, then the group's other nodes by id; a clear takes the guard, then the nodes. The two can meet in a
+deadlock in principle (a clear racing a verdict in the same group): PostgreSQL aborts one transaction and its
+message is redelivered, nothing half-applied.
 """
 
 from __future__ import annotations

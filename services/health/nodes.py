@@ -19,7 +19,7 @@ from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain.nodes import Node, Reboot, Silent, Transition, decide, silent_since_registration
+from .domain.nodes import Node, Reboot, Silent, Transition, Unaddressable, decide, silent_since_registration
 
 SCHEMA = "health"
 log = logging.getLogger(__name__)
@@ -93,3 +93,17 @@ async def mark_gone(conn: asyncpg.Connection, subjects: Subjects, now: datetime,
             log.warning("node %s (executor %s) is gone: registered, and no heartbeat in %gs since", row["node_id"],
                         row["executor_id"], gone_after)
     return gone
+
+
+async def flag_unaddressable(conn: asyncpg.Connection, subjects: Subjects, node_id: str, reason: str,
+                             now: datetime) -> None:
+    """Fail a node no directive can reach (Unaddressable), with its node event if even that can be addressed."""
+    try:
+        async with conn.transaction():
+            node, row = await load(conn, node_id)
+            t = decide(node, Unaddressable(reason[:1500]), now)
+            if isinstance(t, Transition) and t.changed:
+                await save(conn, subjects, t, now, seq=row["event_seq"])
+    except Exception:  # noqa: BLE001 - its node id is no subject token either: keep the state, no event
+        await conn.execute("UPDATE health.nodes SET state = 'failed', reason = $2, run_id = NULL, needs_check = false,"
+                           " updated_at = now() WHERE node_id = $1", node_id, reason[:1500])

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from libs.contracts.nodes import CheckStatus
-from services.health.domain.runs import (DONE, STARTED, Member, MemberStatus, Outcome, Result, join_run_due,
-                                         on_deadline, overdue, run_kind, stale_member, stale_report, started,
-                                         wave_outcomes)
-from services.health.domain.verdicts import FINAL
+from services.health.domain.runs import (DONE, STARTED, Busy, DeadlinePassed, Deferred, FinishWave, Judged, Member,
+                                         MemberStatus, Outcome, Progress, Rerun, Result, Step, decide,
+                                         join_run_due, on_deadline, overdue, run_kind, stale_member, stale_report,
+                                         started, wave_outcomes)
+from services.health.domain.verdicts import FINAL, Verdict
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -110,3 +111,75 @@ def test_a_finished_wave_passes_and_fails_each_node_with_the_failed_tests_and_re
     assert wave_outcomes(results) == {
         "n1": Outcome(C.PASSED),
         "n2": Outcome(C.FAILED, "matmul: wrong result; membw: failed", frozenset({"matmul", "membw"}))}
+
+
+# -- decide: every member status against every fact ---------------------------------------------------------
+
+PASS = Verdict(C.PASSED, False)
+FAIL_ONCE = Verdict(C.FAILED, True, "wrong result")
+FAIL = Verdict(C.FAILED, False, "wrong result")
+FACTS = {"progress": Progress("matmul", 1, C.RUNNING), "passed": Judged("matmul", 1, PASS),
+         "failed, re-run due": Judged("matmul", 1, FAIL_ONCE), "failed for good": Judged("matmul", 1, FAIL),
+         "busy": Busy(), "deadline": DeadlinePassed(DEADLINE)}
+PAIRS = [(st, f) for st in MemberStatus for f in FACTS]
+LATE = T0 + timedelta(seconds=DEADLINE + 1)
+
+
+def step(status: MemberStatus, fact_name: str, now: datetime = T0) -> Step:
+    result = Result("matmul", C.PENDING, 1)
+    return decide(member(status), result, FACTS[fact_name], now, deadline_seconds=DEADLINE, results=[result])
+
+
+@pytest.mark.parametrize(("status", "fact"), PAIRS, ids=[f"{s.name} => {f}" for s, f in PAIRS])
+def test_every_member_status_and_fact(status, fact):
+    """Only a started member takes facts; a finished or waiting one ignores them (old news, counted)."""
+    now = LATE if fact == "deadline" else T0
+    got = step(status, fact, now)
+    if status not in STARTED:
+        assert got.ignored is not None and got.member == member(status) and not got.results and not got.effects
+        return
+    assert got.ignored is None
+    expected = {
+        "progress": ((M.RUNNING, member(status).deadline), [("matmul", C.RUNNING, 1)], ()),
+        "passed": ((status, member(status).deadline), [("matmul", C.PASSED, 1)], (FinishWave(),)),
+        "failed, re-run due": ((status, now + timedelta(seconds=DEADLINE)), [("matmul", C.PENDING, 2)],
+                               (Rerun("matmul", 2, False),)),
+        "failed for good": ((status, member(status).deadline), [("matmul", C.FAILED, 1)], (FinishWave(),)),
+        "busy": ((M.WAITING, None), [], (Deferred(),)),
+        "deadline": ((status, None), [("matmul", C.FAILED, 1)], (FinishWave(),)),
+    }[fact]
+    assert (got.member.status, got.member.deadline) == expected[0]
+    assert [(r.test, r.status, r.attempt) for r in got.results] == expected[1]
+    assert got.effects == expected[2]
+
+
+def test_a_failed_allreduce_re_runs_on_the_whole_wave():
+    result = Result("allreduce", C.RUNNING, 1)
+    got = decide(member(M.RUNNING), result, Judged("allreduce", 1, FAIL_ONCE), T0, deadline_seconds=DEADLINE)
+    assert got.effects == (Rerun("allreduce", 2, True),)
+
+
+def test_a_final_result_keeps_the_verdicts_reason():
+    got = step(M.RUNNING, "failed for good")
+    assert got.results[0].reason == "wrong result"
+
+
+def test_a_report_of_an_older_attempt_is_ignored():
+    got = decide(member(M.RUNNING), Result("matmul", C.PENDING, 2), Judged("matmul", 1, PASS), T0,
+                 deadline_seconds=DEADLINE)
+    assert got.ignored == "attempt 1 is not the current attempt 2" and not got.effects
+
+
+def test_before_its_deadline_a_member_is_not_overdue():
+    assert step(M.RUNNING, "deadline", T0).ignored == "not overdue"
+
+
+def test_an_overdue_member_whose_tests_are_all_final_is_only_disarmed():
+    """It waits on the other nodes of its wave; it must not be picked again on every tick."""
+    done = Result("matmul", C.PASSED, 1)
+    got = decide(member(M.RUNNING), None, DeadlinePassed(DEADLINE), LATE, deadline_seconds=DEADLINE, results=[done])
+    assert got.ignored is None and got.member.deadline is None and not got.results and not got.effects
+
+
+def test_a_fact_about_no_member_is_none():
+    assert decide(None, None, Busy(), T0, deadline_seconds=DEADLINE) is None

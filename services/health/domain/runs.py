@@ -17,8 +17,9 @@ from enum import StrEnum
 
 from libs.contracts.nodes import CheckStatus
 
-from .verdicts import FINAL, node_outcome
+from .verdicts import FINAL, Verdict, node_outcome
 
+GROUP_TESTS = frozenset({"allreduce"})  # tests the nodes of a wave run together: a re-run is the whole wave's
 NO_REPORT = "no report within {seconds:g}s of the check directive (agent gone, or its report was refused)"
 
 
@@ -105,6 +106,97 @@ def stale_report(member: Member | None, result: Result | None, attempt: int) -> 
     if result.final:
         return f"test already {result.status}"
     return None
+
+
+# -- one member's facts: (member, result, fact, now) -> Step -----------------------------------------------
+
+@dataclass(frozen=True)
+class Progress:
+    """A test reported it started (or is still pending) on the node."""
+    test: str
+    attempt: int
+    status: CheckStatus
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A test's final result, judged against the group (verdicts.judge)."""
+    test: str
+    attempt: int
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Busy:
+    """The agent answered busy (a job landed just before): back to waiting until the job ends."""
+
+
+@dataclass(frozen=True)
+class DeadlinePassed:
+    seconds: float
+
+
+Fact = Progress | Judged | Busy | DeadlinePassed
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """Send the test again (attempt ``attempt``); ``whole_wave``: to every node of the wave."""
+    test: str
+    attempt: int
+    whole_wave: bool
+
+
+@dataclass(frozen=True)
+class FinishWave:
+    """A result became final: the wave may be complete (the edge loads the wave and asks wave_outcomes)."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The node goes back to waiting; its lifecycle gets ChecksDeferred (cordoned until its job ends)."""
+
+
+Effect = Rerun | FinishWave | Deferred
+
+
+@dataclass(frozen=True)
+class Step:
+    member: Member
+    results: tuple[Result, ...] = ()  # the results this fact changed, as they are now
+    effects: tuple[Effect, ...] = ()
+    ignored: str | None = None  # old news (counted by the edge), nothing changed
+
+
+def decide(member: Member | None, result: Result | None, fact: Fact, now: datetime, *, deadline_seconds: float,
+           results: Sequence[Result] = ()) -> Step | None:
+    """Apply one fact to one member of a run. ``result``: the fact's test's current result (Progress, Judged);
+    ``results``: all the member's results (DeadlinePassed). None only for a fact about no member at all."""
+    if member is None:
+        return None
+    if isinstance(fact, DeadlinePassed):
+        if not overdue(member, now):
+            return Step(member, ignored="not overdue")
+        # Disarmed either way: the wave may still wait on other nodes, and this one is failed once.
+        failed = on_deadline(member, results, now, fact.seconds)
+        return Step(replace(member, deadline=None), failed, (FinishWave(),) if failed else ())
+    if isinstance(fact, Busy):
+        if (why := stale_member(member)) is not None:
+            return Step(member, ignored=why)
+        return Step(replace(member, status=MemberStatus.WAITING, wave=None, deadline=None), (), (Deferred(),))
+    if (why := stale_report(member, result, fact.attempt)) is not None:
+        return Step(member, ignored=why)
+    assert result is not None
+    if isinstance(fact, Progress):
+        running = MemberStatus.RUNNING if member.status is MemberStatus.PENDING else member.status
+        return Step(replace(member, status=running), (replace(result, status=fact.status),))
+    verdict = fact.verdict
+    if verdict.rerun:
+        # One noisy run does not fail a node: the test runs once more, its deadline re-armed.
+        again = Result(result.test, CheckStatus.PENDING, fact.attempt + 1)
+        return Step(replace(member, deadline=now + timedelta(seconds=deadline_seconds)), (again,),
+                    (Rerun(result.test, fact.attempt + 1, result.test in GROUP_TESTS),))
+    return Step(member, (Result(result.test, verdict.status, fact.attempt, verdict.reason),), (FinishWave(),))
 
 
 # -- the deadline ---------------------------------------------------------------------------------------------
