@@ -4,7 +4,7 @@ made to fail by the test switch on the whole group (a bad driver rollout, as far
 With a replacement budget of 1: one node is replaced, the next replacement due raises the group's
 systemic-failure alert instead (no second provisioner call), the failing node stays failed and held, and the
 alert shows in the nodes API. Clearing it (``fleet:manage`` only) resumes the usual path: the held node is
-checked again and, failing again, is replaced with the fresh budget.
+checked again and, failing again, is replaced with the fresh budget. The clear is audited like every command.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from agents.executor.agent import serve as agent_serve
 from agents.executor.checks.handler import Reboot
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.nodes import NodeEvent
+from services.audit.app import serve as audit_serve
+from services.audit.settings import AuditSettings
 from services.health.app import serve as health_serve
 from services.health.settings import HealthSettings
 
@@ -68,7 +70,8 @@ async def test_a_group_failing_the_same_test_stops_at_the_budget_raises_an_alert
     hs = env.settings(HealthSettings, join_batch_seconds=1.0, check_interval_seconds=0.3, max_reboots=0,
                       replacement_budget=1, replacement_window_seconds=3600, provisioner_command=hook,
                       min_ratio=0.05, evaluate_interval_seconds=0.5)
-    async with running(health_serve, hs), gateway(env, stand_in=False, timeout=10.0) as gw, \
+    async with running(health_serve, hs), running(audit_serve, env.settings(AuditSettings)), \
+            gateway(env, stand_in=False, timeout=10.0) as gw, \
             collect(hs.nats_url, hs.subjects.node_all) as col, agents(env, ["a", "b"], "matmul:fail"):
         async def states() -> dict[str, str]:
             rows = await gw.rt.pool.fetch("SELECT node_id, state FROM health.nodes WHERE group_name = $1", GROUP)
@@ -113,3 +116,13 @@ async def test_a_group_failing_the_same_test_stops_at_the_budget_raises_an_alert
                                         "replaced"]
         groups = (await gw.client.get("/v1/node-groups", headers=gw.as_("viewer"))).json()
         assert next(g for g in groups if g["group_name"] == GROUP)["alert"] is None
+
+        # 5. Audited like every command: the viewer's refusal, the operator's clear and its second, refused try.
+        async def audited() -> list:
+            rows = await gw.rt.pool.fetch("SELECT actor, outcome, reason FROM audit.log_public"
+                                          " WHERE kind = 'clear_group_alert' ORDER BY seq")
+            outcomes = [(r["actor"], r["outcome"]) for r in rows]
+            return rows if outcomes.count(("operator-actor", "refused")) and ("operator-actor", "accepted") in \
+                outcomes and ("viewer-actor", "refused") in outcomes else []
+
+        await eventually(audited, timeout=20)
