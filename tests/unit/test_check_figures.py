@@ -43,3 +43,25 @@ def test_finite_figures_pass_through_untouched(figures):
 def test_a_running_record_without_figures_passes_through():
     record = {"test": "membw", "status": "running"}
     assert sendable(record) is record
+
+
+async def test_the_runner_sends_a_failure_not_an_infinite_figure(tmp_path, monkeypatch):
+    """A suite child printing a throughput of Infinity (JSON's spelling): the agent gets a failed record."""
+    from agents.executor.checks import runner
+    from agents.executor.checks.suite import Spec
+
+    child = tmp_path / "child"
+    child.write_text('#!/bin/sh\ncat > /dev/null\n'
+                     'echo \'{"test": "matmul", "status": "running"}\'\n'
+                     'echo \'{"test": "matmul", "status": "passed", "figures": {"tflops_float32": Infinity},'
+                     ' "detail": {}, "error": null, "seconds": 0.0}\'\n')
+    child.chmod(0o755)
+    monkeypatch.setattr(runner.sys, "executable", str(child))
+    records: list[dict] = []
+
+    async def on_record(record: dict) -> None:
+        records.append(record)
+
+    await runner.run_suite(Spec(tests=["matmul"]), on_record, timeout=30)
+    assert [r["status"] for r in records] == ["running", "failed"]
+    assert records[1]["figures"] == {} and "tflops_float32=inf" in records[1]["error"]
