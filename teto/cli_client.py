@@ -234,12 +234,31 @@ NODE_COLUMNS = [("node", "node_id"), ("group", "group_name"), ("state", "state")
                 ("reason", "reason"), ("executor", "executor_id"), ("job", "job_id"), ("reboots", "reboots"),
                 ("last check", "last_check_outcome"), ("at", "last_check_at")]
 GROUP_COLUMNS = [("group", "group_name"), ("nodes", "nodes"), ("schedulable", "schedulable"), ("states", "states"),
-                 ("last check", "last_check_at")]
+                 ("last check", "last_check_at"), ("alert", "alert.reason")]
+
+
+def alerts(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per group under a systemic-failure alert (replacing stopped, nodes held), first on screen."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        alert = r.get("alert")
+        if isinstance(alert, Mapping) and r.get("group_name") not in seen:
+            seen[r["group_name"]] = (f"ALERT group {r['group_name']} since {alert.get('since')}: {alert.get('reason')}"
+                                     f" (held; clear with: teto clear-alert {r['group_name']})")
+    return list(seen.values())
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     _, body = call(args, "GET", "/v1/node-groups" if args.groups else "/v1/nodes")
-    _print(args, body, table(body, GROUP_COLUMNS if args.groups else NODE_COLUMNS) if body else "no nodes")
+    human = table(body, GROUP_COLUMNS if args.groups else NODE_COLUMNS) if body else "no nodes"
+    _print(args, body, "\n".join([*alerts(body or []), human]))
+    return 0
+
+
+def cmd_clear_alert(args: argparse.Namespace) -> int:
+    _, body = call(args, "POST", f"/v1/node-groups/{args.group}/clear-alert", json={"reason": args.reason})
+    released = ", ".join(body.get("released") or []) or "no node"
+    _print(args, body, f"group {args.group}: alert cleared; released {released}")
     return 0
 
 
@@ -453,6 +472,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("node_id")
     p.add_argument("--reason", default="drained by operator")
     p.add_argument("--undo", action="store_true")
+    p = add("clear-alert", cmd_clear_alert, "clear a group's systemic-failure alert (replacing resumes, held "
+            "nodes return after a check)")
+    p.add_argument("group")
+    p.add_argument("--reason", default="cleared by operator")
 
     audit = sub.add_parser("audit", help="the audit log (needs audit:read)", parents=[common])
     audit.add_argument("--actor")

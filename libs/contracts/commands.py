@@ -78,6 +78,17 @@ class UndrainNode(Command):
     node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
 
 
+class ClearGroupAlert(Command):
+    """Clear a group's systemic-failure alert (``fleet:manage``): replacing resumes with a fresh budget, held
+    nodes return to scheduling, and nodes the breaker kept failed are checked again. Answered by health."""
+
+    SCHEMA = "teto.cmd.clear_group_alert/1"
+    KIND = "clear_group_alert"
+
+    group: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    reason: str = Field("cleared by operator", max_length=1000)
+
+
 class SetGangPolicy(Command):
     """Replace the gang policy (``PUT /v1/policies/gang``); the queue applies it from its next admission."""
 
@@ -88,7 +99,8 @@ class SetGangPolicy(Command):
 
 
 COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob, RunHealthCheck,
-                                                          DrainNode, UndrainNode, SetGangPolicy)}
+                                                          DrainNode, UndrainNode, SetGangPolicy,
+                                                          ClearGroupAlert)}
 
 
 class CommandOutcome(Envelope):

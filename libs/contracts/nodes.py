@@ -65,6 +65,7 @@ class NodeState(StrEnum):
     RECOVERING = "recovering"  # told to reboot; re-checked when it registers again
     REPLACED = "replaced"  # failed after max_reboots recoveries; the provisioner was asked for a new node
     DRAINED = "drained"  # taken out by an operator
+    GONE = "gone"  # registered, then no heartbeat for node_gone_seconds (a bare or dead registration)
 
 
 class NodeEventKind(StrEnum):
@@ -77,6 +78,9 @@ class NodeEventKind(StrEnum):
     DRAINED = "drained"
     CORDONED = "cordoned"  # busy node targeted by a check run: no new work, checked when its job ends
     UNCORDONED = "uncordoned"
+    HELD = "held"  # the group's systemic-failure alert holds it out of scheduling (reason says why)
+    RELEASED = "released"  # the alert was cleared by an operator
+    GONE = "gone"  # no heartbeat since it registered: its agent is not there (registering again brings it back)
 
 
 class NodeEvent(Envelope):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
-from .commands import (CancelJob, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck, SetGangPolicy, SubmitJob,
-                       UndrainNode)
+from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck,
+                       SetGangPolicy, SubmitJob, UndrainNode)
 from .dead import DeadLetter
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
@@ -35,6 +35,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(RunHealthCheck, "teto.cmd.run_health_check", "CMD", "gateway", "Run deep checks on a group or nodes"),
     Entry(DrainNode, "teto.cmd.drain_node", "CMD", "gateway", "Take a node out of scheduling"),
     Entry(UndrainNode, "teto.cmd.undrain_node", "CMD", "gateway", "Return a drained node (re-checked first)"),
+    Entry(ClearGroupAlert, "teto.cmd.clear_group_alert", "CMD", "gateway",
+          "Clear a group's systemic-failure alert (replacing resumes)"),
     Entry(CommandOutcome, "teto.outcome.<kind>.<command_id>", "OUTCOME", "owning service", "Command accepted/refused"),
     Entry(JobEvent, "teto.job.<job_id>.<event>", "JOB", "queue", "Job-state change, ordered per job by seq"),
     Entry(SignalChanged, "teto.job.<job_id>.signal", "JOB", "health", "Job signal changed (ok/no_signal/stuck)"),

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload", "figures", "states", "nodes", "gang"})
+                           "payload", "figures", "states", "nodes", "gang", "alert"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:

@@ -8,38 +8,40 @@ How a run goes:
    executor reports no job (or at once with ``force``: the agent checkpoints and stops the job first).
 2. The nodes started together are a wave: they get ranks and rank 0's address for the all-reduce, and the
    addresses of the group's other nodes for the connectivity test, in a ``check`` directive each.
-3. Each final result is judged against the group (verdicts.py); a failed one is re-run once (for the
-   all-reduce: on the whole wave). When every test of every node of the wave is final, each node passes or
-   fails, and the node's transition is written with its events and directives in one transaction.
+3. Each final result is judged against the group (verdicts.py) and applied by the run rules (domain/runs.py):
+   a failure re-runs once (the all-reduce: the whole wave); a report missing at the deadline fails. When the
+   wave is final, each node's transition is written with its events and directives in one transaction.
+4. A node that would be replaced goes through its group's breaker first (domain/breaker.py).
+The tick starts each node in a savepoint: one that cannot be checked never stops the others.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import shlex
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from libs.contracts.commands import CommandOutcome, DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import new_id
 from libs.contracts.nodes import (ALL_TESTS, CheckPeer, CheckReport, CheckStatus, CheckTest, NodeRegistered,
                                   NodeState, RunChecks)
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 
+from . import commands, guards, provisioner
 from . import nodes as store
+from .domain import breaker
 from .domain import nodes as lc
-from .domain.verdicts import FINAL, judge, node_outcome
+from .domain import runs
+from .domain.verdicts import Verdict, judge
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
 SERVICE = "health"
-GROUP_TESTS = (CheckTest.ALLREDUCE,)
 
 
 class Checks:
@@ -48,6 +50,7 @@ class Checks:
         self.settings = settings
         self.policy = lc.Policy(settings.max_reboots)
         self.stale_reports = 0
+        self.overdue_reports = 0
         self.provisioned: list[dict[str, Any]] = []
 
     @property
@@ -63,6 +66,8 @@ class Checks:
         assert isinstance(t, lc.Transition)  # registration is never refused
         extra = {"address": reg.address, "collective_port": reg.collective_port, "hostname": reg.hostname,
                  "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time}
+        if row is None or row["joined_at"] is None:
+            extra["joined_at"] = now  # the service's clock, like the breaker's replacement times
         schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
         await store.save(conn, self.s, t, now, seq=row["event_seq"] if row else 0, extra=extra,
                          needs_check=True if schedule else None)
@@ -70,11 +75,13 @@ class Checks:
     # -- the check loop ------------------------------------------------------------------------------------
 
     async def tick(self) -> int:
-        """Start what is due: joining nodes past their batch wait, cordoned or queued nodes now idle."""
+        """Start what is due (joining nodes past their batch wait, cordoned or queued nodes now idle), fail the
+        members whose report is overdue, and mark gone the nodes no heartbeat followed."""
         now = self.runtime.clock.now()
         started = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
-            batch_since = now - timedelta(seconds=self.settings.join_batch_seconds)
+            provision = await self._fail_overdue(conn, now)
+            await store.mark_gone(conn, self.s, now, self.settings.node_gone_seconds)
             due = await conn.fetch(
                 "SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' ORDER BY group_name, node_id"
                 " FOR UPDATE")
@@ -82,12 +89,11 @@ class Checks:
             for row in due:
                 by_group[row["group_name"]].append(row)
             for group, rows in by_group.items():
-                # Wait until the youngest joiner has waited the batch time, so joiners are checked together.
-                if max(r["since"] for r in rows) > batch_since:
+                if not runs.join_run_due([r["since"] for r in rows], now, self.settings.join_batch_seconds):
                     continue
-                kind = "recovery" if any(r["reboots"] for r in rows) else "join"
+                kind = runs.run_kind([r["reboots"] for r in rows])
                 run_id = new_id()
-                await self._new_run(conn, run_id, kind, group, None, list(ALL_TESTS), False, now)
+                await self.new_run(conn, run_id, kind, group, None, list(ALL_TESTS), False, now)
                 await conn.executemany(
                     "INSERT INTO health.check_run_nodes (run_id, node_id, status) VALUES ($1, $2, 'waiting')",
                     [(run_id, r["node_id"]) for r in rows])
@@ -101,21 +107,23 @@ class Checks:
                 " WHERE rn.status = 'waiting' AND r.state = 'running'"
                 "   AND (r.force OR e.job_id IS NULL OR n.state = 'joining')"
                 " ORDER BY rn.run_id, rn.node_id FOR UPDATE OF rn")
-            runs: dict[str, list[asyncpg.Record]] = defaultdict(list)
+            by_run: dict[str, list[asyncpg.Record]] = defaultdict(list)
             for w in waiting:
-                runs[w["run_id"]].append(w)
-            for run_id, members in runs.items():
+                by_run[w["run_id"]].append(w)
+            for run_id, members in by_run.items():
                 started += await self._start_wave(conn, run_id, [m["node_id"] for m in members],
                                                   [CheckTest(t) for t in members[0]["tests"]], members[0]["force"],
                                                   now)
-        if started:
+        if started or provision:
             self.kick()
+        for request in provision:
+            await self.provision(request)
         return started
 
     def kick(self) -> None:
         """Replaced by the app with the outbox relay's kick (directives should go out at once)."""
 
-    async def _new_run(self, conn: asyncpg.Connection, run_id: str, kind: str, group: str | None,
+    async def new_run(self, conn: asyncpg.Connection, run_id: str, kind: str, group: str | None,
                        actor: str | None, tests: list[CheckTest], force: bool, now: datetime) -> None:
         await conn.execute(
             "INSERT INTO health.check_runs (run_id, kind, group_name, requested_by, tests, force, created_at)"
@@ -127,15 +135,18 @@ class Checks:
                                    run_id)
         members: list[tuple[lc.Node, asyncpg.Record]] = []
         for node_id in node_ids:
-            node, row = await store.load(conn, node_id)
-            t = lc.decide(node, lc.ChecksStarted(run_id), now, self.policy)
-            if isinstance(t, lc.Refusal):
-                await conn.execute("UPDATE health.check_run_nodes SET status = 'failed', reason = $3, finished_at = $4"
-                                   " WHERE run_id = $1 AND node_id = $2", run_id, node_id,
-                                   f"not checked: {t.reason}", now)
-                continue
-            await store.save(conn, self.s, t, now, seq=row["event_seq"])
-            members.append((t.node, row))
+            try:
+                async with conn.transaction():  # a savepoint: one node that cannot start never stops the others
+                    node, row = await store.load(conn, node_id)
+                    t = lc.decide(node, lc.ChecksStarted(run_id), now, self.policy)
+                    if isinstance(t, lc.Refusal):
+                        await self._member_failed(conn, run_id, node_id, f"not checked: {t.reason}", now)
+                        continue
+                    self.s.agent(t.node.executor_id or "", "check")  # its directive must be addressable
+                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
+                    members.append((t.node, row))
+            except Exception as exc:  # noqa: BLE001 - isolated: this node is flagged, the others go on
+                await self._unaddressable(conn, run_id, node_id, f"cannot be checked: {exc}", now)
         if not members:
             await self._maybe_finish_run(conn, run_id, now)
             return 0
@@ -144,10 +155,12 @@ class Checks:
         rendezvous = f"{host}:{rank0['collective_port']}" if rank0["collective_port"] and len(members) > 1 else None
         world = len(members)
         for rank, (node, row) in enumerate(members):
+            member = runs.started(runs.Member(run_id, node.node_id, runs.MemberStatus.WAITING), wave, now,
+                                  self.settings.check_deadline_seconds)
             await conn.execute(
-                "UPDATE health.check_run_nodes SET status = 'pending', wave = $3, rank = $4, world_size = $5,"
-                " rendezvous = $6, started_at = $7 WHERE run_id = $1 AND node_id = $2",
-                run_id, node.node_id, wave, rank, world, rendezvous, now)
+                "UPDATE health.check_run_nodes SET status = $8, wave = $3, rank = $4, world_size = $5,"
+                " rendezvous = $6, started_at = $7, deadline_at = $9 WHERE run_id = $1 AND node_id = $2",
+                run_id, node.node_id, wave, rank, world, rendezvous, now, member.status.value, member.deadline)
             await conn.executemany(
                 "INSERT INTO health.check_results (run_id, node_id, test, status) VALUES ($1, $2, $3, 'pending')"
                 " ON CONFLICT (run_id, node_id, test) DO UPDATE SET status = 'pending', attempt = 1,"
@@ -171,97 +184,111 @@ class Checks:
     async def on_report(self, conn: asyncpg.Connection, rep: CheckReport) -> list[dict[str, Any]]:
         """Apply one report; returns provisioner requests to make once the transaction has committed."""
         now = self.runtime.clock.now()
-        member = await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND node_id = $2"
-                                     " FOR UPDATE", rep.run_id, rep.node_id)
-        if member is None or member["status"] in ("passed", "failed", "waiting"):
-            self.stale_reports += 1
-            return []
+        member = _member(await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND"
+                                             " node_id = $2 FOR UPDATE", rep.run_id, rep.node_id))
+        result = _result(await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2"
+                                             " AND test = $3 FOR UPDATE", rep.run_id, rep.node_id,
+                                             rep.test and rep.test.value))
+        fact: runs.Fact
         if rep.status == "busy":
-            node, row = await store.load(conn, rep.node_id)
-            t = lc.decide(node, lc.ChecksDeferred(rep.run_id), now, self.policy)
-            if isinstance(t, lc.Transition) and t.changed:
-                await store.save(conn, self.s, t, now, seq=row["event_seq"])
-                await conn.execute("UPDATE health.check_run_nodes SET status = 'waiting', wave = NULL"
-                                   " WHERE run_id = $1 AND node_id = $2", rep.run_id, rep.node_id)
-            return []
-        result = await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2 AND"
-                                     " test = $3 FOR UPDATE", rep.run_id, rep.node_id, rep.test and rep.test.value)
-        if result is None or result["attempt"] != rep.attempt or CheckStatus(result["status"]) in FINAL:
+            fact = runs.Busy()
+        elif rep.status in (CheckStatus.RUNNING, CheckStatus.PENDING):
+            fact = runs.Progress(rep.test.value, rep.attempt, CheckStatus(rep.status))
+        elif runs.stale_report(member, result, rep.attempt) is not None:  # before judging: no peers to load
             self.stale_reports += 1
             return []
-        status = CheckStatus(rep.status)
-        if status in (CheckStatus.RUNNING, CheckStatus.PENDING):
-            await conn.execute("UPDATE health.check_results SET status = $4, updated_at = now() WHERE run_id = $1"
-                               " AND node_id = $2 AND test = $3", rep.run_id, rep.node_id, rep.test.value, status.value)
-            await conn.execute("UPDATE health.check_run_nodes SET status = 'running' WHERE run_id = $1 AND"
-                               " node_id = $2 AND status = 'pending'", rep.run_id, rep.node_id)
+        else:
+            fact = runs.Judged(rep.test.value, rep.attempt, await self._judge(conn, rep))
+        step = runs.decide(member, result, fact, now, deadline_seconds=self.settings.check_deadline_seconds)
+        if step is None or step.ignored is not None:
+            self.stale_reports += 1
             return []
+        if isinstance(fact, runs.Judged):  # the attempt's figures and verdict are kept, even when it re-runs
+            v = fact.verdict
+            await conn.execute(
+                "UPDATE health.check_results SET figures = $4::jsonb, detail = $5::jsonb, verdict = $6::jsonb,"
+                " error = $7, seconds = $8 WHERE run_id = $1 AND node_id = $2 AND test = $3", rep.run_id,
+                rep.node_id, fact.test, json.dumps(rep.figures), json.dumps(rep.detail, default=str),
+                json.dumps({**v.detail(), "attempt": rep.attempt, "rerun": v.rerun}), v.reason, rep.seconds)
+        return await self._apply(conn, step, now)
+
+    async def _judge(self, conn: asyncpg.Connection, rep: CheckReport) -> Verdict:
         group = await conn.fetchval("SELECT group_name FROM health.nodes WHERE node_id = $1", rep.node_id)
         peers = [json.loads(r["f"]) for r in await conn.fetch(
             "SELECT figures -> $3 AS f FROM health.nodes WHERE group_name = $1 AND node_id <> $2 AND state = 'ready'"
             " AND figures ? $3", group, rep.node_id, rep.test.value)]
-        verdict = judge(rep.test.value, status, rep.figures, peers, rep.attempt, baselines=self.settings.baselines,
-                        min_ratio=self.settings.min_ratio, error=rep.error)
-        verdict_json = json.dumps({**verdict.detail(), "attempt": rep.attempt, "rerun": verdict.rerun})
-        await conn.execute(
-            "UPDATE health.check_results SET status = $4, figures = $5::jsonb, detail = $6::jsonb, verdict = $7::jsonb,"
-            " error = $8, seconds = $9, updated_at = now() WHERE run_id = $1 AND node_id = $2 AND test = $3",
-            rep.run_id, rep.node_id, rep.test.value, verdict.status.value, json.dumps(rep.figures),
-            json.dumps(rep.detail, default=str), verdict_json, verdict.reason, rep.seconds)
-        if verdict.rerun:
-            await self._rerun(conn, member, rep.test, rep.attempt + 1)
-            return []
-        return await self._maybe_finish_wave(conn, rep.run_id, member["wave"], now)
+        return judge(rep.test.value, CheckStatus(rep.status), rep.figures, peers, rep.attempt,
+                     baselines=self.settings.baselines, min_ratio=self.settings.min_ratio, error=rep.error)
 
-    async def _rerun(self, conn: asyncpg.Connection, member: asyncpg.Record, test: CheckTest, attempt: int) -> None:
-        """A failed test runs once more; the all-reduce needs its whole wave, so all of it re-runs."""
-        run_id = member["run_id"]
-        if test in GROUP_TESTS:
-            members = await conn.fetch("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND wave = $2",
-                                       run_id, member["wave"])
-        else:
-            members = [member]
+    async def _apply(self, conn: asyncpg.Connection, step: runs.Step, now: datetime) -> list[dict[str, Any]]:
+        """Write a member's step (its status, results) and carry out its effects."""
+        m = step.member
+        await conn.execute("UPDATE health.check_run_nodes SET status = $3, wave = $4, deadline_at = $5"
+                           " WHERE run_id = $1 AND node_id = $2", m.run_id, m.node_id, m.status.value, m.wave,
+                           m.deadline)
+        for r in step.results:
+            await conn.execute("UPDATE health.check_results SET status = $4, attempt = $5, updated_at = now()"
+                               " WHERE run_id = $1 AND node_id = $2 AND test = $3", m.run_id, m.node_id, r.test,
+                               r.status.value, r.attempt)
+        for effect in step.effects:
+            if isinstance(effect, runs.Deferred):
+                node, row = await store.load(conn, m.node_id)
+                t = lc.decide(node, lc.ChecksDeferred(m.run_id), now, self.policy)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.save(conn, self.s, t, now, seq=row["event_seq"])
+            elif isinstance(effect, runs.Rerun):
+                await self._rerun(conn, m, CheckTest(effect.test), effect.attempt, effect.whole_wave, now)
+            elif isinstance(effect, runs.FinishWave):
+                return await self._maybe_finish_wave(conn, m.run_id, m.wave, now)
+        return []
+
+    async def _rerun(self, conn: asyncpg.Connection, member: runs.Member, test: CheckTest, attempt: int,
+                     whole_wave: bool, now: datetime) -> None:
+        """A failed test runs once more; the all-reduce needs its whole wave, so all of it re-runs (each node's
+        deadline re-armed)."""
+        run_id = member.run_id
+        members = await conn.fetch("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND (node_id = $2 OR"
+                                   " ($3 AND wave = $4))", run_id, member.node_id, whole_wave, member.wave)
         force = await conn.fetchval("SELECT force FROM health.check_runs WHERE run_id = $1", run_id)
+        deadline = now + timedelta(seconds=self.settings.check_deadline_seconds)
         for m in members:
+            await conn.execute("UPDATE health.check_run_nodes SET deadline_at = $3 WHERE run_id = $1 AND"
+                               " node_id = $2", run_id, m["node_id"], deadline)
             await conn.execute("UPDATE health.check_results SET status = 'pending', attempt = $4, updated_at = now()"
                                " WHERE run_id = $1 AND node_id = $2 AND test = $3", run_id, m["node_id"], test.value,
                                attempt)
-            row = await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1", m["node_id"])
-            node = store.node_of(row)
+            node = store.node_of(await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1", m["node_id"]))
             directive = RunChecks(run_id=run_id, node_id=node.node_id, executor_id=node.executor_id or "",
                                   tests=[test], attempt=attempt, force=force, peers=await self._peers(conn, node),
                                   rank=m["rank"] or 0, world_size=m["world_size"] or 1, rendezvous=m["rendezvous"])
             await outbox.add(conn, SCHEMA, [(self.s.agent(node.executor_id or "", "check"), directive)])
-        log.info("check run %s: %s failed on %s; re-running it once", run_id, test.value, member["node_id"])
+        log.info("check run %s: %s failed on %s; re-running it once", run_id, test.value, member.node_id)
 
     async def _maybe_finish_wave(self, conn: asyncpg.Connection, run_id: str, wave: int | None,
                                  now: datetime) -> list[dict[str, Any]]:
         rows = await conn.fetch(
-            "SELECT rn.node_id, cr.test, cr.status, cr.verdict FROM health.check_run_nodes rn"
-            " JOIN health.check_results cr USING (run_id, node_id) WHERE rn.run_id = $1 AND rn.wave = $2",
-            run_id, wave)
-        if not rows or any(CheckStatus(r["status"]) not in FINAL for r in rows):
-            return []
-        per_node: dict[str, list[asyncpg.Record]] = defaultdict(list)
+            "SELECT rn.node_id, cr.test, cr.status, cr.attempt, cr.verdict FROM health.check_run_nodes rn"
+            " JOIN health.check_results cr USING (run_id, node_id) WHERE rn.run_id = $1 AND rn.wave = $2"
+            " ORDER BY rn.node_id, cr.test", run_id, wave)
+        per_node: dict[str, list[runs.Result]] = defaultdict(list)
         for r in rows:
-            per_node[r["node_id"]].append(r)
+            per_node[r["node_id"]].append(runs.Result(r["test"], CheckStatus(r["status"]), r["attempt"],
+                                                      json.loads(r["verdict"]).get("reason")))
+        outcomes = runs.wave_outcomes(per_node)
+        if outcomes is None:
+            return []
         provision: list[dict[str, Any]] = []
-        for node_id, results in per_node.items():
-            outcome = node_outcome(CheckStatus(r["status"]) for r in results)
+        for node_id, outcome in outcomes.items():
             node, row = await store.load(conn, node_id)
-            if outcome is CheckStatus.PASSED:
+            if outcome.status is CheckStatus.PASSED:
                 fact: lc.Fact = lc.ChecksPassed(run_id)
                 figures = {r["test"]: json.loads(r["f"]) for r in await conn.fetch(
                     "SELECT test, figures AS f FROM health.check_results WHERE run_id = $1 AND node_id = $2"
                     " AND status = 'passed'", run_id, node_id)}
                 extra: dict[str, Any] = {"figures": {**json.loads(row["figures"]), **figures}}
-                reason = None
             else:
-                failed = [f"{r['test']}: {json.loads(r['verdict']).get('reason') or 'failed'}"
-                          for r in results if r["status"] == "failed"]
-                reason = "; ".join(failed)[:1500]
-                fact, extra = lc.ChecksFailed(run_id, reason), {}
-            extra.update(last_check_run_id=run_id, last_check_at=now, last_check_outcome=outcome.value)
+                fact, extra = await self._failed_fact(conn, node, row, run_id, outcome, now), {}
+            extra.update(last_check_run_id=run_id, last_check_at=now, last_check_outcome=outcome.status.value)
             t = lc.decide(node, fact, now, self.policy)
             if isinstance(t, lc.Transition):
                 await store.save(conn, self.s, t, now, seq=row["event_seq"], extra=extra)
@@ -269,11 +296,79 @@ class Checks:
                     if isinstance(effect, lc.Provision):
                         provision.append({"node_id": node_id, "group": t.node.group,
                                           "executor_id": t.node.executor_id or "", "reason": effect.reason})
+                if outcome.status is CheckStatus.PASSED and node is not None:
+                    alert = await guards.alert(conn, node.group)
+                    if alert is not None:  # a node passing in a held group is held too
+                        await guards.apply_to_group(conn, self.s, node.group, lc.Hold(alert.reason), now)
             await conn.execute("UPDATE health.check_run_nodes SET status = $3, reason = $4, finished_at = $5"
-                               " WHERE run_id = $1 AND node_id = $2", run_id, node_id, outcome.value, reason, now)
-            log.info("node %s %s check run %s%s", node_id, outcome.value, run_id, f": {reason}" if reason else "")
+                               " WHERE run_id = $1 AND node_id = $2", run_id, node_id, outcome.status.value,
+                               outcome.reason, now)
+            log.info("node %s %s check run %s%s", node_id, outcome.status.value, run_id,
+                     f": {outcome.reason}" if outcome.reason else "")
         await self._maybe_finish_run(conn, run_id, now)
         return provision
+
+    async def _failed_fact(self, conn: asyncpg.Connection, node: lc.Node | None, row: asyncpg.Record | None,
+                           run_id: str, outcome: runs.Outcome, now: datetime) -> lc.Fact:
+        """A node failed for good: its group's breaker says whether the usual reboot/replace path may go on."""
+        reason = outcome.reason or "failed"
+        if node is None or row is None or node.state is not NodeState.CHECKING or node.run_id != run_id:
+            return lc.ChecksFailed(run_id, reason)  # old news for the node: the lifecycle ignores it
+        guard = await guards.load(conn, node.group)
+        d = breaker.decide(guard, breaker.NodeFailed(node.node_id, outcome.failed_tests,
+                                                     node.reboots >= self.policy.max_reboots, row["joined_at"]),
+                           now, self.settings.breaker)
+        assert isinstance(d, breaker.Decision)  # a failure is never refused
+        if d.guard != guard:
+            await guards.save(conn, d.guard)
+        if d.verdict is breaker.Verdict.PROCEED:
+            return lc.ChecksFailed(run_id, reason)
+        assert d.guard.alert is not None
+        if d.verdict is breaker.Verdict.TRIP:
+            log.error("ALERT group %s: %s. Nothing in the group is rebooted or replaced and its nodes are held out"
+                      " of scheduling until an operator clears it (teto clear-alert %s)", node.group,
+                      d.guard.alert.reason, node.group)
+            held = await guards.apply_to_group(conn, self.s, node.group, lc.Hold(d.guard.alert.reason), now,
+                                               but=node.node_id)  # this one is held by its own failure below
+            log.warning("group %s: held %s", node.group, ", ".join(held) or "no other node")
+        return lc.ChecksFailed(run_id, reason, hold=d.guard.alert.reason)
+
+    async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[dict[str, Any]]:
+        """Members whose report missed its deadline fail their unfinished tests (SKIP LOCKED: not overdue yet)."""
+        provision: list[dict[str, Any]] = []
+        seconds = self.settings.check_deadline_seconds
+        for row in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
+                                    " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):
+            results = [runs.Result(r["test"], CheckStatus(r["status"]), r["attempt"]) for r in await conn.fetch(
+                "SELECT test, status, attempt FROM health.check_results WHERE run_id = $1 AND node_id = $2"
+                " FOR UPDATE", row["run_id"], row["node_id"])]
+            step = runs.decide(_member(row), None, runs.DeadlinePassed(seconds), now, deadline_seconds=seconds,
+                               results=results)
+            if step is None or step.ignored is not None:
+                continue
+            for r in step.results:
+                await conn.execute(
+                    "UPDATE health.check_results SET error = $4, verdict = $5::jsonb WHERE run_id = $1 AND"
+                    " node_id = $2 AND test = $3", row["run_id"], row["node_id"], r.test, r.reason,
+                    json.dumps({"reason": r.reason, "attempt": r.attempt, "rerun": False, "overdue": True}))
+            if step.results:
+                self.overdue_reports += 1
+                log.warning("check run %s: no report from node %s by its deadline (%gs): %s failed", row["run_id"],
+                            row["node_id"], seconds, ", ".join(r.test for r in step.results))
+            provision += await self._apply(conn, step, now)
+        return provision
+
+    async def _member_failed(self, conn: asyncpg.Connection, run_id: str, node_id: str, reason: str,
+                             now: datetime) -> None:
+        await conn.execute("UPDATE health.check_run_nodes SET status = 'failed', reason = $3, finished_at = $4"
+                           " WHERE run_id = $1 AND node_id = $2", run_id, node_id, reason, now)
+
+    async def _unaddressable(self, conn: asyncpg.Connection, run_id: str, node_id: str, reason: str,
+                             now: datetime) -> None:
+        """Flag a node that cannot be checked: failed with the reason (logged once: it is not due again)."""
+        log.error("node %s %s; the other nodes are checked as usual", node_id, reason)
+        await self._member_failed(conn, run_id, node_id, reason, now)
+        await store.flag_unaddressable(conn, self.s, node_id, reason, now)
 
     async def _maybe_finish_run(self, conn: asyncpg.Connection, run_id: str, now: datetime) -> None:
         await conn.execute(
@@ -284,102 +379,22 @@ class Checks:
     # -- the provisioner hook ------------------------------------------------------------------------------
 
     async def provision(self, request: dict[str, Any]) -> None:
-        """Ask for a fresh node in the group: a command (``{node_id}``, ``{group}``, ``{executor_id}`` filled in)
-        or a webhook (POST of the request as JSON). At most once: a crash right after the commit loses it."""
         self.provisioned.append(request)
-        cfg = self.settings
-        try:
-            if cfg.provisioner_command:
-                argv = [a.format(**request) for a in shlex.split(cfg.provisioner_command)]
-                proc = await asyncio.create_subprocess_exec(*argv)
-                rc = await asyncio.wait_for(proc.wait(), 60)
-                log.warning("node %s replaced: provisioner command exited %s", request["node_id"], rc)
-            elif cfg.provisioner_url:
-                import httpx
-
-                async with httpx.AsyncClient(timeout=30) as client:
-                    r = await client.post(cfg.provisioner_url, json=request)
-                log.warning("node %s replaced: provisioner webhook answered %s", request["node_id"], r.status_code)
-            else:
-                log.error("node %s replaced but no provisioner is configured (TETO_PROVISIONER_COMMAND or "
-                          "TETO_PROVISIONER_URL): add a node to group %s by hand", request["node_id"], request["group"])
-        except Exception:  # noqa: BLE001 - a broken hook must not stop the health service
-            log.exception("provisioner hook failed for node %s", request["node_id"])
+        await provisioner.ask(self.settings, request)
 
     # -- commands ------------------------------------------------------------------------------------------
 
-    async def on_command(self, cmd: RunHealthCheck | DrainNode | UndrainNode) -> CommandOutcome:
-        now = self.runtime.clock.now()
-        async with self.runtime.pool.acquire() as conn, conn.transaction():
-            got = await conn.fetchval("INSERT INTO health.processed_commands (command_id, kind) VALUES ($1, $2)"
-                                      " ON CONFLICT DO NOTHING RETURNING command_id", cmd.command_id, cmd.KIND)
-            if got is None:
-                prior = await conn.fetchval("SELECT outcome FROM health.processed_commands WHERE command_id = $1",
-                                            cmd.command_id)
-                again = CommandOutcome.model_validate({k: v for k, v in json.loads(prior).items()
-                                                       if k not in ("id", "time")})
-                await outbox.add(conn, SCHEMA, [(self.s.outcome(cmd.KIND, cmd.command_id), again)])
-                return again
-            if isinstance(cmd, RunHealthCheck):
-                accepted, reason, detail = await self._run_command(conn, cmd, now)
-            else:
-                accepted, reason, detail = await self._drain_command(conn, cmd, now)
-            outcome = CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=accepted, reason=reason,
-                                     detail=detail, by=SERVICE)
-            await conn.execute("UPDATE health.processed_commands SET outcome = $2::jsonb WHERE command_id = $1",
-                               cmd.command_id, outcome.model_dump_json(by_alias=True))
-            await outbox.add(conn, SCHEMA, [(self.s.outcome(cmd.KIND, cmd.command_id), outcome)])
-        self.kick()
-        return outcome
+    async def on_command(self, cmd: commands.HealthCommand) -> CommandOutcome:
+        return await commands.apply(self, cmd)
 
-    async def _run_command(self, conn: asyncpg.Connection, cmd: RunHealthCheck,
-                           now: datetime) -> tuple[bool, str | None, dict[str, Any]]:
-        if bool(cmd.group) == bool(cmd.nodes):
-            return False, "name a group or a list of nodes (not both)", {}
-        if cmd.group:
-            rows = await conn.fetch("SELECT * FROM health.nodes WHERE group_name = $1 ORDER BY node_id FOR UPDATE",
-                                    cmd.group)
-        else:
-            rows = await conn.fetch("SELECT * FROM health.nodes WHERE node_id = ANY($1::text[]) ORDER BY node_id"
-                                    " FOR UPDATE", cmd.nodes)
-            unknown = sorted(set(cmd.nodes) - {r["node_id"] for r in rows})
-            if unknown:
-                return False, f"node(s) not found: {', '.join(unknown)}", {"unknown": unknown}
-        targets = [r for r in rows if r["state"] == NodeState.READY and not r["cordoned"]]
-        skipped = {r["node_id"]: (f"cordoned for run {r['run_id']}" if r["cordoned"] else r["state"])
-                   for r in rows if r not in targets}
-        if not targets:
-            return False, "no ready node to check", {"skipped": skipped, "group": cmd.group}
-        tests = cmd.tests or list(ALL_TESTS)
-        await self._new_run(conn, cmd.run_id, "on_demand", cmd.group, cmd.actor, tests, cmd.force, now)
-        busy_rows = {r["executor_id"] for r in await conn.fetch(
-            "SELECT executor_id FROM health.executors WHERE executor_id = ANY($1::text[]) AND job_id IS NOT NULL",
-            [r["executor_id"] for r in targets])}
-        cordoned = []
-        for row in targets:
-            busy = row["executor_id"] in busy_rows and not cmd.force
-            t = lc.decide(store.node_of(row), lc.CheckRequested(cmd.run_id, busy), now, self.policy)
-            if isinstance(t, lc.Transition) and t.changed:
-                await store.save(conn, self.s, t, now, seq=row["event_seq"])
-                cordoned.append(row["node_id"])
-            await conn.execute("INSERT INTO health.check_run_nodes (run_id, node_id, status) VALUES ($1, $2,"
-                               " 'waiting')", cmd.run_id, row["node_id"])
-        log.info("check run %s on %d node(s) (%d cordoned until their job ends)", cmd.run_id, len(targets),
-                 len(cordoned))
-        return True, None, {"run_id": cmd.run_id, "nodes": [r["node_id"] for r in targets], "cordoned": cordoned,
-                            "skipped": skipped}
 
-    async def _drain_command(self, conn: asyncpg.Connection, cmd: DrainNode | UndrainNode,
-                             now: datetime) -> tuple[bool, str | None, dict[str, Any]]:
-        node, row = await store.load(conn, cmd.node_id)
-        fact = lc.Drain(cmd.reason) if isinstance(cmd, DrainNode) else lc.Undrain()
-        t = lc.decide(node, fact, now, self.policy)
-        if isinstance(t, lc.Refusal):
-            return False, t.reason, {"node_id": cmd.node_id}
-        if t.changed:
-            schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
-            await store.save(conn, self.s, t, now, seq=row["event_seq"], needs_check=schedule)
-        return True, None, {"node_id": cmd.node_id, "state": t.node.state.value}
+def _member(row: asyncpg.Record | None) -> runs.Member | None:
+    return None if row is None else runs.Member(row["run_id"], row["node_id"], runs.MemberStatus(row["status"]),
+                                                row["wave"], row["deadline_at"])
+
+
+def _result(row: asyncpg.Record | None) -> runs.Result | None:
+    return None if row is None else runs.Result(row["test"], CheckStatus(row["status"]), row["attempt"])
 
 
 SCHEMA = store.SCHEMA

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from libs.contracts.commands import DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.commands import ClearGroupAlert, DrainNode, RunHealthCheck, UndrainNode
 from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
@@ -69,7 +69,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
         for request in provision:  # after the commit: the node is replaced whatever the hook does
             await checks.provision(request)
 
-    async def on_commands(cmds: list[RunHealthCheck | DrainNode | UndrainNode]) -> None:
+    async def on_commands(cmds: list[RunHealthCheck | DrainNode | UndrainNode | ClearGroupAlert]) -> None:
         for cmd in cmds:
             await checks.on_command(cmd)
 
@@ -88,5 +88,5 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
                  accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA),
         Consumer(s.check_all, "NODE", "health-check-reports", CheckReport.decode, on_check_reports, batch=50),
         *(Consumer(s.cmd(m.KIND), "CMD", f"health-{m.KIND}", m.decode, on_commands, batch=10)
-          for m in (RunHealthCheck, DrainNode, UndrainNode)),
+          for m in (RunHealthCheck, DrainNode, UndrainNode, ClearGroupAlert)),
     ]

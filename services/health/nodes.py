@@ -7,8 +7,9 @@ Every function takes a connection the caller holds inside a transaction; nothing
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -18,15 +19,17 @@ from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain.nodes import Node, Reboot, Transition
+from .domain.nodes import Node, Reboot, Silent, Transition, Unaddressable, decide, silent_since_registration
 
 SCHEMA = "health"
+log = logging.getLogger(__name__)
 
 
 def node_of(row: asyncpg.Record) -> Node:
     return Node(node_id=row["node_id"], group=row["group_name"], executor_id=row["executor_id"],
                 state=NodeState(row["state"]), reboots=row["reboots"], run_id=row["run_id"],
-                cordoned=row["cordoned"], reason=row["reason"], boot_id=row["boot_id"], since=row["since"])
+                cordoned=row["cordoned"], reason=row["reason"], boot_id=row["boot_id"], since=row["since"],
+                held=row["held"])
 
 
 async def load(conn: asyncpg.Connection, node_id: str) -> tuple[Node | None, asyncpg.Record | None]:
@@ -47,7 +50,7 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
               for i, e in enumerate(t.events)]
     cols: dict[str, Any] = {"group_name": n.group, "executor_id": n.executor_id, "state": n.state.value,
                             "reason": n.reason, "reboots": n.reboots, "run_id": n.run_id, "cordoned": n.cordoned,
-                            "boot_id": n.boot_id, "since": n.since, "event_seq": seq + len(events)}
+                            "boot_id": n.boot_id, "since": n.since, "event_seq": seq + len(events), "held": n.held}
     if needs_check is not None:
         cols["needs_check"] = needs_check
     for key, value in (extra or {}).items():
@@ -67,3 +70,40 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
                                    reboots=effect.reboots)))
     await outbox.add(conn, SCHEMA, [*out, *messages])
     return events
+
+
+async def mark_gone(conn: asyncpg.Connection, subjects: Subjects, now: datetime, gone_after: float) -> list[str]:
+    """Nodes registered with no heartbeat since, for ``gone_after`` seconds, are marked gone (their run, if
+    any, fails at its deadline). SKIP LOCKED: a node another transaction holds is looked at next tick."""
+    rows = await conn.fetch(
+        "SELECT n.*, e.registered_at AS e_registered_at, e.last_heartbeat AS e_last_heartbeat FROM health.nodes n"
+        " LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
+        " WHERE n.state NOT IN ('replaced', 'drained', 'gone') AND e.registered_at <= $1"
+        " AND (e.last_heartbeat IS NULL OR e.last_heartbeat < e.registered_at)"
+        " ORDER BY n.node_id FOR UPDATE OF n SKIP LOCKED", now - timedelta(seconds=gone_after))
+    gone = []
+    for row in rows:
+        if not silent_since_registration(row["e_registered_at"], row["e_last_heartbeat"], now,
+                                         timedelta(seconds=gone_after)):
+            continue
+        t = decide(node_of(row), Silent(gone_after), now)
+        if isinstance(t, Transition) and t.changed:
+            await save(conn, subjects, t, now, seq=row["event_seq"], needs_check=False)
+            gone.append(row["node_id"])
+            log.warning("node %s (executor %s) is gone: registered, and no heartbeat in %gs since", row["node_id"],
+                        row["executor_id"], gone_after)
+    return gone
+
+
+async def flag_unaddressable(conn: asyncpg.Connection, subjects: Subjects, node_id: str, reason: str,
+                             now: datetime) -> None:
+    """Fail a node no directive can reach (Unaddressable), with its node event if even that can be addressed."""
+    try:
+        async with conn.transaction():
+            node, row = await load(conn, node_id)
+            t = decide(node, Unaddressable(reason[:1500]), now)
+            if isinstance(t, Transition) and t.changed:
+                await save(conn, subjects, t, now, seq=row["event_seq"])
+    except Exception:  # noqa: BLE001 - its node id is no subject token either: keep the state, no event
+        await conn.execute("UPDATE health.nodes SET state = 'failed', reason = $2, run_id = NULL, needs_check = false,"
+                           " updated_at = now() WHERE node_id = $1", node_id, reason[:1500])

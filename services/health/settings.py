@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from pydantic import Field
 
 from libs.runtime.settings import CommonSettings, SettingsError
 
+from .domain.breaker import Policy
 from .domain.signals import Thresholds
 
 
@@ -28,11 +30,27 @@ class HealthSettings(CommonSettings):
     join_batch_seconds: float = Field(5.0, ge=0, le=3600, description="Joining nodes wait this long so nodes "
                                       "joining together are checked (and all-reduce) together")
     check_interval_seconds: float = Field(0.5, gt=0, le=60, description="How often due checks are started")
+    check_deadline_seconds: float = Field(
+        900.0, gt=0, le=86400, description="A node whose check report has not arrived this long after its "
+        "directive (the agent died, or its report was refused) fails the run with that reason. Keep it above the "
+        "agents' check_timeout_seconds, which ends a hung suite on the node itself")
+    node_gone_seconds: float = Field(
+        300.0, gt=0, le=7 * 86400, description="A node whose agent registered and has sent no heartbeat since, "
+        "for this long, is marked gone (a bare registration, an agent dead at start); registering again brings it "
+        "back")
+    replacement_budget: int = Field(3, ge=0, le=1000, description="Replacements per group and window; one more "
+                                    "due raises the group's systemic-failure alert instead (0: never replace)")
+    replacement_window_seconds: float = Field(3600.0, gt=0, le=30 * 86400, description="The window of the "
+                                              "replacement budget and of the same-test-again verdict")
     provisioner_command: str | None = Field(
         None, max_length=4000, description="Run when a node is replaced; {node_id} {group} {executor_id} are "
         "filled in")
     provisioner_url: str | None = Field(None, max_length=2000, description="POSTed the replaced node as JSON "
                                         "(when no provisioner command is set)")
+
+    @property
+    def breaker(self) -> Policy:
+        return Policy(self.replacement_budget, timedelta(seconds=self.replacement_window_seconds))
 
     @property
     def baselines(self) -> dict[str, float]:
@@ -52,6 +70,9 @@ class HealthSettings(CommonSettings):
             self.baselines
         except (ValueError, TypeError, AttributeError) as exc:
             raise SettingsError(f"TETO_CHECK_BASELINES must be a JSON object of numbers: {exc}") from None
+        if self.node_gone_seconds < 2 * self.heartbeat_seconds:
+            raise SettingsError(f"TETO_NODE_GONE_SECONDS {self.node_gone_seconds:g}s is under two heartbeats "
+                                f"({2 * self.heartbeat_seconds:g}s): a healthy new node would be marked gone")
         if self.effective_signal_timeout < self.heartbeat_seconds:
             raise SettingsError(
                 f"signal timeout {self.effective_signal_timeout:g}s is shorter than one heartbeat "

@@ -2,7 +2,8 @@
 
 The child gets the spec on stdin and prints JSON lines (see ``__main__``); each becomes a callback here. A
 child that overruns ``timeout`` is killed and every test it had not finished is reported failed with that
-reason, so a hung collective cannot leave a node checking forever.
+reason, so a hung collective cannot leave a node checking forever. A record whose figures could not be sent
+(inf, nan) becomes a failure with the reason (``suite.sendable``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from .suite import Spec
+from .suite import Spec, sendable
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]
@@ -43,7 +44,7 @@ async def run_suite(spec: Spec, on_record: Callable[[Record], Awaitable[None]], 
                 continue
             if record.get("status") != "running":
                 done.add(record["test"])
-            await on_record(record)
+            await on_record(sendable(record))
 
     try:
         await asyncio.wait_for(pump(), timeout)

@@ -7,6 +7,7 @@ with the group.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -348,6 +349,21 @@ def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, 
     """(algbw, busbw) in GB/s, the nccl-tests way for all-reduce: busbw = algbw x 2(n-1)/n."""
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2 * (world_size - 1) / world_size
+
+
+def sendable(record: dict[str, Any]) -> dict[str, Any]:
+    """A test's record as it may travel: a figure that is not a finite number (inf or nan, e.g. a throughput
+    over a zero duration) cannot be judged or sent (the report contract refuses it), so the test fails with
+    the figures named and no figures at all, never an unsendable report that leaves the node checking."""
+    figures = record.get("figures") or {}
+    bad = sorted(k for k, v in figures.items()
+                 if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v))
+    if not bad:
+        return record
+    why = f"the test produced figures that are not finite numbers: {', '.join(f'{k}={figures[k]!r}' for k in bad)}"
+    error = f"{record['error']}; {why}" if record.get("error") else why
+    return {**record, "status": "failed", "figures": {}, "error": error[:4000],
+            "detail": {**(record.get("detail") or {}), "refused_figures": {k: repr(figures[k]) for k in bad}}}
 
 
 TESTS: dict[str, Callable[[Spec], Result]] = {"matmul": matmul, "membw": membw, "memtest": memtest, "nvml": nvml,

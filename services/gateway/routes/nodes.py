@@ -1,5 +1,5 @@
 """Nodes and deep health checks: on-demand check runs, their per-node per-test progress, nodes and groups,
-drain and undrain. Reads come from the health service's public views (``health.nodes_public``,
+drain and undrain, and clearing a group's systemic-failure alert (the replacement breaker). Reads come from the health service's public views (``health.nodes_public``,
 ``health.node_groups_public``, ``health.check_runs_public``); changes are commands the health service decides.
 """
 
@@ -13,7 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import Field, model_validator
 
-from libs.contracts.commands import Command, DrainNode, RunHealthCheck, UndrainNode
+from libs.contracts.commands import ClearGroupAlert, Command, DrainNode, RunHealthCheck, UndrainNode
 from libs.contracts.envelope import Model
 from libs.contracts.nodes import CheckTest
 
@@ -23,6 +23,7 @@ from ..errors import ApiError, not_found
 from . import COMMAND_KEY, commands_of, reads_of
 
 _NODE = re.compile(r"^[A-Za-z0-9_-]{1,120}$")
+_GROUP = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class CheckRequest(Model):
@@ -40,6 +41,10 @@ class CheckRequest(Model):
 
 class DrainBody(Model):
     reason: str = Field("drained by operator", max_length=1000)
+
+
+class ClearAlertBody(Model):
+    reason: str = Field("cleared by operator", max_length=1000, description="What was done about the cause")
 
 
 async def _send(request: Request, cmd: Command) -> JSONResponse:
@@ -97,3 +102,13 @@ def register(app: FastAPI) -> None:
         if not _NODE.match(node_id):
             raise not_found("node", node_id)
         return await _send(request, UndrainNode(actor=principal.actor, node_id=node_id))
+
+    @app.post("/v1/node-groups/{group}/clear-alert", tags=["fleet"],
+              summary="Clear a group's systemic-failure alert: replacing resumes, held nodes return (checked first)",
+              openapi_extra={COMMAND_KEY: "clear_group_alert"})
+    async def clear_alert(request: Request, group: str, body: ClearAlertBody | None = None,
+                          principal: Principal = Depends(require(Permission.FLEET_MANAGE))) -> JSONResponse:
+        if not _GROUP.match(group):
+            raise not_found("group", group)
+        return await _send(request, ClearGroupAlert(actor=principal.actor, group=group,
+                                                    reason=(body or ClearAlertBody()).reason))

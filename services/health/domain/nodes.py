@@ -1,8 +1,9 @@
 """The node lifecycle: one pure transition function, ``decide(node, fact, now, policy)``.
 
 States (DESIGN.md 7): joining -> checking -> ready; a failed check -> failed -> recovering (reboot) and, after
-``max_reboots`` failed recoveries, replaced; drained by an operator. A node is schedulable only when ready and
-not cordoned (a busy node targeted by a check run keeps its job but takes no new one).
+``max_reboots`` failed recoveries, replaced; drained by an operator. A node is schedulable only when ready, not
+cordoned (a busy node targeted by a check run keeps its job but takes no new one) and not held (its group has a
+systemic-failure alert, see breaker.py: a node that fails meanwhile stays failed, neither rebooted nor replaced).
 
 A fact is something that happened or was asked. The answer is a ``Transition`` (the node after it, the node
 events to emit, the effects the edge must carry out: start checks, reboot, call the provisioner) or a
@@ -13,7 +14,7 @@ events to emit, the effects the edge must carry out: start checks, reboot, call 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from libs.contracts.nodes import NodeEventKind, NodeState
@@ -21,7 +22,8 @@ from libs.contracts.nodes import NodeEventKind, NodeState
 S = NodeState
 NOT_SCHEDULABLE = {S.JOINING: "waiting for its checks", S.CHECKING: "running its checks",
                    S.FAILED: "failed its checks", S.RECOVERING: "rebooting after failed checks",
-                   S.REPLACED: "replaced", S.DRAINED: "drained by an operator"}
+                   S.REPLACED: "replaced", S.DRAINED: "drained by an operator",
+                   S.GONE: "gone: no heartbeat since it registered"}
 
 
 @dataclass(frozen=True)
@@ -36,14 +38,17 @@ class Node:
     reason: str | None = None
     boot_id: str | None = None
     since: datetime | None = None
+    held: str | None = None  # why the group's systemic-failure alert holds it out of scheduling
 
     @property
     def schedulable(self) -> bool:
-        return self.state is S.READY and not self.cordoned
+        return self.state is S.READY and not self.cordoned and self.held is None
 
     @property
     def why_not_schedulable(self) -> str | None:
         if self.state is S.READY:
+            if self.held is not None:
+                return self.held
             return f"cordoned for check run {self.run_id}" if self.cordoned else None
         return self.reason or NOT_SCHEDULABLE[self.state]
 
@@ -83,8 +88,11 @@ class ChecksPassed:
 
 @dataclass(frozen=True)
 class ChecksFailed:
+    """``hold``: the group's breaker says stop (systemic failure): the node stays failed, no reboot, no
+    replacement, with this reason."""
     run_id: str
     reason: str
+    hold: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +111,32 @@ class Undrain:
     pass
 
 
+@dataclass(frozen=True)
+class Hold:
+    """The group's systemic-failure alert was raised: out of scheduling until an operator clears it."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """The group's alert was cleared."""
+
+
+@dataclass(frozen=True)
+class Unaddressable:
+    """A directive to the node cannot even be addressed (an id the bus refuses): it is failed with the reason,
+    not rebooted (no directive could reach it), and checked again only when it registers anew."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class Silent:
+    """No heartbeat since the node's agent registered, for ``seconds``: no agent is there to do anything."""
+    seconds: float
+
+
 Fact = (Registered | ChecksStarted | CheckRequested | ChecksPassed | ChecksFailed | ChecksDeferred | Drain
-        | Undrain)
+        | Undrain | Hold | Release | Unaddressable | Silent)
 
 
 # -- results ----------------------------------------------------------------------------------------------
@@ -180,6 +212,14 @@ def decide(node: Node | None, fact: Fact, now: datetime, policy: Policy = Policy
         return on_drain(node, fact, now)
     if isinstance(fact, Undrain):
         return on_undrain(node, now)
+    if isinstance(fact, Hold):
+        return on_hold(node, fact, now)
+    if isinstance(fact, Release):
+        return on_release(node, now)
+    if isinstance(fact, Unaddressable):
+        return on_unaddressable(node, fact, now)
+    if isinstance(fact, Silent):
+        return on_silent(node, fact, now)
     raise TypeError(f"not a node fact: {fact!r}")
 
 
@@ -244,6 +284,10 @@ def on_failed(node: Node, fact: ChecksFailed, now: datetime, policy: Policy) -> 
     """failed, then at once recovering (a reboot) or, after max_reboots failed recoveries, replaced."""
     if node.state is not S.CHECKING or node.run_id != fact.run_id:
         return Transition.unchanged(node, f"not checking under run {fact.run_id}")
+    if fact.hold is not None:
+        held, ev = _to(node, S.FAILED, NodeEventKind.FAILED, now, f"{fact.reason} [{fact.hold}]", run_id=None,
+                       held=fact.hold)
+        return Transition(held, (replace(ev, detail={"run_id": fact.run_id, "held": True}),))
     failed, ev1 = _to(node, S.FAILED, NodeEventKind.FAILED, now, fact.reason, run_id=None)
     ev1 = replace(ev1, detail={"run_id": fact.run_id})
     if node.reboots >= policy.max_reboots:
@@ -289,3 +333,51 @@ def uncordon(node: Node, now: datetime) -> Transition:
         return Transition.unchanged(node, "not cordoned")
     new = replace(node, cordoned=False, run_id=None)
     return Transition(new, (Event(NodeEventKind.UNCORDONED, node.state, node.state, None),))
+
+
+def on_hold(node: Node, fact: Hold, now: datetime) -> Transition:
+    """Every node of the group leaves scheduling (a replaced or drained node is out already)."""
+    if node.state in (S.REPLACED, S.DRAINED):
+        return Transition.unchanged(node, f"node is {node.state}")
+    if node.held is not None:
+        return Transition.unchanged(node, "already held")
+    new = replace(node, held=fact.reason)
+    return Transition(new, (Event(NodeEventKind.HELD, node.state, node.state, fact.reason),))
+
+
+def on_release(node: Node, now: datetime) -> Transition:
+    """Back to the usual path: a ready node is schedulable again; a node the breaker kept failed is checked
+    again (and, failing again, rebooted or replaced with a fresh budget)."""
+    if node.held is None:
+        return Transition.unchanged(node, "not held")
+    if node.state is S.FAILED:
+        new, ev = _to(node, S.JOINING, NodeEventKind.JOINING, now, "group alert cleared: checked again", held=None)
+        return Transition(new, (ev,), (ScheduleChecks(),))
+    new = replace(node, held=None)
+    return Transition(new, (Event(NodeEventKind.RELEASED, node.state, node.state, "group alert cleared"),))
+
+
+def on_unaddressable(node: Node, fact: Unaddressable, now: datetime) -> Transition:
+    if node.state in (S.REPLACED, S.DRAINED, S.FAILED):
+        return Transition.unchanged(node, f"node is {node.state}")
+    new, ev = _to(node, S.FAILED, NodeEventKind.FAILED, now, fact.reason, run_id=None, cordoned=False)
+    return Transition(new, (ev,))
+
+
+def silent_since_registration(registered_at: datetime | None, last_heartbeat: datetime | None, now: datetime,
+                              gone_after: timedelta) -> bool:
+    """A registration no heartbeat has followed for ``gone_after``: a bare registration on the bus, or an agent
+    that died at start. A rebooting node is not silent in this sense: its heartbeats before the reboot came
+    after its previous registration, and it registers again when it is back."""
+    if registered_at is None or now - registered_at < gone_after:
+        return False
+    return last_heartbeat is None or last_heartbeat < registered_at
+
+
+def on_silent(node: Node, fact: Silent, now: datetime) -> Transition:
+    """Out of every list of live nodes and never schedulable; registering again (a real agent) brings it back."""
+    if node.state in (S.REPLACED, S.DRAINED, S.GONE):
+        return Transition.unchanged(node, f"node is {node.state}")
+    why = f"gone: no heartbeat in {fact.seconds:g}s since it registered"
+    new, ev = _to(node, S.GONE, NodeEventKind.GONE, now, why, run_id=None, cordoned=False)
+    return Transition(new, (ev,))
