@@ -68,6 +68,12 @@ class NodeState(StrEnum):
     GONE = "gone"  # registered, then no heartbeat for node_gone_seconds (a bare or dead registration)
 
 
+# A node in one of these states lost the work it ran: a gang on it applies its node-failure strategy at once.
+NODE_LOST_STATES = frozenset({NodeState.FAILED, NodeState.RECOVERING, NodeState.REPLACED, NodeState.GONE})
+# A node in one of these states takes no work, whatever the check requirement says.
+RULED_OUT_STATES = NODE_LOST_STATES | {NodeState.DRAINED}
+
+
 class NodeEventKind(StrEnum):
     JOINING = "joining"
     CHECKING = "checking"

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from libs.contracts.budget import BudgetEvent, BudgetEventKind
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
-from libs.contracts.nodes import NodeEvent
+from libs.contracts.nodes import NODE_LOST_STATES, NodeEvent
 from libs.contracts.telemetry import (
     CheckpointReport,
     CheckpointSkipped,
@@ -30,7 +30,6 @@ from .effects import apply
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
-NODE_LOST_STATES = frozenset({"failed", "recovering", "replaced"})
 
 
 def fact_of(msg: ProgressBase) -> lc.Fact:
@@ -109,7 +108,7 @@ class Runs:
                                          event.schedulable, event.reason, event.seq)
             # A failed node under a running gang is a node failure of that gang (its strategy applies now,
             # not a lease later).
-            if event.executor_id and event.state.value in NODE_LOST_STATES:
+            if event.executor_id and event.state in NODE_LOST_STATES:
                 now = self.runtime.clock.now()
                 fact = lc.NodeFailed(event.executor_id, event.reason or event.state.value)
                 for job_id in await store.running_gangs_of(conn, event.executor_id):

@@ -16,6 +16,7 @@ import asyncpg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
+from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 from libs.runtime.fencing import StaleEpoch
@@ -155,10 +156,6 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
-# Node states in which a node takes no work, whatever the check requirement says.
-RULED_OUT_NODE_STATES = frozenset({"failed", "recovering", "replaced", "drained"})
-
-
 async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
                          require_checked: bool = True) -> list[FreeExecutor]:
     """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.
@@ -178,7 +175,7 @@ async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: 
         f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
         "   AND n.state = ANY($3::text[]))))"
         " ORDER BY e.executor_id",
-        now - timedelta(seconds=silent_after), not require_checked, sorted(RULED_OUT_NODE_STATES))
+        now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
     return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
 
 

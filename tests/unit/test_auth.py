@@ -123,6 +123,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/node-groups"): ("/v1/node-groups", None),
     ("POST", "/v1/nodes/{node_id}/drain"): ("/v1/nodes/n1/drain", None),
     ("POST", "/v1/nodes/{node_id}/undrain"): ("/v1/nodes/n1/undrain", None),
+    ("POST", "/v1/node-groups/{group}/clear-alert"): ("/v1/node-groups/g1/clear-alert", None),
     ("GET", "/v1/dead-letters"): ("/v1/dead-letters?service=queue", None),
     ("GET", "/v1/dead-letters/{seq}"): ("/v1/dead-letters/1", None),
     ("POST", "/v1/dead-letters/{seq}/replay"): ("/v1/dead-letters/1/replay", None),
