@@ -53,6 +53,10 @@ DEFAULT_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 # A message delivered this many times more than the limit never got an outcome: the consumer died on it each
 # time (a crash, an OOM kill). It is buried before being handled again, so it cannot kill every replica forever.
 CRASH_MARGIN = 3
+# The server's own max_deliver, a last resort far past the edge's limit: the edge buries a message long before
+# it (an outage holds messages without spending deliveries), so the server stops only one the edge could not
+# even bury (the bus refusing the dead letter over and over); JetStream then raises its max-deliveries advisory.
+SERVER_MAX_DELIVER_FACTOR = 4
 
 
 class Reporter(Protocol):
@@ -140,8 +144,8 @@ class ConsumerLoop(Generic[M]):
         if self._sub is not None:
             return
         c = self.consumer
-        # No server-side max_deliver: the server would stop delivering a message we have not buried yet.
         config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=c.ack_wait_seconds,
+                                max_deliver=SERVER_MAX_DELIVER_FACTOR * (c.max_deliver + CRASH_MARGIN),
                                 max_ack_pending=max(1000, 4 * c.batch))
         while True:
             try:
