@@ -16,6 +16,7 @@ from libs.contracts.telemetry import (
     Heartbeat,
     ProgressBase,
     RunFinished,
+    RunOutcome,
     RunStarted,
     StepReport,
     WorkerReady,
@@ -53,6 +54,7 @@ class Runs:
         self.runtime = runtime
         self.settings = settings
         self.stale = StaleFacts()
+        self.handed_back = 0  # grants executors gave back unstarted: should be rare (placement raced a check)
 
     async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
         now = self.runtime.clock.now()
@@ -63,6 +65,10 @@ class Runs:
                 await store.note_stale(conn, msg.executor_id, msg.job_id, msg.epoch, result.ignored or "", now)
         if isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
+        elif isinstance(msg, RunFinished) and msg.outcome is RunOutcome.HANDED_BACK and result.changed:
+            self.handed_back += 1
+            log.warning("executor %s handed job %s back unstarted (%d so far): %s", msg.executor_id, msg.job_id,
+                        self.handed_back, msg.error)
         elif stale:
             self.stale.note(msg.executor_id, msg.job_id, result.ignored or "")
         return result
