@@ -321,3 +321,22 @@ async def test_a_checkpoint_report_too_large_to_send_is_dropped_and_the_run_stil
     done = await queue.wait_finished(job, timeout=30)
     assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 2, done
     assert not queue.of(job, "checkpoint") and [s.step for s in queue.of(job, "step")] == [2]
+
+
+async def test_an_agent_fault_while_serving_a_run_stops_the_process_and_fails_the_attempt(stack, monkeypatch):
+    """Whatever goes wrong inside the agent while a run is served ends the run visibly (before: the grant task
+    died silently, the process ran on unwatched, and the job came back only as a transport loss)."""
+    from agents.executor import lease
+
+    async def broken_watch(self):
+        raise RuntimeError("lease keeper bug")
+
+    monkeypatch.setattr(lease.LeaseKeeper, "watch", broken_watch)
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.FAILED and "lease keeper bug" in (done.error or ""), done
+    pid = queue.of(job, "started")[0].detail["pid"]
+    await eventually(lambda: process_gone(pid), 10, "the training process to be stopped")
+    await eventually(lambda: queue.heartbeats[-1].accepting, 10, "the agent to take work again")
