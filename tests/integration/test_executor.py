@@ -288,7 +288,8 @@ async def test_a_grant_whose_environment_cannot_be_used_fails_its_attempt_and_th
     valid = command({})
     await queue.grant(js, settings, job, valid.model_copy(update={"env": {"A=B": "1"}}))
     done = await queue.wait_finished(job, timeout=20)
-    assert done.outcome is RunOutcome.FAILED and "A=B" in (done.error or ""), done
+    # Refused by name at launch, or (once the wire contract checks env names) as a grant it cannot read.
+    assert done.outcome is RunOutcome.FAILED and ("A=B" in done.error or "cannot read this grant" in done.error), done
     assert not queue.of(job, "started")
     after = _job()
     await queue.grant(js, settings, after, command({"STEPS": "2"}))
@@ -340,3 +341,23 @@ async def test_an_agent_fault_while_serving_a_run_stops_the_process_and_fails_th
     pid = queue.of(job, "started")[0].detail["pid"]
     await eventually(lambda: process_gone(pid), 10, "the training process to be stopped")
     await eventually(lambda: queue.heartbeats[-1].accepting, 10, "the agent to take work again")
+
+
+async def test_a_grant_the_agent_cannot_read_fails_its_attempt_with_the_reason(stack):
+    """A grant refused at decode (another contract version, a spec this agent cannot run) is refused visibly and,
+    since it names its job and epoch, fails that attempt: left alone the job would wait out its lease and be
+    placed again, the same way, forever."""
+    import json
+
+    settings, js, queue = stack
+    job = _job()
+    grant = await queue.grant(js, settings, _job(), command({"STEPS": "1"}))  # a readable one, as a template
+    body = json.loads(grant.encode())
+    body.update(job_id=job, id=uuid.uuid4().hex)
+    body["spec"]["workload"] = {"kind": "no-such-kind"}
+    await js.publish(settings.subjects.agent(settings.executor_id, "run"), json.dumps(body).encode())
+    done = await queue.wait_finished(job, timeout=20)
+    assert done.outcome is RunOutcome.FAILED and done.epoch == 1, done
+    assert done.error.startswith("the executor cannot read this grant:") and "workload" in done.error
+    assert not queue.of(job, "started")
+    await eventually(lambda: queue.raw.get(settings.subjects.rejected("executor")), 10, "the refusal")
