@@ -1,6 +1,7 @@
-"""A grant that races the node's health check, with the real queue and a real executor agent: the agent hands
-it back unstarted, and the job's attempts show a hand-back (free, counted apart), never a transport loss that
-did not happen; once the check process has ended the job runs on that node."""
+"""The real queue and a real executor agent together, for what neither side proves alone: a grant that races the
+node's health check is handed back unstarted and the job's attempts show a hand-back (free, counted apart),
+never a transport loss that did not happen; a run that cannot start spends training attempts and the job
+shows why, instead of cycling forever as a transport loss."""
 
 from __future__ import annotations
 
@@ -66,6 +67,29 @@ async def test_a_grant_racing_the_nodes_check_shows_handed_back_never_transport_
     requeues = [r["reason"] for r in rows if r["event"] == "requeued"]
     assert requeues and set(requeues) == {"handed_back"}, requeues
     assert any(r["event"] == "abandoned" and "health checks" in (r["reason"] or "") for r in rows)
+
+
+async def test_a_run_that_cannot_start_spends_attempts_and_the_job_shows_why(env):
+    qs = env.settings(QueueSettings, schedule_interval_seconds=0.1, scan_interval_seconds=0.2,
+                      require_checked_nodes=False)
+    es = env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", torch_threads=1)
+    submit = SubmitJob(actor="ann", spec=JobSpec(max_attempts=2, workload=CommandWorkload(
+        command=[sys.executable, TRAIN_SCRIPT], env={"STEPS": "2"})))
+    # A file where the job's working directory must be made: the process cannot be started there.
+    work = es.effective_work_dir / "jobs" / submit.job_id
+    work.parent.mkdir(parents=True, exist_ok=True)
+    work.write_text("not a directory")
+    async with queue_service(qs), client(qs) as c:
+        agent = asyncio.create_task(agent_serve(es))
+        try:
+            assert (await c.command(submit)).accepted
+            job = await c.wait_state(submit.job_id, "failed", timeout=60)
+        finally:
+            agent.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await agent
+    assert job["attempts"]["training_error"] == 2 and job["attempts"]["transport_lost"] == 0, job["attempts"]
+    assert job["error"].startswith("cannot start") and "FileExistsError" in job["error"], job["error"]
 
 
 async def _newer(read, than) -> bool:
