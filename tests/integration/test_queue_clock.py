@@ -1,6 +1,6 @@
-"""Lease deadlines and their expiry are judged on one clock, PostgreSQL's, whichever queue replica sets or
-judges them: two replicas whose own clocks disagree by twenty minutes grant, renew and expire the same lease
-at the same moment."""
+"""Lease deadlines, gang ready deadlines and their expiry are judged on one clock, PostgreSQL's, whichever queue
+replica sets or judges them: two replicas whose own clocks disagree by twenty minutes grant, renew and expire
+the same lease at the same moment, and a replica running ahead does not time a forming gang out early."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from libs.runtime.clock import Clock
 from libs.runtime.service import Runtime
 from services.queue import store
 from services.queue.commands import Commands
+from services.queue.gangs import GangScanner
 from services.queue.runs import Runs
 from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
@@ -87,3 +88,26 @@ async def test_replicas_whose_clocks_disagree_by_minutes_expire_the_same_lease_a
     finally:
         for r in (ahead, behind):
             await r.close()
+
+
+async def test_a_replica_whose_clock_runs_ahead_does_not_time_out_a_forming_gang_early(env):
+    settings = env.settings(QueueSettings, require_checked_nodes=False)
+    ahead = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    ahead.clock = SkewedClock(SKEW)
+    try:
+        runs = Runs(ahead, settings)
+        submit = SubmitJob(actor="ann", spec=JobSpec(workload={"kind": "finetune"}, workers=2))
+        assert (await Commands(ahead, settings).submit(submit)).accepted
+        await runs.heartbeats([Heartbeat(executor_id=f"ex-{i}", node_id=f"n{i}", group="g", sent_at=utcnow(),
+                                         interval_seconds=1, progress_interval_seconds=1) for i in range(2)])
+        assert await Scheduler(ahead, settings).place_once() == 1
+        row = await ahead.pool.fetchrow("SELECT state, ready_deadline FROM queue.jobs WHERE id = $1", submit.job_id)
+        assert row["state"] == "admitting"
+        async with ahead.pool.acquire() as conn:
+            assert row["ready_deadline"] - await store.db_now(conn) < SKEW  # set on the database's clock
+        # Ten minutes ahead, this replica's own clock is past the ready deadline (120 s by default); the
+        # database's is not, so the gang keeps forming.
+        assert await GangScanner(ahead, settings).scan_once() == 0
+        assert await ahead.pool.fetchval("SELECT state FROM queue.jobs WHERE id = $1", submit.job_id) == "admitting"
+    finally:
+        await ahead.close()
