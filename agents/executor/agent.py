@@ -30,12 +30,10 @@ from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport, WorkerReady)
 from libs.contracts.usage import MAX_RECORDS_PER_REPORT, UsageReport
-from libs.runtime import bus
 
 from . import checkpoints, launch
 from .checks import reach
-from .checks.handler import NodeChecks, Reboot
-from .gpu import detect_gpus
+from .checks.handler import NodeChecks
 from .heartbeat import UsageMeter
 from .lease import LeaseKeeper
 from .publisher import Publisher
@@ -69,7 +67,7 @@ class Agent:
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
         self.rejected = 0
-        self.checks = NodeChecks(self)
+        self.checks = NodeChecks(settings, self.publisher, self)
         self.boot_id = new_id()  # a registration with a new boot id is a node back from a (re)boot
         self.address: str | None = None
         self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
@@ -169,6 +167,8 @@ class Agent:
                 directive = model.decode(msg.data)
             except ContractError as exc:
                 await self.reject(msg, exc.reason)
+                if model is RunJob:
+                    await self._refuse_grant(msg, exc.reason)
             else:
                 if isinstance(directive, RunJob) and directive.executor_id != self.id:
                     await self.reject(msg, f"grant addressed to executor {directive.executor_id!r}, not {self.id!r}")
@@ -187,11 +187,27 @@ class Agent:
             self.checks.on_reboot(directive)
 
     def _hand_back(self, grant: RunJob, why: str) -> None:
-        """A grant this agent cannot take goes back at once as an abandoned run (the queue requeues the job
-        without spending an attempt), not silently dropped to wait out a whole lease (180 s by default)."""
+        """A grant this agent cannot take goes back at once, unstarted (the queue requeues the job without
+        spending an attempt and counts a hand-back), not silently dropped to wait out a whole lease."""
         log.warning("grant of job %s epoch %d handed back: %s", grant.job_id, grant.epoch, why)
-        self._send(Run(grant), RunFinished, outcome=RunOutcome.ABANDONED, exit_code=None,
+        self._send(Run(grant), RunFinished, outcome=RunOutcome.HANDED_BACK, exit_code=None,
                    error=f"not started: {why}", last_step=None, resumed_from_step=None)
+
+    async def _refuse_grant(self, msg: Msg, reason: str) -> None:
+        """A grant this agent cannot read fails its attempt with the reason, when it says which job and epoch
+        it is for: otherwise the job would wait out its lease and be placed again, the same way, forever."""
+        try:
+            body = json.loads(msg.data)
+            job_id, epoch, executor_id = body["job_id"], body["epoch"], body.get("executor_id", self.id)
+            if executor_id != self.id:
+                return
+            note = RunFinished(job_id=job_id, epoch=epoch, executor_id=self.id, outcome=RunOutcome.FAILED,
+                               error=f"the executor cannot read this grant: {reason}"[:8000])
+        except (ValueError, TypeError, KeyError, ContractError) as exc:
+            log.error("unreadable grant names no job the executor can report on (%r)", exc)
+            return
+        log.error("grant of job %s epoch %s is unreadable: %s", job_id, epoch, reason)
+        self.publisher.send(self.subjects.progress(job_id), note)
 
     async def reject(self, msg: Msg, reason: str) -> None:
         self.rejected += 1
@@ -213,6 +229,21 @@ class Agent:
             return
         self.run = Run(grant)  # set before any await: a second grant now sees us busy
         self.job_task = asyncio.create_task(self._serve_grant(self.run), name=f"job-{grant.job_id}")
+        self.job_task.add_done_callback(_log_failure)
+
+    # -- what node checks need of the job (checks.handler.Jobs) ------------------------------------------------
+
+    def running_job(self) -> str | None:
+        return self.run.grant.job_id if self.run else None
+
+    async def stop_and_wait(self, reason: str) -> None:
+        run, task = self.run, self.job_task
+        if run is None:
+            return
+        self.on_stop(StopJob(job_id=run.grant.job_id, epoch=run.grant.epoch, reason=reason, checkpoint_first=True,
+                             grace_seconds=self.settings.stop_grace_seconds))
+        if task is not None:
+            await asyncio.wait({task})
 
     def on_stop(self, stop: StopJob) -> None:
         run = self.run
@@ -261,37 +292,8 @@ class Agent:
                 why = "no answer" if reply is None else (reply.reason or "refused")
                 log.warning("grant of job %s epoch %d not confirmed (%s): dropped", grant.job_id, grant.epoch, why)
                 return
-            ckpt_dir = s.effective_checkpoint_dir / grant.job_id
-            ckpt, skipped = await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)
-            for path, reason in skipped:
-                log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
-                self._send(run, CheckpointSkipped, path=str(path), reason=reason)
-            run.resumed_from_step = ckpt.step if ckpt else None
-            if run.stop_requested:
-                await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
+            if not await self._launch(run):
                 return
-            try:
-                work = launch.build(grant, s, self.gpus, resume_from=ckpt.path if ckpt else None,
-                                    base_env=os.environ)
-                run.child = await Child.start(work, lambda record: self._on_report(run, record))
-            except OSError as exc:  # the program does not exist or cannot run: the user's error
-                await self._finish(run, RunOutcome.FAILED, None, f"cannot start {launch.argv(grant)[0]!r}: {exc}")
-                return
-            if run.stop_requested:
-                # The stop came while the process was being started (no child to signal then): stop it now,
-                # or a ceiling stop would be lost and the job would run on past its budget.
-                asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
-                                    name=f"stop-{grant.job_id}")
-            run.launched_at = time.monotonic()
-            # Every worker, gang or not, is metered from its process's start: forming a gang uses the devices.
-            self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at,
-                             utcnow())
-            log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
-                     run.child.pid, run.resumed_from_step)
-            self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
-                       resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
-                       detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
-                               "rank": grant.rank, "world_size": grant.world_size})
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
@@ -313,11 +315,61 @@ class Agent:
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
                     resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
             raise
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the run ends visibly, never silently
+            await self._fail(run, exc)
         finally:
             if watch is not None:
                 watch.cancel()
             if self.run is run:
                 self.run = None
+
+    async def _launch(self, run: Run) -> bool:
+        """Prepare and start the training process, and report it started; False when a stop came first (the
+        run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
+        grant = run.grant
+        s = self.settings
+        ckpt_dir = s.effective_checkpoint_dir / grant.job_id
+        ckpt, skipped = await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)
+        for path, reason in skipped:
+            log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
+            self._send(run, CheckpointSkipped, path=str(path), reason=reason)
+        run.resumed_from_step = ckpt.step if ckpt else None
+        if run.stop_requested:
+            await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
+            return False
+        work = launch.build(grant, s, self.gpus, resume_from=ckpt.path if ckpt else None, base_env=os.environ)
+        run.child = await Child.start(work, lambda record: self._on_report(run, record))
+        if run.stop_requested:
+            # The stop came while the process was being started (no child to signal then): stop it now,
+            # or a ceiling stop would be lost and the job would run on past its budget.
+            asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
+                                name=f"stop-{grant.job_id}")
+        run.launched_at = time.monotonic()
+        # Every worker, gang or not, is metered from its process's start: forming a gang uses the devices.
+        self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at, utcnow())
+        log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
+                 run.child.pid, run.resumed_from_step)
+        self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
+                   resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
+                   detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
+                           "rank": grant.rank, "world_size": grant.world_size})
+        return True
+
+    async def _fail(self, run: Run, exc: Exception) -> None:
+        """The run could not start (bad environment, missing program, no permission, unreadable checkpoint
+        directory...) or the agent failed while serving it: the attempt fails with the reason. Never a silent
+        end: the queue would only learn of it when the lease expires, call it a transport loss, spend no
+        attempt, and place the same job again, forever."""
+        grant = run.grant
+        if run.child is None:
+            error = launch.cannot_start(grant, exc)
+            log.error("job %s epoch %d: %s", grant.job_id, grant.epoch, error)
+        else:
+            log.exception("job %s epoch %d: the executor failed while serving the run", grant.job_id, grant.epoch)
+            await run.child.stop(self.settings.abandon_grace_seconds)
+            error = f"the executor failed while serving the run: {type(exc).__name__}: {exc}"
+        self._meter_finish()
+        await self._finish(run, RunOutcome.FAILED, run.child.proc.returncode if run.child else None, error[-8000:])
 
     def _outcome(self, run: Run, rc: int) -> RunOutcome:
         if run.lost is not None:
@@ -400,77 +452,7 @@ class Agent:
                    loss=record.get("loss"), step_seconds=mean, metrics=metrics)
 
 
-async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
-    settings = settings or ExecutorSettings.from_env()
-    gpus = await asyncio.to_thread(detect_gpus)
-    nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}")
-    js = nc.jetstream(timeout=15.0)
-    agent = Agent(settings, nc, js, gpus)
-    tasks: list[asyncio.Task] = []
-    listener = None
-    try:
-        await bus.ensure_streams(js, settings.subjects)
-        listener, port = await reach.start_listener()
-        agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
-        agent.collective_port = reach.free_port()
-        tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
-        await agent.register()
-        tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
-        tasks.append(asyncio.create_task(agent.usage_reports(), name="usage"))
-        tasks.append(asyncio.create_task(agent.directives(), name="directives"))
-        if ready is not None:
-            ready.set()
-        reboot = asyncio.create_task(agent.checks.rebooting.wait(), name="reboot")
-        tasks.append(reboot)
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        if reboot.done() and agent.checks.reboot is not None:
-            raise Reboot(agent.checks.reboot)
-        for t in tasks:
-            if t.done() and not t.cancelled() and t.exception():
-                raise t.exception()
-    finally:
-        if listener is not None:
-            listener.close()
-        # The job task stops its process within a bounded grace and reports; then the loops. Every wait is
-        # bounded: nothing may hold the agent's shutdown forever.
-        work = [t for t in (agent.checks.task, agent.job_task) if t is not None and not t.done()]
-        for t in work:
-            t.cancel()
-        await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
-        for t in tasks:
-            t.cancel()
-        await _settle(tasks, SHUTDOWN_GRACE_SECONDS)
-        # The stopped process's last usage record: one bounded try (what the server did not take is lost
-        # with this process's memory, at most the stretch since the last report).
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(agent.send_usage(), 2.0)
-        # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
-        # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(nc.flush(), 2.0)
-        with contextlib.suppress(Exception):
-            await nc.close()
-
-
-async def _settle(tasks: list[asyncio.Task], timeout: float) -> None:
-    """Wait for cancelled tasks to finish, at most ``timeout``; name any that did not."""
-    if not tasks:
-        return
-    done, pending = await asyncio.wait(tasks, timeout=timeout)
-    for t in done:
-        if not t.cancelled() and t.exception() is not None:
-            log.warning("task %s ended with %r at shutdown", t.get_name(), t.exception())
-    for t in pending:
-        log.error("task %s did not stop within %.0fs of shutdown; leaving it", t.get_name(), timeout)
-
-
-def main() -> None:
-    from teto.stack.run import run_executor
-
-    logging.basicConfig(level=os.environ.get("TETO_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    raise SystemExit(run_executor({}))
-
-
-if __name__ == "__main__":
-    main()
+def _log_failure(task: asyncio.Task) -> None:
+    """A background task that ends with an exception says so (asyncio would only mention it at exit, if ever)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed", task.get_name(), exc_info=task.exception())

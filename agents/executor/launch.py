@@ -8,6 +8,7 @@ before Teto's, so neither can confuse or override what the process is told about
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,8 +22,33 @@ from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
 GUARD_MODULE = "agents.executor.guard"
-# The installation this agent runs from, so that any python the user's command runs can `import teto.sdk`.
+# The installation this agent runs from, so that any python the user's command runs finds the SDK under its
+# public name, `teto.sdk` (which re-exports agents.executor.sdk).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class CannotStart(Exception):
+    """The grant cannot become a process (its reason is what the job's attempt shows)."""
+
+
+def check_env(env: Mapping[str, str]) -> None:
+    """Refuse, by name, what ``execve`` would refuse with a bare "illegal environment variable name"."""
+    for name, value in env.items():
+        if not ENV_NAME.fullmatch(name):
+            raise CannotStart(f"environment variable name {name[:200]!r} is not valid "
+                              "(letters, digits and _, not starting with a digit)")
+        if "\0" in value:
+            raise CannotStart(f"environment variable {name!r} contains a NUL character")
+
+
+def cannot_start(grant: RunJob, exc: BaseException) -> str:
+    """The error a run that could not start reports: what was being started, and why not."""
+    if isinstance(exc, CannotStart):
+        return f"cannot start the run: {exc}"
+    workload = grant.spec.workload
+    program = workload.command[0] if isinstance(workload, CommandWorkload) and workload.command else argv(grant)[0]
+    return f"cannot start {program!r}: {type(exc).__name__}: {exc}"
 
 
 def device(gpus: list[GpuInfo]) -> str:
@@ -58,6 +84,7 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     work = job_dir(settings, grant.job_id)
     env = {k: v for k, v in base_env.items() if not k.startswith("TETO_")}
     if isinstance(workload, CommandWorkload):
+        check_env(workload.env)
         env.update(workload.env)
         params = "{}"
     else:

@@ -34,6 +34,7 @@ class AttemptCause(StrEnum):
     TRANSPORT_LOST = "transport_lost"  # lease expired or executor abandoned: free
     NODE_FAILURE = "node_failure"  # node failed its health check: free
     GANG_TIMEOUT = "gang_timeout"  # gang not ready in time: free
+    HANDED_BACK = "handed_back"  # the executor gave the grant back unstarted (busy, checking its node): free
 
 
 class FinetuneParams(Model):

@@ -100,6 +100,7 @@ class RunOutcome(StrEnum):
     FAILED = "failed"  # non-zero exit or crash: spends an attempt
     STOPPED = "stopped"  # stopped on request (cancel, ceiling)
     ABANDONED = "abandoned"  # the agent lost contact and stopped it: free
+    HANDED_BACK = "handed_back"  # the agent could not take the grant (busy, checking) and never started it: free
 
 
 class RunFinished(ProgressBase):

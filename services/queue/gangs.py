@@ -37,9 +37,9 @@ class GangScanner:
         self.requeued = 0
 
     async def scan_once(self) -> int:
-        now = self.runtime.clock.now()
         n = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
+            now = await store.db_now(conn)  # ready deadlines are set on the database's clock at placement
             # 1. Gangs that did not form in time release their nodes and back off (or fail at the limit).
             late = await store.ready_timeouts(conn, now)
             policy = await policy_store.load(conn) if late else None

@@ -1,6 +1,7 @@
 """What executors and the budget tell the queue about runs: progress reports, lease renewals, ceiling
 exhaustion, heartbeats. Each becomes a lifecycle fact applied under the job's row lock; facts from an older lease
-epoch are counted and otherwise ignored, so a zombie executor can never move a job it lost."""
+epoch are counted and otherwise ignored, so a zombie executor can never move a job it lost. Lease deadlines and
+executors' last-seen times are on the database's clock (``store.db_now``), never a replica's own."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from libs.contracts.telemetry import (
     Heartbeat,
     ProgressBase,
     RunFinished,
+    RunOutcome,
     RunStarted,
     StepReport,
     WorkerReady,
@@ -54,6 +56,7 @@ class Runs:
         self.runtime = runtime
         self.settings = settings
         self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
+        self.handed_back = 0  # grants executors gave back unstarted: should be rare (placement raced a check)
 
     @property
     def stale(self) -> StaleCounter:
@@ -68,15 +71,20 @@ class Runs:
                     msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
         if isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
+        elif isinstance(msg, RunFinished) and msg.outcome is RunOutcome.HANDED_BACK and result.changed:
+            self.handed_back += 1
+            log.warning("executor %s handed job %s back unstarted (%d so far): %s", msg.executor_id, msg.job_id,
+                        self.handed_back, msg.error)
         return result
 
     async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
         """ok only for the executor holding the job's current lease while it runs; the expiry is written before
         the answer, so an acknowledged renewal is never lost to a crash."""
-        now = self.runtime.clock.now()
-        fact = lc.Renew(req.executor_id, req.epoch, now + timedelta(seconds=self.settings.lease_seconds))
         async with self.units.begin() as unit:
             job = await store.load_job(unit.conn, req.job_id, lock=True)
+            # The deadline is on the database's clock, the one the lease scanner of any replica judges it by.
+            now = await store.db_now(unit.conn)
+            fact = lc.Renew(req.executor_id, req.epoch, now + timedelta(seconds=self.settings.lease_seconds))
             result = lc.decide(job, fact, now)
             if isinstance(result, lc.Transition):
                 await store.save_lease(unit.conn, result.job)
@@ -120,10 +128,11 @@ class Runs:
         for hb in beats:
             if hb.executor_id not in latest or latest[hb.executor_id].sent_at <= hb.sent_at:
                 latest[hb.executor_id] = hb
-        now = self.runtime.clock.now()
-        rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                 hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
-        if rows:
-            async with self.runtime.pool.acquire() as conn, conn.transaction():
-                await store.upsert_executors(conn, rows)
+        if not latest:
+            return 0
+        async with self.runtime.pool.acquire() as conn, conn.transaction():
+            now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
+            rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
+                     hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
+            await store.upsert_executors(conn, rows)
         return len(rows)

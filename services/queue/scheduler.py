@@ -1,7 +1,8 @@
 """The two loops that move jobs on their own: placement (queued -> running with a lease grant) and the lease
 scanner (running with an expired lease -> queued, or interrupted when a ceiling stop was pending).
 
-Both run as singleton loops (one replica at a time). Placement also takes a transaction-scoped advisory lock and
+Both run as singleton loops (one replica at a time), and both read the time from PostgreSQL, the clock every
+lease deadline is set on. Placement also takes a transaction-scoped advisory lock and
 row locks (``FOR UPDATE SKIP LOCKED``), so even two replicas that both believe they lead cannot place twice: the
 second waits for the first to commit, then sees its executors busy and its jobs running.
 """
@@ -38,12 +39,14 @@ class Scheduler:
         return self.settings.executor_silence_heartbeats * self.settings.heartbeat_seconds
 
     async def place_once(self) -> int:
-        now = self.runtime.clock.now()
         lease = timedelta(seconds=self.settings.lease_seconds)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
+            # The time is the database's, read once the lock is held: lease deadlines and executor freshness
+            # are judged on one clock whichever replica places (never this replica's own wall clock).
             await conn.execute("SELECT pg_advisory_xact_lock($1)",
                                lock_key(f"{self.settings.subject_prefix}:queue:placement"))
+            now = await store.db_now(conn)
             # 2. Snapshot: queued jobs (locked) and executors free per heartbeats and the jobs table.
             jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
             if not jobs:
@@ -77,9 +80,9 @@ class Scheduler:
         return len(assignments)
 
     async def scan_once(self) -> int:
-        now = self.runtime.clock.now()
         n = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
+            now = await store.db_now(conn)  # the clock the deadlines were set on, whichever replica set them
             for job in await store.expired_leases(conn, now):
                 t = lc.decide(job, lc.LeaseExpired(job.lease_epoch), now)
                 if isinstance(t, lc.Transition) and t.changed:

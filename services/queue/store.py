@@ -156,6 +156,13 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
+async def db_now(conn: asyncpg.Connection) -> datetime:
+    """The database's clock, the one clock of lease deadlines, their expiry and executors' freshness: replicas'
+    wall clocks may disagree by minutes, and a lease set by one and judged by another must mean the same time.
+    ``clock_timestamp()``, not ``now()``: a transaction that waited on a lock must not judge with a stale time."""
+    return await conn.fetchval("SELECT clock_timestamp()")
+
+
 async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
                          require_checked: bool = True) -> list[FreeExecutor]:
     """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.

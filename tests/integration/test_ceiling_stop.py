@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agents.executor import agent as agent_module
-from agents.executor.agent import serve
+from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import StopJob
 from libs.contracts.telemetry import RunOutcome

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from agents.executor.agent import serve
+from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.nodes import NodeRegistered
@@ -203,7 +203,7 @@ async def test_the_training_process_dies_with_its_agent(env, base_dir):
     js = nc.jetstream()
     queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agents.executor.agent",
+        sys.executable, "-m", "agents.executor.main",
         env=env.env_vars(TETO_EXECUTOR_ID=settings.executor_id, TETO_PROGRESS_INTERVAL_SECONDS="0.3"))
     try:
         await eventually(lambda: queue.heartbeats, 30, "the agent's first heartbeat")
@@ -223,9 +223,9 @@ async def test_the_training_process_dies_with_its_agent(env, base_dir):
 
 
 async def test_a_grant_that_arrives_during_the_node_checks_is_handed_back_at_once(stack):
-    """Placement can race the node's checks (the health service judges from the test reports while the check
-    process is still finishing). The agent must not start the job, and must not leave the grant to expire a
-    whole lease later: it hands it back at once as an abandoned run (a free requeue)."""
+    """A grant can still meet the node's checks (a check ordered for a ready node while placement picked it).
+    The agent must not start the job, and must not leave the grant to expire a whole lease later: it hands it
+    back at once, as a hand-back (a free requeue counted as such), never as an abandoned run."""
     from libs.contracts.nodes import CheckTest, RunChecks
 
     settings, js, queue = stack
@@ -238,7 +238,126 @@ async def test_a_grant_that_arrives_during_the_node_checks_is_handed_back_at_onc
     job = _job()
     await queue.grant(js, settings, job, finetune(steps=5))
     done = await queue.wait_finished(job, 1, timeout=settings.lease_seconds - 1)  # well before the lease ends
-    assert done.outcome is RunOutcome.ABANDONED and "health checks" in (done.error or "")
+    assert done.outcome is RunOutcome.HANDED_BACK and "health checks" in (done.error or "")
     assert not queue.of(job, "started")
     # Leave nothing running: the check process finishes and the agent takes work again.
     await eventually(lambda: queue.heartbeats[-1].accepting, 60, "the check to finish")
+
+
+async def test_a_grant_placed_the_moment_the_checks_final_report_arrives_is_taken(stack):
+    """The health service judges the node from the report that completes its tests, and the queue may place a
+    job at once: that report must leave the agent only once the check process has ended and the agent takes
+    work, or the grant is handed back (before: the attempts showed a transport loss that never happened)."""
+    from libs.contracts.nodes import CheckReport, CheckTest, RunChecks
+
+    settings, js, queue = stack
+    nc = queue.nc
+    beats = await eventually(lambda: queue.heartbeats, 10, "a heartbeat")
+    run_id, job = uuid.uuid4().hex, _job()
+    tests = [CheckTest.MATMUL, CheckTest.MEMBW]
+    reports: list[CheckReport] = []
+    granted = asyncio.Event()
+
+    async def on_report(msg) -> None:
+        report = CheckReport.decode(msg.data)
+        if report.run_id != run_id:
+            return
+        reports.append(report)
+        ended = {r.test for r in reports if r.status not in ("running",)}
+        if ended >= set(tests) and not granted.is_set():
+            granted.set()  # the verdict is complete: place a job at once, as the queue may
+            await queue.grant(js, settings, job, command({"STEPS": "2"}))
+
+    sub = await nc.subscribe(settings.subjects.check_all, cb=on_report)
+    try:
+        await bus.publish(js, settings.subjects.agent(settings.executor_id, "check"),
+                          RunChecks(run_id=run_id, node_id=beats[-1].node_id, executor_id=settings.executor_id,
+                                    tests=tests))
+        done = await queue.wait_finished(job, 1, timeout=90)
+    finally:
+        await sub.unsubscribe()
+    assert done.outcome is RunOutcome.SUCCEEDED, done
+    assert queue.of(job, "started")
+
+
+async def test_a_grant_whose_environment_cannot_be_used_fails_its_attempt_and_the_agent_goes_on(stack):
+    """An env variable name with ``=`` used to kill the agent's grant task silently: no report, and the job
+    cycled forever as a transport loss. Now the attempt fails with the reason, and the next grant runs."""
+    settings, js, queue = stack
+    job = _job()
+    valid = command({})
+    await queue.grant(js, settings, job, valid.model_copy(update={"env": {"A=B": "1"}}))
+    done = await queue.wait_finished(job, timeout=20)
+    # Refused by name at launch, or (once the wire contract checks env names) as a grant it cannot read.
+    assert done.outcome is RunOutcome.FAILED and ("A=B" in done.error or "cannot read this grant" in done.error), done
+    assert not queue.of(job, "started")
+    after = _job()
+    await queue.grant(js, settings, after, command({"STEPS": "2"}))
+    assert (await queue.wait_finished(after, timeout=30)).outcome is RunOutcome.SUCCEEDED
+
+
+async def test_a_run_whose_working_directory_cannot_be_made_fails_with_the_reason(stack):
+    settings, js, queue = stack
+    job = _job()
+    work = settings.effective_work_dir / "jobs" / job
+    work.parent.mkdir(parents=True, exist_ok=True)
+    work.write_text("a file where the job's working directory belongs")
+    await queue.grant(js, settings, job, command({"STEPS": "2"}))
+    done = await queue.wait_finished(job, timeout=20)
+    assert done.outcome is RunOutcome.FAILED and done.error.startswith("cannot start"), done
+    assert "FileExistsError" in done.error and not queue.of(job, "started")
+
+
+async def test_a_checkpoint_report_too_large_to_send_is_dropped_and_the_run_still_reports(stack):
+    """A checkpoint path of about 1 MiB makes a report over the server's max payload: it used to be retried
+    forever, holding every report behind it (the run's end included)."""
+    settings, js, queue = stack
+    job = _job()
+    # Under the agent's 1 MiB line limit, over the payload limit once wrapped in its envelope.
+    script = ("import json, os\nfd = int(os.environ['TETO_REPORT_FD'])\n"
+              "os.write(fd, (json.dumps({'type': 'checkpoint', 'step': 1, 'path': '/c/' + 'x' * 1048400}) + "
+              "'\\n').encode())\n"
+              "os.write(fd, (json.dumps({'type': 'step', 'step': 2, 'total_steps': 2}) + '\\n').encode())\n")
+    await queue.grant(js, settings, job, command({}, sys.executable, "-c", script))
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 2, done
+    assert not queue.of(job, "checkpoint") and [s.step for s in queue.of(job, "step")] == [2]
+
+
+async def test_an_agent_fault_while_serving_a_run_stops_the_process_and_fails_the_attempt(stack, monkeypatch):
+    """Whatever goes wrong inside the agent while a run is served ends the run visibly (before: the grant task
+    died silently, the process ran on unwatched, and the job came back only as a transport loss)."""
+    from agents.executor import lease
+
+    async def broken_watch(self):
+        raise RuntimeError("lease keeper bug")
+
+    monkeypatch.setattr(lease.LeaseKeeper, "watch", broken_watch)
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.FAILED and "lease keeper bug" in (done.error or ""), done
+    pid = queue.of(job, "started")[0].detail["pid"]
+    await eventually(lambda: process_gone(pid), 10, "the training process to be stopped")
+    await eventually(lambda: queue.heartbeats[-1].accepting, 10, "the agent to take work again")
+
+
+async def test_a_grant_the_agent_cannot_read_fails_its_attempt_with_the_reason(stack):
+    """A grant refused at decode (another contract version, a spec this agent cannot run) is refused visibly and,
+    since it names its job and epoch, fails that attempt: left alone the job would wait out its lease and be
+    placed again, the same way, forever."""
+    import json
+
+    settings, js, queue = stack
+    job = _job()
+    grant = await queue.grant(js, settings, _job(), command({"STEPS": "1"}))  # a readable one, as a template
+    body = json.loads(grant.encode())
+    body.update(job_id=job, id=uuid.uuid4().hex)
+    body["spec"]["workload"] = {"kind": "no-such-kind"}
+    await js.publish(settings.subjects.agent(settings.executor_id, "run"), json.dumps(body).encode())
+    done = await queue.wait_finished(job, timeout=20)
+    assert done.outcome is RunOutcome.FAILED and done.epoch == 1, done
+    assert done.error.startswith("the executor cannot read this grant:") and "workload" in done.error
+    assert not queue.of(job, "started")
+    await eventually(lambda: queue.raw.get(settings.subjects.rejected("executor")), 10, "the refusal")

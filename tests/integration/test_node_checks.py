@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor.agent import serve as agent_serve
+from agents.executor.main import serve as agent_serve
 from agents.executor.checks.handler import Reboot
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.commands import RunHealthCheck, SubmitJob

@@ -182,7 +182,7 @@ async def test_shutdown_waits_are_bounded_even_for_a_task_that_ignores_cancellat
     import asyncio
     import time
 
-    from agents.executor.agent import _settle
+    from agents.executor.main import _settle
 
     release = asyncio.Event()
 

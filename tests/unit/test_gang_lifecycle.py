@@ -79,6 +79,7 @@ FACTS = {
     "finished_failed": lambda: fin("w1", RunOutcome.FAILED, 1),
     "finished_peer_lost": lambda: fin("w1", RunOutcome.FAILED, EXIT_PEER_LOST),
     "finished_abandoned": lambda: fin("w1", RunOutcome.ABANDONED),
+    "finished_handed_back": lambda: fin("w1", RunOutcome.HANDED_BACK),
     "finished_succeeded": lambda: fin("w1", RunOutcome.SUCCEEDED, 0),
     "lease_expired": lambda: LeaseExpired(EPOCH),
     "node_failed": lambda: NodeFailed("w1", "ecc errors"),
@@ -110,6 +111,8 @@ def expected(state: JobState, fact: str) -> str | JobState:
         return state if admitting or run else UNCHANGED
     if fact == "finished_abandoned":  # a node failure once running; the ready timeout's while admitting
         return JobState.QUEUED if run else (state if admitting else UNCHANGED)
+    if fact == "finished_handed_back":  # never started: the gang cannot form, requeued at once either way
+        return JobState.QUEUED if admitting or run else UNCHANGED
     if fact in ("lease_expired", "node_failed"):
         return JobState.QUEUED if run else UNCHANGED
     if fact == "cancel":
@@ -143,8 +146,8 @@ def test_every_state_and_gang_fact(state: JobState, fact: str):
             assert result.job.workers == () and result.job.gang == () and result.job.lease_expires_at is None
 
 
-GANG_RUN_FACTS = ("ready", "finished_failed", "finished_peer_lost", "finished_abandoned", "finished_succeeded",
-                  "ready_timeout")
+GANG_RUN_FACTS = ("ready", "finished_failed", "finished_peer_lost", "finished_abandoned", "finished_handed_back",
+                  "finished_succeeded", "ready_timeout")
 
 
 @pytest.mark.parametrize("state", [JobState.ADMITTING, JobState.RUNNING], ids=str)
@@ -279,7 +282,8 @@ def test_peer_lost_waits_for_the_real_cause_a_silent_worker_whose_lease_expires(
     assert job.lease_expires_at == LEASE  # only w1's lease is watched now
     t = decide(job, LeaseExpired(EPOCH), LEASE + timedelta(seconds=1))
     assert t.job.state is JobState.QUEUED and t.job.attempts == {
-        "training_error": 0, "transport_lost": 0, "node_failure": 1, "gang_timeout": 0}
+        "training_error": 0, "transport_lost": 0, "node_failure": 1, "gang_timeout": 0,
+        "handed_back": 0}
     assert [e.event for e in t.events] == [JobEventKind.WORKER_LOST, JobEventKind.REQUEUED]
     assert t.events[0].detail["lost"] == ["w1"] and t.events[1].reason == "node_failure"
 
@@ -300,6 +304,18 @@ def test_an_abandoned_worker_applies_the_node_failure_strategy(strategy):
     assert t.job.attempts["training_error"] == 0
     if strategy == "fail_job":
         assert t.job.reason == "node_failure"
+
+
+@pytest.mark.parametrize("strategy", ["requeue_gang", "fail_job"])
+@pytest.mark.parametrize("state", [JobState.ADMITTING, JobState.RUNNING], ids=str)
+def test_a_worker_handing_its_grant_back_requeues_the_gang_as_a_hand_back_whatever_the_strategy(state, strategy):
+    job = gang_job(state, ready=3 if state is JobState.RUNNING else 0, on_node_failure=strategy)
+    t = decide(job, Finished(EPOCH, RunOutcome.HANDED_BACK, error="not started: checking", executor_id="w2"), T0)
+    assert t.job.state is JobState.QUEUED and t.job.gang == () and t.job.workers == ()
+    assert t.job.attempts["handed_back"] == 1
+    assert t.job.attempts["node_failure"] == 0 and t.job.attempts["transport_lost"] == 0
+    assert t.effects[0] == StopOn(("w0", "w1"), EPOCH, "handed_back", checkpoint_first=False)
+    assert t.events[-1].event is JobEventKind.REQUEUED and t.events[-1].reason == "handed_back"
 
 
 def test_a_lease_expiry_before_any_worker_is_late_changes_nothing():

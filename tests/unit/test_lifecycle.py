@@ -70,6 +70,7 @@ FACTS = {
     "finished_failed": lambda: Finished(EPOCH, RunOutcome.FAILED, exit_code=3, error="boom"),
     "finished_abandoned": lambda: Finished(EPOCH, RunOutcome.ABANDONED),
     "finished_stopped": lambda: Finished(EPOCH, RunOutcome.STOPPED),
+    "finished_handed_back": lambda: Finished(EPOCH, RunOutcome.HANDED_BACK, error="not started: busy"),
     "lease_expired": lambda: LeaseExpired(EPOCH),
     "cancel": lambda: Cancel("no longer needed", "ann"),
     "stop_for_ceiling": lambda: StopForCeiling(ceiling_seconds=600, consumed_seconds=601),
@@ -78,7 +79,7 @@ FACTS = {
     "undeliverable": lambda: Undeliverable("teto.job.j1.submitted: payload 2000000 bytes over the 1048576 limit"),
 }
 RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "finished_succeeded", "finished_failed",
-             "finished_abandoned", "finished_stopped", "lease_expired")
+             "finished_abandoned", "finished_stopped", "finished_handed_back", "lease_expired")
 
 NON_TERMINAL = [s for s in JobState if s not in TERMINAL_STATES]
 REFUSED, UNCHANGED = "refused", "unchanged"
@@ -101,7 +102,8 @@ def expected(state: JobState, fact: str) -> str | JobState:
         return state if running or admitting else UNCHANGED
     if fact == "finished_succeeded":
         return JobState.SUCCEEDED if running else UNCHANGED
-    if fact in ("finished_failed", "finished_abandoned", "finished_stopped", "lease_expired"):
+    if fact in ("finished_failed", "finished_abandoned", "finished_stopped", "finished_handed_back",
+                "lease_expired"):
         return JobState.QUEUED if running else UNCHANGED
     if fact == "cancel":
         return REFUSED if state in TERMINAL_STATES else JobState.CANCELLED
@@ -157,7 +159,8 @@ def test_submit_makes_a_queued_job_and_a_submitted_event_with_spec_owner_and_nam
     spec = JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=900)
     t = decide(None, Submitted("j9", "mine", "bob", spec), T0)
     assert t.job.state is JobState.QUEUED and t.job.owner == "bob" and t.job.lease_epoch == 0
-    assert t.job.attempts == {"training_error": 0, "transport_lost": 0, "node_failure": 0, "gang_timeout": 0}
+    assert t.job.attempts == {"training_error": 0, "transport_lost": 0, "node_failure": 0, "gang_timeout": 0,
+                              "handed_back": 0}
     (ev,) = t.events
     assert ev.event is JobEventKind.SUBMITTED and ev.previous_state is None
     assert ev.detail == {"spec": spec.model_dump(mode="json"), "owner": "bob", "name": "mine"}
@@ -272,6 +275,19 @@ def test_losing_the_run_requeues_without_spending_a_training_attempt(fact):
     assert t.events[-1].event is JobEventKind.REQUEUED and t.events[-1].reason == "transport_lost"
 
 
+def test_a_hand_back_requeues_free_and_counts_as_a_hand_back_never_as_a_transport_loss():
+    t = decide(make_job(JobState.RUNNING), FACTS["finished_handed_back"](), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.workers == ()
+    assert t.job.attempts["handed_back"] == 1
+    assert t.job.attempts["transport_lost"] == 0 and t.job.attempts["training_error"] == 0
+    assert [e.event for e in t.events] == [JobEventKind.ABANDONED, JobEventKind.REQUEUED]
+    assert t.events[0].reason == "handed back: not started: busy" and t.events[-1].reason == "handed_back"
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, EX, reason="handed back: not started: busy"),)
+    again = decide(replace(t.job, state=JobState.RUNNING, lease_epoch=EPOCH, executor_id=EX, workers=(EX,)),
+                   FACTS["finished_handed_back"](), LATER)
+    assert again.job.attempts["handed_back"] == 2 and again.job.attempts["transport_lost"] == 0
+
+
 def test_lease_expiry_is_announced_then_requeued():
     t = decide(make_job(JobState.RUNNING), LeaseExpired(EPOCH), LATER)
     assert [e.event for e in t.events] == [JobEventKind.LEASE_EXPIRED, JobEventKind.REQUEUED]
@@ -289,7 +305,8 @@ def test_ceiling_asks_a_running_job_to_checkpoint_and_stop_once():
     assert not again.changed and again.effects == ()
 
 
-@pytest.mark.parametrize("fact", ["finished_stopped", "finished_failed", "finished_abandoned", "lease_expired"])
+@pytest.mark.parametrize("fact", ["finished_stopped", "finished_failed", "finished_abandoned", "finished_handed_back",
+                                  "lease_expired"])
 def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_job(fact):
     job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
     t = decide(job, FACTS[fact](), LATER)

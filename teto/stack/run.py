@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 
 SERVICES = ("queue", "budget", "health", "audit", "gateway")
@@ -43,28 +40,7 @@ def run_service(name: str) -> int:
 
 
 def run_executor(overrides: dict) -> int:
-    from agents.executor.agent import serve
-    from agents.executor.checks.handler import Reboot
-    from agents.executor.settings import ExecutorSettings
+    """``teto executor``: the agent's own entry point (the agent package never imports this one)."""
+    from agents.executor.main import run
 
-    settings = ExecutorSettings.from_env(**{k: v for k, v in overrides.items() if v is not None})
-    try:
-        asyncio.run(_until_signalled(lambda: serve(settings)))
-    except Reboot as reboot:
-        return reboot_executor(settings, reboot)
-    return 0
-
-
-def reboot_executor(settings, reboot, *, execv=os.execve, run=subprocess.run) -> int:
-    """A reboot directive: run the configured reboot hook (which may reboot the machine), else restart this
-    agent in place (same pid, same executor and node ids, a new boot id) so the node is checked again."""
-    log = logging.getLogger("teto.executor")
-    if settings.reboot_command:
-        log.warning("reboot (%s): running the reboot hook", reboot)
-        return run(settings.reboot_command, shell=True, check=False).returncode
-    log.warning("reboot (%s): restarting the agent process", reboot)
-    env = {**os.environ, "TETO_EXECUTOR_ID": settings.executor_id, "TETO_NODE_ID": settings.node_id}
-    argv = [sys.executable, *sys.orig_argv[1:]] if hasattr(sys, "orig_argv") else [sys.executable, *sys.argv]
-    logging.shutdown()
-    execv(sys.executable, argv, env)
-    return 0  # not reached: execve replaces this process
+    return run(overrides)

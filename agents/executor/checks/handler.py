@@ -5,6 +5,11 @@ ends the agent so it comes back as a new boot (see ``Reboot``).
 While checking the agent takes no job. A check that arrives while a job runs is answered ``busy`` (the health
 service cordons the node and asks again when the job ends), unless it is forced: then the job is asked to
 checkpoint and stop first, which the queue treats as a free requeue (no attempt spent).
+
+The report that completes a run's tests goes out only after the check process has ended and the agent takes
+work again: the health service judges the node from that report, the queue may place a job on it at once, and
+a grant that found the agent still checking would only be handed back. The agent is seen through ``Jobs``, the
+two things checks need of it, so this module and the agent do not import each other.
 """
 
 from __future__ import annotations
@@ -12,17 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from libs.contracts.agents import StopJob
 from libs.contracts.nodes import CheckReport, CheckStatus, RebootNode, RunChecks
 
+from ..publisher import Publisher
+from ..settings import ExecutorSettings
 from . import faults
-from .runner import run_suite
+from .runner import Record, run_suite
 from .suite import Spec
-
-if TYPE_CHECKING:
-    from ..agent import Agent
 
 log = logging.getLogger(__name__)
 FORCED_STOP_REASON = "stopped for a forced health check"
@@ -37,9 +40,21 @@ class Reboot(Exception):
         self.directive = directive
 
 
+class Jobs(Protocol):
+    """What the checks need of the agent's training work."""
+
+    def running_job(self) -> str | None:
+        """The id of the job whose process runs here now, if any."""
+
+    async def stop_and_wait(self, reason: str) -> None:
+        """Ask the running job to checkpoint and stop, and return once it has ended and been reported."""
+
+
 class NodeChecks:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, settings: ExecutorSettings, publisher: Publisher, jobs: Jobs) -> None:
+        self.settings = settings
+        self.publisher = publisher
+        self.jobs = jobs
         self.task: asyncio.Task | None = None
         self.current: RunChecks | None = None
         self.reboot: RebootNode | None = None
@@ -70,54 +85,57 @@ class NodeChecks:
         self.rebooting.set()
 
     def _report(self, d: RunChecks, status: str, test: str | None = None, **fields: Any) -> asyncio.Future:
-        a = self.agent
-        report = CheckReport(run_id=d.run_id, node_id=a.settings.node_id, executor_id=a.id, test=test,
+        s = self.settings
+        report = CheckReport(run_id=d.run_id, node_id=s.node_id, executor_id=s.executor_id, test=test,
                              attempt=d.attempt, status=status, **fields)
-        return a.publisher.send(a.subjects.check(d.run_id, status), report)
+        return self.publisher.send(s.subjects.check(d.run_id, status), report)
+
+    def _report_record(self, d: RunChecks, record: Record) -> None:
+        error = record.get("error")
+        self._report(d, record["status"], record["test"], figures=_floats(record.get("figures")),
+                     detail=record.get("detail") or {}, error=str(error)[:4000] if error else None,
+                     seconds=record.get("seconds"))
 
     async def _serve(self, d: RunChecks) -> None:
-        a = self.agent
+        final: list[Record] = []  # held until the check process has ended and the agent takes work again
         try:
-            if a.run is not None:
+            job_id = self.jobs.running_job()
+            if job_id is not None:
                 if not d.force:
                     log.info("check run %s: busy with job %s; the node stays cordoned until it ends", d.run_id,
-                             a.run.grant.job_id)
-                    await self._report(d, "busy", detail={"job_id": a.run.grant.job_id})
+                             job_id)
+                    await self._report(d, "busy", detail={"job_id": job_id})
                     return
-                await self._stop_job_first(d)
-            await self._run(d)
+                log.warning("check run %s is forced: stopping job %s with a checkpoint first", d.run_id, job_id)
+                await self.jobs.stop_and_wait(FORCED_STOP_REASON)
+            await self._run(d, final)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - never leave the run without an answer
             log.exception("check run %s failed to run", d.run_id)
-            for test in d.tests:
-                await self._report(d, CheckStatus.FAILED, test, error=f"the agent could not run the check: {exc}")
+            final[:] = [{"test": t.value, "status": CheckStatus.FAILED.value,
+                         "error": f"the agent could not run the check: {exc}"} for t in d.tests]
         finally:
             self.current = None
+        for record in final:
+            self._report_record(d, record)
 
-    async def _stop_job_first(self, d: RunChecks) -> None:
-        a = self.agent
-        run = a.run
-        job_task = a.job_task
-        log.warning("check run %s is forced: stopping job %s with a checkpoint first", d.run_id, run.grant.job_id)
-        a.on_stop(StopJob(job_id=run.grant.job_id, epoch=run.grant.epoch, reason=FORCED_STOP_REASON,
-                          checkpoint_first=True, grace_seconds=a.settings.stop_grace_seconds))
-        if job_task is not None:
-            await asyncio.wait({job_task})
-
-    async def _run(self, d: RunChecks) -> None:
-        s = self.agent.settings
+    async def _run(self, d: RunChecks, final: list[Record]) -> None:
+        s = self.settings
         spec = Spec(tests=[t.value for t in d.tests], fault=faults.parse(s.test_fault),
                     memtest_fraction=s.check_memtest_fraction, peers=[p.model_dump() for p in d.peers],
                     rank=d.rank, world_size=d.world_size, rendezvous=d.rendezvous,
                     collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2))
         started = time.monotonic()
+        ended: set[str] = set()
 
-        async def on_record(record: dict[str, Any]) -> None:
-            status = record["status"]
-            self._report(d, status, record["test"], figures=_floats(record.get("figures")),
-                         detail=record.get("detail") or {}, error=(record.get("error") or None) and
-                         str(record["error"])[:4000], seconds=record.get("seconds"))
+        async def on_record(record: Record) -> None:
+            if record["status"] != "running":
+                ended.add(record["test"])
+            if ended >= set(spec.tests):
+                final.append(record)  # the verdict's last piece: sent once the process is gone (see above)
+            else:
+                self._report_record(d, record)
 
         env = {"TETO_TORCH_THREADS": str(s.torch_threads)} if s.torch_threads else None
         await run_suite(spec, on_record, timeout=s.check_timeout_seconds, env=env)

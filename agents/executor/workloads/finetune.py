@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 
 from libs.contracts.jobs import FinetuneParams  # noqa: E402
-from teto import sdk  # noqa: E402
+from agents.executor import sdk  # noqa: E402
 
 from agents.executor import checkpoints  # noqa: E402
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -111,6 +112,9 @@ def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
              events: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short)."""
     out = pick(job, JOB_FIELDS)
+    if isinstance(out.get("attempts"), Mapping):
+        # Every cause is shown, counted or not: a job stored before a cause existed (handed_back) shows it as 0.
+        out["attempts"] = {**{cause.value: 0 for cause in AttemptCause}, **out["attempts"]}
     spec = out.get("spec") or {}
     out["signal"] = signal_block(str(out.get("state")), signal)
     out["budget"] = budget_block(budget, out)

@@ -205,13 +205,18 @@ def on_finished(job: Job, fact: Finished, now: datetime, attempt_failed: Any, in
     # 2. A ceiling stop: interrupted once every worker has ended, so rank 0's final checkpoint is reported first.
     if job.stop_requested == CEILING_STOP:
         return interrupt(job1, fact.epoch, now, detail) if everyone_ended else Transition(job1)
+    # 3. A worker handed its grant back unstarted (busy, checking its node): the gang cannot form with it, so
+    # it is requeued now (free, counted as a hand-back) rather than left to time out and back off.
+    if fact.outcome is RunOutcome.HANDED_BACK:
+        return node_failure(job1, (fact.executor_id or "",), f"handed back: {fact.error}", now, detail,
+                            cause=AttemptCause.HANDED_BACK.value)
     if job.state is JobState.ADMITTING:
         return Transition(job1)  # a gang that cannot form is the ready timeout's to handle
-    # 3. This worker lost its node or its contact.
+    # 4. This worker lost its node or its contact.
     if fact.outcome in (RunOutcome.ABANDONED, RunOutcome.STOPPED):
         why = "abandoned" if fact.outcome is RunOutcome.ABANDONED else "stopped by executor"
         return node_failure(job1, (fact.executor_id or "",), why, now, detail)
-    # 4. Succeeded, or lost a peer: decided when everyone has ended.
+    # 5. Succeeded, or lost a peer: decided when everyone has ended.
     if not everyone_ended:
         return Transition(job1)
     if all(w.ended == RunOutcome.SUCCEEDED.value for w in gang):
@@ -242,14 +247,17 @@ def on_node_failed(job: Job, fact: NodeFailed, now: datetime) -> Transition:
     return node_failure(job, (fact.executor_id,), f"node failed: {fact.reason}", now, {})
 
 
-def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detail: dict[str, Any]) -> Transition:
+def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detail: dict[str, Any], *,
+                 cause: str = NODE_FAILURE) -> Transition:
     """Apply the strategy the job was admitted under: stop every other worker, then requeue the gang (free:
-    it resumes from its latest checkpoint) or fail the job. A pending ceiling stop wins: the budget is spent."""
+    it resumes from its latest checkpoint, counted under ``cause``) or fail the job. A pending ceiling stop
+    wins: the budget is spent. A worker that handed its grant back never started: the gang is requeued
+    whatever the strategy, since no node failed."""
     others = tuple(e for e in live(job.gang) if e not in lost)
     effects: list[Effect] = []
     if others:
-        effects.append(StopOn(others, job.lease_epoch, NODE_FAILURE, checkpoint_first=False))
-    effects.append(LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason=NODE_FAILURE))
+        effects.append(StopOn(others, job.lease_epoch, cause, checkpoint_first=False))
+    effects.append(LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "", reason=cause))
     event = EventDraft(JobEventKind.WORKER_LOST, JobState.RUNNING, JobState.RUNNING, reason=why,
                        epoch=job.lease_epoch, executor_id=lost[0] if lost else None,
                        detail={**detail, "lost": list(lost), "strategy": job.on_node_failure})
@@ -257,15 +265,16 @@ def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detai
         new = leave(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
         final = EventDraft(JobEventKind.INTERRUPTED, new.state, JobState.RUNNING, reason=CEILING_STOP,
                            epoch=job.lease_epoch, executor_id=job.executor_id)
-    elif job.on_node_failure == NodeFailureStrategy.FAIL_JOB.value:
+    elif job.on_node_failure == NodeFailureStrategy.FAIL_JOB.value and cause == NODE_FAILURE:
         new = leave(job, JobState.FAILED, now, reason=NODE_FAILURE)
         final = EventDraft(JobEventKind.FAILED, new.state, JobState.RUNNING, reason=NODE_FAILURE,
                            epoch=job.lease_epoch, executor_id=job.executor_id, detail={"lost": list(lost)})
     else:
-        attempts = {**job.attempts, NODE_FAILURE: job.attempts.get(NODE_FAILURE, 0) + 1}
+        attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
         new = leave(replace(job, attempts=attempts), JobState.QUEUED, now)
-        final = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=NODE_FAILURE,
-                           epoch=job.lease_epoch, detail={"node_failures": attempts[NODE_FAILURE]})
+        final = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=cause,
+                           epoch=job.lease_epoch, detail={"node_failures" if cause == NODE_FAILURE else cause:
+                                                          attempts[cause]})
     return Transition(new, (event, final), tuple(effects))
 
 

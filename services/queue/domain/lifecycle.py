@@ -53,6 +53,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
 CEILING_STOP = "gpu_ceiling"  # the reason carried by a stop for the GPU ceiling and by the interrupted job
 REQUEUE_MARGIN_SECONDS = 60.0  # a requeue must leave at least this many GPU-seconds to run (DESIGN.md 5)
 TRANSPORT_LOST = AttemptCause.TRANSPORT_LOST.value
+HANDED_BACK = AttemptCause.HANDED_BACK.value
 
 
 # -- the transition function ------------------------------------------------------------------------------
@@ -267,6 +268,11 @@ def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
         return _interrupt(job, fact.epoch, now, detail, _released(job, CEILING_STOP))
     if fact.outcome is RunOutcome.FAILED:
         return _attempt_failed(job, fact, now, detail)
+    if fact.outcome is RunOutcome.HANDED_BACK:
+        # Never started (the executor was busy or checking its node): free, and counted apart, so a transport
+        # loss in the attempts is always a real one.
+        return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, f"handed back: {fact.error}", now,
+                         {**detail, "error": fact.error}, cause=HANDED_BACK)
     # abandoned (the executor lost contact) or stopped without being asked: not the workload's fault.
     why = "abandoned" if fact.outcome is RunOutcome.ABANDONED else "stopped by executor"
     return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, why, now, detail)
@@ -293,19 +299,20 @@ def _attempt_failed(job: Job, fact: Finished, now: datetime, detail: dict[str, A
 
 
 def _run_lost(job: Job, kind: JobEventKind, lease_kind: LeaseEventKind, why: str, now: datetime,
-              detail: dict[str, Any] | None = None) -> Transition:
-    """Contact with the run is lost: free requeue, or interrupted when a ceiling stop was pending (the budget is
-    spent, so the job must not run again without a new ceiling)."""
+              detail: dict[str, Any] | None = None, *, cause: str = TRANSPORT_LOST) -> Transition:
+    """Contact with the run is lost (or the executor handed the grant back unstarted): free requeue counted
+    under ``cause``, or interrupted when a ceiling stop was pending (the budget is spent, so the job must not run
+    again without a new ceiling)."""
     lease = LeaseFact(lease_kind, job.lease_epoch, job.executor_id or "", reason=why)
     lost = EventDraft(kind, JobState.RUNNING, JobState.RUNNING, reason=why, epoch=job.lease_epoch,
                       executor_id=job.executor_id, detail=detail or {})
     if job.stop_requested == CEILING_STOP:
         t = _interrupt(job, job.lease_epoch, now, detail or {}, lease)
         return replace(t, events=(lost, *t.events))
-    attempts = {**job.attempts, TRANSPORT_LOST: job.attempts.get(TRANSPORT_LOST, 0) + 1}
+    attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
     new = _leave_run(replace(job, attempts=attempts), JobState.QUEUED, now)
-    requeued = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=TRANSPORT_LOST,
-                          epoch=job.lease_epoch, detail={"transport_lost": attempts[TRANSPORT_LOST]})
+    requeued = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=cause,
+                          epoch=job.lease_epoch, detail={cause: attempts[cause]})
     return Transition(new, (lost, requeued), (lease,))
 
 

@@ -1,0 +1,137 @@
+"""The executor's entry point: ``serve`` runs one agent until it is cancelled (or told to reboot), ``run`` is
+what ``teto executor`` and ``python -m agents.executor.main`` call: the agent until SIGTERM/SIGINT, then a clean
+shutdown, or a reboot (the configured hook, else the agent restarts itself in place with a new boot id).
+
+It lives in the agent package so that nothing here imports the launcher on top (``teto``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from libs.runtime import bus
+
+from .agent import SHUTDOWN_GRACE_SECONDS, Agent
+from .checks import reach
+from .checks.handler import Reboot
+from .gpu import detect_gpus
+from .settings import ExecutorSettings
+
+log = logging.getLogger(__name__)
+
+
+async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
+    settings = settings or ExecutorSettings.from_env()
+    gpus = await asyncio.to_thread(detect_gpus)
+    nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}")
+    js = nc.jetstream(timeout=15.0)
+    agent = Agent(settings, nc, js, gpus)
+    tasks: list[asyncio.Task] = []
+    listener = None
+    try:
+        await bus.ensure_streams(js, settings.subjects)
+        listener, port = await reach.start_listener()
+        agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
+        agent.collective_port = reach.free_port()
+        tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
+        await agent.register()
+        tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
+        tasks.append(asyncio.create_task(agent.usage_reports(), name="usage"))
+        tasks.append(asyncio.create_task(agent.directives(), name="directives"))
+        if ready is not None:
+            ready.set()
+        reboot = asyncio.create_task(agent.checks.rebooting.wait(), name="reboot")
+        tasks.append(reboot)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if reboot.done() and agent.checks.reboot is not None:
+            raise Reboot(agent.checks.reboot)
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception():
+                raise t.exception()
+    finally:
+        if listener is not None:
+            listener.close()
+        # The job task stops its process within a bounded grace and reports; then the loops. Every wait is
+        # bounded: nothing may hold the agent's shutdown forever.
+        work = [t for t in (agent.checks.task, agent.job_task) if t is not None and not t.done()]
+        for t in work:
+            t.cancel()
+        await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
+        for t in tasks:
+            t.cancel()
+        await _settle(tasks, SHUTDOWN_GRACE_SECONDS)
+        # The stopped process's last usage record: one bounded try (what the server did not take is lost
+        # with this process's memory, at most the stretch since the last report).
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(agent.send_usage(), 2.0)
+        # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
+        # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.flush(), 2.0)
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+async def _settle(tasks: list[asyncio.Task], timeout: float) -> None:
+    """Wait for cancelled tasks to finish, at most ``timeout``; name any that did not."""
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for t in done:
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("task %s ended with %r at shutdown", t.get_name(), t.exception())
+    for t in pending:
+        log.error("task %s did not stop within %.0fs of shutdown; leaving it", t.get_name(), timeout)
+
+
+async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
+    """SIGTERM and SIGINT cancel ``serve`` so it stops its process, reports and closes its connection."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(serve())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def run(overrides: dict[str, Any]) -> int:
+    """Run an agent configured from the environment and ``overrides`` (None values ignored) until signalled."""
+    settings = ExecutorSettings.from_env(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        asyncio.run(_until_signalled(lambda: serve(settings)))
+    except Reboot as reboot:
+        return reboot_executor(settings, reboot)
+    return 0
+
+
+def reboot_executor(settings: ExecutorSettings, reboot: Reboot, *, execv: Callable[..., Any] = os.execve,
+                    run_hook: Callable[..., Any] = subprocess.run) -> int:
+    """A reboot directive: run the configured reboot hook (which may reboot the machine), else restart this
+    agent in place (same pid, same executor and node ids, a new boot id) so the node is checked again."""
+    if settings.reboot_command:
+        log.warning("reboot (%s): running the reboot hook", reboot)
+        return run_hook(settings.reboot_command, shell=True, check=False).returncode
+    log.warning("reboot (%s): restarting the agent process", reboot)
+    env = {**os.environ, "TETO_EXECUTOR_ID": settings.executor_id, "TETO_NODE_ID": settings.node_id}
+    argv = [sys.executable, *sys.orig_argv[1:]] if hasattr(sys, "orig_argv") else [sys.executable, *sys.argv]
+    logging.shutdown()
+    execv(sys.executable, argv, env)
+    return 0  # not reached: execve replaces this process
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("TETO_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    raise SystemExit(run({}))
+
+
+if __name__ == "__main__":
+    main()

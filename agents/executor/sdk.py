@@ -1,0 +1,315 @@
+"""The tiny client a training script uses to talk to its Teto executor, imported by scripts as ``teto.sdk``.
+
+It lives in the agent package (it is the child's side of the agent's report pipe) and ``teto.sdk`` re-exports
+it, so user scripts keep importing ``sdk`` from ``teto`` while the agent never imports the launcher on top.
+
+Under Teto the agent starts the script with ``TETO_*`` environment variables (job, rank, where checkpoints
+live, where to resume from) and the write end of a pipe in ``TETO_REPORT_FD``; every call here writes one JSON
+line to it. Outside Teto the same calls are no-ops, except that checkpoints are still saved (to
+``TETO_CHECKPOINT_DIR`` or ``./checkpoints``), so a script runs the same on a laptop.
+
+Stopping: the agent sends SIGTERM. A script that polls ``stop_requested()`` decides itself when to stop (and
+may write a final checkpoint when ``checkpoint_on_stop()`` says the stop asked for one); a script that never
+polls is ended at its next ``report_step`` with exit status 143. If the agent is gone (the pipe is broken) the
+process exits at once: a training process whose agent died must not keep writing past its lease.
+
+Imports nothing heavy: torch is imported only when ``save_checkpoint`` is given an object to serialise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import checkpoints as _ckpt
+
+__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
+           "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
+           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested"]
+
+EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
+EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
+EXIT_STOPPED = 143  # 128 + SIGTERM, the conventional status of a process ended by SIGTERM
+
+_lock = threading.Lock()
+_stop = threading.Event()
+_state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this process stands: which job and lease epoch, its rank, where checkpoints go."""
+
+    in_teto: bool
+    job_id: str | None
+    epoch: int | None
+    attempt: int | None
+    rank: int
+    world_size: int
+    rendezvous: str | None
+    checkpoint_dir: Path
+    checkpoint_every: int | None
+    resume_from: Path | None
+    device: str
+    work_dir: Path | None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_writer(self) -> bool:
+        """Only rank 0 writes checkpoints, so the workers of a gang never race on the same file."""
+        return self.rank == 0
+
+
+def _int(name: str, default: int | None) -> int | None:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default
+
+
+def context() -> Context:
+    _install()
+    env = os.environ
+    resume = env.get("TETO_RESUME_FROM", "")
+    params: dict[str, Any] = {}
+    if env.get("TETO_PARAMS"):
+        try:
+            params = json.loads(env["TETO_PARAMS"])
+        except ValueError:
+            params = {}
+    return Context(
+        in_teto=bool(env.get("TETO_JOB_ID")),
+        job_id=env.get("TETO_JOB_ID") or None,
+        epoch=_int("TETO_EPOCH", None),
+        attempt=_int("TETO_ATTEMPT", None),
+        rank=_int("TETO_RANK", 0) or 0,
+        world_size=_int("TETO_WORLD_SIZE", 1) or 1,
+        rendezvous=env.get("TETO_RENDEZVOUS") or None,
+        checkpoint_dir=Path(env.get("TETO_CHECKPOINT_DIR") or "checkpoints"),
+        checkpoint_every=_int("TETO_CHECKPOINT_EVERY", None),
+        resume_from=Path(resume) if resume else None,
+        device=env.get("TETO_DEVICE") or "cpu",
+        work_dir=Path(env["TETO_WORK_DIR"]) if env.get("TETO_WORK_DIR") else None,
+        params=params,
+    )
+
+
+# -- stopping ------------------------------------------------------------------------------------------------
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _stop.set()
+
+
+def _install() -> None:
+    """Catch SIGTERM (once, from the main thread) so a stop can end the step cleanly instead of mid-write."""
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    if threading.current_thread() is threading.main_thread() and os.environ.get("TETO_JOB_ID"):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def stop_requested() -> bool:
+    """True once the agent asked this process to stop; the script then owns when it exits."""
+    _install()
+    _state["polled"] = True
+    return _stop.is_set()
+
+
+def checkpoint_on_stop() -> bool:
+    """Whether the stop asked for a final checkpoint (budget ceiling) or just an exit (the agent decides)."""
+    path = os.environ.get("TETO_STOP_FILE")
+    if not path:
+        return True
+    try:
+        return bool(json.loads(Path(path).read_text()).get("checkpoint_first", False))
+    except (OSError, ValueError):
+        return False
+
+
+def sleep(seconds: float) -> bool:
+    """Sleep, waking early when a stop is requested; returns stop_requested()."""
+    deadline = time.monotonic() + seconds
+    while not stop_requested():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(left, 0.05))
+    return _stop.is_set()
+
+
+# -- reporting -----------------------------------------------------------------------------------------------
+
+
+def _fd() -> int | None:
+    if _state["fd"] is None:
+        _state["fd"] = _int("TETO_REPORT_FD", -1)
+    fd = _state["fd"]
+    return fd if fd is not None and fd >= 0 else None
+
+
+def _send(record: dict[str, Any]) -> None:
+    fd = _fd()
+    if fd is None:
+        return
+    data = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    with _lock:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except BrokenPipeError:
+            # The agent is gone, and with it the lease: stop now, without writing anything else.
+            os._exit(EXIT_AGENT_GONE)
+        except OSError:
+            _state["fd"] = -1  # not a pipe we can use: keep training without progress reports
+
+
+def _number(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
+    """Report that ``step`` finished (the agent forwards at most one report per progress interval)."""
+    _install()
+    if _stop.is_set() and not _state["polled"]:
+        # The script does not handle stops itself: end it here, between steps.
+        raise SystemExit(EXIT_STOPPED)
+    now = time.monotonic()
+    last = _state["last_step_at"]
+    _state["last_step_at"] = now
+    numeric = {k: n for k, v in metrics.items() if (n := _number(v)) is not None}
+    _send({"type": "step", "step": int(step), "total_steps": total_steps, "loss": _number(loss),
+           "step_seconds": None if last is None else now - last, "metrics": numeric})
+
+
+def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
+    """Tell the agent a checkpoint for ``step`` is complete at ``path`` (a sidecar is written if missing)."""
+    _install()
+    path = Path(path)
+    ckpt, _ = _ckpt.validate(path)
+    if ckpt is None:
+        ckpt = _ckpt.write_sidecar(path, int(step))
+    _send({"type": "checkpoint", "step": int(step), "path": str(path.resolve()), "sha256": ckpt.sha256,
+           "bytes": ckpt.bytes})
+
+
+def report_phase(phase: str) -> None:
+    """``checkpointing`` while writing a checkpoint (a pause the health service must not call stuck)."""
+    _send({"type": "phase", "phase": phase})
+
+
+def save_checkpoint(state: Any, step: int, *, report: bool = True) -> Path | None:
+    """Write a checkpoint atomically with its sidecar and report it; returns its path (None on rank != 0).
+
+    ``state`` is bytes (written as is) or any object torch can save (a state dict).
+    """
+    ctx = context()
+    if not ctx.is_writer:
+        return None
+    report_phase("checkpointing")
+    try:
+        if isinstance(state, bytes | bytearray | memoryview):
+            ckpt = _ckpt.save_bytes(ctx.checkpoint_dir, step, bytes(state))
+        else:
+            import torch
+
+            ckpt = _ckpt.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch")
+    finally:
+        report_phase("training")
+    if report:
+        _send({"type": "checkpoint", "step": int(step), "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
+               "bytes": ckpt.bytes})
+    return ckpt.path
+
+
+def resume_checkpoint() -> tuple[int, Path] | None:
+    """(step, path) of the checkpoint to resume from, or None to start fresh.
+
+    Under Teto the agent chose it (the latest valid one); outside Teto the latest valid one in the directory.
+    """
+    ctx = context()
+    if ctx.in_teto:
+        if ctx.resume_from is None:
+            return None
+        ckpt, _ = _ckpt.validate(ctx.resume_from)
+        if ckpt is not None:
+            return ckpt.step, ctx.resume_from
+        m = _ckpt.NAME.match(ctx.resume_from.name)
+        return (int(m.group(1)), ctx.resume_from) if m else None
+    ckpt, _ = _ckpt.latest_valid(ctx.checkpoint_dir)
+    return (ckpt.step, ckpt.path) if ckpt else None
+
+
+# -- gangs (jobs with several workers) ------------------------------------------------------------------------
+
+
+def report_ready() -> None:
+    """Tell the agent this worker's process group has formed. A gang runs (and is charged) only once every
+    worker has said so; one that has not within the ready timeout is stopped and backed off."""
+    _send({"type": "ready"})
+
+
+def exit_peer_lost(exc: BaseException | str) -> NoReturn:
+    """End this worker because the gang lost a peer (a collective failed): exit status ``EXIT_PEER_LOST``, which
+    the queue does not count as a training failure. It waits for the real cause (the peer's own failure, or
+    its node's lease expiry) before deciding what happens to the job."""
+    import sys
+
+    print(f"a peer of this gang was lost: {exc}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_PEER_LOST)
+
+
+def init_distributed(backend: str | None = None, *, timeout_seconds: float | None = None) -> Any:
+    """Join the gang: ``torch.distributed.init_process_group`` at ``TETO_RENDEZVOUS`` (rank 0's host and the port
+    the queue chose) with this worker's rank and world size, a barrier, then ``report_ready()``.
+
+    Returns ``torch.distributed`` (None for a single worker: nothing to join). The backend is nccl on a GPU and
+    gloo on a CPU unless given. While the group forms, SIGTERM ends the process at once (a blocked rendezvous
+    never gets to poll ``stop_requested()``); afterwards stops are handled as usual. A group that cannot form
+    ends the process with ``EXIT_PEER_LOST``. The timeout (also the collectives' timeout) defaults to the
+    queue's ready timeout, at least 30 s."""
+    ctx = context()
+    if ctx.world_size <= 1:
+        return None
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if not ctx.rendezvous:
+        exit_peer_lost("no rendezvous (TETO_RENDEZVOUS) for a gang worker")
+    if backend is None:
+        backend = "nccl" if ctx.device == "cuda" and torch.cuda.is_available() else "gloo"
+    if timeout_seconds is None:
+        configured = os.environ.get("TETO_READY_TIMEOUT", "")
+        timeout_seconds = float(configured) if configured else 300.0
+    restore = None
+    if threading.current_thread() is threading.main_thread():
+        restore = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(0)  # the agent exposes this worker's GPUs only (CUDA_VISIBLE_DEVICES)
+        dist.init_process_group(backend, init_method=f"tcp://{ctx.rendezvous}", rank=ctx.rank,
+                                world_size=ctx.world_size, timeout=datetime.timedelta(seconds=max(30.0, timeout_seconds)))
+        dist.barrier()
+    except Exception as exc:  # noqa: BLE001 - a store that cannot bind or be reached, a peer that never came
+        exit_peer_lost(f"the gang could not form at {ctx.rendezvous}: {exc}")
+    finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
+    report_ready()
+    return dist
