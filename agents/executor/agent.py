@@ -23,6 +23,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
@@ -142,8 +143,12 @@ class Agent:
     # -- directives ----------------------------------------------------------------------------------------
 
     async def directives(self) -> None:
+        # Every directive is acknowledged on receipt and then acted on in this process, so only a crash between
+        # fetch and ack redelivers one; the delivery limit bounds even that.
         sub = await self.js.pull_subscribe(self.subjects.agent_all_of(self.id), durable=f"agent-{self.id}",
-                                           stream=self.subjects.stream_name("AGENT"))
+                                           stream=self.subjects.stream_name("AGENT"),
+                                           config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_deliver=5,
+                                                                 ack_wait=30.0))
         while True:
             try:
                 msgs = await sub.fetch(10, timeout=1.0)

@@ -66,6 +66,11 @@ class DeadLetters:
             seq = raw.seq + 1
         return found
 
+    async def counts(self) -> dict[str, int]:
+        """Dead letters kept, per service (the stream's per-subject counts: no message is read)."""
+        info = await self.runtime.js.stream_info(self.stream, subjects_filter=self.runtime.subjects.dead_all)
+        return {subject.rsplit(".", 1)[-1]: n for subject, n in sorted((info.state.subjects or {}).items())}
+
     async def get(self, seq: int) -> DeadLetter | None:
         try:
             raw = await self.runtime.js.get_msg(self.stream, seq=seq)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,17 +16,12 @@ from typing import Any
 import httpx
 
 from teto.stack.embedded import free_port
+from tests.support import services as support
 
 
 def eventually(fn: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+    """The one waiting helper (tests/support/services.py), for these plain (not async) end-to-end tests."""
+    return asyncio.run(support.eventually(fn, timeout, what, every))
 
 
 @dataclass

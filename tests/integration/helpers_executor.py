@@ -3,12 +3,10 @@ what the agent publishes (core subscriptions see JetStream publishes as they hap
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,20 +20,12 @@ from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat
 from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime import bus
+from tests.support.services import eventually  # noqa: F401 - re-exported for the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = str(ROOT / "examples" / "train_script.py")
 
 
-async def eventually(fn: Callable[[], Any], timeout: float, what: str = "condition", interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 def process_gone(pid: int) -> bool:

@@ -6,7 +6,6 @@ has passed, so the time charged after a stop is at most the grace plus one usage
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 import uuid
@@ -22,6 +21,7 @@ from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 
 from tests.integration.helpers_executor import FakeQueue, command, eventually
+from tests.support.services import running
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +39,10 @@ async def executor(env):
     nc = await bus.connect(settings.nats_url, "test")
     js = nc.jetstream()
     queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    ready = asyncio.Event()
-    agent = asyncio.create_task(serve(settings, ready=ready))
     try:
-        await asyncio.wait_for(ready.wait(), 30)
-        yield settings, js, queue
+        async with running(serve, settings):
+            yield settings, js, queue
     finally:
-        agent.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await agent
         await queue.stop()
         await nc.close()
 

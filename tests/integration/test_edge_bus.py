@@ -82,7 +82,7 @@ async def test_a_poison_message_is_dead_lettered_the_rest_applied_and_it_can_be_
         # An operator lists it through the gateway's reader and replays it once the handler is fixed.
         reader = DeadLetters(rt)
         ((seq, listed),) = await reader.list(service="edge", after_seq=0, limit=10)
-        assert listed.payload == letter.payload
+        assert listed.payload == letter.payload and await reader.counts() == {"edge": 1}
         fixed.set()
         await reader.replay(seq, listed)
         await eventually(lambda: rt.pool.fetchval("SELECT count(*) = 3 FROM notes"), timeout=15)

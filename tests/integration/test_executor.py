@@ -8,7 +8,6 @@ silent or refuses, malformed directives refused visibly, and a training process 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -25,6 +24,7 @@ from libs.contracts.telemetry import Phase, RunOutcome
 from libs.runtime import bus
 
 from tests.integration.helpers_executor import FakeQueue, command, eventually, finetune, process_gone
+from tests.support.services import running
 
 pytestmark = pytest.mark.integration
 
@@ -46,15 +46,10 @@ async def stack(env, base_dir):
     nc = await bus.connect(settings.nats_url, "test")
     js = nc.jetstream()
     queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(settings, ready=ready))
-    await asyncio.wait_for(ready.wait(), 30)
     try:
-        yield settings, js, queue
+        async with running(serve, settings):
+            yield settings, js, queue
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await queue.stop()
         await nc.close()
 

@@ -22,6 +22,7 @@ from libs.runtime.service import Runtime
 from services.gateway import auth
 from services.gateway.api import create_app
 from services.gateway.settings import GatewaySettings
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 
@@ -49,15 +50,6 @@ CREATE TABLE budget.jobs_public (job_id text, ceiling_seconds double precision, 
 """
 
 
-async def eventually(fn, timeout: float = 5.0, every: float = 0.05):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        result = await fn()
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(every)
 
 
 async def stand_in_queue(rt: Runtime) -> None:
@@ -296,15 +288,10 @@ async def test_serve_answers_over_http_and_stops_when_cancelled(env):
 
     port = free_port()
     settings = env.settings(GatewaySettings, http_port=port)
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(settings, ready=ready))
-    await asyncio.wait_for(ready.wait(), 20)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-        assert (await client.get("/healthz")).json() == {"status": "ok", "connected": True}
-        assert "/v1/jobs" in (await client.get("/openapi.json")).json()["paths"]
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait_for(task, 10)
+    async with running(serve, settings) as task:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            assert (await client.get("/healthz")).json() == {"status": "ok", "connected": True}
+            assert "/v1/jobs" in (await client.get("/openapi.json")).json()["paths"]
     assert task.done()
 
 
@@ -312,10 +299,7 @@ async def test_gateway_refusals_reach_the_real_audit_log_and_verify_passes(env):
     from services.audit.app import serve as audit_serve
     from services.audit.settings import AuditSettings
 
-    ready = asyncio.Event()
-    audit = asyncio.create_task(audit_serve(env.settings(AuditSettings), ready=ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 30)
+    async with running(audit_serve, env.settings(AuditSettings)):
         async with gateway(env, stand_in=False) as gw:
             resp = await gw.client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers=gw.as_("viewer"))
             assert resp.status_code == 403
@@ -330,10 +314,6 @@ async def test_gateway_refusals_reach_the_real_audit_log_and_verify_passes(env):
             verdict = (await gw.client.get("/v1/audit/verify", headers=gw.as_("auditor"))).json()
             assert verdict["ok"] is True and verdict["checked"] >= 1 and verdict["first_bad_seq"] is None
             assert (await gw.client.get("/v1/audit", headers=gw.as_("operator"))).status_code == 403
-    finally:
-        audit.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await audit
 
 
 async def test_database_gone_is_503_not_500(env):
@@ -348,10 +328,7 @@ async def test_with_the_real_queue_submit_cancel_and_refusals(env):
     queue_app = pytest.importorskip("services.queue.app")
     from services.queue.settings import QueueSettings
 
-    ready = asyncio.Event()
-    queue = asyncio.create_task(queue_app.serve(env.settings(QueueSettings), ready=ready))
-    try:
-        await asyncio.wait_for(ready.wait(), 30)
+    async with running(queue_app.serve, env.settings(QueueSettings)):
         async with gateway(env, stand_in=False, timeout=10.0) as gw:
             resp = await gw.client.post("/v1/jobs", json={"name": "real", "workload": {"kind": "finetune"}},
                                         headers=gw.as_("submitter"))
@@ -366,7 +343,3 @@ async def test_with_the_real_queue_submit_cancel_and_refusals(env):
             assert again.status_code == 409 and again.json()["by"] == "queue"
             listed = (await gw.client.get("/v1/jobs?state=cancelled", headers=gw.as_("viewer"))).json()
             assert [j["id"] for j in listed] == [job["id"]]
-    finally:
-        queue.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await queue

@@ -235,11 +235,11 @@ async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_o
     moves to another executor under epoch 2, and once the link heals the old executor's backlog (epoch 1)
     is charged in full, once, next to the new run's usage; each job's total reconciles with its ledger."""
     from services.budget.app import serve as budget_serve
-    from tests.support.fleet import death_of, fleet, serving
+    from tests.support.fleet import death_of, fleet
     from tests.support.fleet import eventually as wait
     from tests.support.proxy import TcpProxy
 
-    async with fleet(env, tmp_path / "fleet") as f, serving(budget_serve, env.settings(BudgetSettings)):
+    async with fleet(env, tmp_path / "fleet") as f, running(budget_serve, env.settings(BudgetSettings)):
         proxy = TcpProxy.to_url(f.nats_url).start()
         try:
             f.start_executor("cut", nats_url=proxy.url)

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -30,23 +30,12 @@ from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
 from teto.stack.embedded import free_port
+from tests.support.services import eventually, running  # noqa: F401 - eventually re-exported for the tests
 
 WORKLOAD = str(Path(__file__).with_name("fault_workload.py"))
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
-async def eventually(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    """Await ``check()`` (sync or async) until it is truthy; fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
 
 
 def process_gone(pid: int) -> bool:
@@ -77,22 +66,6 @@ def at(value: str) -> float:
 
 
 
-@contextlib.asynccontextmanager
-async def serving(serve: Callable[..., Awaitable[None]], settings: Any) -> AsyncIterator[asyncio.Task]:
-    ready = asyncio.Event()
-    task = asyncio.create_task(serve(settings, ready=ready))
-    waiter = asyncio.create_task(ready.wait())
-    done, _ = await asyncio.wait({task, waiter}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        waiter.cancel()
-        task.result()
-    assert waiter in done, f"{serve.__module__} not ready within 60s"
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
 
 
 @dataclass
@@ -223,7 +196,7 @@ async def fleet(env: Any, root: Path, *, nats_url: str | None = None, stuck_afte
     token = create_token(tokens, "fault-tester", "admin")
     gs = env.settings(GatewaySettings, nats_url=nats_url, http_port=free_port(), tokens_file=tokens)
     db = await asyncpg.connect(env.database_url)
-    async with serving(queue_serve, qs), serving(health_serve, hs), serving(gateway_serve, gs), \
+    async with running(queue_serve, qs), running(health_serve, hs), running(gateway_serve, gs), \
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{gs.http_port}", timeout=30,
                               headers={"Authorization": f"Bearer {token}"}) as http:
         f = Fleet(env=env, root=root, nats_url=nats_url, http=http, db=db, queue_settings=qs, health_settings=hs)

@@ -95,6 +95,9 @@ class FakeDeadLetters:
     async def get(self, seq: int) -> Any:
         return self.letter if seq == 1 else None
 
+    async def counts(self) -> dict[str, int]:
+        return {"queue": 1}
+
     async def replay(self, seq: int, letter: Any) -> Replayed:
         self.replayed.append(seq)
         return Replayed(seq, letter.subject, "replay-1")
@@ -311,7 +314,9 @@ def test_submit_owner_is_the_tokens_actor_and_idempotency_key_names_command_and_
 def test_dead_letters_are_listed_for_operators_and_a_replay_is_recorded_with_the_actor(gateway):
     app, client, tokens, commands = gateway
     headers = {"Authorization": f"Bearer {tokens[Role.OPERATOR][1]}"}
-    (listed,) = client.get("/v1/dead-letters", headers=headers).json()["dead_letters"]
+    body = client.get("/v1/dead-letters", headers=headers).json()
+    (listed,) = body["dead_letters"]
+    assert body["counts"] == {"queue": 1}
     assert listed["seq"] == 1 and listed["cause"] == "permanent" and listed["payload"] == '{"kind": "step"}'
     assert listed["subject"] == "teto.progress.j1" and listed["replayable"]
     assert client.get("/v1/dead-letters/2", headers=headers).status_code == 404

@@ -33,10 +33,11 @@ def register(app: FastAPI) -> None:
                                 service: str | None = Query(None, pattern=r"^[a-z][a-z0-9_-]{0,63}$"),
                                 after_seq: int = Query(0, ge=0, le=2**53), limit: int = Query(50, ge=1, le=500),
                                 _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
-        found = await _letters(request).list(service=service, after_seq=after_seq, limit=limit)
+        letters = _letters(request)
+        found = await letters.list(service=service, after_seq=after_seq, limit=limit)
         nxt = found[-1][0] if len(found) == limit else None
         return {"dead_letters": jsonable_encoder([view(seq, letter) for seq, letter in found]),
-                "next_after_seq": nxt}
+                "next_after_seq": nxt, "counts": await letters.counts()}
 
     @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter", responses=NOT_FOUND)
     async def get_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
