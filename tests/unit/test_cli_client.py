@@ -232,3 +232,20 @@ def test_check_nodes_and_check_status_talk_to_the_gateway(monkeypatch, tmp_path,
     assert "ready" in capsys.readouterr().out
     assert seen[0][0] == "POST" and b'"group":"g"' in seen[0][2].replace(b" ", b"")
     assert main(["check", "--group", "g", "--node", "n1", *base]) == 2  # one target only
+
+
+def test_dead_letters_are_listed_as_a_table_and_replayed_by_sequence(server, capsys):
+    routes, seen = server
+    letter = {"seq": 7, "time": "t", "service": "budget", "cause": "permanent", "subject": "teto.progress.j1",
+              "deliveries": 1, "reason": "bigint out of range"}
+    routes[("GET", "/v1/dead-letters")] = (200, {"dead_letters": [letter], "next_after_seq": None,
+                                                 "counts": {"budget": 1}})
+    routes[("POST", "/v1/dead-letters/7/replay")] = (200, {"seq": 7, "replayed": True, "subject": "teto.progress.j1"})
+    args = parse("dead-letters", "--service", "budget")
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "bigint out of range" in out and "permanent" in out and "teto.progress.j1" in out
+    assert seen[-1].url.params["service"] == "budget"
+    args = parse("dead-letters", "replay", "7")
+    assert args.func(args) == 0
+    assert "replayed on teto.progress.j1" in capsys.readouterr().out and seen[-1].method == "POST"
