@@ -230,77 +230,6 @@ def cmd_executors(args: argparse.Namespace) -> int:
     return 0
 
 
-NODE_COLUMNS = [("node", "node_id"), ("group", "group_name"), ("state", "state"), ("schedulable", "schedulable"),
-                ("reason", "reason"), ("executor", "executor_id"), ("job", "job_id"), ("reboots", "reboots"),
-                ("last check", "last_check_outcome"), ("at", "last_check_at")]
-GROUP_COLUMNS = [("group", "group_name"), ("nodes", "nodes"), ("schedulable", "schedulable"), ("states", "states"),
-                 ("last check", "last_check_at"), ("alert", "alert.reason")]
-
-
-def alerts(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per group under a systemic-failure alert (replacing stopped, nodes held), first on screen."""
-    seen: dict[str, str] = {}
-    for r in rows:
-        alert = r.get("alert")
-        if isinstance(alert, Mapping) and r.get("group_name") not in seen:
-            seen[r["group_name"]] = (f"ALERT group {r['group_name']} since {alert.get('since')}: {alert.get('reason')}"
-                                     f" (held; clear with: teto clear-alert {r['group_name']})")
-    return list(seen.values())
-
-
-def cmd_nodes(args: argparse.Namespace) -> int:
-    _, body = call(args, "GET", "/v1/node-groups" if args.groups else "/v1/nodes")
-    human = table(body, GROUP_COLUMNS if args.groups else NODE_COLUMNS) if body else "no nodes"
-    _print(args, body, "\n".join([*alerts(body or []), human]))
-    return 0
-
-
-def cmd_clear_alert(args: argparse.Namespace) -> int:
-    _, body = call(args, "POST", f"/v1/node-groups/{args.group}/clear-alert", json={"reason": args.reason})
-    released = ", ".join(body.get("released") or []) or "no node"
-    _print(args, body, f"group {args.group}: alert cleared; released {released}")
-    return 0
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    if bool(args.group) == bool(args.node):
-        raise CliError("name --group G or --node N (repeatable), not both", 2)
-    payload = {"group": args.group, "nodes": args.node or [], "tests": args.test or [], "force": args.force}
-    _, body = call(args, "POST", "/v1/health-checks", json=payload)
-    human = (f"check run {body.get('run_id')} on {', '.join(body.get('nodes') or [])}"
-             + (f"; cordoned until their job ends: {', '.join(body['cordoned'])}" if body.get("cordoned") else "")
-             + (f"\nskipped: {_cell(body['skipped'])}" if body.get("skipped") else "")
-             + f"\nfollow it: teto check-status {body.get('run_id')}")
-    _print(args, body, human)
-    return 0
-
-
-def format_check_run(run: Mapping[str, Any]) -> str:
-    lines = [f"check run {run.get('run_id')} ({run.get('kind')}, group {_cell(run.get('group_name'))}): "
-             f"{run.get('state')}"]
-    for node in run.get("nodes") or []:
-        lines.append(f"  {node.get('node_id')}: {node.get('status')}"
-                     + (f"  ({node['reason']})" if node.get("reason") else ""))
-        for t in node.get("tests") or []:
-            figures = ", ".join(f"{k}={_cell(v)}" for k, v in sorted((t.get("figures") or {}).items()))
-            why = t.get("error") or ""
-            lines.append(f"    {t.get('test'):<13} {t.get('status'):<15} {figures} {why}".rstrip())
-    return "\n".join(lines)
-
-
-def cmd_check_status(args: argparse.Namespace) -> int:
-    _, body = call(args, "GET", f"/v1/health-checks/{args.run_id}")
-    _print(args, body, format_check_run(body))
-    return 0
-
-
-def cmd_drain(args: argparse.Namespace) -> int:
-    path = f"/v1/nodes/{args.node_id}/{'undrain' if args.undo else 'drain'}"
-    _, body = call(args, "POST", path, json=None if args.undo else {"reason": args.reason})
-    _print(args, body, f"node {args.node_id}: {body.get('state', 'sent')}")
-    return 0
-
-
 AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", "kind"), ("job", "job_id"),
                  ("outcome", "outcome"), ("reason", "reason")]
 
@@ -357,48 +286,6 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
         raise CliError(f"no such token: {args.token_id}")
     _print(args, {"id": args.token_id, "revoked": True}, f"token {args.token_id} revoked")
     return 0
-
-
-def cmd_budget_reconcile(args: argparse.Namespace) -> int:
-    """Every job's GPU-second total against the sum of its ledger rows; exits 1 naming any job that differs."""
-    import asyncio
-
-    import asyncpg
-
-    from services.budget.store import reconcile
-
-    url = args.database_url or os.environ.get("TETO_DATABASE_URL")
-    stack = args.data_dir / "stack.json"
-    if not url and stack.exists():
-        url = json.loads(stack.read_text()).get("database_url")
-    if not url:
-        raise CliError(f"no database: pass --database-url, set TETO_DATABASE_URL, or run `teto up` (no {stack})",
-                       EXIT_UNREACHABLE)
-
-    async def run() -> list[Any]:
-        conn = await asyncpg.connect(url, timeout=args.timeout)
-        try:
-            return await reconcile(conn, args.job or None)
-        finally:
-            await conn.close()
-
-    try:
-        results = asyncio.run(run())
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise CliError(f"cannot read the budget ledger: {exc}", EXIT_UNREACHABLE) from None
-    bad = [r for r in results if not r.ok]
-    rows = [{**r.as_dict(), "difference": f"{r.difference:+g}"} for r in bad]
-    human = (f"{len(results)} job(s): every total equals the sum of its ledger" if not bad else
-             f"{len(bad)} of {len(results)} job(s) differ from their ledger:\n" + table(rows, RECONCILE_COLUMNS))
-    gaps = [f"{r.job_id} ({r.missing})" for r in results if r.missing]
-    if gaps:  # not a failure by itself: a redelivered batch fills its gap within seconds; run again to see
-        human += "\nusage records missing inside a run (in flight, or lost if it persists): " + ", ".join(gaps)
-    _print(args, {"ok": not bad, "jobs": [r.as_dict() for r in results]}, human)
-    return EXIT_REFUSED if bad else 0
-
-
-RECONCILE_COLUMNS = [("job", "job_id"), ("total", "consumed_seconds"), ("ledger sum", "ledger_seconds"),
-                     ("rows", "rows"), ("difference", "difference")]
 
 
 def cmd_contracts_export(args: argparse.Namespace) -> int:
@@ -459,23 +346,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-ceiling", type=float, required=True)
     add("executors", cmd_executors, "list executors")
 
-    p = add("nodes", cmd_nodes, "list nodes (state, schedulable, reason, last check)")
-    p.add_argument("--groups", action="store_true", help="one line per node group")
-    p = add("check", cmd_check, "run deep health checks on a group or nodes")
-    p.add_argument("--group")
-    p.add_argument("--node", action="append", help="a node id (repeatable)")
-    p.add_argument("--test", action="append", help="only these tests (repeatable): matmul, membw, memtest, nvml, "
-                   "connectivity, allreduce")
-    p.add_argument("--force", action="store_true", help="busy nodes: checkpoint and requeue their job first")
-    add("check-status", cmd_check_status, "a check run's progress per node and test").add_argument("run_id")
-    p = add("drain", cmd_drain, "take a node out of scheduling (--undo: undrain, it is checked first)")
-    p.add_argument("node_id")
-    p.add_argument("--reason", default="drained by operator")
-    p.add_argument("--undo", action="store_true")
-    p = add("clear-alert", cmd_clear_alert, "clear a group's systemic-failure alert (replacing resumes, held "
-            "nodes return after a check)")
-    p.add_argument("group")
-    p.add_argument("--reason", default="cleared by operator")
+    from .cli_nodes import add_parsers as add_node_commands
+
+    add_node_commands(add)
 
     audit = sub.add_parser("audit", help="the audit log (needs audit:read)", parents=[common])
     audit.add_argument("--actor")
@@ -507,14 +380,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("token_id")
     p.set_defaults(func=_guard(cmd_tokens_revoke))
 
-    budget = sub.add_parser("budget", help="the GPU-second ledger")
-    bsub = budget.add_subparsers(dest="budget_command", required=True)
-    p = bsub.add_parser("reconcile", parents=[common],
-                        help="prove each job's total equals the sum of its ledger (exit 1 naming any that differs)")
-    p.add_argument("--database-url", help="the budget service's PostgreSQL (TETO_DATABASE_URL; default from "
-                   "<data-dir>/stack.json)")
-    p.add_argument("--job", action="append", help="only this job (repeatable)")
-    p.set_defaults(func=_guard(cmd_budget_reconcile))
+    from .cli_budget import add_parser as add_budget
+
+    add_budget(sub, common, _guard)
 
     contracts = sub.add_parser("contracts", help="wire contracts for downstream consumers")
     csub = contracts.add_subparsers(dest="contracts_command", required=True)
