@@ -7,6 +7,7 @@
 - the budget ledger's sum per job equals the usage the executors put on the bus, each sample once;
 - the audit chain verifies;
 - no durable consumer is left redelivering, and none is left behind (JetStream consumer info);
+- every executor still running is seen heartbeating by health (no false ``no_signal``);
 Each check is waited for (the system converges), and ``settle`` returns how long convergence took.
 """
 
@@ -38,6 +39,7 @@ class ConsumerState:
     num_pending: int
     num_ack_pending: int
     num_redelivered: int
+    oldest_unacked: str = ""  # subject and start of the message at the ack floor, when one is held
 
     @property
     def settled(self) -> bool:
@@ -52,11 +54,22 @@ async def durable_consumers(stack: FaultStack) -> list[ConsumerState]:
         for stream in await js.streams_info():
             for ci in await js.consumers_info(stream.config.name):
                 if ci.config.durable_name:
+                    held = ""
+                    if ci.num_redelivered:  # the message at the ack floor is one still unacked: name it
+                        held = await _message_at(js, stream.config.name, ci.ack_floor.stream_seq + 1)
                     out.append(ConsumerState(stream.config.name, ci.config.durable_name, ci.num_pending or 0,
-                                             ci.num_ack_pending or 0, ci.num_redelivered or 0))
+                                             ci.num_ack_pending or 0, ci.num_redelivered or 0, held))
         return out
     finally:
         await nc.close()
+
+
+async def _message_at(js: Any, stream: str, seq: int) -> str:
+    try:
+        msg = await js.get_msg(stream, seq)
+    except Exception as exc:  # noqa: BLE001 - deleted or aged out: say so rather than fail the report
+        return f"#{seq}: {type(exc).__name__}"
+    return f"#{seq} {msg.subject}: {(msg.data or b'')[:300]!r}"
 
 
 async def stream_bodies(stack: FaultStack, stream_base: str) -> list[tuple[str, Any]]:
@@ -190,7 +203,7 @@ async def _check(problems: list[str], what: str, check: Awaitable[Any]) -> None:
     try:
         await check
     except AssertionError as exc:
-        problems.append(f"{what}: {str(exc)[:600]}")
+        problems.append(f"{what}: {str(exc)[:2500]}")
 
 
 async def _all_done(stack: FaultStack, job_ids: set[str], timeout: float, expect: str) -> None:
@@ -233,6 +246,22 @@ async def _consumers_settle(stack: FaultStack) -> None:
         raise AssertionError(f"left redelivering or behind: {stuck}") from None
 
 
+async def _live_executors_signalling(stack: FaultStack) -> None:
+    """Health's view of every executor still running shows it heartbeating (not a false ``no_signal``)."""
+    async def check() -> list[str] | None:
+        r = await stack.http("GET", "/v1/executors")
+        entries = {e["executor_id"]: e for e in r.json()} if r.status_code == 200 else {}
+        silent = [i for i in stack.executor_ids() if (entries.get(i) or {}).get("signal") == "no_signal"
+                  or i not in entries]
+        return None if silent else ["ok"]
+    try:
+        await eventually(check, 15, "live executors to show a signal", every=0.5)
+    except AssertionError:
+        r = await stack.http("GET", "/v1/executors")
+        raise AssertionError(f"executors shown silent though alive: "
+                             f"{[(e['executor_id'], e.get('signal')) for e in r.json()]}") from None
+
+
 async def settle(stack: FaultStack, job_ids: set[str], *, timeout: float = 90,
                  expect: str = "succeeded") -> float:
     """Wait until every invariant holds (seconds taken); fail listing every one that does not."""
@@ -244,5 +273,6 @@ async def settle(stack: FaultStack, job_ids: set[str], *, timeout: float = 90,
     await _check(problems, "ledger == usage sent", _ledger_agrees(stack, job_ids))
     await _check(problems, "audit chain verifies", _audit_verifies(stack))
     await _check(problems, "no consumer redelivering", _consumers_settle(stack))
+    await _check(problems, "live executors not shown silent", _live_executors_signalling(stack))
     assert not problems, "invariants broken:\n- " + "\n- ".join(problems)
     return time.monotonic() - t0
