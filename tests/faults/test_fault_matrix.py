@@ -48,6 +48,7 @@ async def _round(stack: FaultStack, matrix: list[dict[str, Any]], fault: str, in
                            "recovered_s": None}
     matrix.append(row)
     try:
+        first = len(stack.accepted)
         jobs = [await stack.submit(stack.spec(f"{fault}-bg{i}", steps=steps)) for i in range(background)]
         await eventually(lambda: _running(stack, jobs, min(background, 2)), 60, "background jobs running")
         t0 = time.monotonic()
@@ -61,7 +62,8 @@ async def _round(stack: FaultStack, matrix: list[dict[str, Any]], fault: str, in
         row["probe_done_s"] = time.monotonic() - t0
         problems = []
         try:
-            await settle(stack, {*jobs, probe}, timeout=timeout)
+            # Every job accepted in this round, including any the fault's injection submitted itself.
+            await settle(stack, {s.job_id for s in stack.accepted[first:]}, timeout=timeout)
         except AssertionError as exc:
             problems.append(str(exc))
         crashed = [n for n, p in stack.procs.items() if p.poll() is not None and n not in stack.killed]
@@ -91,8 +93,14 @@ async def test_sigkill_of_one_service_replica_mid_stream(stack, matrix, service)
     name = stack.leader(service)
 
     async def inject():
+        # Mid-stream: submits in flight when the replica dies (each retried with its own idempotency key).
+        burst = [asyncio.create_task(stack.submit(stack.spec(f"{name}-burst{i}", steps=10))) for i in range(4)]
+        await asyncio.wait(burst, return_when=asyncio.FIRST_COMPLETED)
         stack.kill(name)  # the survivor alone carries the round; the supervisor's restart comes after it
-        return None
+
+        async def heal() -> None:
+            await asyncio.gather(*burst)
+        return heal
 
     try:
         await _round(stack, matrix, f"SIGKILL {name}", inject)
