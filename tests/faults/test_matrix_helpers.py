@@ -22,7 +22,7 @@ MSGS = hostile_messages("teto", executor_ids=["ex-a", "ex-b"], max_payload=MAX_P
 
 
 def test_the_burst_is_bounded_and_fits_the_bus():
-    assert 200 <= len(MSGS) <= 400
+    assert 200 <= len(MSGS) <= 500
     assert all(len(m.data) < MAX_PAYLOAD for m in MSGS)
     assert max(len(m.data) for m in MSGS) > MAX_PAYLOAD - 4096  # near the limit, not far below it
 
@@ -96,3 +96,11 @@ def test_a_consumer_settles_only_without_redeliveries_and_without_a_backlog():
     assert ConsumerState("S", "d", 0, 1, 0).settled
     assert not ConsumerState("S", "d", 0, 1, 1).settled
     assert not ConsumerState("S", "d", IN_FLIGHT_SLACK, 1, 0).settled
+
+
+def test_a_heartbeats_usage_sample_is_broken_inside_too():
+    # The ledger's columns (seq, epoch: int4; wall_seconds: float8) are only reached through the nested sample.
+    usage = [json.loads(m.data)["usage"] for m in MSGS if m.subject.startswith("teto.hb.") and ".*" in m.kind
+             and m.kind.startswith(("int 2**63", "inf"))]
+    assert any(u["seq"] == 2**63 for u in usage)
+    assert any(u["wall_seconds"] == float("inf") for u in usage)

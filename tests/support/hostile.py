@@ -3,8 +3,8 @@
 For each message type a minimal valid body is derived from its JSON Schema; the hostile ones are that body
 broken in one way each: not a body at all (empty, not JSON, a JSON array), the wrong schema, a field missing,
 null or of the wrong type, integers past 2**63 and 2**31, a float that parses as infinity, a NUL inside a
-string, a dot inside an id (a subject separator), and one string padded to just under the server's max
-payload. The base body itself is never sent: a forged but valid grant is an authorisation question, not a
+string, a dot inside an id (a subject separator), the same inside a nested object (a heartbeat's usage
+sample), and one string padded to just under the server's max payload. The base body itself is never sent: a forged but valid grant is an authorisation question, not a
 robustness one. Deterministic (no randomness beyond fresh ids), bounded, and pure: the test publishes.
 """
 
@@ -94,6 +94,26 @@ def _mutations(name: str, prop: dict[str, Any]) -> list[tuple[str, Any]]:
     return [("wrong type", [])]
 
 
+# A job spec or policy broken inside could still be a valid one (a real job the matrix did not ask for).
+NOT_NESTED = {"spec", "policy"}
+
+
+def _nested(subject: str, body: dict[str, Any], name: str, prop: dict[str, Any], defs: dict[str, Any],
+            ids: dict[str, str], core: bool) -> list[Hostile]:
+    """One level down: an object field (a heartbeat's usage sample, say) present and broken inside."""
+    if prop.get("type") != "object" or not prop.get("properties") or name in NOT_NESTED:
+        return []
+    inner = {k: _value(k, v, defs, ids) for k, v in prop["properties"].items() if k in prop.get("required", [])}
+    # Each kind of damage applied to every field it fits at once (seq, epoch and wall_seconds of a usage
+    # sample together): one message per kind keeps the burst small and reaches every column.
+    damaged: dict[str, dict[str, Any]] = {}
+    for field, schema in prop["properties"].items():
+        for kind, value in _mutations(field, _resolve(schema, defs)):
+            damaged.setdefault(kind, dict(inner))[field] = value
+    return [Hostile(subject, _encode({**body, name: obj}), f"{kind} in {name}.*", core)
+            for kind, obj in damaged.items()]
+
+
 def _encode(body: Any) -> bytes:
     return json.dumps(body).replace(json.dumps(INF), "1e999").encode()
 
@@ -109,18 +129,25 @@ def _subject(entry: Entry, prefix: str, executor_id: str, job_id: str) -> str | 
 
 
 def _interleave(msgs: list[Hostile]) -> list[Hostile]:
-    """Every kind of damage early in the list (a limit then keeps the variety, not the first fields)."""
-    classes: dict[str, list[Hostile]] = {}
+    """Every kind of damage early in the list (a limit then keeps the variety, not the first fields); damage
+    inside a nested object alternates with damage at the top, so a limit keeps some of both."""
+    top: dict[str, list[Hostile]] = {}
+    nested: dict[str, list[Hostile]] = {}
     for m in msgs:
-        classes.setdefault(m.kind.split(" in ")[0], []).append(m)
+        into = nested if "." in m.kind.rsplit(" in ", 1)[-1] else top
+        into.setdefault(m.kind.split(" in ")[0], []).append(m)
+    classes = list(top.values())[:4]  # the structural ones: empty, not JSON, array, wrong schema
+    rest_top, rest_nested = list(top.values())[4:], list(nested.values())
+    for i in range(max(len(rest_top), len(rest_nested))):
+        classes += [c[i] for c in (rest_top, rest_nested) if i < len(c)]
     out: list[Hostile] = []
-    for i in range(max(len(c) for c in classes.values())):
-        out.extend(c[i] for c in classes.values() if i < len(c))
+    for i in range(max(len(c) for c in classes)):
+        out.extend(c[i] for c in classes if i < len(c))
     return out
 
 
 def hostile_messages(prefix: str, *, executor_ids: list[str], max_payload: int,
-                     limit: int = 400) -> list[Hostile]:
+                     limit: int = 480) -> list[Hostile]:
     """Hostile messages on every subject of the catalogue, at most ``limit`` (spread over all subjects)."""
     per_subject: list[list[Hostile]] = []
     for n, entry in enumerate(CATALOGUE):
@@ -133,6 +160,7 @@ def hostile_messages(prefix: str, *, executor_ids: list[str], max_payload: int,
         ids = {"job_id": job_id, "executor_id": executor_id, "node_id": f"node-{executor_id}",
                "command_id": uuid.uuid4().hex, "run_id": uuid.uuid4().hex, "id": uuid.uuid4().hex}
         body, props = minimal_body(entry.model, ids)
+        defs = entry.model.model_json_schema(by_alias=True).get("$defs", {})
         out = [Hostile(subject, data, kind, core) for kind, data in (
             ("empty", b""), ("not JSON", b"not json \xff\xfe"), ("JSON array", b"[1, 2, 3]"),
             ("wrong schema", _encode({**body, "schema": "teto.hostile/9"})))]
@@ -145,6 +173,7 @@ def hostile_messages(prefix: str, *, executor_ids: list[str], max_payload: int,
                                    f"missing {name}", core))
             for kind, value in _mutations(name, prop):
                 out.append(Hostile(subject, _encode({**body, name: value}), f"{kind} in {name}", core))
+            out.extend(_nested(subject, body, name, prop, defs, ids, core))
             if prop.get("type") == "string" and not padded and not name.endswith("_id"):
                 padded = True  # one near-max payload per subject: bounded bytes on the bus
                 filler = "x" * (max_payload - len(_encode(body)) - 256)
