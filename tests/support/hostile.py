@@ -128,16 +128,31 @@ def _subject(entry: Entry, prefix: str, executor_id: str, job_id: str) -> str | 
     return prefix + subject.removeprefix("teto")
 
 
+STRUCTURAL = ("empty", "not JSON", "JSON array", "wrong schema")
+# The damage that reaches storage and arithmetic first: what a limit must not cut.
+PRIORITY = ("int 2**63", "NUL", "inf", "dot", "near max payload", "int 2**31", "missing",
+            "wrong type", "null", "array of junk")
+
+
+def _damage(kind: str) -> str:
+    head = kind.split(" in ")[0]
+    return "missing" if head.startswith("missing ") else head
+
+
 def _interleave(msgs: list[Hostile]) -> list[Hostile]:
-    """Every kind of damage early in the list (a limit then keeps the variety, not the first fields); damage
-    inside a nested object alternates with damage at the top, so a limit keeps some of both."""
+    """Every kind of damage early in the list, the worst first (a limit then keeps the variety, not the first
+    fields); damage inside a nested object alternates with damage at the top, so a limit keeps some of both."""
     top: dict[str, list[Hostile]] = {}
     nested: dict[str, list[Hostile]] = {}
     for m in msgs:
         into = nested if "." in m.kind.rsplit(" in ", 1)[-1] else top
-        into.setdefault(m.kind.split(" in ")[0], []).append(m)
-    classes = list(top.values())[:4]  # the structural ones: empty, not JSON, array, wrong schema
-    rest_top, rest_nested = list(top.values())[4:], list(nested.values())
+        into.setdefault(_damage(m.kind), []).append(m)
+
+    def ranked(classes: dict[str, list[Hostile]]) -> list[list[Hostile]]:
+        order = [*STRUCTURAL, *PRIORITY]
+        return [classes[k] for k in sorted(classes, key=lambda k: order.index(k) if k in order else len(order))]
+    first, rest_top, rest_nested = ranked(top)[:len(STRUCTURAL)], ranked(top)[len(STRUCTURAL):], ranked(nested)
+    classes = list(first)
     for i in range(max(len(rest_top), len(rest_nested))):
         classes += [c[i] for c in (rest_top, rest_nested) if i < len(c)]
     out: list[Hostile] = []
