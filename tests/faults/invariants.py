@@ -55,8 +55,9 @@ async def durable_consumers(stack: FaultStack) -> list[ConsumerState]:
             for ci in await js.consumers_info(stream.config.name):
                 if ci.config.durable_name:
                     held = ""
-                    if ci.num_redelivered:  # the message at the ack floor is one still unacked: name it
-                        held = await _message_at(js, stream.config.name, ci.ack_floor.stream_seq + 1)
+                    if ci.num_redelivered:  # the first of its messages past the ack floor is unacked: name it
+                        filters = ci.config.filter_subjects or [ci.config.filter_subject or ">"]
+                        held = await _first_after(js, stream.config.name, ci.ack_floor.stream_seq, filters)
                     out.append(ConsumerState(stream.config.name, ci.config.durable_name, ci.num_pending or 0,
                                              ci.num_ack_pending or 0, ci.num_redelivered or 0, held))
         return out
@@ -64,12 +65,27 @@ async def durable_consumers(stack: FaultStack) -> list[ConsumerState]:
         await nc.close()
 
 
-async def _message_at(js: Any, stream: str, seq: int) -> str:
-    try:
-        msg = await js.get_msg(stream, seq)
-    except Exception as exc:  # noqa: BLE001 - deleted or aged out: say so rather than fail the report
-        return f"#{seq}: {type(exc).__name__}"
-    return f"#{seq} {msg.subject}: {(msg.data or b'')[:300]!r}"
+def subject_matches(subject: str, pattern: str) -> bool:
+    """NATS wildcard match: ``*`` one token, ``>`` one or more trailing tokens."""
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for i, w in enumerate(wanted):
+        if w == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (w != "*" and w != tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
+
+
+async def _first_after(js: Any, stream: str, floor: int, filters: list[str], look: int = 500) -> str:
+    """The first message after ``floor`` that the consumer's filters take, as subject and excerpt."""
+    for seq in range(floor + 1, floor + 1 + look):
+        try:
+            msg = await js.get_msg(stream, seq)
+        except Exception as exc:  # noqa: BLE001 - deleted, aged out or past the end: say so, do not fail
+            return f"#{seq}: {type(exc).__name__}"
+        if any(subject_matches(msg.subject, f) for f in filters):
+            return f"#{seq} {msg.subject}: {(msg.data or b'')[:300]!r}"
+    return f"none of #{floor + 1}..#{floor + look} matches {filters}"
 
 
 async def stream_bodies(stack: FaultStack, stream_base: str) -> list[tuple[str, Any]]:
@@ -203,7 +219,7 @@ async def _check(problems: list[str], what: str, check: Awaitable[Any]) -> None:
     try:
         await check
     except AssertionError as exc:
-        problems.append(f"{what}: {str(exc)[:2500]}")
+        problems.append(f"{what}: {str(exc)[:6000]}")
 
 
 async def _all_done(stack: FaultStack, job_ids: set[str], timeout: float, expect: str) -> None:

@@ -74,7 +74,7 @@ async def _round(stack: FaultStack, matrix: list[dict[str, Any]], fault: str, in
         row["passed"] = True
         return row
     except BaseException as exc:
-        row["failure"] = f"{type(exc).__name__}: {str(exc)[:3000]}"
+        row["failure"] = f"{type(exc).__name__}: {str(exc)[:8000]}"
         raise
 
 

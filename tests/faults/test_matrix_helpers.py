@@ -12,7 +12,7 @@ import pytest
 
 from libs.contracts.registry import CATALOGUE
 from services.budget.domain.ledger import gpu_seconds
-from tests.faults.invariants import IN_FLIGHT_SLACK, ConsumerState, run_overlaps, usage_sent
+from tests.faults.invariants import IN_FLIGHT_SLACK, ConsumerState, run_overlaps, subject_matches, usage_sent
 from tests.support.hostile import hostile_messages
 
 pytestmark = pytest.mark.faults
@@ -104,3 +104,12 @@ def test_a_heartbeats_usage_sample_is_broken_inside_too():
              and m.kind.startswith(("int 2**63", "inf"))]
     assert any(u["seq"] == 2**63 for u in usage)
     assert any(u["wall_seconds"] == float("inf") for u in usage)
+
+
+@pytest.mark.parametrize("subject, pattern, matches", [
+    ("teto.cmd.submit", "teto.cmd.submit", True), ("teto.cmd.submit", "teto.cmd.*", True),
+    ("teto.job.j1.leased", "teto.job.>", True), ("teto.job", "teto.job.>", False),
+    ("teto.cmd.run_health_check", "teto.cmd.set_policy", False), ("teto.hb.a.b", "teto.hb.*", False),
+])
+def test_subject_matching_follows_nats_wildcards(subject, pattern, matches):
+    assert subject_matches(subject, pattern) is matches
