@@ -193,21 +193,6 @@ class FaultStack:
     def executor_ids(self) -> list[str]:
         return [n.split(":", 1)[1] for n, p in self.procs.items() if n.startswith("executor:") and p.poll() is None]
 
-    async def restart_nats(self, down_seconds: float = 1.0) -> float:
-        """Stop the server, keep it down a while, start it on the same port and store; seconds it was down."""
-        self.nats.stop()
-        down_at = time.monotonic()
-        await asyncio.sleep(down_seconds)  # the outage itself, not a wait for a condition
-        await asyncio.to_thread(self.nats.start)
-        return time.monotonic() - down_at
-
-    async def restart_postgres(self, down_seconds: float = 1.0) -> float:
-        await asyncio.to_thread(self.pg.stop)
-        down_at = time.monotonic()
-        await asyncio.sleep(down_seconds)  # the outage itself
-        await asyncio.to_thread(self.pg.start)
-        return time.monotonic() - down_at
-
     def close(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is None:
