@@ -1,0 +1,47 @@
+"""Fixtures of the fault matrix: one real stack per module (two replicas of each service, three executors, the
+third behind a severable proxy) and the matrix of measured figures, printed at the end of the module and
+written as JSON to ``$TETO_FAULTS_REPORT`` (default /tmp/teto-faults-report.json) for docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.support.faultstack import FaultStack, remove_root, stack_root
+
+EXECUTORS = ("ex-a", "ex-b", "ex-c")
+PROXIED = ("ex-c",)  # the one a partition cuts off
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack() -> AsyncIterator[FaultStack]:
+    root = stack_root()
+    s = FaultStack(root)
+    try:
+        await s.start(EXECUTORS, proxied=PROXIED)
+        yield s
+    finally:
+        s.close()
+        if os.environ.get("TETO_FAULTS_KEEP"):
+            print(f"\n[faults] stack kept at {root}")
+        else:
+            remove_root(root)
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Iterator[list[dict[str, Any]]]:
+    rows: list[dict[str, Any]] = []
+    yield rows
+    path = Path(os.environ.get("TETO_FAULTS_REPORT", "/tmp/teto-faults-report.json"))
+    path.write_text(json.dumps(rows, indent=2))
+    print(f"\n[faults] matrix ({path}):")
+    for r in rows:
+        figures = ", ".join(f"{k} {v:.1f}s" for k, v in r.items() if k.endswith("_s") and v is not None)
+        print(f"  {r['fault']:<28} {'PASS' if r['passed'] else 'FAIL'}  {figures}  {r.get('failure') or ''}")

@@ -1,0 +1,300 @@
+"""The whole of Teto as separate processes, two replicas of each service, for the fault matrix (tests/faults).
+
+Unlike ``teto up`` (tests/e2e/stack.py) this stack owns its NATS and PostgreSQL servers, so a test can restart
+them, and starts every part itself, so a test can SIGKILL one replica and knows exactly which. Executors may
+reach NATS through a severable TCP proxy (tests/support/proxy.py). Jobs are ``command`` workloads running
+tests/support/fault_workload.py, which leaves per-run evidence (start, checkpoint, overlap) in ``runs_dir``.
+
+Timings are the short ones of the test environment: lease 6 s, heartbeat 1 s, stop margin 1.5 s, lease scan
+every 0.5 s. Deep node checks are off (nodes stay ``joining`` and placement does not wait for a verdict): on
+2 shared cores a check run costs each executor ~10 s of CPU and is not what these faults are about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from services.gateway.auth import create_token
+from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+from tests.support.fleet import WORKLOAD, eventually, process_gone
+from tests.support.proxy import TcpProxy
+
+SERVICES = ("audit", "budget", "health", "queue", "gateway")  # consumers of commands first, gateway last
+TERMINAL = {"succeeded", "failed", "cancelled"}
+PREFIX = "teto"
+TIMINGS = {"TETO_LEASE_SECONDS": "6", "TETO_HEARTBEAT_SECONDS": "1", "TETO_STOP_MARGIN_SECONDS": "1.5",
+           "TETO_SCAN_INTERVAL_SECONDS": "0.5", "TETO_SCHEDULE_INTERVAL_SECONDS": "0.2",
+           "TETO_REQUIRE_CHECKED_NODES": "false", "TETO_EVALUATE_INTERVAL_SECONDS": "0.25",
+           "TETO_JOIN_BATCH_SECONDS": "3600", "TETO_STUCK_AFTER_SECONDS": "120", "TETO_STOP_GRACE_SECONDS": "2",
+           "TETO_PROGRESS_INTERVAL_SECONDS": "0.5"}
+
+
+@dataclass
+class Submitted:
+    """A submit the gateway accepted (201 or 202): from then on it must never be lost."""
+
+    job_id: str
+    answered_at: float  # time.monotonic()
+    status: int
+
+
+@dataclass
+class FaultStack:
+    root: Path
+    replicas: int = 2
+    nats: EmbeddedNats = field(init=False)
+    pg: EmbeddedPostgres = field(init=False)
+    token: str = ""
+    gateway_ports: list[int] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # "queue-1", "executor:ex-a", ...
+    proxies: dict[str, TcpProxy] = field(default_factory=dict)  # executor id -> its proxy
+    accepted: list[Submitted] = field(default_factory=list)
+    killed: set[str] = field(default_factory=set)  # parts a test killed on purpose (not crashes)
+    log_starts: dict[str, int] = field(default_factory=dict)  # where each part's current run begins in its log
+
+    def __post_init__(self) -> None:
+        self.nats = EmbeddedNats(self.root / "nats")
+        self.pg = EmbeddedPostgres(self.root / "pg")
+
+    # -- paths and settings -------------------------------------------------------------------------------
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def database_url(self) -> str:
+        return self.pg.url
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
+        env.update(TIMINGS)
+        env.update(TETO_NATS_URL=self.nats.url, TETO_DATABASE_URL=self.database_url, TETO_SUBJECT_PREFIX=PREFIX,
+                   TETO_DATA_DIR=str(self.root / "data"), TETO_TOKENS_FILE=str(self.root / "tokens.json"),
+                   PYTHONUNBUFFERED="1")
+        env.update(extra)
+        return env
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        self.log_starts[name] = log.stat().st_size if log.exists() else 0
+        with open(self.logs / f"{name}.log", "ab") as out:
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    cwd=Path(__file__).resolve().parents[2])
+        self.procs[name] = proc
+        return proc
+
+    def log_of(self, name: str, tail: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
+
+    def leader(self, service: str) -> str:
+        """The replica leading most of the service's singleton loops (the harder one to lose); else the first."""
+        def led(name: str) -> int:
+            path = self.logs / f"{name}.log"
+            with open(path, "rb") as f:
+                f.seek(self.log_starts.get(name, 0))
+                return f.read().decode(errors="replace").count("this replica is the leader")
+        return max((f"{service}-{i}" for i in range(1, self.replicas + 1)), key=lambda n: (led(n), n[-1] == "1"))
+
+    # -- start and stop -----------------------------------------------------------------------------------
+
+    async def start(self, executors: tuple[str, ...] = ("ex-a", "ex-b"), proxied: tuple[str, ...] = ()) -> None:
+        from teto.stack.up import _prepare_schema
+
+        self.nats.start()
+        self.pg.start()
+        # Migrations and streams once, before any replica: replicas then start in parallel without racing.
+        await asyncio.to_thread(_prepare_schema, self.nats.url, self.database_url, PREFIX)
+        self.token = create_token(self.root / "tokens.json", "fault-tester", "admin")
+        self.gateway_ports = [free_port() for _ in range(self.replicas)]
+        for name in SERVICES:
+            for i in range(1, self.replicas + 1):
+                self.start_replica(name, i)
+        await self.wait_replicas()
+        for ex in executors:
+            self.start_executor(ex, proxied=ex in proxied)
+        await self.wait_executors(*executors)
+
+    def start_replica(self, service: str, i: int) -> subprocess.Popen:
+        name = f"{service}-{i}"
+        self.killed.discard(name)
+        ready = self.root / f"{name}.ready"
+        ready.unlink(missing_ok=True)
+        extra = {"TETO_READY_FILE": str(ready)}
+        if service == "gateway":
+            extra["TETO_HTTP_PORT"] = str(self.gateway_ports[i - 1])
+        return self._spawn(name, [sys.executable, "-m", "tests.support.replica", service], self.env(**extra))
+
+    async def wait_replicas(self, timeout: float = 120) -> None:
+        def ready() -> bool:
+            for service in SERVICES:
+                for i in range(1, self.replicas + 1):
+                    name = f"{service}-{i}"
+                    if self.procs[name].poll() is not None:
+                        raise AssertionError(f"{name} exited with {self.procs[name].returncode}:\n"
+                                             f"{self.log_of(name)}")
+                    if not (self.root / f"{name}.ready").exists():
+                        return False
+            return True
+        await eventually(ready, timeout, "every service replica ready", every=0.2)
+
+    def kill(self, name: str, *, group: bool = True) -> float:
+        """SIGKILL a part (with ``group``, its whole process group); returns the wall time."""
+        proc = self.procs[name]
+        self.killed.add(name)
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        return time.time()
+
+    def start_executor(self, executor_id: str, *, proxied: bool = False) -> subprocess.Popen:
+        url = self.nats.url
+        if proxied:
+            proxy = self.proxies.get(executor_id) or TcpProxy.to_url(self.nats.url).start()
+            self.proxies[executor_id] = proxy
+            url = proxy.url
+        env = self.env(TETO_NATS_URL=url, TETO_NODE_ID=f"node-{executor_id}")
+        return self._spawn(f"executor:{executor_id}", [sys.executable, "-m", "teto.cli", "executor",
+                                                        "--executor-id", executor_id, "--group", "faults"], env)
+
+    async def wait_executors(self, *ids: str, timeout: float = 90) -> None:
+        """Until the queue has a fresh, accepting heartbeat from each (placement needs it)."""
+        async def seen() -> bool:
+            rows = await self.sql("SELECT executor_id FROM queue.executors WHERE accepting"
+                                  " AND last_seen > now() - interval '3 seconds'")
+            return set(ids) <= {r["executor_id"] for r in rows}
+        await eventually(seen, timeout, f"executors {ids} to heartbeat", every=0.2)
+
+    def executor_ids(self) -> list[str]:
+        return [n.split(":", 1)[1] for n, p in self.procs.items() if n.startswith("executor:") and p.poll() is None]
+
+    def close(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for path in self.runs_dir.glob("*.jsonl"):  # a workload orphaned by a killed agent must not outlive us
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError, ProcessLookupError, PermissionError):
+                    pid = json.loads(line)["pid"]
+                    if not process_gone(pid):
+                        os.kill(pid, signal.SIGKILL)
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.pg.stop(destroy=True)
+        self.nats.stop()
+
+    # -- PostgreSQL, read-only inspection (a fresh connection each time: the server may have restarted) ------
+
+    async def sql(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(self.database_url, timeout=5)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+
+    # -- HTTP through whichever gateway replica answers (a load balancer's job) ------------------------------
+
+    async def http(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        last: Exception | None = None
+        headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
+        for port in self.gateway_ports:
+            try:
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+                    return await client.request(method, path, headers=headers, **kw)
+            except httpx.TransportError as exc:  # that replica is down: try the next
+                last = exc
+        raise ConnectionError(f"no gateway replica answered {method} {path}: {last}")
+
+    def spec(self, name: str, *, steps: int = 30, step_seconds: float = 0.05, every: int = 10,
+             max_attempts: int = 3, **env: str) -> dict[str, Any]:
+        wl_env = {"RUNS_DIR": str(self.runs_dir), "STEPS": str(steps), "STEP_SECONDS": str(step_seconds), **env}
+        return {"name": name, "workload": {"kind": "command", "command": [sys.executable, WORKLOAD], "env": wl_env},
+                "checkpoint_every_steps": every, "max_attempts": max_attempts}
+
+    async def submit(self, spec: dict[str, Any], *, timeout: float = 60) -> str:
+        """Submit with an idempotency key, retrying through outages until a replica accepts (201/202)."""
+        key = uuid.uuid4().hex
+
+        async def attempt() -> Submitted | None:
+            try:
+                r = await self.http("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": key})
+            except ConnectionError:
+                return None
+            if r.status_code in (201, 202):
+                return Submitted(r.json().get("id") or key, time.monotonic(), r.status_code)
+            assert r.status_code >= 500, f"submit refused: {r.status_code} {r.text}"
+            return None  # the gateway could not reach its dependencies: retry the same key
+        sub = await eventually(attempt, timeout, f"submit {spec.get('name')} to be accepted", every=0.5)
+        self.accepted.append(sub)
+        return sub.job_id
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            r = await self.http("GET", f"/v1/jobs/{job_id}")
+        except ConnectionError:
+            return None
+        return r.json() if r.status_code == 200 else None
+
+    async def events(self, job_id: str) -> list[dict[str, Any]]:
+        r = await self.http("GET", f"/v1/jobs/{job_id}/events")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def wait_job(self, job_id: str, check, timeout: float, what: str) -> dict[str, Any]:
+        async def probe() -> dict[str, Any] | None:
+            job = await self.job(job_id)
+            return job if job is not None and check(job) else None
+        return await eventually(probe, timeout, f"job {job_id}: {what}", every=0.25)
+
+    async def wait_done(self, job_id: str, timeout: float = 90) -> dict[str, Any]:
+        return await self.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout, "a terminal state")
+
+    def runs(self, job_id: str) -> list[dict[str, Any]]:
+        path = self.runs_dir / f"{job_id}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def stack_root() -> Path:
+    """A directory the PostgreSQL service user can enter (mkdtemp makes 0700), short enough for its socket."""
+    root = Path(tempfile.mkdtemp(prefix="teto-faults-"))
+    os.chmod(root, 0o755)
+    return root
+
+
+def remove_root(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
