@@ -159,7 +159,13 @@ class Agent:
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
-                await self.on_directive(msg)
+                try:
+                    await self.on_directive(msg)
+                except Exception:  # noqa: BLE001 - one directive, however hostile, never stops the agent
+                    log.exception("executor %s: directive on %s could not be handled; dropped", self.id,
+                                  msg.subject)
+                    with contextlib.suppress(Exception):
+                        await msg.term()
 
     async def on_directive(self, msg: Msg) -> None:
         kind = msg.subject.rsplit(".", 1)[-1]
@@ -208,11 +214,12 @@ class Agent:
                 return
             note = RunFinished(job_id=job_id, epoch=epoch, executor_id=self.id, outcome=RunOutcome.FAILED,
                                error=f"the executor cannot read this grant: {reason}"[:8000])
+            subject = self.subjects.progress(job_id)  # a job id that is no subject token names no job either
         except (ValueError, TypeError, KeyError, ContractError) as exc:
             log.error("unreadable grant names no job the executor can report on (%r)", exc)
             return
         log.error("grant of job %s epoch %s is unreadable: %s", job_id, epoch, reason)
-        self.publisher.send(self.subjects.progress(job_id), note)
+        self.publisher.send(subject, note)
 
     async def reject(self, msg: Msg, reason: str) -> None:
         self.rejected += 1

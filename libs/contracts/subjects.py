@@ -11,10 +11,16 @@ from dataclasses import dataclass
 DEFAULT_PREFIX = "teto"
 
 
+class SubjectTokenError(ValueError):
+    """A value that cannot be a subject token: the same value always fails, so retrying is pointless."""
+
+    retryable = False
+
+
 def _token(value: str) -> str:
     """A subject token must not contain separators or wildcards; ids are hex, names are checked."""
-    if not value or any(c in value for c in ".*> \t\r\n"):
-        raise ValueError(f"{value!r} cannot be used as a subject token")
+    if not isinstance(value, str) or not value or any(c in value for c in ".*> \t\r\n"):
+        raise SubjectTokenError(f"{value!r} cannot be used as a subject token")
     return value
 
 

@@ -139,12 +139,14 @@ async def stream_counts(stack: FaultStack, bases: tuple[str, ...]) -> dict[str, 
 
 
 def _samples(subject: str, body: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Usage samples in a heartbeat (``usage``) or in a usage message, with the executor that sent them."""
+    """Usage samples in a heartbeat (``usage``, older agents) or the records of a usage report
+    (``teto.usage.<executor>``), with the executor that sent them."""
     if not isinstance(body, dict):
         return []
     executor = body.get("executor_id") or subject.rsplit(".", 1)[-1]
     found = []
-    for sample in (body.get("usage"), body if "wall_seconds" in body else None, *(body.get("samples") or [])):
+    for sample in (body.get("usage"), body if "wall_seconds" in body else None, *(body.get("samples") or []),
+                   *(body.get("records") or [])):
         if isinstance(sample, dict) and {"job_id", "epoch", "seq", "devices", "wall_seconds"} <= set(sample):
             found.append((str(sample.get("executor_id") or executor), sample))
     return found
