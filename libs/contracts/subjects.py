@@ -24,7 +24,9 @@ class StreamSpec:
     subjects: tuple[str, ...]
     max_age_seconds: float | None  # None keeps messages until limits say otherwise
     description: str
-    max_bytes: int | None = None  # a size cap on top of the age (oldest dropped first); None: no cap
+    # A cap on the message count on top of the age (oldest dropped first); None: no cap. A count, not bytes:
+    # JetStream reserves a stream's max_bytes from the server's storage up front, a count it does not.
+    max_msgs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,9 +172,9 @@ class Subjects:
             StreamSpec(self.stream_name("BUDGET"), (self.budget_all,), 90 * day, "Budget events"),
             StreamSpec(self.stream_name("REJECTED"), (self.rejected_all,), 30 * day, "Refused malformed messages"),
             StreamSpec(self.stream_name("DEAD"), (self.dead_all,), 30 * day,
-                       "Dead letters: messages a consumer gave up on, with the reason", max_bytes=1 << 30),
+                       "Dead letters: messages a consumer gave up on, with the reason", max_msgs=1_000_000),
             StreamSpec(self.stream_name("USAGE"), (self.usage_all,), 14 * day,
-                       "GPU usage samples, kept through a budget-service outage", max_bytes=4 << 30),
+                       "GPU usage samples, kept through a budget-service outage", max_msgs=50_000_000),
         ]
 
     def stream_for(self, base: str) -> str:

@@ -57,7 +57,7 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: 
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,
             max_age=spec.max_age_seconds,
-            max_bytes=spec.max_bytes if spec.max_bytes is not None else -1,
+            max_msgs=spec.max_msgs if spec.max_msgs is not None else -1,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
             num_replicas=replicas,
         )
