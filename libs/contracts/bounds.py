@@ -111,7 +111,7 @@ def bounded_name(max_length: int = 200, *, min_length: int = 0) -> Any:
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 Text = bounded_text(4000)
-Reason = bounded_text(4000)
+Reason = bounded_text(8000)  # a run's error tail (RunFinished.error) becomes job events' reason
 Label = bounded_name(200)
 Actor = bounded_name(200, min_length=1)
 Address = bounded_name(255)  # host:port

@@ -26,7 +26,9 @@ from . import auth
 from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
 from .errors import ApiError
+from .domain.payload import body_limit
 from .limits import BodyLimit
+from .openapi import document_statuses
 from .reads import Reads
 from .routes import admin, jobs, policies, nodes
 from .settings import GatewaySettings
@@ -82,8 +84,12 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
     app = FastAPI(title="Teto gateway", version="1", strict_content_type=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
+    max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
+                                                                          settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=max_body)
     app.state.settings = settings
+    app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
     app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
     app.state.commands = commands if commands is not None else (
@@ -126,11 +132,10 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
             return await invalid(request, [{"loc": ("body",), "msg": f"not valid JSON ({cause})",
                                             "type": "json_invalid"}])
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
-        reason = str(exc.detail)
+        body: dict[str, Any] = {"error": codes.get(exc.status_code, "error"), "reason": str(exc.detail)}
         if exc.status_code == 413:
-            reason = f"request body larger than {settings.max_body_bytes} bytes"
-        return JSONResponse({"error": codes.get(exc.status_code, "error"), "reason": reason},
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+            body.update(reason=f"request body larger than {max_body} bytes", limit_bytes=max_body)
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
@@ -159,4 +164,5 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     admin.register(app)
     policies.register(app)
     nodes.register(app)
+    document_statuses(app)
     return app

@@ -41,7 +41,8 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": "too_large", "reason": f"request body larger than {self.max} bytes"}).encode()
+        body = json.dumps({"error": "too_large", "reason": f"request body larger than {self.max} bytes",
+                           "limit_bytes": self.max}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
