@@ -98,6 +98,17 @@ def _utc(value: datetime) -> datetime:
     return value
 
 
+def defuse(value: Any) -> Any:
+    """Text quoted from hostile input (a path, a refused value), made storable: NULs become U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {defuse(str(k)): defuse(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [defuse(v) for v in value]
+    return value
+
+
 def bounded_text(max_length: int, *, min_length: int = 0) -> Any:
     """Free text (reasons, errors): bounded, NUL-free."""
     return Annotated[str, StringConstraints(min_length=min_length, max_length=max_length), AfterValidator(_no_nul)]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from .bounds import Id, Label, Time, bounded_text
+from .bounds import Id, Label, Time, bounded_text, defuse
 
 
 def new_id() -> str:
@@ -90,12 +90,8 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _defused(value: Any) -> Any:
-    """Text quoted from a hostile message: NULs shown as U+FFFD, so noting a refusal can never fail itself."""
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
-
-
-Quoted = Annotated[bounded_text(8000), BeforeValidator(_defused)]
+# Text quoted from a hostile message: NULs shown as U+FFFD, so noting a refusal can never fail itself.
+Quoted = Annotated[bounded_text(8000), BeforeValidator(defuse)]
 
 
 class RejectedMessage(Envelope):
@@ -106,5 +102,5 @@ class RejectedMessage(Envelope):
     service: Label
     subject: Quoted
     reason: Quoted
-    payload_excerpt: Annotated[bounded_text(2000), BeforeValidator(_defused)]
+    payload_excerpt: Annotated[bounded_text(2000), BeforeValidator(defuse)]
     payload_bytes: int = Field(ge=0)

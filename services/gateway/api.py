@@ -82,7 +82,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
                commands: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands`` fakes."""
     # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
-    app = FastAPI(title="Teto gateway", version="1", strict_content_type=False,
+    # redirect_slashes=False: "/v1/jobs/" (an empty or "/"-decoded id) is 404, not a 307 to another resource.
+    app = FastAPI(title="Teto gateway", version="1", strict_content_type=False, redirect_slashes=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
     # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
     max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
