@@ -26,7 +26,7 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 MAX_SAFE_INT = 2**53  # exact in a float and in every JSON reader; bigint columns hold it
 INT32_MAX = 2**31 - 1  # int4 columns (epochs, sequences, attempts, counts of devices)
-MAX_SECONDS = 1e9  # about 31 years: no duration Teto measures is longer, and sums of them stay finite
+MAX_SECONDS = 1e10  # about 300 years: no duration Teto measures is longer, and sums of them stay finite
 # torch.manual_seed refuses anything past 2**64 - 1, and the fine-tune seeds its batches with
 # (seed x world_size + rank) x 1_000_003 + step: 2**32 - 1 keeps that in range for 256 workers and 10**7 steps.
 SEED_MAX = 2**32 - 1
@@ -82,9 +82,13 @@ def _finite_or_none(value: Any) -> Any:
 
 
 def _finite_only(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: v for k, v in value.items() if not (isinstance(v, float) and not math.isfinite(v))}
-    return value
+    """Metrics a training script reported: only finite numbers under usable names travel; the rest is dropped."""
+    if not isinstance(value, dict):
+        return value
+    kept = {k: v for k, v in value.items()
+            if isinstance(k, str) and 0 < len(k) <= 200 and not _CONTROL.search(k)
+            and isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < 1e300}
+    return dict(list(kept.items())[:1000])
 
 
 def _utc(value: datetime) -> datetime:
@@ -122,6 +126,9 @@ def bounded_name(max_length: int = 200, *, min_length: int = 0) -> Any:
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 Text = bounded_text(4000)
+# Output quoted from a process (an error tail, a check's message): a NUL in it is shown as U+FFFD, not refused,
+# so that reporting a failure can never fail itself.
+QuotedOutput = Annotated[bounded_text(8000), BeforeValidator(defuse)]
 Reason = bounded_text(8000)  # a run's error tail (RunFinished.error) becomes job events' reason
 Label = bounded_name(200)
 Actor = bounded_name(200, min_length=1)

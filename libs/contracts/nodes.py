@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .bounds import (INT32_MAX, Address, Count, Figures, Id, JsonObject, Label, PositiveSeconds, Reason, Seconds,
-                     Seq, Time, bounded_text)
+from .bounds import (INT32_MAX, Address, Count, Figures, Finite, Id, JsonObject, Label,
+                     QuotedOutput, Reason, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 from .telemetry import GpuInfo
 
@@ -51,10 +51,11 @@ class SignalChanged(Envelope):
     signal: Signal | None
     previous: Signal | None
     since: Time
-    seconds_since_heartbeat: Seconds | None = None
-    seconds_since_step_change: Seconds | None = None
-    no_signal_after_seconds: Seconds
-    stuck_after_seconds: Seconds
+    # Derived by health from reported times (a clock may be ahead): finite, not otherwise bounded.
+    seconds_since_heartbeat: Finite | None = None
+    seconds_since_step_change: Finite | None = None
+    no_signal_after_seconds: Finite
+    stuck_after_seconds: Finite
 
 
 # -- node lifecycle -------------------------------------------------------------------------------------------
@@ -170,5 +171,5 @@ class CheckReport(Envelope):
     status: CheckStatus | Literal["busy"]
     figures: Figures = Field(default_factory=dict, description="Measured numbers (finite), units in their names")
     detail: JsonObject = Field(default_factory=dict)
-    error: bounded_text(4000) | None = None
+    error: QuotedOutput | None = Field(None, description="What the test said (NULs shown as U+FFFD)")
     seconds: Seconds | None = Field(None, description="Wall time of the test")

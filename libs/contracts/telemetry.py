@@ -15,7 +15,7 @@ from pydantic import Field
 
 from .bounds import (INT32_MAX, Address, Big, Count, Digest, Epoch, Figures, Finite, Id, JsonObject, Label, Observed,
                      ObservedFigures, Path,
-                     PositiveSeconds, Reason, Seconds, Seq, Time, bounded_text)
+                     PositiveSeconds, QuotedOutput, Reason, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 
 
@@ -110,7 +110,7 @@ class RunFinished(ProgressBase):
     kind: Literal["finished"] = "finished"
     outcome: RunOutcome
     exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
-    error: bounded_text(8000) | None = Field(None, description="Tail of the error output")
+    error: QuotedOutput | None = Field(None, description="Tail of the error output (NULs shown as U+FFFD)")
     last_step: Big | None = None
     resumed_from_step: Big | None = None
 
