@@ -158,6 +158,8 @@ def test_every_id_the_contracts_accept_is_a_subject_token(ident):
 def test_what_a_subject_cannot_carry_is_not_an_id(ident):
     with pytest.raises(ValidationError):
         TypeAdapter(bounds.Id).validate_python(ident)
+    with pytest.raises(ValueError, match="subject token"):  # one rule: subjects refuse exactly what ids refuse
+        Subjects().heartbeat(ident)
 
 
 def test_a_rejected_message_quoting_a_nul_is_still_recorded():
