@@ -125,7 +125,6 @@ def bounded_name(max_length: int = 200, *, min_length: int = 0) -> Any:
 
 
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-Text = bounded_text(4000)
 # Output quoted from a process (an error tail, a check's message): a NUL in it is shown as U+FFFD, not refused,
 # so that reporting a failure can never fail itself.
 QuotedOutput = Annotated[bounded_text(8000), BeforeValidator(defuse)]

@@ -7,8 +7,7 @@ answers with an outcome: accepted, or refused with a reason a person can read an
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 

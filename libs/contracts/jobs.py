@@ -6,9 +6,8 @@ subscribe to. The queue service is their single writer (the health service adds 
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 

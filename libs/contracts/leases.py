@@ -7,7 +7,6 @@ contact was acknowledged by a queue replica, not merely stored by the server.
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 
 from pydantic import Field

@@ -8,9 +8,8 @@ Signals (``no_signal``, ``stuck``) are derived by the health service and publish
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 

@@ -7,15 +7,13 @@ the run's outcome; each progress message names the lease epoch it was produced u
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .bounds import (INT32_MAX, Address, Big, Count, Digest, Epoch, Figures, Finite, Id, JsonObject, Label, Observed,
-                     ObservedFigures, Path,
-                     PositiveSeconds, QuotedOutput, Reason, Seconds, Seq, Time)
+from .bounds import (INT32_MAX, Address, Big, Count, Digest, Epoch, Id, Int32, JsonObject, Label, Observed,
+                     ObservedFigures, Path, PositiveSeconds, QuotedOutput, Reason, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 
 
@@ -109,7 +107,7 @@ class RunFinished(ProgressBase):
     SCHEMA = "teto.progress.finished/1"
     kind: Literal["finished"] = "finished"
     outcome: RunOutcome
-    exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
+    exit_code: Int32 | None = None
     error: QuotedOutput | None = Field(None, description="Tail of the error output (NULs shown as U+FFFD)")
     last_step: Big | None = None
     resumed_from_step: Big | None = None
