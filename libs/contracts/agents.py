@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .bounds import INT32_MAX, Address, Count, Epoch, Id, PositiveSeconds, Reason, Seconds
+from .bounds import INT32_MAX, Count, Epoch, Id, PositiveSeconds, Reason, Rendezvous, Seconds
 from .envelope import Envelope
 from .jobs import JobSpec
 
@@ -25,7 +25,7 @@ class RunJob(Envelope):
     heartbeat_seconds: PositiveSeconds
     rank: Count = 0
     world_size: int = Field(1, ge=1, le=INT32_MAX)
-    rendezvous: Address | None = Field(None, description="host:port of rank 0 for torch.distributed")
+    rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for torch.distributed")
     ready_timeout_seconds: PositiveSeconds | None = Field(
         None, description="Gangs: how long the queue waits for every worker to be ready")
 

@@ -131,7 +131,9 @@ QuotedOutput = Annotated[bounded_text(8000), BeforeValidator(defuse)]
 Reason = bounded_text(8000)  # a run's error tail (RunFinished.error) becomes job events' reason
 Label = bounded_name(200)
 Actor = bounded_name(200, min_length=1)
-Address = bounded_name(255)  # host:port
+Address = bounded_name(255)  # a host, or host:port
+# host:port built from an Address by the queue or health ("[host]:port" for IPv6): room for the brackets and port.
+Rendezvous = bounded_name(300)
 Path = bounded_text(4096, min_length=1)  # PATH_MAX on Linux
 Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{1,128}$")]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME_PATTERN, max_length=256)]

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from .bounds import (INT32_MAX, Address, Count, Figures, Finite, Id, JsonObject, Label,
-                     QuotedOutput, Reason, Seconds, Seq, Time)
+                     QuotedOutput, Reason, Rendezvous, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 from .telemetry import GpuInfo
 
@@ -143,7 +143,7 @@ class RunChecks(Envelope):
                                    description="Other nodes of the group to reach")
     rank: Count = 0
     world_size: int = Field(1, ge=1, le=INT32_MAX)
-    rendezvous: Address | None = Field(None, description="host:port of rank 0 for the all-reduce")
+    rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for the all-reduce")
 
 
 class RebootNode(Envelope):

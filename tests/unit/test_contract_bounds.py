@@ -376,3 +376,13 @@ def test_process_output_quoted_in_an_error_is_made_storable():
 
     done = RunFinished(job_id="j1", epoch=1, executor_id="e1", outcome="failed", error="binary \x00 output")
     assert "\x00" not in done.encode().decode() and "\ufffd" in done.error
+
+
+def test_a_rendezvous_built_from_the_widest_address_fits_the_grant():
+    # The queue builds "host:port" ("[host]:port" for IPv6) from an executor's reported address.
+    from libs.contracts.agents import RunJob
+    from libs.contracts.jobs import JobSpec
+
+    host = "a:" + "b" * 253  # the widest Address, with a colon: bracketed
+    RunJob(job_id="j1", epoch=1, executor_id="e1", spec=JobSpec.model_validate({"workload": {"kind": "finetune"}}),
+           attempt=1, lease_seconds=1, heartbeat_seconds=1, rendezvous=f"[{host}]:65535")

@@ -50,7 +50,7 @@ def messages_of_submit(spec: JobSpec, *, actor: str, job_id: str, command_id: st
                  id=ident, time=_LATE),
         RunJob(job_id=job_id, epoch=INT32_MAX, executor_id="e" * 128, spec=spec, attempt=INT32_MAX,
                lease_seconds=_TINY, heartbeat_seconds=_TINY, rank=INT32_MAX, world_size=INT32_MAX,
-               rendezvous=_WIDE * 255, ready_timeout_seconds=_TINY, id=ident, time=_LATE),
+               rendezvous=_WIDE * 300, ready_timeout_seconds=_TINY, id=ident, time=_LATE),
     ]
 
 
