@@ -27,7 +27,7 @@ from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
 from .errors import ApiError
 from .domain.payload import body_limit
-from .limits import BodyLimit
+from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
 from .routes import admin, jobs, policies, nodes
@@ -81,14 +81,15 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
 def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
                commands: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands`` fakes."""
-    # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
+    # Every body is JSON whatever its Content-Type (JsonBodies, limits.py; curl -d sends form-urlencoded).
     # redirect_slashes=False: "/v1/jobs/" (an empty or "/"-decoded id) is 404, not a 307 to another resource.
     app = FastAPI(title="Teto gateway", version="1", strict_content_type=False, redirect_slashes=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
     # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
     max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
                                                                           settings.max_body_bytes)
-    app.add_middleware(BodyLimit, max_body_bytes=max_body)
+    app.add_middleware(JsonBodies)
+    app.add_middleware(BodyLimit, max_body_bytes=max_body)  # added last: runs first
     app.state.settings = settings
     app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)

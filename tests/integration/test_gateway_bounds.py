@@ -126,3 +126,13 @@ async def test_an_id_no_object_can_have_is_404_without_asking_the_database(env, 
         await gw.rt.pool.close()  # a lookup would be 503: the answer must come before it
         resp = await gw.client.get(path, headers=gw.as_("viewer"))
         assert resp.status_code == 404, resp.text
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+async def test_a_json_body_is_read_as_json_whatever_its_content_type(env, content_type):
+    # curl -d sends form-urlencoded: the body is still the job spec.
+    async with gateway(env) as gw:
+        headers = {**gw.as_("submitter"), **({"Content-Type": content_type} if content_type else {})}
+        resp = await gw.client.post("/v1/jobs", content=b'{"name": "plain", "workload": {"kind": "finetune"}}',
+                                    headers=headers)
+        assert resp.status_code in (201, 202), resp.text
