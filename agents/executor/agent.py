@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
+from libs.contracts.bounds import MAX_SAFE_INT
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
@@ -413,7 +414,10 @@ class Agent:
     def _on_report(self, run: Run, record: dict[str, Any]) -> None:
         kind = record.get("type")
         if kind == "step":
-            run.step = int(record["step"])
+            step = int(record["step"])
+            if not 0 <= step <= MAX_SAFE_INT:  # every heartbeat carries it: one the contract refuses stops them all
+                raise ValueError(f"step {step} is outside 0..2**53")
+            run.step = step
             if run.phase is Phase.STARTING:
                 run.phase = Phase.TRAINING
             if isinstance(record.get("step_seconds"), int | float):
@@ -460,8 +464,12 @@ class Agent:
         mean = run.step_seconds_sum / run.step_seconds_n if run.step_seconds_n else None
         run.step_seconds_sum, run.step_seconds_n = 0.0, 0
         metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-        self._send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
-                   loss=record.get("loss"), step_seconds=mean, metrics=metrics)
+        try:
+            self._send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
+                       loss=record.get("loss"), step_seconds=mean, metrics=metrics)
+        except ValueError as exc:  # a figure the contract refuses (pydantic's ValidationError is a ValueError)
+            # Dropped, never raised: this also runs when the run finishes, and that report must still go out.
+            log.warning("job %s: step report not sent: %s", run.grant.job_id, exc)
 
 
 def _log_failure(task: asyncio.Task) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from .bounds import INT32_MAX, Count, Epoch, Id, PositiveSeconds, Reason, Rendezvous, Seconds
 from .envelope import Envelope
 from .jobs import JobSpec
 
@@ -15,25 +16,25 @@ from .jobs import JobSpec
 class RunJob(Envelope):
     SCHEMA = "teto.agent.run/1"
 
-    job_id: str
-    epoch: int = Field(ge=1)
-    executor_id: str
+    job_id: Id
+    epoch: Epoch
+    executor_id: Id
     spec: JobSpec
-    attempt: int = Field(ge=1, description="1 for the first run, +1 for every grant after")
-    lease_seconds: float = Field(gt=0)
-    heartbeat_seconds: float = Field(gt=0)
-    rank: int = Field(0, ge=0)
-    world_size: int = Field(1, ge=1)
-    rendezvous: str | None = Field(None, description="host:port of rank 0 for torch.distributed")
-    ready_timeout_seconds: float | None = Field(
-        None, gt=0, description="Gangs: how long the queue waits for every worker to be ready")
+    attempt: int = Field(ge=1, le=INT32_MAX, description="1 for the first run, +1 for every grant after")
+    lease_seconds: PositiveSeconds
+    heartbeat_seconds: PositiveSeconds
+    rank: Count = 0
+    world_size: int = Field(1, ge=1, le=INT32_MAX)
+    rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for torch.distributed")
+    ready_timeout_seconds: PositiveSeconds | None = Field(
+        None, description="Gangs: how long the queue waits for every worker to be ready")
 
 
 class StopJob(Envelope):
     SCHEMA = "teto.agent.stop/1"
 
-    job_id: str
-    epoch: int = Field(ge=1)
-    reason: str
+    job_id: Id
+    epoch: Epoch
+    reason: Reason
     checkpoint_first: bool = Field(False, description="Write a final checkpoint before stopping, if possible")
-    grace_seconds: float = Field(10.0, ge=0)
+    grace_seconds: Seconds = 10.0

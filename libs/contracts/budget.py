@@ -6,10 +6,14 @@ GPU-seconds are GPUs held x wall time while training, per worker; a CPU-only wor
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
+from .bounds import Finite, Id, MetricName, Reason
 from .envelope import Envelope
+
+GpuSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of bounded samples: finite
 
 
 class BudgetEventKind(StrEnum):
@@ -20,24 +24,24 @@ class BudgetEventKind(StrEnum):
 class BudgetEvent(Envelope):
     SCHEMA = "teto.budget.event/1"
 
-    job_id: str
+    job_id: Id
     event: BudgetEventKind
-    ceiling_seconds: float = Field(ge=0)
-    consumed_seconds: float = Field(ge=0)
-    reason: str | None = None
-    detail: dict[str, float] = Field(default_factory=dict)
+    ceiling_seconds: GpuSeconds
+    consumed_seconds: GpuSeconds
+    reason: Reason | None = None
+    detail: dict[MetricName, Finite] = Field(default_factory=dict, max_length=100)
 
 
 class BudgetStatusRequest(Envelope):
     SCHEMA = "teto.rpc.budget.status/1"
 
-    job_id: str
+    job_id: Id
 
 
 class BudgetStatusReply(Envelope):
     SCHEMA = "teto.rpc.budget.status.reply/1"
 
-    job_id: str
+    job_id: Id
     known: bool
-    ceiling_seconds: float | None = None
-    consumed_seconds: float = 0.0
+    ceiling_seconds: GpuSeconds | None = None
+    consumed_seconds: GpuSeconds = 0.0

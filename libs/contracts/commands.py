@@ -7,11 +7,11 @@ answers with an outcome: accepted, or refused with a reason a person can read an
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
+from .bounds import Actor, Id, JsonObject, Label, Reason, Time
 from .envelope import Envelope, new_id, utcnow
 from .jobs import JobSpec
 from .policies import GangPolicy
@@ -21,16 +21,16 @@ from .nodes import CheckTest
 class Command(Envelope):
     KIND: ClassVar[str] = ""
 
-    command_id: str = Field(default_factory=new_id, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    actor: str = Field(min_length=1, max_length=200)
-    issued_at: datetime = Field(default_factory=utcnow)
+    command_id: Id = Field(default_factory=new_id, description="The idempotency key: seen twice, acts once")
+    actor: Actor = Field(description="Who issued it (a token's actor); no control characters")
+    issued_at: Time = Field(default_factory=utcnow)
 
 
 class SubmitJob(Command):
     SCHEMA = "teto.cmd.submit/1"
     KIND = "submit"
 
-    job_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    job_id: Id = Field(default_factory=new_id)
     spec: JobSpec
 
 
@@ -38,15 +38,15 @@ class CancelJob(Command):
     SCHEMA = "teto.cmd.cancel/1"
     KIND = "cancel"
 
-    job_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    reason: str = Field("cancelled by operator", max_length=1000)
+    job_id: Id
+    reason: Reason = Field("cancelled by operator", max_length=1000)
 
 
 class RequeueJob(Command):
     SCHEMA = "teto.cmd.requeue/1"
     KIND = "requeue"
 
-    job_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    job_id: Id
     gpu_ceiling_seconds: float = Field(gt=0, le=10**9, description="The new TOTAL ceiling, not an increment")
 
 
@@ -56,9 +56,9 @@ class RunHealthCheck(Command):
     SCHEMA = "teto.cmd.run_health_check/1"
     KIND = "run_health_check"
 
-    run_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    group: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    nodes: list[str] = Field(default_factory=list, max_length=1000)
+    run_id: Id = Field(default_factory=new_id)
+    group: Id | None = None
+    nodes: list[Id] = Field(default_factory=list, max_length=1000)
     tests: list[CheckTest] = Field(default_factory=list, description="Empty: the whole suite")
     force: bool = Field(False, description="Busy nodes: checkpoint and requeue their job first (no attempt spent)")
 
@@ -67,15 +67,15 @@ class DrainNode(Command):
     SCHEMA = "teto.cmd.drain_node/1"
     KIND = "drain_node"
 
-    node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
-    reason: str = Field("drained by operator", max_length=1000)
+    node_id: Id
+    reason: Reason = Field("drained by operator", max_length=1000)
 
 
 class UndrainNode(Command):
     SCHEMA = "teto.cmd.undrain_node/1"
     KIND = "undrain_node"
 
-    node_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,120}$")
+    node_id: Id
 
 
 class ClearGroupAlert(Command):
@@ -85,8 +85,8 @@ class ClearGroupAlert(Command):
     SCHEMA = "teto.cmd.clear_group_alert/1"
     KIND = "clear_group_alert"
 
-    group: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    reason: str = Field("cleared by operator", max_length=1000)
+    group: Id
+    reason: Reason = Field("cleared by operator", max_length=1000)
 
 
 class SetGangPolicy(Command):
@@ -106,10 +106,10 @@ COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, 
 class CommandOutcome(Envelope):
     SCHEMA = "teto.outcome/1"
 
-    command_id: str
-    kind: str
+    command_id: Id
+    kind: Id
     accepted: bool
-    reason: str | None = Field(None, description="Why it was refused (absent when accepted)")
-    detail: dict[str, Any] = Field(default_factory=dict, description="Numbers behind a refusal, ids made")
-    job_id: str | None = None
-    by: str = Field(description="The service that decided")
+    reason: Reason | None = Field(None, description="Why it was refused (absent when accepted)")
+    detail: JsonObject = Field(default_factory=dict, description="Numbers behind a refusal, ids made")
+    job_id: Id | None = None
+    by: Label = Field(description="The service that decided")

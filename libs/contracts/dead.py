@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
+from .bounds import Label, bounded_text, defuse
 from .envelope import Envelope
+
+# What a dead letter quotes from the message it gave up on (a reason, a subject, headers) is hostile input made
+# storable: a NUL is shown as U+FFFD rather than refused, so burying a message can never fail on its content.
+Quoted = Annotated[bounded_text(4000), BeforeValidator(defuse)]
+QuotedHeaders = Annotated[dict[Annotated[str, BeforeValidator(defuse)], Quoted], BeforeValidator(defuse)]
+
+
+MAX_DEAD_PAYLOAD = 256 * 1024
 
 
 class DeadCause(StrEnum):
@@ -25,24 +35,22 @@ class DeadCause(StrEnum):
 class DeadLetter(Envelope):
     SCHEMA = "teto.dead/1"
 
-    service: str = Field(max_length=64, description="The service whose consumer gave up")
-    consumer: str = Field(max_length=200, description="The durable consumer (or outbox) that gave up")
+    service: Label = Field(description="The service whose consumer gave up")
+    consumer: Label = Field(description="The durable consumer (or outbox) that gave up")
     cause: DeadCause
-    reason: str = Field(max_length=4000, description="What went wrong, for a person")
-    subject: str = Field(max_length=1000, description="The original subject")
-    headers: dict[str, str] = Field(default_factory=dict, description="The original NATS headers")
+    reason: Quoted = Field(description="What went wrong, for a person")
+    subject: Quoted = Field(description="The original subject")
+    headers: QuotedHeaders = Field(default_factory=dict, description="The original NATS headers")
     deliveries: int = Field(0, ge=0, description="How many times the message was delivered")
     stream_seq: int | None = Field(None, ge=0, description="The original message's stream sequence")
-    payload_b64: str = Field("", description="The original payload (base64), for replay; cut to 256 KiB")
+    payload_b64: str = Field("", max_length=4 * MAX_DEAD_PAYLOAD // 3 + 4, pattern=r"^[A-Za-z0-9+/=]*$",
+                             description="The original payload (base64), for replay; cut to 256 KiB")
     payload_bytes: int = Field(0, ge=0, description="The original payload's size")
     truncated: bool = Field(False, description="True when payload_b64 holds only the first 256 KiB")
 
     @property
     def payload(self) -> bytes:
         return base64.b64decode(self.payload_b64)
-
-
-MAX_DEAD_PAYLOAD = 256 * 1024
 
 
 def dead_letter(*, service: str, consumer: str, cause: DeadCause, reason: str, subject: str, payload: bytes,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from .bounds import Id, Label, Time, bounded_text, defuse
 
 
 def new_id() -> str:
@@ -34,9 +36,9 @@ class ContractError(ValueError):
 
 
 class Model(BaseModel):
-    """A strict value object nested inside messages."""
+    """A strict value object nested inside messages; its floats are finite (inf/nan would serialise as null)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True, allow_inf_nan=False)
 
 
 class Envelope(Model):
@@ -44,9 +46,9 @@ class Envelope(Model):
 
     SCHEMA: ClassVar[str] = ""
 
-    schema_: str = Field(default="", alias="schema", description="Schema name and version, e.g. teto.cmd.submit/1")
-    id: str = Field(default_factory=new_id, description="Unique message id (also the NATS de-duplication id)")
-    time: datetime = Field(default_factory=utcnow, description="When the message was made (UTC)")
+    schema_: Label = Field(default="", alias="schema", description="Schema name and version, e.g. teto.cmd.submit/1")
+    id: Id = Field(default_factory=new_id, description="Unique message id (also the NATS de-duplication id)")
+    time: Time = Field(default_factory=utcnow, description="When the message was made (UTC)")
 
     @model_validator(mode="after")
     def _schema_matches(self) -> Self:
@@ -88,13 +90,17 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# Text quoted from a hostile message: NULs shown as U+FFFD, so noting a refusal can never fail itself.
+Quoted = Annotated[bounded_text(8000), BeforeValidator(defuse)]
+
+
 class RejectedMessage(Envelope):
     """A message a consumer refused (malformed, hostile, wrong schema); kept so a person can see it."""
 
     SCHEMA = "teto.rejected/1"
 
-    service: str
-    subject: str
-    reason: str
-    payload_excerpt: str = Field(max_length=2000)
-    payload_bytes: int
+    service: Label
+    subject: Quoted
+    reason: Quoted
+    payload_excerpt: Annotated[bounded_text(2000), BeforeValidator(defuse)]
+    payload_bytes: int = Field(ge=0)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .bounds import ENV_NAME_PATTERN, ID_PATTERN, MAX_JSON_DEPTH
 from .envelope import Envelope
 from .registry import CATALOGUE, Entry
 from .subjects import Subjects
@@ -99,6 +100,13 @@ def render_events_md(entries: tuple[Entry, ...] = CATALOGUE) -> str:
            "de-duplication id `Nats-Msg-Id`) and `time` (UTC). Trace context travels in NATS headers. Subjects",
            "below use the default prefix `teto`; an installation may configure another. JSON Schema files for",
            "each message are written by `teto contracts export` (default `docs/schemas/`).", "",
+           "Every field is bounded so that what decodes can be stored and sent (`libs/contracts/bounds.py`): ids",
+           f"match `{ID_PATTERN}` (a subject token); strings are length-bounded and never contain NUL (names,",
+           "actors and hosts no control characters; quoted process output shows a NUL as U+FFFD); integers",
+           "stay within their column (epochs, sequences, attempts and counts within int32, steps and bytes within",
+           f"2**53); numbers are finite; times are UTC between 1970 and 9998; env names match `{ENV_NAME_PATTERN}`;",
+           "free-form `detail` objects hold no NUL, integers within 2**53, finite numbers, at most",
+           f"{MAX_JSON_DEPTH} levels. A message outside these bounds is refused at decode, naming the field.", "",
            "## Streams", "", "| stream | subjects | max age | description |", "| --- | --- | --- | --- |"]
     for spec in subjects.streams():
         age = "unlimited" if spec.max_age_seconds is None else f"{spec.max_age_seconds / 3600:g} h"

@@ -6,12 +6,13 @@ subscribe to. The queue service is their single writer (the health service adds 
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from .bounds import (SEED_MAX, Actor, ArgvItem, Big, Count, EnvName, EnvValue, Epoch, Id, JsonObject, Label,
+                     Reason, Seq, Time)
 from .envelope import Envelope, Model
 
 
@@ -42,7 +43,7 @@ class FinetuneParams(Model):
     batch_size: int = Field(16, ge=1, le=4096)
     seq_len: int = Field(64, ge=8, le=4096, description="Tokens per training sequence")
     learning_rate: float = Field(3e-3, gt=0, le=1.0)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="0 to 2**32 - 1 (what the fine-tune can seed torch with)")
     step_delay_seconds: float = Field(0.0, ge=0, le=60, description="Extra sleep per step (tests, demos)")
 
 
@@ -53,8 +54,9 @@ class FinetuneWorkload(Model):
 
 class CommandWorkload(Model):
     kind: Literal["command"] = "command"
-    command: list[str] = Field(min_length=1, description="argv of the user's training script")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
+    command: list[ArgvItem] = Field(min_length=1, max_length=100_000, description="argv of the user's training script")
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=10_000,
+                                         description="Extra environment variables (names [A-Za-z_][A-Za-z0-9_]*)")
 
     @field_validator("command")
     @classmethod
@@ -70,7 +72,7 @@ Workload = Annotated[FinetuneWorkload | CommandWorkload, Field(discriminator="ki
 class JobSpec(Model):
     """What a user submits (``POST /v1/jobs``). Every field but ``workload`` has a default."""
 
-    name: str = Field("", max_length=200)
+    name: Label = Field("", description="Shown in lists; no control characters")
     workload: Workload
     workers: int = Field(1, ge=1, le=256, description="Gang size; each worker runs on its own node")
     gpus_per_worker: int = Field(
@@ -80,7 +82,7 @@ class JobSpec(Model):
     checkpoint_every_steps: int = Field(50, ge=1, le=10_000_000)
     max_attempts: int = Field(3, ge=1, le=100, description="Training failures allowed before the job fails")
     estimated_step_seconds: float | None = Field(
-        None, gt=0, description="The user's estimate of one step's wall time, for an early ceiling warning"
+        None, gt=0, le=86_400, description="The user's estimate of one step's wall time, for an early ceiling warning"
     )
     ready_timeout_seconds: float | None = Field(
         None, gt=0, le=86_400,
@@ -113,31 +115,31 @@ class JobEventKind(StrEnum):
 class JobEvent(Envelope):
     SCHEMA = "teto.job.event/1"
 
-    job_id: str
-    seq: int = Field(ge=1, description="Position in this job's event sequence")
+    job_id: Id
+    seq: Seq = Field(description="Position in this job's event sequence")
     event: JobEventKind
     state: JobState
     previous_state: JobState | None = None
-    reason: str | None = None
-    epoch: int | None = None
-    executor_id: str | None = None
-    detail: dict[str, Any] = Field(default_factory=dict)
+    reason: Reason | None = None
+    epoch: Epoch | None = None
+    executor_id: Id | None = None
+    detail: JsonObject = Field(default_factory=dict)
 
 
 class JobView(Model):
     """The job as the gateway shows it (read model owned by the queue)."""
 
-    id: str
-    name: str
-    owner: str
+    id: Id
+    name: Label
+    owner: Actor
     state: JobState
     spec: JobSpec
-    attempts: dict[str, int]
-    executor_id: str | None = None
-    lease_epoch: int = 0
-    lease_expires_at: datetime | None = None
-    last_step: int | None = None
-    last_checkpoint: dict[str, Any] | None = None
-    reason: str | None = None
-    created_at: datetime
-    updated_at: datetime
+    attempts: dict[Label, Count]
+    executor_id: Id | None = None
+    lease_epoch: Count = 0
+    lease_expires_at: Time | None = None
+    last_step: Big | None = None
+    last_checkpoint: JsonObject | None = None
+    reason: Reason | None = None
+    created_at: Time
+    updated_at: Time

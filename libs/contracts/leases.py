@@ -7,11 +7,11 @@ contact was acknowledged by a queue replica, not merely stored by the server.
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 
 from pydantic import Field
 
+from .bounds import Epoch, Id, Reason, Time
 from .envelope import Envelope
 
 
@@ -25,25 +25,25 @@ class LeaseEventKind(StrEnum):
 class LeaseEvent(Envelope):
     SCHEMA = "teto.lease.event/1"
 
-    job_id: str
-    epoch: int = Field(ge=1)
-    executor_id: str
+    job_id: Id
+    epoch: Epoch
+    executor_id: Id
     event: LeaseEventKind
-    expires_at: datetime | None = None
-    reason: str | None = None
+    expires_at: Time | None = None
+    reason: Reason | None = None
 
 
 class LeaseRenewRequest(Envelope):
     SCHEMA = "teto.rpc.lease.renew/1"
 
-    job_id: str
-    epoch: int = Field(ge=1)
-    executor_id: str
+    job_id: Id
+    epoch: Epoch
+    executor_id: Id
 
 
 class LeaseRenewReply(Envelope):
     SCHEMA = "teto.rpc.lease.renew.reply/1"
 
     ok: bool
-    expires_at: datetime | None = None
-    reason: str | None = Field(None, description="Why the lease is not yours any more (stale epoch, job ended)")
+    expires_at: Time | None = None
+    reason: Reason | None = Field(None, description="Why the lease is not yours any more (stale epoch, job ended)")

@@ -8,12 +8,13 @@ Signals (``no_signal``, ``stuck``) are derived by the health service and publish
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from .bounds import (INT32_MAX, Address, Count, Figures, Finite, Id, JsonObject, Label,
+                     QuotedOutput, Reason, Rendezvous, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 from .telemetry import GpuInfo
 
@@ -21,18 +22,18 @@ from .telemetry import GpuInfo
 class NodeRegistered(Envelope):
     SCHEMA = "teto.node.registered/1"
 
-    node_id: str
-    executor_id: str
-    group: str
-    hostname: str
-    gpus: list[GpuInfo] = Field(default_factory=list)
-    cpu_count: int = Field(ge=1)
-    torch_version: str | None = None
-    agent_version: str
-    address: str | None = Field(None, description="host:port of the agent's reachability (echo) listener")
+    node_id: Id
+    executor_id: Id
+    group: Id
+    hostname: Label
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
+    cpu_count: int = Field(ge=1, le=INT32_MAX)
+    torch_version: Label | None = None
+    agent_version: Label
+    address: Address | None = Field(None, description="host:port of the agent's reachability (echo) listener")
     collective_port: int | None = Field(None, ge=1, le=65535,
                                         description="Port this node offers as rank 0 of a check collective")
-    boot_id: str | None = Field(None, description="Changes on every agent start: a re-registration after a reboot")
+    boot_id: Id | None = Field(None, description="Changes on every agent start: a re-registration after a reboot")
 
 
 class Signal(StrEnum):
@@ -44,15 +45,16 @@ class Signal(StrEnum):
 class SignalChanged(Envelope):
     SCHEMA = "teto.job.signal/1"
 
-    job_id: str
-    executor_id: str | None
+    job_id: Id
+    executor_id: Id | None
     signal: Signal | None
     previous: Signal | None
-    since: datetime
-    seconds_since_heartbeat: float | None = None
-    seconds_since_step_change: float | None = None
-    no_signal_after_seconds: float
-    stuck_after_seconds: float
+    since: Time
+    # Derived by health from reported times (a clock may be ahead): finite, not otherwise bounded.
+    seconds_since_heartbeat: Finite | None = None
+    seconds_since_step_change: Finite | None = None
+    no_signal_after_seconds: Finite
+    stuck_after_seconds: Finite
 
 
 # -- node lifecycle -------------------------------------------------------------------------------------------
@@ -94,18 +96,18 @@ class NodeEvent(Envelope):
 
     SCHEMA = "teto.node.event/1"
 
-    node_id: str
-    seq: int = Field(ge=1)
+    node_id: Id
+    seq: Seq
     event: NodeEventKind
     state: NodeState
     previous_state: NodeState | None = None
-    executor_id: str | None = None
-    group: str
+    executor_id: Id | None = None
+    group: Id
     schedulable: bool
-    reason: str | None = None
-    run_id: str | None = None
-    reboots: int = Field(0, ge=0)
-    detail: dict[str, Any] = Field(default_factory=dict)
+    reason: Reason | None = None
+    run_id: Id | None = None
+    reboots: Count = 0
+    detail: JsonObject = Field(default_factory=dict)
 
 
 # -- deep checks ----------------------------------------------------------------------------------------------
@@ -132,8 +134,8 @@ class CheckStatus(StrEnum):
 
 
 class CheckPeer(Model):
-    node_id: str
-    address: str
+    node_id: Id
+    address: Address
 
 
 class RunChecks(Envelope):
@@ -141,16 +143,17 @@ class RunChecks(Envelope):
 
     SCHEMA = "teto.agent.check/1"
 
-    run_id: str
-    node_id: str
-    executor_id: str
-    tests: list[CheckTest] = Field(min_length=1)
-    attempt: int = Field(1, ge=1, description="2 for the single re-run of a failed test")
+    run_id: Id
+    node_id: Id
+    executor_id: Id
+    tests: list[CheckTest] = Field(min_length=1, max_length=100)
+    attempt: int = Field(1, ge=1, le=INT32_MAX, description="2 for the single re-run of a failed test")
     force: bool = Field(False, description="Stop a running job first (checkpoint, requeue without an attempt)")
-    peers: list[CheckPeer] = Field(default_factory=list, description="Other nodes of the group to reach")
-    rank: int = Field(0, ge=0)
-    world_size: int = Field(1, ge=1)
-    rendezvous: str | None = Field(None, description="host:port of rank 0 for the all-reduce")
+    peers: list[CheckPeer] = Field(default_factory=list, max_length=10_000,
+                                   description="Other nodes of the group to reach")
+    rank: Count = 0
+    world_size: int = Field(1, ge=1, le=INT32_MAX)
+    rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for the all-reduce")
 
 
 class RebootNode(Envelope):
@@ -158,10 +161,10 @@ class RebootNode(Envelope):
 
     SCHEMA = "teto.agent.reboot/1"
 
-    node_id: str
-    executor_id: str
-    reason: str
-    reboots: int = Field(ge=1, description="This node's reboots so far, this one included")
+    node_id: Id
+    executor_id: Id
+    reason: Reason
+    reboots: int = Field(ge=1, le=INT32_MAX, description="This node's reboots so far, this one included")
 
 
 class CheckReport(Envelope):
@@ -169,13 +172,13 @@ class CheckReport(Envelope):
 
     SCHEMA = "teto.check.report/1"
 
-    run_id: str
-    node_id: str
-    executor_id: str
+    run_id: Id
+    node_id: Id
+    executor_id: Id
     test: CheckTest | None = Field(None, description="None: about the node's whole run (e.g. busy)")
-    attempt: int = Field(1, ge=1)
+    attempt: int = Field(1, ge=1, le=INT32_MAX)
     status: CheckStatus | Literal["busy"]
-    figures: dict[str, float] = Field(default_factory=dict, description="Measured numbers, units in their names")
-    detail: dict[str, Any] = Field(default_factory=dict)
-    error: str | None = Field(None, max_length=4000)
-    seconds: float | None = Field(None, ge=0, description="Wall time of the test")
+    figures: Figures = Field(default_factory=dict, description="Measured numbers (finite), units in their names")
+    detail: JsonObject = Field(default_factory=dict)
+    error: QuotedOutput | None = Field(None, description="What the test said (NULs shown as U+FFFD)")
+    seconds: Seconds | None = Field(None, description="Wall time of the test")

@@ -6,9 +6,13 @@ installations share one NATS account. Wildcard patterns are what consumers subsc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from .bounds import ID_PATTERN
+
 DEFAULT_PREFIX = "teto"
+_ID = re.compile(ID_PATTERN)
 
 
 class SubjectTokenError(ValueError):
@@ -18,8 +22,9 @@ class SubjectTokenError(ValueError):
 
 
 def _token(value: str) -> str:
-    """A subject token must not contain separators or wildcards; ids are hex, names are checked."""
-    if not isinstance(value, str) or not value or any(c in value for c in ".*> \t\r\n"):
+    """A subject token must not contain separators or wildcards. The rule is the contracts' id rule
+    (bounds.ID_PATTERN), so every id a message decodes to can be put in a subject, and nothing else can."""
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise SubjectTokenError(f"{value!r} cannot be used as a subject token")
     return value
 

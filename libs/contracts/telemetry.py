@@ -7,12 +7,13 @@ the run's outcome; each progress message names the lease epoch it was produced u
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
+from .bounds import (INT32_MAX, Address, Big, Count, Digest, Epoch, Id, Int32, JsonObject, Label, Observed,
+                     ObservedFigures, Path, PositiveSeconds, QuotedOutput, Reason, Seconds, Seq, Time)
 from .envelope import Envelope, Model
 
 
@@ -26,70 +27,70 @@ class Phase(StrEnum):
 
 
 class GpuInfo(Model):
-    index: int
-    name: str
-    uuid: str | None = None
-    memory_total_mb: int | None = None
+    index: Count
+    name: Label
+    uuid: Label | None = None
+    memory_total_mb: Big | None = None
 
 
 class UsageSample(Model):
-    job_id: str
-    epoch: int = Field(ge=1)
-    seq: int = Field(ge=1, description="Per (job, epoch) counter; redelivery of a seq is counted once")
-    devices: int = Field(ge=1, description="GPUs held, or 1 for a CPU-only worker")
-    wall_seconds: float = Field(ge=0, description="Wall time training since the previous sample")
+    job_id: Id
+    epoch: Epoch
+    seq: Seq = Field(description="Per (job, epoch) counter; redelivery of a seq is counted once")
+    devices: int = Field(ge=1, le=INT32_MAX, description="GPUs held, or 1 for a CPU-only worker")
+    wall_seconds: Seconds = Field(description="Wall time training since the previous sample")
 
 
 class Heartbeat(Envelope):
     SCHEMA = "teto.hb/1"
 
-    executor_id: str
-    node_id: str
-    group: str
-    gpus: list[GpuInfo] = Field(default_factory=list)
+    executor_id: Id
+    node_id: Id
+    group: Id
+    gpus: list[GpuInfo] = Field(default_factory=list, max_length=1024)
     accepting: bool = Field(True, description="False while busy, abandoned or draining")
-    job_id: str | None = None
-    epoch: int | None = None
+    job_id: Id | None = None
+    epoch: Epoch | None = None
     phase: Phase = Phase.IDLE
-    step: int | None = None
+    step: Big | None = None
     usage: UsageSample | None = None
-    sent_at: datetime
-    interval_seconds: float = Field(gt=0, description="The executor's heartbeat interval")
-    progress_interval_seconds: float = Field(gt=0, description="How often the step counter is measured")
-    address: str | None = Field(
-        None, max_length=255, description="Host other nodes reach this node's workers at (gang rendezvous)")
+    sent_at: Time
+    interval_seconds: PositiveSeconds = Field(description="The executor's heartbeat interval")
+    progress_interval_seconds: PositiveSeconds = Field(description="How often the step counter is measured")
+    address: Address | None = Field(
+        None, description="Host other nodes reach this node's workers at (gang rendezvous)")
 
 
 class ProgressBase(Envelope):
-    job_id: str
-    epoch: int = Field(ge=1)
-    executor_id: str
+    job_id: Id
+    epoch: Epoch
+    executor_id: Id
 
 
 class StepReport(ProgressBase):
     SCHEMA = "teto.progress.step/1"
     kind: Literal["step"] = "step"
-    step: int = Field(ge=0)
-    total_steps: int | None = None
-    loss: float | None = None
-    step_seconds: float | None = Field(None, ge=0, description="Mean wall time per step since the last report")
-    metrics: dict[str, float] = Field(default_factory=dict)
+    step: Big
+    total_steps: Big | None = None
+    loss: Observed = Field(None, description="Absent when not a finite number (a diverged run)")
+    step_seconds: Seconds | None = Field(None, description="Mean wall time per step since the last report")
+    metrics: ObservedFigures = Field(default_factory=dict, description="Metrics that are not finite are left out")
 
 
 class CheckpointReport(ProgressBase):
     SCHEMA = "teto.progress.checkpoint/1"
     kind: Literal["checkpoint"] = "checkpoint"
-    step: int = Field(ge=0)
-    path: str
-    sha256: str | None = None
-    bytes: int | None = None
+    step: Big
+    path: Path
+    sha256: Digest | None = None
+    bytes: Big | None = None
 
 
 class CheckpointSkipped(ProgressBase):
     SCHEMA = "teto.progress.checkpoint_skipped/1"
     kind: Literal["checkpoint_skipped"] = "checkpoint_skipped"
-    path: str
-    reason: str
+    path: Path
+    reason: Reason
 
 
 EXIT_PEER_LOST = 76  # a gang worker's exit status when its group could not form or lost a peer (teto.sdk)
@@ -107,19 +108,19 @@ class RunFinished(ProgressBase):
     SCHEMA = "teto.progress.finished/1"
     kind: Literal["finished"] = "finished"
     outcome: RunOutcome
-    exit_code: int | None = None
-    error: str | None = Field(None, max_length=8000, description="Tail of the error output")
-    last_step: int | None = None
-    resumed_from_step: int | None = None
+    exit_code: Int32 | None = None
+    error: QuotedOutput | None = Field(None, description="Tail of the error output (NULs shown as U+FFFD)")
+    last_step: Big | None = None
+    resumed_from_step: Big | None = None
 
 
 class RunStarted(ProgressBase):
     SCHEMA = "teto.progress.started/1"
     kind: Literal["started"] = "started"
-    resumed_from_step: int | None = None
-    resumed_from: str | None = None
-    device: str = "cpu"
-    detail: dict[str, Any] = Field(default_factory=dict)
+    resumed_from_step: Big | None = None
+    resumed_from: Path | None = None
+    device: Label = "cpu"
+    detail: JsonObject = Field(default_factory=dict)
 
 
 class WorkerReady(ProgressBase):
@@ -127,9 +128,9 @@ class WorkerReady(ProgressBase):
 
     SCHEMA = "teto.progress.ready/1"
     kind: Literal["ready"] = "ready"
-    rank: int = Field(ge=0)
-    world_size: int = Field(ge=1)
-    seconds_since_launch: float | None = Field(None, ge=0, description="From process start to ready")
+    rank: Count
+    world_size: int = Field(ge=1, le=INT32_MAX)
+    seconds_since_launch: Seconds | None = Field(None, description="From process start to ready")
 
 
 Progress = Annotated[

@@ -27,7 +27,9 @@ from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
 from .dead_letters import DeadLetters
 from .errors import ApiError
-from .limits import BodyLimit
+from .domain.payload import body_limit
+from .limits import BodyLimit, JsonBodies
+from .openapi import document_statuses
 from .reads import Reads
 from .routes import admin, jobs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
@@ -82,11 +84,17 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
                commands: Any = None, dead_letters: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands``/
     ``dead_letters`` fakes."""
-    # strict_content_type=False: a JSON body sent without a Content-Type (curl -d) is still read as JSON.
-    app = FastAPI(title="Teto gateway", version="1", strict_content_type=False,
+    # Every body is JSON whatever its Content-Type (JsonBodies, limits.py; curl -d sends form-urlencoded).
+    # redirect_slashes=False: "/v1/jobs/" (an empty or "/"-decoded id) is 404, not a 307 to another resource.
+    app = FastAPI(title="Teto gateway", version="1", strict_content_type=False, redirect_slashes=False,
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
+    max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
+                                                                          settings.max_body_bytes)
+    app.add_middleware(JsonBodies)
+    app.add_middleware(BodyLimit, max_body_bytes=max_body)  # added last: runs first
     app.state.settings = settings
+    app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
     app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
     app.state.commands = commands if commands is not None else (
@@ -130,11 +138,10 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
             return await invalid(request, [{"loc": ("body",), "msg": f"not valid JSON ({cause})",
                                             "type": "json_invalid"}])
         codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
-        reason = str(exc.detail)
+        body: dict[str, Any] = {"error": codes.get(exc.status_code, "error"), "reason": str(exc.detail)}
         if exc.status_code == 413:
-            reason = f"request body larger than {settings.max_body_bytes} bytes"
-        return JSONResponse({"error": codes.get(exc.status_code, "error"), "reason": reason},
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+            body.update(reason=f"request body larger than {max_body} bytes", limit_bytes=max_body)
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
@@ -164,4 +171,5 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    document_statuses(app)
     return app

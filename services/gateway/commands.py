@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeout
 
+from libs.contracts.bounds import ID_PATTERN, defuse
 from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import ContractError, new_id
 from libs.runtime import bus
 from libs.runtime.service import Runtime
 
 log = logging.getLogger(__name__)
+_ID = re.compile(ID_PATTERN)
 
 
 class BusUnavailable(Exception):
@@ -70,8 +73,12 @@ class Commands:
                      job_id: str | None = None, detail: dict[str, Any] | None = None) -> str:
         """Record a command refused before it reached its owner; returns the command id used."""
         command_id = command_id or new_id()
-        outcome = CommandOutcome(command_id=command_id, kind=kind, accepted=False, reason=reason[:2000],
-                                 detail={"actor": actor, **(detail or {})}, job_id=job_id, by="gateway")
+        facts = {"actor": actor, **(detail or {})}
+        if job_id is not None and not _ID.match(job_id):
+            # A refusal quotes what was asked for, even an id no job can have; only a real id is the job_id.
+            facts["job_id_given"], job_id = job_id[:200], None
+        outcome = CommandOutcome(command_id=command_id, kind=kind, accepted=False, reason=defuse(reason[:2000]),
+                                 detail=defuse(facts), job_id=job_id, by="gateway")
         await self.record(outcome)
         return command_id
 

@@ -1,8 +1,10 @@
-"""A hard limit on request body size, answered with the gateway's JSON error shape (413).
+"""Request bodies at the edge: a hard size limit (413, in the gateway's JSON error shape), and every body read
+as JSON whatever its Content-Type.
 
 A declared Content-Length over the limit is refused before a byte of the body is read; a body without one
 (chunked) is counted as it arrives and refused as soon as it passes the limit, so a 5 MB body never sits in
-memory whole.
+memory whole. Every body the API takes is JSON, so one sent as text/plain or form-urlencoded (``curl -d``) is
+read as JSON too, rather than refused as "not an object".
 """
 
 from __future__ import annotations
@@ -11,6 +13,19 @@ import json
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class JsonBodies:
+    """Label every request body JSON: the API has no other kind, and clients often forget the header."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("method") in ("POST", "PUT", "PATCH"):
+            headers = [(k, v) for k, v in scope.get("headers") or () if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:
@@ -41,7 +56,8 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": "too_large", "reason": f"request body larger than {self.max} bytes"}).encode()
+        body = json.dumps({"error": "too_large", "reason": f"request body larger than {self.max} bytes",
+                           "limit_bytes": self.max}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})

@@ -59,7 +59,9 @@ async def test_a_message_over_the_max_payload_is_dropped_and_the_ones_behind_it_
     pub = Publisher(js, timeout=1.0, retry_seconds=0.01)
     task = asyncio.create_task(pub.run())
     try:
-        huge = pub.send("p.j1", _checkpoint("/ckpt/" + "x" * MAX_PAYLOAD))
+        # The contracts now bound a path to 4 KiB; built unchecked, this stands for any message over the limit.
+        oversized = _checkpoint("/ckpt/a").model_copy(update={"path": "/ckpt/" + "x" * MAX_PAYLOAD})
+        huge = pub.send("p.j1", oversized)
         finished = pub.send("p.j1", RunFinished(job_id="j1", epoch=1, executor_id="ex-1",
                                                 outcome=RunOutcome.SUCCEEDED, exit_code=0))
         assert await asyncio.wait_for(huge, 5) is False

@@ -146,5 +146,6 @@ class NodeChecks:
 def _floats(figures: Any) -> dict[str, float]:
     if not isinstance(figures, dict):
         return {}
-    return {str(k): float(v) for k, v in figures.items() if isinstance(v, int | float) and v == v}
+    # Only finite figures travel (the contract refuses inf/nan; abs() < 1e300 is False for both).
+    return {str(k)[:200]: float(v) for k, v in figures.items() if isinstance(v, int | float) and abs(v) < 1e300}
 

@@ -6,13 +6,13 @@ token are recorded as gateway outcomes so the audit log shows who gave access to
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Depends, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
+from libs.contracts.bounds import MAX_SAFE_INT, Actor, Id, Time
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import Model, new_id
 
@@ -23,7 +23,8 @@ from . import reads_of
 
 
 class TokenRequest(Model):
-    actor: str = Field(min_length=1, max_length=200, pattern=r"^\S(.*\S)?$", description="Who the token acts as")
+    actor: Actor = Field(pattern=r"^\S(.*\S)?$",
+                         description="Who the token acts as: 1-200 characters, no control characters, not padded")
     role: Role = Field(description="viewer, submitter, operator, auditor or admin")
 
 
@@ -60,10 +61,9 @@ def register(app: FastAPI) -> None:
         return Response(status_code=204)
 
     @app.get("/v1/audit", tags=["audit"], summary="The audit log, filtered, in order (page with after_seq)")
-    async def audit_log(request: Request, actor: str | None = Query(None, max_length=200),
-                        job_id: str | None = Query(None, max_length=64),
-                        kind: str | None = Query(None, max_length=64), since: datetime | None = None,
-                        until: datetime | None = None, after_seq: int = Query(0, ge=0),
+    async def audit_log(request: Request, actor: Actor | None = Query(None), job_id: Id | None = Query(None),
+                        kind: Id | None = Query(None), since: Time | None = Query(None),
+                        until: Time | None = Query(None), after_seq: int = Query(0, ge=0, le=MAX_SAFE_INT),
                         limit: int = Query(100, ge=1, le=1000),
                         _: Principal = Depends(require(Permission.AUDIT_READ))) -> dict[str, Any]:
         rows = await reads_of(request).audit({"actor": actor, "job_id": job_id, "kind": kind, "since": since,

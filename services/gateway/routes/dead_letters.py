@@ -15,9 +15,6 @@ from ..auth import Permission, Principal, require
 from ..dead_letters import DeadLetters, NotReplayable, view
 from ..errors import ApiError, not_found, unavailable
 
-NOT_FOUND = {404: {"description": "No dead letter with that sequence"}}
-
-
 def _letters(request: Request) -> DeadLetters:
     letters = getattr(request.app.state, "dead_letters", None)
     if letters is None:
@@ -39,7 +36,7 @@ def register(app: FastAPI) -> None:
         return {"dead_letters": jsonable_encoder([view(seq, letter) for seq, letter in found]),
                 "next_after_seq": nxt, "counts": await letters.counts()}
 
-    @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter", responses=NOT_FOUND)
+    @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter")
     async def get_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
                               _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
         letter = await _letters(request).get(seq)
@@ -49,7 +46,7 @@ def register(app: FastAPI) -> None:
 
     @app.post("/v1/dead-letters/{seq}/replay", tags=["operations"],
               summary="Publish a dead letter's message again on its original subject (after a fix)",
-              responses={**NOT_FOUND, 409: {"description": "Its payload was cut: it cannot be replayed"}})
+              responses={409: {"description": "Its payload was cut: it cannot be replayed"}})
     async def replay_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
                                  principal: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
         letters = _letters(request)

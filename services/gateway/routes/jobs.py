@@ -13,6 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
+from libs.contracts.bounds import ID_PATTERN, INT32_MAX, Actor, Reason
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SubmitJob
 from libs.contracts.envelope import Model
 from libs.contracts.jobs import JobSpec, JobState
@@ -23,11 +24,11 @@ from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
 from . import COMMAND_KEY, commands_of, reads_of
 
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ID = re.compile(ID_PATTERN)
 
 
 class CancelBody(Model):
-    reason: str = Field("cancelled by operator", max_length=1000, description="Shown on the job and in the audit log")
+    reason: Reason = Field("cancelled by operator", max_length=1000, description="Shown on the job and in the audit log")
 
 
 class RequeueBody(Model):
@@ -74,7 +75,7 @@ def register(app: FastAPI) -> None:
                             409: {"description": "Refused"}, 422: {"description": "Invalid spec"}})
     async def submit(request: Request, spec: JobSpec,
                      principal: Principal = Depends(require(Permission.FINETUNE_SUBMIT)),
-                     idempotency_key: str | None = Header(None, pattern=r"^[A-Za-z0-9_-]{1,64}$",
+                     idempotency_key: str | None = Header(None, pattern=ID_PATTERN,
                                                           description="Reuse to retry without submitting twice")
                      ) -> JSONResponse:
         cmd = SubmitJob(actor=principal.actor, spec=spec)
@@ -85,7 +86,7 @@ def register(app: FastAPI) -> None:
 
     @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first")
     async def list_jobs(request: Request, state: JobState | None = None,
-                        owner: str | None = Query(None, max_length=200), limit: int = Query(100, ge=1, le=1000),
+                        owner: Actor | None = Query(None), limit: int = Query(100, ge=1, le=1000),
                         _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
         return await reads_of(request).list_jobs(state=state.value if state else None, owner=owner, limit=limit)
 
@@ -99,7 +100,7 @@ def register(app: FastAPI) -> None:
         return job
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], summary="A job's events in order (page with after_seq)")
-    async def job_events(request: Request, job_id: str, after_seq: int = Query(0, ge=0),
+    async def job_events(request: Request, job_id: str, after_seq: int = Query(0, ge=0, le=INT32_MAX),
                          limit: int = Query(500, ge=1, le=5000),
                          _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
         await _existing_job(request, job_id)

@@ -13,6 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import Field, model_validator
 
+from libs.contracts.bounds import ID_PATTERN, Id, Reason
 from libs.contracts.commands import ClearGroupAlert, Command, DrainNode, RunHealthCheck, UndrainNode
 from libs.contracts.envelope import Model
 from libs.contracts.nodes import CheckTest
@@ -22,13 +23,13 @@ from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
 from . import COMMAND_KEY, commands_of, reads_of
 
-_NODE = re.compile(r"^[A-Za-z0-9_-]{1,120}$")
-_GROUP = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NODE = re.compile(ID_PATTERN)
+_GROUP = re.compile(ID_PATTERN)
 
 
 class CheckRequest(Model):
-    group: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Every ready node of a group")
-    nodes: list[str] = Field(default_factory=list, max_length=1000, description="Or these nodes")
+    group: Id | None = Field(None, description="Every ready node of a group")
+    nodes: list[Id] = Field(default_factory=list, max_length=1000, description="Or these nodes")
     tests: list[CheckTest] = Field(default_factory=list, description="Empty: the whole suite")
     force: bool = Field(False, description="Busy nodes: checkpoint and requeue their job first (no attempt spent)")
 
@@ -40,7 +41,7 @@ class CheckRequest(Model):
 
 
 class DrainBody(Model):
-    reason: str = Field("drained by operator", max_length=1000)
+    reason: Reason = Field("drained by operator", max_length=1000)
 
 
 class ClearAlertBody(Model):

@@ -1,0 +1,36 @@
+"""The OpenAPI document lists every status each route can answer (services/gateway/openapi.py), with the error
+body's schema, so a client generated from it knows the 404/409/202/413/401/403/422/503 answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.api import create_app
+from services.gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.unit
+
+DOC = create_app(GatewaySettings()).openapi()
+OPERATIONS = [(f"{method.upper()} {path}", op) for path, item in DOC["paths"].items() for method, op in item.items()]
+COMMANDS = {"POST /v1/jobs", "POST /v1/jobs/{job_id}/cancel", "POST /v1/jobs/{job_id}/requeue",
+            "PUT /v1/policies/gang", "POST /v1/health-checks", "POST /v1/nodes/{node_id}/drain",
+            "POST /v1/nodes/{node_id}/undrain"}
+
+
+@pytest.mark.parametrize(("name", "op"), OPERATIONS, ids=[n for n, _ in OPERATIONS])
+def test_every_status_a_route_can_answer_is_documented(name, op):
+    codes = set(op["responses"])
+    assert "413" in codes  # the body limit runs before any route
+    if name != "GET /healthz":
+        assert {"401", "403", "503"} <= codes
+    if "{" in name:
+        assert {"404", "422"} <= codes
+    if name in COMMANDS:
+        assert {"202", "404", "409", "422"} <= codes
+    for code, response in op["responses"].items():
+        if code.startswith(("4", "5")):
+            assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
+
+
+def test_the_command_routes_are_the_ones_marked_as_commands():
+    assert COMMANDS <= {name for name, _ in OPERATIONS}
