@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from agents.executor.agent import serve as agent_serve
+from agents.executor.main import serve as agent_serve
 from agents.executor.checks.handler import Reboot
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.nodes import NodeEvent
