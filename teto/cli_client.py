@@ -234,17 +234,22 @@ AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", 
                  ("outcome", "outcome"), ("reason", "reason")]
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("actor", args.actor), ("job_id", args.job), ("kind", args.kind),
-                                ("since", args.since), ("until", args.until), ("after_seq", args.after_seq),
-                                ("limit", args.limit)) if v}
-    _, body = call(args, "GET", "/v1/audit", params=params)
-    entries = body.get("entries", [])
-    human = table(entries, AUDIT_COLUMNS) if entries else "no entries"
+def print_page(args: argparse.Namespace, path: str, params: Mapping[str, Any], key: str,
+               columns: Sequence[tuple[str, str]], empty: str) -> int:
+    """GET a page of a sequence-paged list (``next_after_seq``) and print it as a table."""
+    _, body = call(args, "GET", path, params={k: v for k, v in params.items() if v})
+    rows = body.get(key, [])
+    human = table(rows, columns) if rows else empty
     if body.get("next_after_seq"):
         human += f"\n(more: --after-seq {body['next_after_seq']})"
     _print(args, body, human)
     return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    return print_page(args, "/v1/audit", {"actor": args.actor, "job_id": args.job, "kind": args.kind,
+                                          "since": args.since, "until": args.until, "after_seq": args.after_seq,
+                                          "limit": args.limit}, "entries", AUDIT_COLUMNS, "no entries")
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:

@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_client import _print, call, table
+from .cli_client import _print, call, print_page
 
 COLUMNS = [("seq", "seq"), ("time", "time"), ("service", "service"), ("cause", "cause"), ("subject", "subject"),
            ("deliveries", "deliveries"), ("reason", "reason")]
 
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("service", args.service), ("after_seq", args.after_seq), ("limit", args.limit)) if v}
-    _, body = call(args, "GET", "/v1/dead-letters", params=params)
-    letters = body.get("dead_letters", [])
-    human = table(letters, COLUMNS) if letters else "no dead letters"
-    if body.get("next_after_seq"):
-        human += f"\n(more: --after-seq {body['next_after_seq']})"
-    _print(args, body, human)
-    return 0
+    return print_page(args, "/v1/dead-letters", {"service": args.service, "after_seq": args.after_seq,
+                                                 "limit": args.limit}, "dead_letters", COLUMNS, "no dead letters")
 
 
 def cmd_dead_letter_replay(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ import httpx
 
 from services.gateway.auth import create_token
 from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
-from tests.support.fleet import WORKLOAD, eventually, process_gone
+from tests.support.fleet import WORKLOAD, eventually, kill_orphaned_workloads, stop_processes
 from tests.support.proxy import TcpProxy
 
 SERVICES = ("audit", "budget", "health", "queue", "gateway")  # consumers of commands first, gateway last
@@ -194,23 +194,8 @@ class FaultStack:
         return [n.split(":", 1)[1] for n, p in self.procs.items() if n.startswith("executor:") and p.poll() is None]
 
     def close(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for path in self.runs_dir.glob("*.jsonl"):  # a workload orphaned by a killed agent must not outlive us
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError, KeyError, ProcessLookupError, PermissionError):
-                    pid = json.loads(line)["pid"]
-                    if not process_gone(pid):
-                        os.kill(pid, signal.SIGKILL)
+        stop_processes(self.procs.values())
+        kill_orphaned_workloads(self.runs_dir)  # a workload orphaned by a killed agent must not outlive us
         for proxy in self.proxies.values():
             proxy.close()
         self.pg.stop(destroy=True)

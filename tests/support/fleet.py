@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -158,22 +158,35 @@ class Fleet:
     # -- teardown ----------------------------------------------------------------------------------------
 
     def stop_executors(self) -> None:
-        for proc in self.executors.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.executors.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # A workload left hanging by a test must not outlive it.
-        for path in self.runs_dir.glob("*.jsonl"):
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
-                    os.kill(json.loads(line)["pid"], signal.SIGKILL)
+        stop_processes(self.executors.values())
+        kill_orphaned_workloads(self.runs_dir)
+
+
+def stop_processes(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGTERM each process group still alive, then SIGKILL what has not exited after 15 s."""
+    procs = list(procs)
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def kill_orphaned_workloads(runs_dir: Path) -> None:
+    """A workload left behind by a killed agent or a hanging test must not outlive the test (its pid is in the
+    run records the fault workload writes)."""
+    for path in runs_dir.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError, KeyError, ProcessLookupError, PermissionError):
+                pid = json.loads(line)["pid"]
+                if not process_gone(pid):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.asynccontextmanager
