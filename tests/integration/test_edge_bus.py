@@ -123,7 +123,8 @@ async def test_an_outbox_row_the_bus_refuses_is_quarantined_and_the_rows_behind_
         await db.migrate(rt.pool, "tq", "libs.runtime")
         small = [SubmitJob(actor="a", spec={"workload": {"kind": "finetune"}}) for _ in range(2)]
         huge = SubmitJob(actor="a", spec=JobSpec(name="x", workload={"kind": "command", "command": ["true"],
-                                                                      "env": {"BIG": "x" * 190_000}}))
+                                                                      "env": {f"BIG{i}": "x" * 100_000
+                                                                              for i in range(2)}}))
         async with rt.pool.acquire() as conn, conn.transaction():
             await outbox.add(conn, "tq", [(rt.subjects.cmd("submit"), small[0])])
             # Bypass add()'s encoding to store a row over the server's max payload, as a bug or an old row would.
@@ -150,16 +151,20 @@ async def test_a_job_whose_submitted_event_cannot_travel_fails_with_the_reason_a
         max_payload = c.nc.max_payload
 
         def submit_with(filler: str) -> tuple[SubmitJob, JobEvent]:
+            # One environment value is bounded (131072 characters, the kernel's own limit): fill several.
+            env = {f"F{i}": filler[i:i + 100_000] for i in range(0, len(filler), 100_000)} or {"F0": ""}
             cmd = SubmitJob(actor="ann", spec={"name": "n" * 200, "workload": {
-                "kind": "command", "command": ["true"], "env": {"F": filler}}})
+                "kind": "command", "command": ["true"], "env": env}})
             draft = submit(Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec), utcnow()).events[0]
             return cmd, JobEvent(job_id=cmd.job_id, seq=1, event=draft.event, state=draft.state, detail=draft.detail)
 
         # The command fits under the server's limit (with room for its headers); the submitted event (the spec
         # plus the job's name and owner) does not: before the quarantine this wedged the queue's outbox for every
         # job behind it.
-        probe, _ = submit_with("")
-        big, event = submit_with("x" * (max_payload - len(probe.encode()) - 150))
+        guess = max_payload - 150
+        probe, _ = submit_with("x" * guess)
+        overhead = len(probe.encode()) - guess  # the envelope, the spec's other fields, the env's keys
+        big, event = submit_with("x" * (max_payload - 150 - overhead))
         assert len(big.encode()) + 150 <= max_payload < len(event.encode())
         outcome = await c.command(big)
         assert outcome.accepted
