@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +14,7 @@ from typing import Any
 import httpx
 
 from teto.stack.embedded import free_port
-from tests.support import services as support
-
-
-def eventually(fn: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
-    """The one waiting helper (tests/support/services.py), for these plain (not async) end-to-end tests."""
-    return asyncio.run(support.eventually(fn, timeout, what, every))
+from tests.support.services import eventually_blocking as eventually
 
 
 @dataclass

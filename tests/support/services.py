@@ -10,21 +10,44 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 
+class _Wait:
+    """The rule both waiting helpers share: the deadline, and the failure naming what and the last value."""
+
+    def __init__(self, timeout: float, what: str) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.timeout = timeout
+        self.what = what
+
+    def give_up_on(self, last: Any) -> None:
+        if time.monotonic() >= self.deadline:
+            raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}; last value: {last!r}")
+
+
 async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
                      every: float = 0.05) -> Any:
     """Call ``check()`` (plain or async) until it returns something truthy (returned), or fail naming ``what``
     and the last value. The one way tests wait: for a condition, never for a duration."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
+    wait = _Wait(timeout, what)
     while True:
         last = check()
         if inspect.isawaitable(last):
             last = await last
         if last:
             return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last value: {last!r}")
+        wait.give_up_on(last)
         await asyncio.sleep(every)
+
+
+def eventually_blocking(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+                        every: float = 0.25) -> Any:
+    """``eventually`` for plain tests whose checks block (the end-to-end tests, which drive a whole stack)."""
+    wait = _Wait(timeout, what)
+    while True:
+        last = check()
+        if last:
+            return last
+        wait.give_up_on(last)
+        time.sleep(every)
 
 
 @contextlib.asynccontextmanager

@@ -45,7 +45,7 @@ class DrainBody(Model):
 
 
 class ClearAlertBody(Model):
-    reason: str = Field("cleared by operator", max_length=1000, description="What was done about the cause")
+    reason: Reason = Field("cleared by operator", max_length=1000, description="What was done about the cause")
 
 
 async def _send(request: Request, cmd: Command) -> JSONResponse:
