@@ -93,7 +93,8 @@ class Consumer(Generic[M]):
     max_deliver: int = DEFAULT_MAX_DELIVER
     backoff: Sequence[float] = DEFAULT_BACKOFF
     wait_seconds: float = 0.5  # how long a fetch waits for the first message
-    ack_wait_seconds: float = 30.0
+    # How long messages fetched by a replica that died wait before another replica gets them.
+    ack_wait_seconds: float = 15.0
 
     def __post_init__(self) -> None:
         if (self.decode is None) == (self.read is None):
@@ -231,15 +232,16 @@ class ConsumerLoop(Generic[M]):
                 if not is_unavailable(exc):
                     raise
                 attempt += 1
-                delay = self.consumer.delay(attempt)
+                # Held messages stay ours only while their ack deadline is extended: sleep well inside it.
+                delay = min(self.consumer.delay(attempt), self.consumer.ack_wait_seconds / 3)
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning("%s: unavailable (%r); holding %d message(s), next try in %.1fs", self.durable,
                                 exc, len(decoded), delay)
                 self.counters.waits += 1
-                await asyncio.sleep(delay)
                 for m, _ in decoded:  # still ours: extend the ack deadline, spend no delivery
                     with contextlib.suppress(Exception):
                         await m.in_progress()
+                await asyncio.sleep(delay)
 
     async def _alone(self, m: Msg, item: M) -> None:
         try:
