@@ -31,17 +31,16 @@ from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcn
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport, WorkerReady)
-from libs.contracts.usage import MAX_RECORDS_PER_REPORT, UsageReport
 
 from . import checkpoints, launch
 from .checks import reach
 from .checks.handler import NodeChecks
-from .heartbeat import UsageMeter
 from .lease import LeaseKeeper
 from .publisher import Publisher
 from .run import Run
 from .runner import Child
 from .settings import ExecutorSettings
+from .usage import UsageReports
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +61,7 @@ class Agent:
         self.gpus = gpus
         self.publisher = Publisher(js, timeout=max(1.0, settings.heartbeat_seconds),
                                    retry_seconds=min(1.0, settings.heartbeat_seconds))
-        self.meter = UsageMeter()
-        self.usage_due = asyncio.Event()  # a process ended: send its last record now, not at the next tick
-        self._usage_report: UsageReport | None = None  # in flight: retried unchanged until acknowledged
+        self.usage = UsageReports(self.publisher, self.subjects, self.id, settings.node_id, settings.heartbeat_seconds)
         self.run: Run | None = None
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
@@ -111,35 +108,6 @@ class Agent:
                              progress_interval_seconds=s.progress_interval_seconds, address=self.host)
             await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
-
-    async def usage_reports(self) -> None:
-        """Usage goes on its own durable subject, oldest record first; heartbeats carry none (they are for
-        liveness and kept an hour). A report is retried unchanged (same message id) until JetStream
-        acknowledged it, so an outage or a partition delays usage and never loses it."""
-        while True:
-            self.meter.tick(time.monotonic())
-            await self.send_usage()
-            self.usage_due.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.usage_due.wait(), self.settings.heartbeat_seconds)
-
-    async def send_usage(self) -> bool:
-        """Send the backlog in reports; False when the server did not acknowledge one (kept for later)."""
-        while self.meter.backlog:
-            if self._usage_report is None:
-                self._usage_report = UsageReport(executor_id=self.id, node_id=self.settings.node_id,
-                                                 records=self.meter.due(MAX_RECORDS_PER_REPORT))
-            report = self._usage_report
-            if not await self.publisher.publish_now(self.subjects.usage(self.id), report,
-                                                    timeout=self.settings.heartbeat_seconds):
-                return False
-            self.meter.acknowledged(report.records)
-            self._usage_report = None
-        return True
-
-    def _meter_finish(self) -> None:
-        self.meter.finish(time.monotonic())
-        self.usage_due.set()
 
     # -- directives ----------------------------------------------------------------------------------------
 
@@ -317,13 +285,13 @@ class Agent:
                           run.child.pid)
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
-            self._meter_finish()
+            self.usage.finish()
             await self._finish(run, self._outcome(run, rc), rc, self._error(run, rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
             if run.child is not None:
                 await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
-                self._meter_finish()
+                self.usage.finish()
                 await self.publisher.publish_now(self.subjects.progress(grant.job_id), self._progress(
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
                     resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
@@ -359,7 +327,8 @@ class Agent:
                                 name=f"stop-{grant.job_id}")
         run.launched_at = time.monotonic()
         # Every worker, gang or not, is metered from its process's start: forming a gang uses the devices.
-        self.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at, utcnow())
+        self.usage.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at,
+                               utcnow())
         log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                  run.child.pid, run.resumed_from_step)
         self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
@@ -381,7 +350,7 @@ class Agent:
             log.exception("job %s epoch %d: the executor failed while serving the run", grant.job_id, grant.epoch)
             await run.child.stop(self.settings.abandon_grace_seconds)
             error = f"the executor failed while serving the run: {type(exc).__name__}: {exc}"
-        self._meter_finish()
+        self.usage.finish()
         await self._finish(run, RunOutcome.FAILED, run.child.proc.returncode if run.child else None, error[-8000:])
 
     def _outcome(self, run: Run, rc: int) -> RunOutcome:

@@ -44,7 +44,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
         await agent.register()
         tasks.append(asyncio.create_task(agent.heartbeats(), name="heartbeats"))
-        tasks.append(asyncio.create_task(agent.usage_reports(), name="usage"))
+        tasks.append(asyncio.create_task(agent.usage.run(), name="usage"))
         tasks.append(asyncio.create_task(agent.directives(), name="directives"))
         if ready is not None:
             ready.set()
@@ -71,7 +71,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         # The stopped process's last usage record: one bounded try (what the server did not take is lost
         # with this process's memory, at most the stretch since the last report).
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(agent.send_usage(), 2.0)
+            await asyncio.wait_for(agent.usage.send(), 2.0)
         # Close rather than drain: every directive is acknowledged on receipt and every publish awaited, so
         # there is nothing to drain, and draining an interrupted pull fetch waits out its whole timeout.
         with contextlib.suppress(Exception):
