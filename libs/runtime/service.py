@@ -10,14 +10,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import asyncpg
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from libs.contracts.dead import DeadLetter
-from libs.contracts.envelope import ContractError, Envelope, RejectedMessage
+from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 
 from . import bus, db
@@ -27,7 +26,6 @@ from .settings import CommonSettings
 from .singleton import SingletonLoop
 
 log = logging.getLogger(__name__)
-M = TypeVar("M", bound=Envelope)
 
 
 @dataclass
@@ -95,15 +93,6 @@ class Runtime:
             await self.nc.drain()
         with contextlib.suppress(Exception):
             await self.pool.close()
-
-    async def decode(self, model: type[M], body: bytes, subject: str = "") -> M | None:
-        """Decode a message outside a consumer (a consumer's edge does this itself); a malformed one is refused
-        visibly (``teto.rejected.<service>``) and None is returned."""
-        try:
-            return model.decode(body)
-        except ContractError as exc:
-            await self.reject(subject, body, exc.reason)
-            return None
 
     async def reject(self, subject: str, body: bytes, reason: str) -> None:
         """Log a refused message and publish it on ``teto.rejected.<service>`` where the audit log and operators

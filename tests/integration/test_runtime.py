@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from libs.contracts.commands import SubmitJob
-from libs.contracts.envelope import RejectedMessage
+from libs.contracts.envelope import ContractError, RejectedMessage
 from libs.runtime import db, outbox
 from libs.runtime.service import Runtime
 
@@ -38,10 +38,14 @@ async def test_malformed_message_is_refused_and_published_for_operators(env):
     rt = await Runtime.open("t", env.settings(), schema=None, package=None)
     try:
         sub = await rt.js.pull_subscribe(rt.subjects.rejected("t"), durable=None)
-        assert await rt.decode(SubmitJob, b'{"schema": "teto.cmd.submit/1", "actor": 7}', "x.cmd") is None
+        body = b'{"schema": "teto.cmd.submit/1", "actor": 7, "spec": "\x00"}'
+        with pytest.raises(ContractError) as refused:
+            SubmitJob.decode(body)
+        await rt.reject("x.cmd", body, refused.value.reason)
         (msg,) = await sub.fetch(1, timeout=2)
         note = RejectedMessage.decode(msg.data)
-        assert note.subject == "x.cmd" and "actor" in note.reason and "spec" in note.reason
+        assert note.subject == "x.cmd" and "control character" in note.reason
+        assert "\x00" not in note.payload_excerpt  # what a person reads is always storable
         assert rt.rejected == 1
     finally:
         await rt.close()
