@@ -174,7 +174,13 @@ class ConsumerLoop(Generic[M]):
                     log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
                     await asyncio.sleep(self.retry_seconds)
                     continue
-                await self.settle(msgs)
+                try:
+                    await self.settle(msgs)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - a bug here must not end the consumer: its messages come back
+                    log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait",
+                                  self.durable)
         finally:
             # An open pull request would hold the connection's drain at shutdown; the durable stays.
             self._sub = None
@@ -188,18 +194,20 @@ class ConsumerLoop(Generic[M]):
         c = self.consumer
         decoded: list[tuple[Msg, M]] = []
         for m in msgs:
-            if c.accepts is not None and not c.accepts(m.data):
-                self.counters.skipped += 1
-                await _ack(m)
-                continue
-            if _deliveries(m) > c.max_deliver + CRASH_MARGIN:
-                await self._bury(m, DeadCause.EXHAUSTED, f"delivered {_deliveries(m)} times without an outcome "
-                                 "(the consumer stopped while handling it each time)")
-                continue
             try:
+                if c.accepts is not None and not c.accepts(m.data):
+                    self.counters.skipped += 1
+                    await _ack(m)
+                    continue
+                if _deliveries(m) > c.max_deliver + CRASH_MARGIN:
+                    await self._bury(m, DeadCause.EXHAUSTED, f"delivered {_deliveries(m)} times without an "
+                                     "outcome (the consumer stopped while handling it each time)")
+                    continue
                 decoded.append((m, c.item(m)))
             except ContractError as exc:
                 await self._malformed(m, exc.reason)
+            except Exception as exc:  # noqa: BLE001 - a reader that cannot read it: refused like a malformed one
+                await self._malformed(m, f"unreadable: {type(exc).__name__}: {exc}")
         if not decoded:
             return
         try:
@@ -342,9 +350,10 @@ async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporte
     async def on_request(msg: Msg) -> None:
         try:
             request = responder.decode(msg.data)
-        except ContractError as exc:
-            await reporter.reject(msg.subject, msg.data, exc.reason)
-            reply = responder.malformed(exc.reason)
+        except Exception as exc:  # noqa: BLE001 - a ContractError, or a decoder that could not read it at all
+            reason = exc.reason if isinstance(exc, ContractError) else f"unreadable: {type(exc).__name__}: {exc}"
+            await reporter.reject(msg.subject, msg.data, reason)
+            reply = responder.malformed(reason)
         else:
             try:
                 reply = await responder.handle(request)

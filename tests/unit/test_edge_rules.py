@@ -4,6 +4,7 @@ others in its batch."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -301,3 +302,44 @@ def test_a_value_that_cannot_be_a_subject_token_fails_permanently():
     with pytest.raises(ValueError) as err:
         Subjects().progress("a.b")
     assert is_permanent(err.value)
+
+
+async def test_a_reader_that_raises_refuses_the_message_and_the_batch_goes_on():
+    def read(m):
+        if m.data == b"boom":
+            raise KeyError("no such field")
+        return m.data.decode()
+
+    handle = Recorder()
+    edge = ConsumerLoop(js=None, subjects=Subjects(), reporter=FakeReporter(),  # type: ignore[arg-type]
+                        consumer=Consumer("teto.hb.*", "HB", "svc-test", None, handle, read=read))
+    msgs = [FakeMsg(b"boom"), FakeMsg(b"a")]
+    await edge.settle(msgs)
+    assert [m.outcome for m in msgs] == ["term", "ack"] and handle.calls == [["a"]]
+    assert "KeyError" in edge.reporter.rejected[0][2]
+
+
+async def test_the_consumer_loop_outlives_a_batch_it_cannot_settle():
+    class OneBatchThenStop:
+        def __init__(self):
+            self.fetches = 0
+
+        async def fetch(self, batch, timeout):
+            self.fetches += 1
+            if self.fetches == 3:
+                raise asyncio.CancelledError
+            return [FakeMsg(b"a")]
+
+        async def unsubscribe(self):
+            pass
+
+    async def broken_settle(msgs):
+        raise RuntimeError("a bug in settling")
+
+    edge, _ = loop(Recorder())
+    sub = OneBatchThenStop()
+    edge._sub = sub
+    edge.settle = broken_settle  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await edge.run()
+    assert sub.fetches == 3  # it went on fetching after each failed batch
