@@ -24,6 +24,7 @@ from .clock import Clock
 from .edge import Consumer, ConsumerLoop, EdgeCounters, Responder, serve_responder
 from .settings import CommonSettings
 from .singleton import SingletonLoop
+from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,7 @@ class Runtime:
         self.dead += 1
 
     async def close(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await stop_tasks(self.tasks)
         with contextlib.suppress(Exception):
             await self.nc.drain()
         with contextlib.suppress(Exception):

@@ -8,13 +8,13 @@ try (within ``retry_seconds``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
 from .db import lock_key
+from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,7 @@ class SingletonLoop:
             finally:
                 self.leader = False
                 # Cancelled or not, the body must not outlive leadership (it would run against a closed pool).
-                for t in tasks:
-                    t.cancel()
-                for t in tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await t
+                await stop_tasks(list(tasks))
                 tasks = set()
                 if conn is not None:
                     try:

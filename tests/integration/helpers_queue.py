@@ -22,6 +22,7 @@ from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import Heartbeat, Phase, RunFinished, RunOutcome
 from libs.runtime import bus
+from libs.runtime.tasks import stop_tasks
 from services.queue.app import serve
 from services.queue.settings import QueueSettings
 from tests.support.services import eventually, running
@@ -128,11 +129,8 @@ class FakeExecutor:
         await bus.publish(self.c.js, self.c.s.node(event.node_id, event.event.value), event)
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        self.beating = False
+        assert not await stop_tasks(self._tasks), "the fake executor's tasks did not stop"
 
     async def heartbeat_once(self) -> None:
         hb = Heartbeat(executor_id=self.id, node_id=f"node-{self.id}", group="default",

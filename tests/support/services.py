@@ -9,6 +9,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from libs.runtime.tasks import stop_tasks
+
 
 class _Wait:
     """The rule both waiting helpers share: the deadline, and the failure naming what and the last value."""
@@ -64,13 +66,9 @@ async def running(serve: Callable[..., Awaitable[None]], settings: Any, *,
         task.result()  # raises what made serve() end
     if waiter not in done:
         waiter.cancel()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await stop_tasks([task], timeout=30)
         raise AssertionError(f"{getattr(serve, '__module__', 'service')} not ready within {ready_within:g}s")
     try:
         yield task
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        assert not await stop_tasks([task], timeout=30), f"{getattr(serve, '__module__', 'service')} did not stop"
