@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -32,7 +31,7 @@ import httpx
 
 from services.gateway.auth import create_token
 from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
-from tests.support.fleet import WORKLOAD, eventually, kill_orphaned_workloads, stop_processes
+from tests.support.fleet import WORKLOAD, eventually, kill_orphaned_workloads, read_runs, stop_processes
 from tests.support.proxy import TcpProxy
 
 SERVICES = ("audit", "budget", "health", "queue", "gateway")  # consumers of commands first, gateway last
@@ -268,10 +267,7 @@ class FaultStack:
         return await self.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout, "a terminal state")
 
     def runs(self, job_id: str) -> list[dict[str, Any]]:
-        path = self.runs_dir / f"{job_id}.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_runs(self.runs_dir, job_id)
 
 
 def stack_root() -> Path:

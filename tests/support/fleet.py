@@ -146,11 +146,7 @@ class Fleet:
         return await self.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout, "a terminal state")
 
     def runs(self, job_id: str) -> list[dict[str, Any]]:
-        """The fault workload's evidence for a job (start, checkpoint, stop, end, overlap lines)."""
-        path = self.runs_dir / f"{job_id}.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_runs(self.runs_dir, job_id)
 
     def started(self, job_id: str) -> list[dict[str, Any]]:
         return [r for r in self.runs(job_id) if r["event"] == "start"]
@@ -160,6 +156,14 @@ class Fleet:
     def stop_executors(self) -> None:
         stop_processes(self.executors.values())
         kill_orphaned_workloads(self.runs_dir)
+
+
+def read_runs(runs_dir: Path, job_id: str) -> list[dict[str, Any]]:
+    """The fault workload's evidence for a job (start, checkpoint, stop, end, overlap lines)."""
+    path = runs_dir / f"{job_id}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def stop_processes(procs: Iterable[subprocess.Popen]) -> None:
