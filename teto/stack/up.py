@@ -156,12 +156,14 @@ def up(opts: UpOptions) -> int:
         env.update(lease_env)
         # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
+        # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
+        own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
-            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], env))
+            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
-                                "--log-level", opts.log_level], env,
+                                "--log-level", opts.log_level], part_env(env, own, "executor"),
                          new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}"))
 
         for i in range(1, opts.executors + 1):
@@ -199,6 +201,18 @@ def up(opts: UpOptions) -> int:
         lock.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def part_env(env: dict[str, str], own: dict[str, dict[str, str]], part: str) -> dict[str, str]:
+    """The environment of one part: what every part gets, plus what is that part's alone (credentials, keys).
+    A value of None in ``own`` removes a variable every other part gets (an executor has no database URL)."""
+    out = dict(env)
+    for key, value in own.get(part, {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def provisioner_command(data_dir: Path) -> str:
