@@ -33,6 +33,9 @@ import asyncpg
 SERVICES = ("queue", "budget", "health", "audit", "gateway")
 OWNING = ("queue", "budget", "health")  # services whose login owns its own schema
 READ_SCHEMAS = ("queue", "budget", "health", "audit")  # schemas whose *_public views the gateway reads
+# Tables the gateway reads besides the views: ``/v1/audit/verify`` recomputes the chain from audit.log (the
+# columns log_public shows anyway) until verification moves into the audit service.
+GATEWAY_TABLE_READS = (("audit", "log"),)
 SCRAM_ITERATIONS = 4096
 
 
@@ -206,8 +209,9 @@ def audit_grants_sql(roles: Roles) -> list[str]:
 
 
 def gateway_grants_sql(roles: Roles, views: Mapping[str, list[str]]) -> list[str]:
-    """The gateway: USAGE on the schemas, SELECT on each ``*_public`` view (``views``: schema -> names), and its
-    own schema's migration record (so it can check it is up to date); anything granted before is revoked."""
+    """The gateway: USAGE on the schemas, SELECT on each ``*_public`` view (``views``: schema -> names) and on
+    GATEWAY_TABLE_READS, and its own schema's migration record (so it can check it is up to date); anything
+    granted before is revoked."""
     gw = ident(roles.login("gateway"))
     out = []
     for schema in (*READ_SCHEMAS, "gateway"):
@@ -219,6 +223,8 @@ def gateway_grants_sql(roles: Roles, views: Mapping[str, list[str]]) -> list[str
             if not view.endswith("_public"):
                 raise ValueError(f"{schema}.{view} is not a public view")
             out.append(f"GRANT SELECT ON {ident(schema)}.{ident(view)} TO {gw}")
+    for schema, table in GATEWAY_TABLE_READS:
+        out.append(f"GRANT SELECT ON {ident(schema)}.{ident(table)} TO {gw}")
     out.append(f"GRANT SELECT ON gateway.schema_migrations TO {gw}")
     return out
 
