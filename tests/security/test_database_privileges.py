@@ -39,7 +39,7 @@ DENIED = (asyncpg.InsufficientPrivilegeError,)
 
 @pytest.fixture
 async def logins(env, tmp_path: Path) -> dbsetup.DatabaseLogins:
-    found = await dbsetup.provision(env.database_url, tmp_path, own_cluster=False)
+    found = await dbsetup.provision(env.database_url, dbsetup.passwords(tmp_path), own_cluster=False)
     assert found is not None, "the test cluster's superuser provisions"
     return found
 

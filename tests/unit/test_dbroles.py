@@ -114,3 +114,17 @@ def test_login_urls_keep_host_port_and_database_and_hide_when_printed():
     assert dbroles.redact_url(url) == "postgresql://teto_queue:***@127.0.0.1:5433/teto?sslmode=require"
     assert dbroles.redact_url("postgresql://teto@h/db") == "postgresql://teto@h/db"
     assert len(dbroles.new_password()) >= 40
+
+
+def test_a_setting_can_come_from_a_file_named_by_its_file_variable(tmp_path):
+    """A container mounts only its own secret: TETO_<FIELD>_FILE names it; TETO_<FIELD> still wins."""
+    from libs.runtime.settings import CommonSettings, SettingsError
+
+    secret = tmp_path / "database.url"
+    secret.write_text("postgresql://teto_queue:pw@db:5432/teto\n")
+    assert CommonSettings.from_env(env={"TETO_DATABASE_URL_FILE": str(secret)}).database_url == \
+        "postgresql://teto_queue:pw@db:5432/teto"
+    both = {"TETO_DATABASE_URL_FILE": str(secret), "TETO_DATABASE_URL": "postgresql://other@h/db"}
+    assert CommonSettings.from_env(env=both).database_url == "postgresql://other@h/db"
+    with pytest.raises(SettingsError, match="TETO_DATABASE_URL_FILE"):
+        CommonSettings.from_env(env={"TETO_DATABASE_URL_FILE": str(tmp_path / "missing")})

@@ -55,14 +55,14 @@ async def _may_provision(conn) -> bool:
     return bool(await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"))
 
 
-async def provision(admin_url: str, data_dir: Path, *, own_cluster: bool) -> DatabaseLogins | None:
-    """Roles, migrations as owners, grants. None (nothing changed) when the administrator is no superuser."""
+async def provision(admin_url: str, secrets: dict[str, str], *, own_cluster: bool) -> DatabaseLogins | None:
+    """Roles (with ``secrets[service]`` as passwords), migrations as owners, grants. None (nothing changed) when
+    the administrator is no superuser."""
     pool = await db.create_pool(admin_url, max_size=2)
     try:
         async with pool.acquire() as conn:
             if not await _may_provision(conn):
                 return None
-            secrets = passwords(data_dir)
             roles = await dbroles.provision_roles(conn, secrets, other_databases=own_cluster)
         for schema in ORDER:
             await db.migrate(pool, schema, f"services.{schema}", as_role=roles.owner(schema))
@@ -78,7 +78,7 @@ def setup(admin_url: str, data_dir: Path, own: dict[str, dict[str, str | None]],
     """Provision, and put each service's URL in its own environment and none in the executors'. Returns whether
     least privilege is in force (False: every service shares ``admin_url``, as a warning says)."""
     own.setdefault("executor", {})["TETO_DATABASE_URL"] = None  # an agent never touches the database
-    logins = asyncio.run(provision(admin_url, data_dir, own_cluster=own_cluster))
+    logins = asyncio.run(provision(admin_url, passwords(data_dir), own_cluster=own_cluster))
     if logins is None:
         log.warning("database least privilege NOT enforced: %s is no superuser, so it cannot create one login "
                     "per service; every service uses it", dbroles.redact_url(admin_url))
