@@ -252,7 +252,7 @@ async def provision_roles(conn: asyncpg.Connection, passwords: Mapping[str, str]
     with ``passwords[service]``), their memberships, the database's privileges and the schemas with their
     owners. Idempotent: run at every start, it resets passwords and takes back anything granted since."""
     roles = Roles(await conn.fetchval("SELECT current_database()"))
-    # Two installers at once would race on CREATE ROLE: serialize on a cluster-wide lock (any database).
+    # Two installers of one database at once would race on CREATE ROLE: serialize them.
     await conn.execute("SELECT pg_advisory_lock(hashtext('teto:provision'))")
     try:
         existing = {r["rolname"] for r in await conn.fetch("SELECT rolname FROM pg_roles")}

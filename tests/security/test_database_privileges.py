@@ -229,3 +229,33 @@ async def _entries(http: httpx.AsyncClient, job_id: str) -> list[dict]:
     entries = r.json().get("entries", []) if r.status_code == 200 else []
     return entries if {"received", "accepted"} <= {e["outcome"] for e in entries} else []
 
+
+
+async def test_an_installation_made_with_one_login_is_taken_over_by_the_owners(env, tmp_path):
+    """Upgrading: everything an older Teto migrated as its single (superuser) login changes hands, so the
+    audit log's triggers are out of every service's reach there too."""
+    pool = await db.create_pool(env.database_url, max_size=1)
+    try:
+        for schema in dbsetup.ORDER:
+            await db.migrate(pool, schema, f"services.{schema}")  # the old way: everything owned by the admin
+    finally:
+        await pool.close()
+    logins = await dbsetup.provision(env.database_url, dbsetup.passwords(tmp_path), own_cluster=False)
+    async with connected(logins.admin_url) as admin:
+        rows = await admin.fetch(
+            "SELECT n.nspname AS schema, c.relname, pg_get_userbyid(c.relowner) AS owner FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY($1::text[])"
+            " AND c.relkind IN ('r', 'v', 'S')", ["queue", "budget", "health", "audit"])
+        functions = await admin.fetch("SELECT proname, pg_get_userbyid(proowner) AS owner FROM pg_proc p JOIN"
+                                      " pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'audit'")
+    wrong = [(r["schema"], r["relname"], r["owner"]) for r in rows if r["owner"] != logins.roles.owner(r["schema"])]
+    assert rows and not wrong
+    assert functions and {f["owner"] for f in functions} == {logins.roles.audit_owner}
+    async with connected(logins.urls["audit"]) as conn:
+        exc = await refused(conn, "ALTER TABLE audit.log DISABLE TRIGGER log_no_update_delete")
+        assert isinstance(exc, DENIED)
+    pool = await db.create_pool(logins.urls["queue"], max_size=1)
+    try:
+        assert await db.migrate(pool, "queue", "services.queue") == []  # its own schema, up to date
+    finally:
+        await pool.close()
