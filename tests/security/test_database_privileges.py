@@ -109,7 +109,7 @@ async def test_a_login_cannot_touch_what_is_not_its_own(logins, service):
         assert await admin.fetchval("SELECT sum(gpu_seconds) FROM budget.ledger") == 10
 
 
-async def test_the_audit_login_can_append_and_nothing_else(logins):
+async def test_the_audit_login_can_append_and_nothing_else(logins, env):
     """The harm of 'Also': the table's writer rewriting history. It may INSERT and SELECT; the table, its
     triggers and functions belong to a role it cannot become."""
     async with connected(logins.urls["audit"]) as conn:
@@ -145,6 +145,10 @@ async def test_the_audit_login_can_append_and_nothing_else(logins):
             assert isinstance(await refused(conn, sql), DENIED), sql
         await conn.execute("RESET ROLE")
         assert await conn.fetchval("SELECT reason FROM audit.log WHERE seq = $1", seq) is None
+    server_log = env.infra.root / "pg" / "pgdata" / "server.log"  # the embedded server's (no Docker here)
+    if server_log.exists():  # the refusals are visible to the operator
+        text = server_log.read_text(errors="replace")
+        assert "permission denied for table log" in text and "must be owner of table log" in text
     async with connected(logins.admin_url) as admin:
         owner = await admin.fetchval("SELECT tableowner FROM pg_tables WHERE schemaname = 'audit'"
                                      " AND tablename = 'log'")

@@ -78,6 +78,11 @@ def test_a_job_finds_no_way_into_the_database(stack_dir: Path):
         # The credentials teto up keeps are its own user's alone; the administrator's tools still work.
         for name in ("db-logins.json", "postgres/superuser.password", "stack.json"):
             assert (stack_dir / name).stat().st_mode & 0o077 == 0, name
+        # The attempts are visible: the server logged each refused login.
+        server_log = (stack_dir / "postgres" / "pgdata" / "server.log").read_text(errors="replace")
+        for user in ("teto", "teto_queue", "teto_audit"):
+            assert f'password authentication failed for user "{user}"' in server_log \
+                or f'no password supplied for user "{user}"' in server_log, user
         out = stack.cli("budget", "reconcile")
         assert out.returncode == 0, out.stdout + out.stderr
     finally:
