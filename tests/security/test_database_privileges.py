@@ -71,7 +71,8 @@ SEED = [
 # What any service login must never do to another's data or to the database (a job holding its URL).
 FOREIGN = {
     "queue": ["UPDATE budget.ledger SET gpu_seconds = 0", "INSERT INTO budget.ledger SELECT * FROM budget.ledger",
-              "DELETE FROM health.nodes", "SELECT * FROM budget.ledger", "UPDATE audit.log SET reason = 'x'",
+              "DELETE FROM health.nodes", "SELECT * FROM budget.ledger", "SELECT * FROM budget.jobs_public",
+              "UPDATE audit.log SET reason = 'x'",
               "INSERT INTO audit.log (command_id, time, recorded_at, subject, payload, outcome, prev_hash, hash)"
               " VALUES ('forged', now(), now(), 's', '{}', 'accepted', 'x', 'y')"],
     "budget": ["UPDATE queue.jobs SET state = 'succeeded'", "DELETE FROM audit.log", "SELECT * FROM queue.jobs",
@@ -81,7 +82,8 @@ FOREIGN = {
     "audit": ["UPDATE queue.jobs SET state = 'failed'", "DELETE FROM budget.ledger", "SELECT * FROM health.nodes"],
     "gateway": ["INSERT INTO queue.jobs (id) VALUES ('x')", "UPDATE queue.jobs SET state = 'failed'",
                 "DELETE FROM budget.ledger", "SELECT * FROM queue.jobs", "SELECT * FROM budget.ledger",
-                "SELECT * FROM health.nodes", "UPDATE audit.log SET reason = 'x'", "DELETE FROM audit.log", "SELECT * FROM queue.outbox",
+                "SELECT * FROM health.nodes", "UPDATE audit.log SET reason = 'x'", "DELETE FROM audit.log",
+                "SELECT * FROM queue.outbox",
                 "INSERT INTO gateway.outbox (msg_id, subject, payload) VALUES ('m', 's', '')",
                 "CREATE TABLE gateway.mine (x int)", "CREATE VIEW queue.jobs_public2 AS SELECT 1"],
 }

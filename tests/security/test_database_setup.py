@@ -64,7 +64,8 @@ async def test_a_deployment_provisions_one_url_file_per_service(env, tmp_path: P
     admin = env.database_url
     first = _teto("db", "provision", "--admin-url", admin, "--out", str(out))
     assert first.returncode == 0, first.stdout + first.stderr
-    urls = {s: (out / s / "database.url").read_text().strip() for s in ("queue", "budget", "health", "audit", "gateway")}
+    services = ("queue", "budget", "health", "audit", "gateway")
+    urls = {s: (out / s / "database.url").read_text().strip() for s in services}
     for service, url in urls.items():
         assert (out / service / "database.url").stat().st_mode & 0o077 == 0
         settings = CommonSettings.from_env(env={"TETO_DATABASE_URL_FILE": str(out / service / "database.url")})

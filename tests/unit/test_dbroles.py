@@ -61,7 +61,8 @@ def test_public_loses_connect_temporary_and_create():
 
 
 def test_a_new_schema_is_created_for_its_owner_and_an_old_one_handed_over():
-    assert dbroles.schema_sql("queue", "teto_queue", exists=False) == ['CREATE SCHEMA "queue" AUTHORIZATION "teto_queue"']
+    created = dbroles.schema_sql("queue", "teto_queue", exists=False)
+    assert created == ['CREATE SCHEMA "queue" AUTHORIZATION "teto_queue"']
     assert dbroles.schema_sql("gateway", None, exists=False) == ['CREATE SCHEMA "gateway"']
     assert dbroles.schema_sql("gateway", None, exists=True) == []
     alter, reown = dbroles.schema_sql("audit", "teto_audit_owner", exists=True)
