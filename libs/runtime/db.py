@@ -14,6 +14,7 @@ import re
 
 import asyncpg
 
+from .dbroles import share_public_views
 from .outbox import OUTBOX_DDL
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,6 @@ async def migrate(pool: asyncpg.Pool, schema: str, package: str, *, as_role: str
 
 
 async def _apply(conn: asyncpg.Connection, schema: str, package: str) -> list[int]:
-    from .dbroles import share_public_views
-
     applied_now: list[int] = []
     await conn.execute("SELECT pg_advisory_lock($1)", lock_key(f"migrate:{schema}"))
     try:

@@ -179,16 +179,16 @@ BEGIN
                     WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END AS kind
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = {literal(schema)} AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-               AND c.relowner <> {literal(owner)}::regrole LOOP
+               AND pg_get_userbyid(c.relowner) <> {literal(owner)} LOOP
         EXECUTE format('ALTER %s %s OWNER TO %I', r.kind, r.obj, {literal(owner)});
     END LOOP;
     FOR r IN SELECT c.oid::regclass AS obj FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = {literal(schema)} AND c.relkind = 'S' AND c.relowner <> {literal(owner)}::regrole
+             WHERE n.nspname = {literal(schema)} AND c.relkind = 'S' AND pg_get_userbyid(c.relowner) <> {literal(owner)}
                AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i')) LOOP
         EXECUTE format('ALTER SEQUENCE %s OWNER TO %I', r.obj, {literal(owner)});
     END LOOP;
     FOR r IN SELECT p.oid::regprocedure AS obj FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = {literal(schema)} AND p.proowner <> {literal(owner)}::regrole LOOP
+             WHERE n.nspname = {literal(schema)} AND pg_get_userbyid(p.proowner) <> {literal(owner)} LOOP
         EXECUTE format('ALTER ROUTINE %s OWNER TO %I', r.obj, {literal(owner)});
     END LOOP;
 END $$"""
