@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--log-level", default=os.environ.get("TETO_LOG_LEVEL", "INFO"))
     ex.set_defaults(func=_executor)
 
+    from teto import cli_db
+
+    cli_db.register(sub)
+
 
 def _up(args: argparse.Namespace) -> int:
     from teto.stack.up import UpOptions, up

@@ -25,13 +25,16 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Self:
-        """Fields are read from TETO_<FIELD_NAME_UPPER>; explicit overrides win."""
+        """Fields are read from TETO_<FIELD_NAME_UPPER>, or from the file TETO_<FIELD_NAME_UPPER>_FILE names (a
+        secret mounted into one container, like a database URL with its password); explicit overrides win."""
         env = dict(os.environ if env is None else env)
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             key = f"TETO_{name.upper()}"
             if key in env and env[key] != "":
                 values[name] = env[key]
+            elif env.get(f"{key}_FILE") and f"{name}_file" not in cls.model_fields:
+                values[name] = _read_secret(Path(env[f"{key}_FILE"]), f"{key}_FILE")
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             settings = cls.model_validate(values)
@@ -42,6 +45,13 @@ class Settings(BaseModel):
 
     def check(self) -> None:
         """Cross-field rules; raise SettingsError with the reason."""
+
+
+def _read_secret(path: Path, variable: str) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SettingsError(f"{variable}: cannot read {path}: {exc.strerror}") from None
 
 
 class CommonSettings(Settings):

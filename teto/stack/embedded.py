@@ -121,6 +121,15 @@ def _ensure_user(user: str) -> None:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
 
 
+def _hba_trusts(pgdata: Path) -> bool:
+    """Does this cluster's pg_hba.conf let anyone in without a password (a cluster from an older Teto)?"""
+    try:
+        lines = (pgdata / "pg_hba.conf").read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    return any(line.split()[-1:] == ["trust"] for line in lines if line.strip() and not line.lstrip().startswith("#"))
+
+
 def _collect_orphans() -> None:
     """Delete clusters under /var/lib/teto whose data directory is gone (nothing can reach them any more)."""
     for origin in SHARED_ROOT.glob("data-*.origin"):
@@ -134,17 +143,48 @@ def _collect_orphans() -> None:
             origin.unlink(missing_ok=True)
 
 
+HBA = (
+    "# Written by Teto: every connection authenticates with a password (SCRAM-SHA-256); no trust.\n"
+    "local all all scram-sha-256\n"
+    "host all all 127.0.0.1/32 scram-sha-256\n"
+)
+
+
 @dataclass
 class EmbeddedPostgres:
     data_dir: Path
     port: int = 0
-    user: str = "teto"  # the database superuser (trust auth on loopback only)
+    user: str = "teto"  # the database superuser (SCRAM password in data_dir/superuser.password)
     database: str = "teto"
     bin_dir: Path | None = None
+    password: str | None = None
 
     @property
     def url(self) -> str:
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+        return self.database_url(self.database)
+
+    def database_url(self, name: str) -> str:
+        return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{name}"
+
+    @property
+    def password_file(self) -> Path:
+        return self.data_dir / "superuser.password"
+
+    def _load_password(self) -> str:
+        """The superuser's password: kept in data_dir (0600, the invoking user's), made on the first start."""
+        if self.password:
+            return self.password
+        if self.password_file.exists():
+            return self.password_file.read_text().strip()
+        from libs.runtime.dbroles import new_password
+
+        password = new_password()
+        tmp = self.password_file.with_suffix(".tmp")
+        tmp.touch(mode=0o600)
+        os.chmod(tmp, 0o600)
+        tmp.write_text(password + "\n")
+        os.replace(tmp, self.password_file)
+        return password
 
     def _as_service(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         if os.geteuid() == 0:
@@ -211,21 +251,63 @@ class EmbeddedPostgres:
         if not self.port:
             self.port = int(port_file.read_text()) if port_file.exists() else free_port()
         port_file.write_text(str(self.port))
+        legacy = (pgdata / "PG_VERSION").exists() and not self.password_file.exists() and not self.password
+        if legacy and not _hba_trusts(pgdata):
+            raise PermissionError(f"{self.password_file} is missing and {pgdata} does not trust local connections: "
+                                  "put the superuser's password back in that file")
+        self.password = self._load_password()
         if not (pgdata / "PG_VERSION").exists():
-            self._as_service([str(self.bin_dir / "initdb"), "-D", str(pgdata), "-U", self.user, "--auth=trust",
-                              "-E", "UTF8", "--locale=C", "--no-sync"])
+            self._initdb(pgdata)
         log = pgdata / "server.log"
-        opts = f"-h 127.0.0.1 -p {self.port} -k /tmp -c max_connections=300 -c fsync=on"
+        opts = (f"-h 127.0.0.1 -p {self.port} -k /tmp -c max_connections=300 -c fsync=on"
+                " -c password_encryption=scram-sha-256")
         self._as_service([str(self.bin_dir / "pg_ctl"), "-D", str(pgdata), "-l", str(log), "-o", opts,
                           "-w", "-t", str(int(timeout)), "start"])
         _wait(self._accepting, timeout, "postgres")
+        if _hba_trusts(pgdata):
+            self._end_trust(pgdata)
         self._create_database()
         return self
+
+    def _initdb(self, pgdata: Path) -> None:
+        """A new cluster whose superuser has a password from the start (read from a file only it can read)."""
+        import tempfile
+
+        fd, pwfile = tempfile.mkstemp(prefix="teto-pw-")
+        try:
+            os.write(fd, (self.password + "\n").encode())
+            os.close(fd)
+            if os.geteuid() == 0:
+                shutil.chown(pwfile, SERVICE_USER)
+            self._as_service([str(self.bin_dir / "initdb"), "-D", str(pgdata), "-U", self.user,
+                              "--auth=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C", "--no-sync"])
+        finally:
+            os.unlink(pwfile)
+        self._write_hba(pgdata)
+
+    def _write_hba(self, pgdata: Path) -> None:
+        hba = pgdata / "pg_hba.conf"
+        tmp = pgdata / "pg_hba.conf.teto"
+        tmp.write_text(HBA)
+        os.chmod(tmp, 0o600)
+        if os.geteuid() == 0:
+            shutil.chown(tmp, SERVICE_USER)
+        os.replace(tmp, hba)
+
+    def _end_trust(self, pgdata: Path) -> None:
+        """A cluster made by an older Teto trusted every local connection: give the superuser its password,
+        then require passwords (the new pg_hba.conf takes effect on reload; nothing else changes)."""
+        from libs.runtime.dbroles import literal, scram_verifier
+
+        self._psql(f'ALTER ROLE "{self.user}" PASSWORD {literal(scram_verifier(self.password))}')
+        self._write_hba(pgdata)
+        self._psql("SELECT pg_reload_conf()")
 
     def _psql(self, sql: str, db: str = "postgres") -> str:
         res = subprocess.run(
             [str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", db,
-             "-tAc", sql], check=True, capture_output=True, text=True)
+             "-w", "-tAc", sql], check=True, capture_output=True, text=True,
+            env={**os.environ, "PGPASSWORD": self.password or ""})
         return res.stdout.strip()
 
     def _accepting(self) -> bool:
@@ -238,7 +320,7 @@ class EmbeddedPostgres:
     def create_database(self, name: str) -> str:
         """A fresh database on this server (tests isolate themselves this way); returns its URL."""
         self._psql(f'CREATE DATABASE "{name}"')
-        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{name}"
+        return self.database_url(name)
 
     def stop(self, *, destroy: bool = False) -> None:
         """Stop the server; ``destroy`` also deletes the cluster (throwaway test and benchmark servers)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from libs.runtime.dbroles import redact_url
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -49,18 +50,20 @@ class _Stop(Exception):
     pass
 
 
-def _prepare_schema(nats_url: str, database_url: str, prefix: str) -> None:
-    """Apply every service's migrations and declare the streams before anything starts."""
+def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: bool = True) -> None:
+    """Apply every service's migrations (unless done already, as the owners) and declare the streams before
+    anything starts."""
     from libs.contracts.subjects import Subjects
     from libs.runtime import bus, db
 
     async def go() -> None:
-        pool = await db.create_pool(database_url, max_size=2)
-        try:
-            for name in SERVICE_ORDER:
-                await db.migrate(pool, name, f"services.{name}")
-        finally:
-            await pool.close()
+        if migrate:
+            pool = await db.create_pool(database_url, max_size=2)
+            try:
+                for name in SERVICE_ORDER:
+                    await db.migrate(pool, name, f"services.{name}")
+            finally:
+                await pool.close()
         nc = await bus.connect(nats_url, "teto-up")
         try:
             await bus.ensure_streams(nc.jetstream(), Subjects(prefix))
@@ -143,9 +146,14 @@ def up(opts: UpOptions) -> int:
         if not database_url:
             pg = EmbeddedPostgres(data_dir / "postgres").start()
             database_url = pg.url
-            log.info("embedded PostgreSQL at %s", database_url)
+            log.info("embedded PostgreSQL at %s", redact_url(database_url))
         prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
-        _prepare_schema(nats_url, database_url, prefix)
+        # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
+        own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
+        from teto.stack import dbsetup
+
+        least = dbsetup.setup(database_url, data_dir, own, own_cluster=pg is not None)
+        _prepare_schema(nats_url, database_url, prefix, migrate=not least)
 
         tokens_file = data_dir / "tokens.json"
         token = _admin_token(data_dir, tokens_file)
@@ -156,8 +164,6 @@ def up(opts: UpOptions) -> int:
         env.update(lease_env)
         # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
-        # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
-        own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
@@ -174,7 +180,7 @@ def up(opts: UpOptions) -> int:
                                                  "database_url": database_url, "data_dir": str(data_dir),
                                                  "subject_prefix": prefix})
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
-              f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {database_url}\n"
+              f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
         rc = 0
