@@ -10,6 +10,7 @@ gateway and the audit service alike.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import Field
@@ -43,9 +44,23 @@ def is_secret_shape(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and ("secret" in value or "sealed" in value)
 
 
+# The same shapes inside text that quotes JSON (a refused message's excerpt, a dead letter's payload).
+_IN_TEXT = re.compile(r'("(?:secret|sealed)"\s*:\s*)"(?:[^"\\]|\\.)*"?')
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the value of every ``"secret": "..."`` or ``"sealed": "..."`` it quotes replaced (also a
+    value cut off by an excerpt's end)."""
+    if '"secret"' not in text and '"sealed"' not in text:
+        return text
+    return _IN_TEXT.sub(lambda m: m.group(1) + '"' + REDACTED_TEXT + '"', text)
+
+
 def redact(value: Any) -> Any:
     """``value`` (any JSON: a spec, an event's detail, a command payload) with every secret or sealed value
-    replaced by :data:`REDACTED`. Pure; the input is not changed."""
+    replaced by :data:`REDACTED`, also where a string quotes one. Pure; the input is not changed."""
+    if isinstance(value, str):
+        return redact_text(value)
     if is_secret_shape(value):
         return dict(REDACTED)
     if isinstance(value, dict):
