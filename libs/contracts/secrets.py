@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter, ValidationError, WrapValidator
 
 from .bounds import EnvValue
 from .envelope import Model
@@ -34,7 +36,8 @@ class SecretValue(Model):
 class SealedValue(Model):
     """A secret value as it travels and is stored: its ciphertext (or :data:`REDACTED` where it is shown)."""
 
-    sealed: str = Field(min_length=1, max_length=SEALED_MAX, description="Ciphertext bound to the job and the name")
+    sealed: str = Field(min_length=1, max_length=SEALED_MAX, pattern=r"^[A-Za-z0-9._-]+$",
+                        description="Ciphertext bound to the job and the name (base64url)")
 
 
 def is_secret_shape(value: Any) -> bool:
@@ -68,3 +71,28 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
+
+
+_PLAIN = TypeAdapter(EnvValue)
+
+
+def _one_shape(value: Any, handler: Any) -> Any:
+    """Validate as exactly one of the shapes, so a refusal names the variable with one reason, not three."""
+    if isinstance(value, SecretValue | SealedValue):
+        return value
+    try:
+        if isinstance(value, str):
+            return _PLAIN.validate_python(value)
+        if isinstance(value, dict) and "secret" in value:
+            return SecretValue.model_validate(value)
+        if isinstance(value, dict) and "sealed" in value:
+            return SealedValue.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ValueError(f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}") from None
+    raise ValueError('an env value is a string, {"secret": "..."} or {"sealed": "..."}')
+
+
+# One value of a command workload's env.
+EnvEntry = Annotated[EnvValue | SecretValue | SealedValue, WrapValidator(_one_shape)]
