@@ -60,9 +60,10 @@ def hide_other_jobs(rows: Iterable[Mapping[str, Any]], owners: Mapping[str, str 
 
 def job_id_for_key(actor: str, key: str) -> str:
     """The command and job id of a submit with ``Idempotency-Key: key`` by ``actor``: deterministic (a retry
-    by the same actor acts once and gets its own job back), distinct per actor (SHA-256 of both, with a
-    separator no actor contains), and a valid id (``[A-Za-z0-9_-]``, 66 characters)."""
-    digest = hashlib.sha256(b"teto-idempotency/1\0" + actor.encode() + b"\0" + key.encode()).hexdigest()
+    by the same actor acts once and gets its own job back), distinct per actor (SHA-256 of both, the actor
+    length-prefixed so no (actor, key) pair reads as another), and a valid id (``[A-Za-z0-9_-]``, 66 chars)."""
+    name = actor.encode()
+    digest = hashlib.sha256(b"teto-idempotency/1\0%d:" % len(name) + name + key.encode()).hexdigest()
     return _KEY_ID_PREFIX + digest
 
 

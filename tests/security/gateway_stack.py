@@ -6,6 +6,7 @@ person of the attacks (``alice`` and ``bob`` submitters, ``vic`` viewer, ``olga`
 from __future__ import annotations
 
 import contextlib
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -96,7 +97,7 @@ async def gateway_stack(env: Any, root: Path, *, audit: bool = True, health: boo
         for person, secret in tokens.items():
             s.clients[person] = await stack.enter_async_context(httpx.AsyncClient(
                 base_url=url, timeout=30, headers={"Authorization": f"Bearer {secret}"},
-                verify=str(ca_file) if ca_file else True))
+                verify=ssl.create_default_context(cafile=str(ca_file)) if ca_file else True))
         try:
             yield s
         finally:

@@ -96,3 +96,18 @@ def test_executor_opens_secrets_into_the_env_and_refuses_what_does_not_open(tmp_
         assert PLAIN not in str(err.value)
     with pytest.raises(SecretUnavailable, match="unsealed"):
         open_env({"B": SecretValue(secret=PLAIN)}, job_id="j1", key_setting=str(key_path))
+
+
+def test_teto_up_gives_the_key_to_the_gateway_and_executors_only(tmp_path):
+    from teto.stack.secret_key import give_secrets_key, key_file
+    from teto.stack.up import part_env
+
+    own = {name: {} for name in ("audit", "budget", "health", "queue", "gateway", "executor")}
+    setting = give_secrets_key(own, tmp_path, {})
+    assert setting == str(key_file(tmp_path).resolve()) and len(load_key(setting)) == 32
+    assert oct(key_file(tmp_path).parent.stat().st_mode & 0o777) == "0o700"
+    shared = {"TETO_SECRETS_KEY": "leaked-from-the-shell"}
+    for part in own:
+        got = part_env(shared, own, part).get("TETO_SECRETS_KEY")
+        assert got == (setting if part in ("gateway", "executor") else None), part
+    assert give_secrets_key(own, tmp_path, {"TETO_SECRETS_KEY": "/mine"}) == "/mine"  # the operator's wins
