@@ -71,6 +71,11 @@ async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) ->
     except SecretRefused as exc:
         await commands_of(request).refuse("submit", principal.actor, str(exc))
         raise ApiError(422, "invalid", str(exc)) from None
+    limit = request.app.state.max_body_bytes
+    if spec is not cmd.spec and len(spec.model_dump_json()) > limit:
+        # Ciphertext is about 4/3 of its plaintext: what fitted as a body may no longer fit on the bus.
+        raise ApiError(413, "too_large", f"the spec with its secrets encrypted is larger than {limit} bytes",
+                       limit_bytes=limit)
     return cmd.model_copy(update={"spec": spec})
 
 
