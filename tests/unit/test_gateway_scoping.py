@@ -155,3 +155,27 @@ def test_submit_checks_permission_and_allow_list_then_seals(api):
     (cmd,) = commands.sent
     assert cmd.job_id == job_id_for_key("olga", "k") and "PLAINTEXT" not in cmd.model_dump_json()
     assert cmd.spec.workload.env["S"].sealed.startswith("v1.")
+
+
+def test_a_dead_letter_quoting_a_sealed_secret_is_shown_redacted(tmp_path):
+    from libs.contracts.dead import DeadCause, dead_letter
+
+    letter = dead_letter(service="queue", consumer="queue-commands", cause=DeadCause.PERMANENT, reason="x",
+                         subject="teto.cmd.submit", payload=b'{"env": {"S": {"sealed": "v1.CIPHER"}}}')
+
+    class Letters:
+        async def list(self, **_: Any) -> list[tuple[int, Any]]:
+            return [(1, letter)]
+
+        async def get(self, seq: int) -> Any:
+            return letter
+
+        async def counts(self) -> dict[str, int]:
+            return {"queue": 1}
+
+    settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
+    token = auth.create_token(settings.effective_tokens_file, "olga", "operator")
+    with TestClient(create_app(settings, reads=Reads(), commands=Commands(), dead_letters=Letters())) as client:
+        for path in ("/v1/dead-letters", "/v1/dead-letters/1"):
+            text = client.get(path, headers={"Authorization": f"Bearer {token}"}).text
+            assert "CIPHER" not in text and "redacted" in text
