@@ -51,11 +51,25 @@ def resolve_target(url: str | None, token: str | None, data_dir: Path,
     return url.rstrip("/"), token
 
 
+def tls_verify(ca_file: Path | None, environ: Mapping[str, str] | None = None) -> Any:
+    """What httpx verifies an HTTPS gateway against: --ca-file, else TETO_CA_FILE, else the system's CAs."""
+    environ = os.environ if environ is None else environ
+    ca = ca_file or (Path(environ["TETO_CA_FILE"]) if environ.get("TETO_CA_FILE") else None)
+    if ca is None:
+        return True
+    if not ca.is_file():
+        raise CliError(f"no CA certificate at {ca} (--ca-file / TETO_CA_FILE)", EXIT_UNREACHABLE)
+    import ssl
+
+    return ssl.create_default_context(cafile=str(ca))
+
+
 def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[int, Any]:
     url, token = resolve_target(args.url, args.token, args.data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout, transport=TRANSPORT) as client:
+        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout, transport=TRANSPORT,
+                          verify=tls_verify(getattr(args, "ca_file", None))) as client:
             resp = client.request(method, path, **kw)
     except httpx.HTTPError as exc:
         raise CliError(f"cannot reach the gateway at {url}: {exc}", EXIT_UNREACHABLE) from None
@@ -156,7 +170,13 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     if argv and argv[0] == "--":
         argv = argv[1:]
     if argv:
-        spec["workload"] = {"kind": "command", "command": argv, **({"env": dict(args.env)} if args.env else {})}
+        env: dict[str, Any] = dict(args.env or [])
+        for name in getattr(args, "secret_env", None) or []:
+            if name not in os.environ:
+                raise CliError(f"--secret-env {name}: set {name} in this shell's environment (its value is sent "
+                               "as a secret, never on the command line)", 2)
+            env[name] = {"secret": os.environ[name]}
+        spec["workload"] = {"kind": "command", "command": argv, **({"env": env} if env else {})}
     spec.setdefault("workload", {"kind": "finetune"})
     if args.steps is not None:
         if spec["workload"].get("kind") != "finetune":
@@ -319,6 +339,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--data-dir", type=Path, default=Path(os.environ.get("TETO_DATA_DIR", ".teto")))
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
+    common.add_argument("--ca-file", type=Path, help="CA certificate an HTTPS gateway is verified against "
+                        "(TETO_CA_FILE; `teto secrets tls` makes one)")
 
     def add(name: str, fn: Any, help_: str, parents: list[argparse.ArgumentParser] | None = None, **kw: Any):
         p = sub.add_parser(name, help=help_, parents=[common] if parents is None else parents, **kw)
@@ -334,6 +356,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, help="GPUs per worker")
     p.add_argument("--max-attempts", type=int)
     p.add_argument("--env", type=_env_pair, action="append", metavar="KEY=VALUE", help="for a command workload")
+    p.add_argument("--secret-env", action="append", metavar="NAME", help="a command workload's secret: the value "
+                   "of NAME in this shell's environment, encrypted by the gateway and shown to no one")
     p.add_argument("--file", help="a JobSpec JSON file (flags override it)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- program args... (a command workload)")
 
@@ -386,6 +410,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_guard(cmd_tokens_revoke))
 
     from .cli_budget import add_parser as add_budget
+    from .cli_secrets import add_parser as add_secrets
+
+    add_secrets(sub, common, _guard)
 
     add_budget(sub, common, _guard)
 

@@ -18,6 +18,7 @@ from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
 
 from .runner import Launch
+from .secrets import open_env
 from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
@@ -84,8 +85,9 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     work = job_dir(settings, grant.job_id)
     env = {k: v for k, v in base_env.items() if not k.startswith("TETO_")}
     if isinstance(workload, CommandWorkload):
-        check_env(workload.env)
-        env.update(workload.env)
+        user_env = open_env(workload.env, job_id=grant.job_id, key_setting=settings.secrets_key)  # secrets.py
+        check_env(user_env)
+        env.update(user_env)
         params = "{}"
     else:
         params = workload.params.model_dump_json()

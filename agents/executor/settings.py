@@ -47,6 +47,9 @@ class ExecutorSettings(CommonSettings):
     reboot_command: str | None = Field(
         None, max_length=4000, description="Run (shell) on a reboot directive instead of restarting the agent "
         "process, e.g. 'sudo systemctl reboot'")
+    secrets_key: str | None = Field(
+        None, max_length=4096, description="Key opening the secret env values the gateway sealed (a key file path "
+        "or 32 bytes in base64; the gateway's key); unset: a job with a secret value cannot start here")
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")

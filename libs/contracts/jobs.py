@@ -11,9 +11,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .bounds import (SEED_MAX, Actor, ArgvItem, Big, Count, EnvName, EnvValue, Epoch, Id, JsonObject, Label,
+from .bounds import (SEED_MAX, Actor, ArgvItem, Big, Count, EnvName, Epoch, Id, JsonObject, Label,
                      Reason, Seq, Time)
 from .envelope import Envelope, Model
+from .secrets import EnvEntry
 
 
 class JobState(StrEnum):
@@ -55,8 +56,10 @@ class FinetuneWorkload(Model):
 class CommandWorkload(Model):
     kind: Literal["command"] = "command"
     command: list[ArgvItem] = Field(min_length=1, max_length=100_000, description="argv of the user's training script")
-    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=10_000,
-                                         description="Extra environment variables (names [A-Za-z_][A-Za-z0-9_]*)")
+    env: dict[EnvName, EnvEntry] = Field(
+        default_factory=dict, max_length=10_000,
+        description='Extra environment variables (names [A-Za-z_][A-Za-z0-9_]*); a value {"secret": "..."} is '
+        'encrypted by the gateway and shown to no reader (docs/security/access.md)')
 
     @field_validator("command")
     @classmethod

@@ -20,7 +20,9 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from libs.runtime.sealing import SealingError, load_key
 from libs.runtime.service import Runtime
+from libs.runtime.settings import SettingsError
 
 from . import auth
 from .auth import AuthError, Permission, Principal, TokenStore, require
@@ -31,6 +33,7 @@ from .domain.payload import body_limit
 from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
+from .scoping import AllowListError, load_allow_list
 from .routes import admin, jobs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
@@ -96,6 +99,13 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.settings = settings
     app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
+    try:
+        app.state.command_allow = load_allow_list(settings.command_allow, settings.command_allow_file)
+        app.state.secrets_key = load_key(settings.secrets_key) if settings.secrets_key else None
+    except AllowListError as exc:
+        raise SettingsError(f"TETO_COMMAND_ALLOW / TETO_COMMAND_ALLOW_FILE: {exc}") from None
+    except SealingError as exc:
+        raise SettingsError(str(exc)) from None
     app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)

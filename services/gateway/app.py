@@ -27,8 +27,10 @@ async def serve(settings: GatewaySettings | None = None, *, ready: asyncio.Event
     task: asyncio.Task | None = None
     try:
         app = create_app(settings, runtime)
+        tls = ({"ssl_certfile": str(settings.tls_cert_file), "ssl_keyfile": str(settings.tls_key_file)}
+               if settings.tls_cert_file else {})
         config = uvicorn.Config(app, host=settings.http_host, port=settings.http_port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                access_log=False, lifespan="off", **tls)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(), name="gateway-http")
         while not server.started:
@@ -36,7 +38,8 @@ async def serve(settings: GatewaySettings | None = None, *, ready: asyncio.Event
                 await task
                 raise RuntimeError("the HTTP server stopped during start-up")
             await asyncio.sleep(0.02)
-        log.info("gateway listening on http://%s:%s", settings.http_host, settings.http_port)
+        log.info("gateway listening on %s://%s:%s", "https" if tls else "http", settings.http_host,
+                 settings.http_port)
         if ready is not None:
             ready.set()
         # Shielded: on cancellation uvicorn is asked to exit (below) and shuts down cleanly.

@@ -44,8 +44,10 @@ def check_actor(actor: str) -> str:
 
 
 class Permission(StrEnum):
-    READ = "read"  # jobs, events, executors
-    FINETUNE_SUBMIT = "finetune:submit"  # submit jobs
+    READ = "read"  # jobs, events, executors (one's own jobs only, without read:all)
+    READ_ALL = "read:all"  # every owner's jobs, not only one's own (tenant scoping, scoping.py)
+    FINETUNE_SUBMIT = "finetune:submit"  # submit jobs (the built-in fine-tune)
+    FINETUNE_COMMAND = "finetune:command"  # submit ``command`` workloads: the user's own code on the nodes
     FINETUNE_MANAGE = "finetune:manage"  # cancel any job, requeue with a new ceiling
     FLEET_MANAGE = "fleet:manage"  # nodes: drain, checks
     POLICY_ADMIN = "policy:admin"  # scheduling policies
@@ -54,10 +56,10 @@ class Permission(StrEnum):
 
 
 class Role(StrEnum):
-    VIEWER = "viewer"  # read only
-    SUBMITTER = "submitter"  # viewer + submit
-    OPERATOR = "operator"  # submitter + manage jobs and the fleet
-    AUDITOR = "auditor"  # viewer + the audit log
+    VIEWER = "viewer"  # read only, own jobs
+    SUBMITTER = "submitter"  # viewer + submit the built-in fine-tune
+    OPERATOR = "operator"  # submitter + command workloads, every job, manage jobs and the fleet
+    AUDITOR = "auditor"  # viewer + every job + the audit log
     ADMIN = "admin"  # everything, tokens included
 
 
@@ -65,8 +67,9 @@ _P = Permission
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({_P.READ}),
     Role.SUBMITTER: frozenset({_P.READ, _P.FINETUNE_SUBMIT}),
-    Role.OPERATOR: frozenset({_P.READ, _P.FINETUNE_SUBMIT, _P.FINETUNE_MANAGE, _P.FLEET_MANAGE}),
-    Role.AUDITOR: frozenset({_P.READ, _P.AUDIT_READ}),
+    Role.OPERATOR: frozenset({_P.READ, _P.READ_ALL, _P.FINETUNE_SUBMIT, _P.FINETUNE_COMMAND, _P.FINETUNE_MANAGE,
+                              _P.FLEET_MANAGE}),
+    Role.AUDITOR: frozenset({_P.READ, _P.READ_ALL, _P.AUDIT_READ}),
     Role.ADMIN: frozenset(Permission),
 }
 

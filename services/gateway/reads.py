@@ -76,6 +76,12 @@ class Reads:
         rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id)
         return rows[0] if rows else None
 
+    async def job_owners(self, job_ids: list[str]) -> dict[str, str]:
+        """The owner of each of these jobs (tenant scoping of the fleet lists)."""
+        rows = await self._fetch("queue.jobs_public",
+                                 "SELECT id, owner FROM queue.jobs_public WHERE id = ANY($1::text[])", job_ids)
+        return {r["id"]: r["owner"] for r in rows}
+
     async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
         job = await self.job_row(job_id)
         if job is None:

@@ -1,4 +1,5 @@
-"""Typed settings of the gateway (HTTP listener, tokens file, command wait, body limit)."""
+"""Typed settings of the gateway (HTTP listener and TLS, tokens file, command wait, body limit, command
+allow-list, the key that seals secret env values)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from libs.runtime.settings import CommonSettings
+from libs.runtime.settings import CommonSettings, SettingsError
 
 
 class GatewaySettings(CommonSettings):
@@ -18,6 +19,22 @@ class GatewaySettings(CommonSettings):
     )
     max_body_bytes: int = Field(1 << 20, ge=1024, le=64 << 20, description="Larger request bodies get 413")
     default_page_size: int = Field(100, ge=1, le=10_000, description="Rows per list response when not asked")
+
+    command_allow: str | None = Field(
+        None, max_length=100_000, description="Allow-list of command workloads: a JSON list of argv prefixes "
+        '(each a string or a list of strings, e.g. [["python3", "-m", "trainer"]]); unset: any command')
+    command_allow_file: Path | None = Field(
+        None, description="Allow-list file: one argv prefix per line in shell syntax (adds to command_allow)")
+    secrets_key: str | None = Field(
+        None, max_length=4096, description="Key sealing secret env values: a key file path or 32 bytes in base64 "
+        "(teto up makes one); unset: a job with a secret value is refused")
+    tls_cert_file: Path | None = Field(None, description="Serve HTTPS with this certificate chain (PEM)")
+    tls_key_file: Path | None = Field(None, description="The private key of tls_cert_file (PEM)")
+
+    def check(self) -> None:
+        super().check()
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise SettingsError("TETO_TLS_CERT_FILE and TETO_TLS_KEY_FILE go together: set both or neither")
 
     @property
     def effective_tokens_file(self) -> Path:

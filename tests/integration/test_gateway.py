@@ -153,15 +153,16 @@ async def test_submit_is_accepted_and_visible_at_once_with_signal_budget_and_che
             job["id"])
         await gw.rt.pool.execute(
             "INSERT INTO budget.jobs_public VALUES ($1, 3600, 100, 3500, 0, null, '[]')", job["id"])
-        got = (await gw.client.get(f"/v1/jobs/{job['id']}", headers=gw.as_("viewer"))).json()
+        # auditor: read:all (a viewer sees only its own jobs, tests/security/test_tenant_scoping.py)
+        got = (await gw.client.get(f"/v1/jobs/{job['id']}", headers=gw.as_("auditor"))).json()
         assert got["signal"]["signal"] == "stuck" and got["signal"]["stuck_after_seconds"] == 5
         assert got["budget"]["consumed_seconds"] == 100 and got["budget"]["remaining_seconds"] == 3500
         assert got["checkpoint"]["next_eta_seconds"] == 20.0
 
-        listed = (await gw.client.get("/v1/jobs?state=running", headers=gw.as_("viewer"))).json()
+        listed = (await gw.client.get("/v1/jobs?state=running", headers=gw.as_("auditor"))).json()
         assert [j["id"] for j in listed] == [job["id"]] and listed[0]["signal"]["signal"] == "stuck"
-        assert (await gw.client.get("/v1/jobs?state=queued", headers=gw.as_("viewer"))).json() == []
-        events = (await gw.client.get(f"/v1/jobs/{job['id']}/events", headers=gw.as_("viewer"))).json()
+        assert (await gw.client.get("/v1/jobs?state=queued", headers=gw.as_("auditor"))).json() == []
+        events = (await gw.client.get(f"/v1/jobs/{job['id']}/events", headers=gw.as_("auditor"))).json()
         assert [(e["seq"], e["event"]) for e in events] == [(1, "submitted")]
 
 
@@ -341,5 +342,5 @@ async def test_with_the_real_queue_submit_cancel_and_refusals(env):
             assert [e["event"] for e in resp.json()["events"]] == ["submitted", "cancelled"]
             again = await gw.client.post(f"/v1/jobs/{job['id']}/cancel", headers=gw.as_("operator"))
             assert again.status_code == 409 and again.json()["by"] == "queue"
-            listed = (await gw.client.get("/v1/jobs?state=cancelled", headers=gw.as_("viewer"))).json()
+            listed = (await gw.client.get("/v1/jobs?state=cancelled", headers=gw.as_("auditor"))).json()
             assert [j["id"] for j in listed] == [job["id"]]

@@ -58,7 +58,7 @@ async def test_the_largest_accepted_body_travels_to_the_queue_and_back_as_an_eve
             limit = gw.client._transport.app.state.max_body_bytes  # type: ignore[attr-defined]
             body = _body_of(limit)
             assert len(body) == limit
-            h = {**gw.as_("submitter"), "content-type": "application/json"}
+            h = {**gw.as_("operator"), "content-type": "application/json"}  # a command workload: finetune:command
             resp = await gw.client.post("/v1/jobs", content=body, headers=h)
             assert resp.status_code == 201, resp.text[:500]
             job_id = resp.json()["id"]

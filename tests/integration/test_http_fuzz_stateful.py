@@ -61,7 +61,8 @@ class Api(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.by_key: dict[str, str] = {}  # Idempotency-Key -> job id
+        self.by_key: dict[tuple[str, str], str] = {}  # (role, Idempotency-Key) -> job id: keys are per actor
+        self.owner: dict[str, str] = {}  # job id -> the role whose actor submitted it
         self.cancelled: set[str] = set()
         self.known: set[str] = set()
 
@@ -81,7 +82,12 @@ class Api(RuleBasedStateMachine):
         resp = self.call("POST", "/v1/jobs", "/v1/jobs", "submitter", json={"workload": {"kind": "finetune"}})
         assert resp.status_code in (201, 202), resp.text
         self.known.add(resp.json()["id"])
+        self.owner[resp.json()["id"]] = "submitter"
         return resp.json()["id"]
+
+    def sees(self, role: str, job: str) -> bool:
+        """Tenant scoping: viewers and submitters see their own jobs only (operator and admin: read:all)."""
+        return role in ("operator", "admin", "auditor") or self.owner.get(job) == role
 
     @rule(target=jobs, spec=spec_values(), key=st.one_of(st.none(), st.sampled_from(["k1", "k2", "k3"])),
           role=st.sampled_from(ROLES))
@@ -90,11 +96,13 @@ class Api(RuleBasedStateMachine):
         resp = self.call("POST", "/v1/jobs", "/v1/jobs", role, content=_json(spec), headers=headers)
         if resp.status_code in (201, 202):
             job_id = resp.json().get("id") or resp.json().get("job_id")
-            if key is not None and key in self.by_key:
-                assert job_id == self.by_key[key], "a retried submit must name the same job"
+            if key is not None and (role, key) in self.by_key:
+                assert job_id == self.by_key[(role, key)], "a retried submit must name the same job"
             elif key is not None:
-                self.by_key[key] = job_id
+                assert job_id not in self.known, "another actor's key must not name their job"
+                self.by_key[(role, key)] = job_id
             self.known.add(job_id)
+            self.owner.setdefault(job_id, role)
             return job_id
         assert resp.status_code in (403, 409, 413, 422), resp.text
         if role == "viewer":
@@ -104,6 +112,9 @@ class Api(RuleBasedStateMachine):
     @rule(job=jobs, role=st.sampled_from(ROLES))
     def get(self, job: str, role: str) -> None:
         resp = self.call("GET", f"/v1/jobs/{job}", "/v1/jobs/{job_id}", role)
+        if not self.sees(role, job):
+            assert resp.status_code == 404, resp.text
+            return
         assert resp.status_code == 200, resp.text
         if job in self.cancelled:
             assert resp.json()["state"] == "cancelled"
@@ -111,7 +122,9 @@ class Api(RuleBasedStateMachine):
     @rule(job=jobs, role=st.sampled_from(ROLES))
     def cancel(self, job: str, role: str) -> None:
         resp = self.call("POST", f"/v1/jobs/{job}/cancel", "/v1/jobs/{job_id}/cancel", role)
-        if job in self.cancelled:
+        if role != "viewer" and not self.sees(role, job):
+            assert resp.status_code == 404, resp.text
+        elif job in self.cancelled:
             assert resp.status_code in (403, 409), resp.text
         elif resp.status_code == 200:
             assert resp.json()["state"] == "cancelled"
@@ -132,13 +145,13 @@ class Api(RuleBasedStateMachine):
 
     @rule(job=jobs)
     def events(self, job: str) -> None:
-        resp = self.call("GET", f"/v1/jobs/{job}/events", "/v1/jobs/{job_id}/events", "viewer")
+        resp = self.call("GET", f"/v1/jobs/{job}/events", "/v1/jobs/{job_id}/events", "auditor")
         assert resp.status_code == 200 and resp.json()[0]["event"] == "submitted", resp.text
 
     @invariant()
     def no_cancelled_job_comes_back(self) -> None:
         for job in list(self.cancelled)[:3]:
-            resp = self.call("GET", f"/v1/jobs/{job}", "/v1/jobs/{job_id}", "viewer")
+            resp = self.call("GET", f"/v1/jobs/{job}", "/v1/jobs/{job_id}", "auditor")
             assert resp.json()["state"] == "cancelled"
 
 

@@ -249,3 +249,32 @@ def test_dead_letters_are_listed_as_a_table_and_replayed_by_sequence(server, cap
     args = parse("dead-letters", "replay", "7")
     assert args.func(args) == 0
     assert "replayed on teto.progress.j1" in capsys.readouterr().out and seen[-1].method == "POST"
+
+
+def test_secret_env_is_read_from_the_shell_not_the_command_line(monkeypatch):
+    import argparse
+
+    from teto.cli_client import CliError, build_spec
+
+    args = argparse.Namespace(file=None, argv=["--", "train"], env=[("A", "1")], secret_env=["HF_TOKEN"],
+                              steps=None, name=None, ceiling=None, checkpoint_every=None, workers=None, gpus=None,
+                              max_attempts=None)
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    assert build_spec(args)["workload"]["env"] == {"A": "1", "HF_TOKEN": {"secret": "hf_x"}}
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(CliError, match="set HF_TOKEN"):
+        build_spec(args)
+
+
+def test_ca_file_from_the_flag_or_the_environment(tmp_path):
+    import ssl
+
+    from teto.cli_client import CliError, tls_verify
+    from teto.tls import make_tls
+
+    files = make_tls(tmp_path, ["localhost"])
+    assert tls_verify(None, {}) is True
+    assert isinstance(tls_verify(files.ca, {}), ssl.SSLContext)
+    assert isinstance(tls_verify(None, {"TETO_CA_FILE": str(files.ca)}), ssl.SSLContext)
+    with pytest.raises(CliError, match="no CA certificate"):
+        tls_verify(tmp_path / "missing.pem", {})

@@ -164,6 +164,9 @@ def up(opts: UpOptions) -> int:
         env.update(lease_env)
         # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
+        from teto.stack.secret_key import give_secrets_key
+
+        give_secrets_key(own, data_dir, env)  # job secrets: the gateway seals, executors open
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))

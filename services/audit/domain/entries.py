@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from libs.contracts.secrets import redact
+
 _COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RAW_EXCERPT_CHARS = 4000
 
@@ -51,11 +53,13 @@ def clean(value: Any) -> Any:
 
 
 def parse_payload(data: bytes) -> tuple[Any, bool]:
-    """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON."""
+    """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON. Secret env
+    values (sealed by the gateway) are recorded as redacted: the log shows that a value was given, not it."""
     try:
-        return clean(json.loads(data)), True
+        return redact(clean(json.loads(data))), True
     except (ValueError, RecursionError):
-        return {"raw": clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace")), "bytes": len(data)}, False
+        excerpt = clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace"))
+        return {"raw": redact(excerpt), "bytes": len(data)}, False
 
 
 def _text(payload: Any, key: str, limit: int = 1000) -> str | None:

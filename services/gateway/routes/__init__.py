@@ -6,7 +6,9 @@ from typing import Any
 
 from fastapi import Request
 
+from ..auth import Principal
 from ..errors import unavailable
+from ..scoping import hide_other_jobs, sees_all
 
 COMMAND_KEY = "x-teto-command"  # openapi_extra marker: the command kind a route issues (refusals are audited)
 
@@ -23,3 +25,12 @@ def commands_of(request: Request) -> Any:
     if commands is None:
         raise unavailable()
     return commands
+
+
+async def scoped_fleet(request: Request, principal: Principal, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Executor or node rows as this principal may see them: other owners' job ids hidden (scoping.py)."""
+    if sees_all(principal):
+        return rows
+    job_ids = sorted({r["job_id"] for r in rows if r.get("job_id")})
+    owners = await reads_of(request).job_owners(job_ids) if job_ids else {}
+    return hide_other_jobs(rows, owners, principal)

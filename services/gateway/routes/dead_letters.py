@@ -10,6 +10,7 @@ from fastapi.encoders import jsonable_encoder
 
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import new_id
+from libs.contracts.secrets import redact  # a dead grant or submit quotes sealed secrets: shown redacted
 
 from ..auth import Permission, Principal, require
 from ..dead_letters import DeadLetters, NotReplayable, view
@@ -33,7 +34,7 @@ def register(app: FastAPI) -> None:
         letters = _letters(request)
         found = await letters.list(service=service, after_seq=after_seq, limit=limit)
         nxt = found[-1][0] if len(found) == limit else None
-        return {"dead_letters": jsonable_encoder([view(seq, letter) for seq, letter in found]),
+        return {"dead_letters": jsonable_encoder([redact(view(seq, letter)) for seq, letter in found]),
                 "next_after_seq": nxt, "counts": await letters.counts()}
 
     @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter")
@@ -42,7 +43,7 @@ def register(app: FastAPI) -> None:
         letter = await _letters(request).get(seq)
         if letter is None:
             raise not_found("dead letter", str(seq))
-        return jsonable_encoder(view(seq, letter))
+        return jsonable_encoder(redact(view(seq, letter)))
 
     @app.post("/v1/dead-letters/{seq}/replay", tags=["operations"],
               summary="Publish a dead letter's message again on its original subject (after a fix)",

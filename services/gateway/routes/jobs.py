@@ -1,6 +1,8 @@
 """Jobs and executors: submit, list, show, cancel, requeue, events; the executor list.
 
 Reads come from the public views; changes are commands whose outcome the request awaits (see commands.py).
+Who sees which job, idempotency keys and the command allow-list are scoping.py's rules; secret env values are
+sealed (secret_env.py) before a submit leaves, and redacted in everything shown.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from pydantic import Field
 from libs.contracts.bounds import ID_PATTERN, INT32_MAX, Actor, Reason
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SubmitJob
 from libs.contracts.envelope import Model
-from libs.contracts.jobs import JobSpec, JobState
+from libs.contracts.jobs import CommandWorkload, JobSpec, JobState
+from libs.contracts.secrets import redact
 
-from ..auth import Permission, Principal, require
+from ..auth import AuthError, Permission, Principal, require
 from ..commands import Sent
 from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
-from . import COMMAND_KEY, commands_of, reads_of
+from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
+from ..secret_env import SecretRefused, seal_spec
+from . import COMMAND_KEY, commands_of, reads_of, scoped_fleet
 
 _ID = re.compile(ID_PATTERN)
 
@@ -35,18 +40,43 @@ class RequeueBody(Model):
     gpu_ceiling_seconds: float = Field(gt=0, le=10**9, description="The new TOTAL GPU-second ceiling")
 
 
-async def _existing_job(request: Request, job_id: str, command: tuple[str, Principal] | None = None
-                        ) -> dict[str, Any]:
-    """The job's row, or 404; a command about an unknown job is recorded as refused by the gateway."""
+async def _existing_job(request: Request, job_id: str, principal: Principal,
+                        command: str | None = None) -> dict[str, Any]:
+    """The job's row, or 404 (also for a job the principal may not see: its id is not confirmed); a command
+    about an unknown job is recorded as refused by the gateway."""
     job = await reads_of(request).job_row(job_id) if _ID.match(job_id) else None
-    if job is None:
+    if job is None or not may_see(principal, job.get("owner")):
         err = not_found("job", job_id)
         if command is not None:
-            kind, principal = command
-            await commands_of(request).refuse(kind, principal.actor, err.body["reason"],
+            await commands_of(request).refuse(command, principal.actor, err.body["reason"],
                                               job_id=job_id if _ID.match(job_id) else None)
         raise err
     return job
+
+
+async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) -> SubmitJob:
+    """The submit as it may leave: a ``command`` workload needs finetune:command and an allowed argv; its
+    secret env values are sealed for this job. Each refusal is audited (api.py records AuthError 403)."""
+    workload = cmd.spec.workload
+    if isinstance(workload, CommandWorkload):
+        if not principal.can(Permission.FINETUNE_COMMAND):
+            perm = Permission.FINETUNE_COMMAND.value
+            raise AuthError(403, f"role {principal.role.value!r} lacks permission {perm!r} (command workloads run "
+                            "your own code on the nodes)", permission=perm, actor=principal.actor)
+        refusal = command_refusal(workload.command, request.app.state.command_allow)
+        if refusal is not None:
+            raise AuthError(403, refusal, actor=principal.actor)
+    try:
+        spec = seal_spec(cmd.spec, job_id=cmd.job_id, key=request.app.state.secrets_key)
+    except SecretRefused as exc:
+        await commands_of(request).refuse("submit", principal.actor, str(exc))
+        raise ApiError(422, "invalid", str(exc)) from None
+    limit = request.app.state.max_body_bytes
+    if spec is not cmd.spec and len(spec.model_dump_json()) > limit:
+        # Ciphertext is about 4/3 of its plaintext: what fitted as a body may no longer fit on the bus.
+        raise ApiError(413, "too_large", f"the spec with its secrets encrypted is larger than {limit} bytes",
+                       limit_bytes=limit)
+    return cmd.model_copy(update={"spec": spec})
 
 
 async def _answer(request: Request, cmd: Command, job_id: str) -> JSONResponse:
@@ -64,7 +94,7 @@ async def _answer(request: Request, cmd: Command, job_id: str) -> JSONResponse:
     job = await reads_of(request).get_job(job_id)
     if job is None:
         job = {"id": job_id, "command_id": sent.command_id, "status": "accepted"}
-    return JSONResponse(jsonable_encoder(job), status_code=status)
+    return JSONResponse(jsonable_encoder(redact(job)), status_code=status)
 
 
 def register(app: FastAPI) -> None:
@@ -80,37 +110,44 @@ def register(app: FastAPI) -> None:
                      ) -> JSONResponse:
         cmd = SubmitJob(actor=principal.actor, spec=spec)
         if idempotency_key:
-            # The same key always names the same command and job, so a retried request acts once.
-            cmd = cmd.model_copy(update={"command_id": idempotency_key, "job_id": idempotency_key})
+            # The same key by the same actor always names the same command and job, so a retried request acts
+            # once; another actor's same key names another job (scoping.job_id_for_key).
+            derived = job_id_for_key(principal.actor, idempotency_key)
+            cmd = cmd.model_copy(update={"command_id": derived, "job_id": derived})
+        cmd = await _admit_spec(request, principal, cmd)
         return await _answer(request, cmd, cmd.job_id)
 
     @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first")
     async def list_jobs(request: Request, state: JobState | None = None,
                         owner: Actor | None = Query(None), limit: int = Query(100, ge=1, le=1000),
-                        _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
-        return await reads_of(request).list_jobs(state=state.value if state else None, owner=owner, limit=limit)
+                        principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
+        owner, nothing = owner_filter(principal, owner)
+        if nothing:
+            return []
+        jobs = await reads_of(request).list_jobs(state=state.value if state else None, owner=owner, limit=limit)
+        return redact(jobs)
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"],
              summary="One job: state, attempts, executor, progress, signal, budget, events")
     async def get_job(request: Request, job_id: str,
-                      _: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+                      principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
         job = await reads_of(request).get_job(job_id) if _ID.match(job_id) else None
-        if job is None:
+        if job is None or not may_see(principal, job.get("owner")):
             raise not_found("job", job_id)
-        return job
+        return redact(job)
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], summary="A job's events in order (page with after_seq)")
     async def job_events(request: Request, job_id: str, after_seq: int = Query(0, ge=0, le=INT32_MAX),
                          limit: int = Query(500, ge=1, le=5000),
-                         _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
-        await _existing_job(request, job_id)
-        return await reads_of(request).job_events(job_id, after_seq=after_seq, limit=limit)
+                         principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
+        await _existing_job(request, job_id, principal)
+        return redact(await reads_of(request).job_events(job_id, after_seq=after_seq, limit=limit))
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], summary="Cancel a job (your own, or any with finetune:manage)",
                  openapi_extra={COMMAND_KEY: "cancel"})
     async def cancel(request: Request, job_id: str, body: CancelBody | None = None,
                      principal: Principal = Depends(require(Permission.FINETUNE_SUBMIT))) -> JSONResponse:
-        job = await _existing_job(request, job_id, ("cancel", principal))
+        job = await _existing_job(request, job_id, principal, "cancel")
         if job.get("owner") != principal.actor and not principal.can(Permission.FINETUNE_MANAGE):
             perm = Permission.FINETUNE_MANAGE.value
             reason = f"job {job_id} belongs to {job.get('owner')!r}; cancelling it needs {perm!r}"
@@ -124,11 +161,13 @@ def register(app: FastAPI) -> None:
                  openapi_extra={COMMAND_KEY: "requeue"})
     async def requeue(request: Request, job_id: str, body: RequeueBody,
                       principal: Principal = Depends(require(Permission.FINETUNE_MANAGE))) -> JSONResponse:
-        await _existing_job(request, job_id, ("requeue", principal))
+        await _existing_job(request, job_id, principal, "requeue")
         cmd = RequeueJob(actor=principal.actor, job_id=job_id, gpu_ceiling_seconds=body.gpu_ceiling_seconds)
         return await _answer(request, cmd, job_id)
 
     @app.get("/v1/executors", tags=["fleet"], summary="Executors: node, group, phase, job, signal, last heartbeat")
-    async def executors(request: Request, _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
-        return await reads_of(request).executors()
+    async def executors(request: Request,
+                        principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
+        rows = await reads_of(request).executors()
+        return await scoped_fleet(request, principal, rows)
 

@@ -21,7 +21,7 @@ from libs.contracts.nodes import CheckTest
 from ..auth import Permission, Principal, require
 from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
-from . import COMMAND_KEY, commands_of, reads_of
+from . import COMMAND_KEY, commands_of, reads_of, scoped_fleet
 
 _NODE = re.compile(ID_PATTERN)
 _GROUP = re.compile(ID_PATTERN)
@@ -79,8 +79,9 @@ def register(app: FastAPI) -> None:
         return jsonable_encoder(run)
 
     @app.get("/v1/nodes", tags=["fleet"], summary="Nodes: state, schedulable or not and why, last check")
-    async def list_nodes(request: Request, _: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
-        return jsonable_encoder(await reads_of(request).nodes())
+    async def list_nodes(request: Request,
+                         principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
+        return jsonable_encoder(await scoped_fleet(request, principal, await reads_of(request).nodes()))
 
     @app.get("/v1/node-groups", tags=["fleet"], summary="Node groups: nodes per state, schedulable, last check")
     async def list_groups(request: Request,

@@ -1,0 +1,83 @@
+"""Attack: one tenant reads or reaches another's jobs. A submitter or viewer sees only its own jobs: another's
+is not found (404, the id is not confirmed), absent from lists (also when asked for by owner), its events are
+not found, and cancelling it is not found (audited, the job untouched). The executor list hides which job of
+another owner an executor runs. The Idempotency-Key is the actor's: Bob sending Alice's key gets a job of his own
+and cannot read hers; Alice repeating it gets hers back."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.security.gateway_stack import gateway_stack
+from tests.support.services import eventually
+
+pytestmark = pytest.mark.security
+
+FINETUNE = {"workload": {"kind": "finetune", "params": {"steps": 5}}}
+
+
+async def test_submitters_and_viewers_see_only_their_own_jobs(env, tmp_path):
+    async with gateway_stack(env, tmp_path / "s") as s:
+        alice, bob, vic = s.as_("alice"), s.as_("bob"), s.as_("vic")
+        r = await alice.post("/v1/jobs", json={**FINETUNE, "name": "alice-private"})
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        assert (await bob.post("/v1/jobs", json={**FINETUNE, "name": "bob-own"})).status_code == 201
+
+        for intruder in (bob, vic):
+            r = await intruder.get(f"/v1/jobs/{job_id}")
+            assert r.status_code == 404 and r.json()["reason"] == f"no such job: {job_id}"
+            assert (await intruder.get(f"/v1/jobs/{job_id}/events")).status_code == 404
+            listed = (await intruder.get("/v1/jobs")).json()
+            assert job_id not in {j["id"] for j in listed}
+            assert (await intruder.get("/v1/jobs", params={"owner": "alice"})).json() == []
+        assert {j["name"] for j in (await bob.get("/v1/jobs")).json()} == {"bob-own"}
+
+        r = await bob.post(f"/v1/jobs/{job_id}/cancel")
+        assert r.status_code == 404, r.text
+        await eventually(lambda: s.audit_rows(actor="bob", kind="cancel", outcome="refused"), 20, "bob's refusal")
+        assert (await alice.get(f"/v1/jobs/{job_id}")).json()["state"] == "queued"
+
+        # read:all (operator, auditor) sees everyone's; the owner cancels her own as before.
+        for reader in ("olga", "aude"):
+            assert (await s.as_(reader).get(f"/v1/jobs/{job_id}")).status_code == 200
+            assert len((await s.as_(reader).get("/v1/jobs")).json()) == 2
+        assert (await alice.post(f"/v1/jobs/{job_id}/cancel")).status_code == 200
+
+
+async def test_an_idempotency_key_names_a_job_of_its_own_actor_only(env, tmp_path):
+    async with gateway_stack(env, tmp_path / "s", audit=False) as s:
+        alice, bob = s.as_("alice"), s.as_("bob")
+        key = {"Idempotency-Key": "nightly-run-1"}
+        a = await alice.post("/v1/jobs", json={**FINETUNE, "name": "alice-job"}, headers=key)
+        assert a.status_code == 201, a.text
+        b = await bob.post("/v1/jobs", json={**FINETUNE, "name": "bob-job"}, headers=key)
+        assert b.status_code == 201, b.text
+        assert b.json()["id"] != a.json()["id"] and b.json()["name"] == "bob-job" and b.json()["owner"] == "bob"
+        assert (await bob.get(f"/v1/jobs/{a.json()['id']}")).status_code == 404
+        again = await alice.post("/v1/jobs", json={**FINETUNE, "name": "alice-job"}, headers=key)
+        assert again.status_code in (200, 201) and again.json()["id"] == a.json()["id"]
+        assert await s.db.fetchval("SELECT count(*) FROM queue.jobs") == 2
+
+
+async def test_the_executor_list_hides_which_job_of_another_owner_runs(env, tmp_path):
+    async with gateway_stack(env, tmp_path / "s", audit=False, health=True) as s:
+        s.start_executor("sec-1")
+        await s.wait_executors("sec-1")
+        spec = {"workload": {"kind": "command", "command": [sys.executable, "-c", "import time; time.sleep(60)"]}}
+        r = await s.as_("olga").post("/v1/jobs", json=spec)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        async def running_on_executor() -> bool:
+            rows = (await s.as_("olga").get("/v1/executors")).json()
+            return any(e["job_id"] == job_id for e in rows)
+        await eventually(running_on_executor, 60, "the executor to report the job")
+        (entry,) = [e for e in (await s.as_("alice").get("/v1/executors")).json() if e["executor_id"] == "sec-1"]
+        assert entry["job_id"] is None and entry["epoch"] is None
+        assert job_id in {n.get("job_id") for n in (await s.as_("olga").get("/v1/nodes")).json()}
+        for nodes_reader in ("alice", "vic"):
+            assert all(n.get("job_id") is None for n in (await s.as_(nodes_reader).get("/v1/nodes")).json())
+        assert (await s.as_("olga").post(f"/v1/jobs/{job_id}/cancel")).status_code == 200
