@@ -96,7 +96,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.settings = settings
     app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
-    app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
+    app.state.reads = reads if reads is not None else (Reads(runtime.pool, runtime) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)

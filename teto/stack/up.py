@@ -158,6 +158,9 @@ def up(opts: UpOptions) -> int:
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
         own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
+        from teto.stack.audit_key import audit_key_env
+
+        own["audit"].update(audit_key_env(data_dir))
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))

@@ -1,0 +1,139 @@
+"""Anchoring the audit chain outside the database, and verifying the log against the anchors (the audit service's
+I/O around domain/anchoring.py).
+
+- ``Anchorer``: a singleton loop publishes the chain head to ``teto.audit.anchor`` (stream ``AUDIT_ANCHOR``: no
+  message delete, no purge, no age or count limit) every ``anchor_seconds`` when it moved, and once at shutdown.
+  Replicas do not duplicate it (one leader); a duplicate at shutdown is dropped by the message id.
+- ``verify_log``: reads every anchor, checks them against the table, then recomputes the chain and every mac. It
+  needs the key, so it runs here and answers ``teto.rpc.audit.verify`` (the gateway and ``teto audit verify``
+  ask it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError
+
+from libs.contracts.audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
+from libs.runtime import bus
+from libs.runtime.edge import Responder
+from libs.runtime.service import Runtime
+
+from . import store
+from .domain import anchoring
+
+log = logging.getLogger(__name__)
+
+ANCHOR_STREAM = "AUDIT_ANCHOR"
+READ_TIMEOUT = 10.0
+
+
+class Anchorer:
+    def __init__(self, runtime: Runtime, key: bytes | None) -> None:
+        self.runtime = runtime
+        self.key = key
+        self.last_seq: int | None = None
+        self.published = 0
+
+    @property
+    def stream(self) -> str:
+        return self.runtime.subjects.stream_name(ANCHOR_STREAM)
+
+    async def _last_anchored(self) -> int | None:
+        try:
+            msg = await self.runtime.js.get_last_msg(self.stream, self.runtime.subjects.audit_anchor)
+        except NotFoundError:
+            return None
+        return AuditAnchor.decode(msg.data).seq
+
+    async def anchor(self) -> AuditAnchor | None:
+        """Publish the chain head if it moved since the last anchor; returns the anchor published, if any."""
+        if self.last_seq is None:
+            self.last_seq = await self._last_anchored() or 0
+        async with self.runtime.pool.acquire() as conn:
+            head = await store.head(conn)
+        if head is None or head["seq"] == self.last_seq:
+            return None
+        anchor = AuditAnchor(**anchoring.make_anchor(head, self.key))
+        await bus.publish(self.runtime.js, self.runtime.subjects.audit_anchor, anchor,
+                          msg_id=f"audit-anchor-{anchor.seq}-{anchor.hash[:16]}")
+        self.last_seq = anchor.seq
+        self.published += 1
+        log.info("audit chain anchored at seq %d", anchor.seq)
+        return anchor
+
+    async def loop(self, every: float) -> None:
+        while True:
+            try:
+                await self.anchor()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the next tick anchors the head then
+                log.warning("audit anchor not published (%r); next try in %.0fs", exc, every)
+            await asyncio.sleep(every)
+
+
+async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], int, list[str]]:
+    """Every anchor in stream order (with ``stream_seq``), the stream's first sequence, and what is wrong with
+    the stream's configuration (a weakened stream no longer keeps the anchors)."""
+    js, name = runtime.js, runtime.subjects.stream_name(ANCHOR_STREAM)
+    info = await js.stream_info(name)
+    cfg, state = info.config, info.state
+    weak = [f"{what} is off" for what, on in (("deny_delete", cfg.deny_delete), ("deny_purge", cfg.deny_purge))
+            if not on]
+    weak += [f"{what} is {value}" for what, value in (("max_age", cfg.max_age), ("max_msgs", cfg.max_msgs),
+                                                      ("max_bytes", cfg.max_bytes)) if value and value > 0]
+    if cfg.allow_rollup_hdrs:
+        weak.append("rollup headers are allowed (a rollup purges)")
+    anchors: list[dict[str, Any]] = []
+    if not state.messages:
+        return anchors, state.first_seq or 1, weak
+    sub = await js.subscribe(runtime.subjects.audit_anchor, stream=name, ordered_consumer=True)
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=READ_TIMEOUT)
+            except (NatsTimeout, asyncio.TimeoutError):
+                raise TimeoutError(f"reading the anchor stream stopped after {len(anchors)} of {state.messages}")
+            seq = msg.metadata.sequence.stream
+            anchors.append({**AuditAnchor.decode(msg.data).model_dump(), "stream_seq": seq})
+            if seq >= state.last_seq:
+                return anchors, state.first_seq, weak
+    finally:
+        await sub.unsubscribe()
+
+
+async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
+    """The anchors against the table first (what they say is where macs begin), then every row's chain and mac."""
+    anchors, first_stream_seq, weak = await read_anchors(runtime)
+    async with runtime.pool.acquire() as conn:
+        stored, head_seq = await store.hashes_at(conn, [a["seq"] for a in anchors])
+    found = anchoring.check_anchors(anchors, stored, head_seq, key, first_stream_seq=first_stream_seq)
+    rows = await store.verify(runtime.pool, key, keyed_from=found.keyed_from)
+    first_bad_seq, reason = rows.first_bad_seq, rows.reason
+    if found.reason is not None and (first_bad_seq is None or (found.bad_seq or 0) < first_bad_seq):
+        first_bad_seq, reason = found.bad_seq, found.reason
+    if reason is None and weak:
+        reason = "the anchor stream's configuration was weakened: " + ", ".join(weak)
+    ok = reason is None
+    return AuditVerifyReply(
+        ok=ok, checked=rows.checked, first_bad_seq=first_bad_seq, reason=reason, keyed=key is not None,
+        macs_checked=rows.macs_checked, pre_key_rows=rows.pre_key_rows, anchors_checked=found.checked,
+        first_bad_anchor=found.first_bad_anchor, last_anchor_seq=found.last_seq, last_anchor_time=found.last_time,
+        head_seq=head_seq)
+
+
+def responders(runtime: Runtime, key: bytes | None, queue: str) -> list[Responder]:
+    async def on_verify(_: AuditVerifyRequest) -> AuditVerifyReply:
+        reply = await verify_log(runtime, key)
+        if not reply.ok:
+            log.error("audit verify: NOT OK at seq %s (anchor %s): %s", reply.first_bad_seq, reply.first_bad_anchor,
+                      reply.reason)
+        return reply
+
+    return [Responder(runtime.subjects.rpc_audit_verify, queue, AuditVerifyRequest.decode, on_verify,
+                      lambda reason: AuditVerifyReply(ok=False, reason=f"malformed verify request: {reason}"))]
