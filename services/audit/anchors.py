@@ -77,9 +77,9 @@ class Anchorer:
             await asyncio.sleep(every)
 
 
-async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], int, list[str]]:
-    """Every anchor in stream order (with ``stream_seq``), the stream's first sequence, and what is wrong with
-    the stream's configuration (a weakened stream no longer keeps the anchors)."""
+async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every anchor in stream order (with ``stream_seq``), and what is wrong with the stream's configuration (a
+    weakened stream no longer keeps the anchors)."""
     js, name = runtime.js, runtime.subjects.stream_name(ANCHOR_STREAM)
     info = await js.stream_info(name)
     cfg, state = info.config, info.state
@@ -91,7 +91,7 @@ async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], int, lis
         weak.append("rollup headers are allowed (a rollup purges)")
     anchors: list[dict[str, Any]] = []
     if not state.messages:
-        return anchors, state.first_seq or 1, weak
+        return anchors, weak
     sub = await js.subscribe(runtime.subjects.audit_anchor, stream=name, ordered_consumer=True)
     try:
         while True:
@@ -102,17 +102,18 @@ async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], int, lis
             seq = msg.metadata.sequence.stream
             anchors.append({**AuditAnchor.decode(msg.data).model_dump(), "stream_seq": seq})
             if seq >= state.last_seq:
-                return anchors, state.first_seq, weak
+                return anchors, weak
     finally:
         await sub.unsubscribe()
 
 
 async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
     """The anchors against the table first (what they say is where macs begin), then every row's chain and mac."""
-    anchors, first_stream_seq, weak = await read_anchors(runtime)
+    anchors, weak = await read_anchors(runtime)
     async with runtime.pool.acquire() as conn:
         stored, head_seq = await store.hashes_at(conn, [a["seq"] for a in anchors])
-    found = anchoring.check_anchors(anchors, stored, head_seq, key, first_stream_seq=first_stream_seq)
+    # Anchors are never deleted, so they run from stream sequence 1: a later start is a removal too.
+    found = anchoring.check_anchors(anchors, stored, head_seq, key)
     rows = await store.verify(runtime.pool, key, keyed_from=found.keyed_from)
     first_bad_seq, reason = rows.first_bad_seq, rows.reason
     if found.reason is not None and (first_bad_seq is None or (found.bad_seq or 0) < first_bad_seq):
