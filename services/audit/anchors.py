@@ -67,21 +67,26 @@ class Anchorer:
         return anchor
 
     async def loop(self, every: float) -> None:
+        """Anchor every ``every`` seconds, the first time one period after taking over (a clean stop anchored
+        the head already; after a crash the first period's rows are covered by their macs meanwhile)."""
         while True:
+            await asyncio.sleep(every)
             try:
                 await self.anchor()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the next tick anchors the head then
                 log.warning("audit anchor not published (%r); next try in %.0fs", exc, every)
-            await asyncio.sleep(every)
 
 
 async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], list[str]]:
     """Every anchor in stream order (with ``stream_seq``), and what is wrong with the stream's configuration (a
     weakened stream no longer keeps the anchors)."""
     js, name = runtime.js, runtime.subjects.stream_name(ANCHOR_STREAM)
-    info = await js.stream_info(name)
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        return [], [f"the anchor stream {name} does not exist (deleted)"]
     cfg, state = info.config, info.state
     weak = [f"{what} is off" for what, on in (("deny_delete", cfg.deny_delete), ("deny_purge", cfg.deny_purge))
             if not on]
