@@ -56,7 +56,10 @@ class Anchorer:
             self.last_seq = await self._last_anchored() or 0
         async with self.runtime.pool.acquire() as conn:
             head = await store.head(conn)
-        if head is None or head["seq"] == self.last_seq:
+        if not anchoring.worth_anchoring(head and head["seq"], self.last_seq):
+            if head is not None and head["seq"] < self.last_seq:
+                log.error("the audit log ends at seq %d but seq %d was anchored: rows were removed (verify names it)",
+                          head["seq"], self.last_seq)
             return None
         anchor = AuditAnchor(**anchoring.make_anchor(head, self.key))
         await bus.publish(self.runtime.js, self.runtime.subjects.audit_anchor, anchor,

@@ -45,3 +45,10 @@ def create_key_file(path: Path) -> bool:
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
     return True
+
+
+if __name__ == "__main__":  # python -m services.audit.keyfile PATH: make the key once (deploy/compose.yml)
+    import sys
+
+    target = Path(sys.argv[1])
+    print(f"audit key {'created' if create_key_file(target) else 'kept'} at {target}")

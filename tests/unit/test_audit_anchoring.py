@@ -147,3 +147,9 @@ def test_anchors_removed_from_the_stream_are_seen(stream_seqs, first):
     anchors = [anchor_of(rows, i + 2, s) for i, s in enumerate(stream_seqs)]
     found = anchoring.check_anchors(anchors, stored(rows), 6, KEY, first_stream_seq=first)
     assert found.first_bad_anchor is not None and "removed from the stream" in found.reason
+
+
+@pytest.mark.parametrize("head, last, worth", [(None, 0, False), (5, 5, False), (6, 5, True), (3, 5, False)],
+                         ids=["empty log", "unchanged", "moved", "went back (rows removed)"])
+def test_only_a_head_that_moved_forward_is_anchored(head, last, worth):
+    assert anchoring.worth_anchoring(head, last) is worth

@@ -79,6 +79,12 @@ def check_macs(rows: Iterable[Mapping[str, Any]], key: bytes, *, keyed_from: int
     return MacCheck(None, None, checked, pre_key, keyed_from)
 
 
+def worth_anchoring(head_seq: int | None, last_anchored: int) -> bool:
+    """Anchor a head that moved forward. A head behind the last anchor means rows were removed: anchoring it would
+    only add noise (the older anchor already names the truncation), so it is not anchored."""
+    return head_seq is not None and head_seq > last_anchored
+
+
 def make_anchor(head: Mapping[str, Any], key: bytes | None) -> dict[str, Any]:
     """The anchor fields for a chain head (seq, hash, rows, recorded_at, keyed_from), with its mac if keyed."""
     anchor = {k: head.get(k) for k in ANCHORED_FIELDS}
