@@ -45,6 +45,8 @@ class AuditVerifyReply(Envelope):
     macs_checked: Big = 0
     pre_key_rows: Big = Field(0, description="Rows written before the key existed: protected by anchors only")
     anchors_checked: Big = 0
+    unsigned_anchors: Big = Field(0, description="Anchors without a mac (made without a key), compared all the same")
+    malformed_anchors: Big = Field(0, description="Messages on the anchor subject that are no anchor (skipped)")
     first_bad_anchor: Big | None = Field(None, description="Stream sequence of the first anchor that fails")
     last_anchor_seq: Big | None = Field(None, description="Row seq of the newest anchor")
     last_anchor_time: Time | None = None

@@ -19,6 +19,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NotFoundError
 
 from libs.contracts.audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
+from libs.contracts.envelope import ContractError
 from libs.runtime import bus
 from libs.runtime.edge import Responder
 from libs.runtime.service import Runtime
@@ -48,7 +49,10 @@ class Anchorer:
             msg = await self.runtime.js.get_last_msg(self.stream, self.runtime.subjects.audit_anchor)
         except NotFoundError:
             return None
-        return AuditAnchor.decode(msg.data).seq
+        try:
+            return AuditAnchor.decode(msg.data).seq
+        except ContractError:  # junk published after the last anchor: verify names it; anchor the head anew
+            return None
 
     async def anchor(self) -> AuditAnchor | None:
         """Publish the chain head if it moved since the last anchor; returns the anchor published, if any."""
@@ -108,7 +112,12 @@ async def read_anchors(runtime: Runtime) -> tuple[list[dict[str, Any]], list[str
             except (NatsTimeout, asyncio.TimeoutError):
                 raise TimeoutError(f"reading the anchor stream stopped after {len(anchors)} of {state.messages}")
             seq = msg.metadata.sequence.stream
-            anchors.append({**AuditAnchor.decode(msg.data).model_dump(), "stream_seq": seq})
+            try:
+                anchors.append({**AuditAnchor.decode(msg.data).model_dump(), "stream_seq": seq})
+            except ContractError as exc:
+                log.error("anchor stream message %d is not an anchor (%s): who may publish on %s?", seq, exc.reason,
+                          msg.subject)
+                anchors.append({"stream_seq": seq, "malformed": exc.reason})
             if seq >= state.last_seq:
                 return anchors, weak
     finally:
@@ -119,7 +128,7 @@ async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
     """The anchors against the table first (what they say is where macs begin), then every row's chain and mac."""
     anchors, weak = await read_anchors(runtime)
     async with runtime.pool.acquire() as conn:
-        stored, head_seq = await store.hashes_at(conn, [a["seq"] for a in anchors])
+        stored, head_seq = await store.hashes_at(conn, [a["seq"] for a in anchors if not a.get("malformed")])
     # Anchors are never deleted, so they run from stream sequence 1: a later start is a removal too.
     found = anchoring.check_anchors(anchors, stored, head_seq, key)
     rows = await store.verify(runtime.pool, key, keyed_from=found.keyed_from)
@@ -132,6 +141,7 @@ async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
     return AuditVerifyReply(
         ok=ok, checked=rows.checked, first_bad_seq=first_bad_seq, reason=reason, keyed=key is not None,
         macs_checked=rows.macs_checked, pre_key_rows=rows.pre_key_rows, anchors_checked=found.checked,
+        unsigned_anchors=found.unsigned, malformed_anchors=found.malformed,
         first_bad_anchor=found.first_bad_anchor, last_anchor_seq=found.last_seq, last_anchor_time=found.last_time,
         head_seq=head_seq)
 

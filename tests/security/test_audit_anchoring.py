@@ -146,25 +146,39 @@ async def test_a_superuser_cannot_rewrite_truncate_or_unanchor_the_audit_log_uns
     await pg.close()
 
 
-async def test_anchors_dropped_by_a_stream_limit_are_reported(env, tmp_path):
-    """JetStream lets a client lower the anchor stream's max_msgs, which drops the oldest anchors: verify names
-    the gap and the weakened configuration."""
+async def test_junk_forged_and_dropped_anchors_are_reported(env, tmp_path):
+    """Whoever may publish on the anchor subject can add junk (skipped, counted) or a forged anchor (named: it is
+    not the key's); JetStream lets a client lower the stream's max_msgs, which drops the oldest anchors: verify
+    names the gap."""
     key_file = tmp_path / "audit.key"
     create_key_file(key_file)
     settings = env.settings(AuditSettings, audit_key_file=key_file, anchor_seconds=0.2)
     s = settings.subjects
     anchor_stream = s.stream_name("AUDIT_ANCHOR")
     async with running(serve, settings), jetstream(settings.nats_url) as (nc, js):
+
+        async def verify() -> AuditVerifyReply:
+            return AuditVerifyReply.decode((await nc.request(s.rpc_audit_verify, AuditVerifyRequest().encode(),
+                                                             timeout=30)).data)
+
         for i in range(3):
             await publish(js, s.cmd("submit"), SubmitJob(actor=f"u{i}", spec={"workload": {"kind": "finetune"}}))
             await eventually(lambda i=i: _anchored_past(js, anchor_stream, s.audit_anchor, i + 1),
                              what=f"an anchor of seq {i + 1}")
+        await js.publish(s.audit_anchor, b"\x00 not an anchor")
+        found = await verify()
+        assert found.ok and found.malformed_anchors == 1 and found.anchors_checked >= 3, found
+
+        real = AuditAnchor.decode((await js.get_msg(anchor_stream, 1)).data)
+        forged = anchoring.make_anchor({**real.model_dump(), "hash": "f" * 64}, b"m" * 32)
+        ack = await js.publish(s.audit_anchor, AuditAnchor(**forged).encode())
+        found = await verify()
+        assert not found.ok and found.first_bad_anchor == ack.seq and "not made with the audit key" in found.reason
+
         info = await js.stream_info(anchor_stream)
-        assert info.state.messages >= 3
         await js.update_stream(dataclasses.replace(info.config, max_msgs=1))  # the server allows this
-        reply = AuditVerifyReply.decode((await nc.request(s.rpc_audit_verify, AuditVerifyRequest().encode(),
-                                                          timeout=30)).data)
-        assert not reply.ok and reply.first_bad_anchor is not None and "removed from the stream" in reply.reason
+        found = await verify()
+        assert not found.ok and found.first_bad_anchor is not None and "removed from the stream" in found.reason
 
 
 async def _anchored_past(js, stream: str, subject: str, seq: int) -> bool:

@@ -153,3 +153,10 @@ def test_anchors_removed_from_the_stream_are_seen(stream_seqs, first):
                          ids=["empty log", "unchanged", "moved", "went back (rows removed)"])
 def test_only_a_head_that_moved_forward_is_anchored(head, last, worth):
     assert anchoring.worth_anchoring(head, last) is worth
+
+
+def test_junk_on_the_anchor_subject_claims_nothing_but_still_counts_in_the_stream():
+    rows = make_rows()
+    anchors = [anchor_of(rows, 2, 1), {"stream_seq": 2, "malformed": "not JSON"}, anchor_of(rows, 5, 3)]
+    found = anchoring.check_anchors(anchors, stored(rows), 6, KEY)
+    assert (found.reason, found.checked, found.malformed, found.last_seq) == (None, 2, 1, 5)

@@ -99,6 +99,7 @@ class AnchorCheck:
     reason: str | None
     checked: int
     unsigned: int  # anchors made without a key (compared, but anyone who could publish could have made them)
+    malformed: int  # messages on the anchor subject that are no anchor at all: they claim nothing, so skipped
     last_seq: int | None
     last_time: datetime | None
     keyed_from: int | None  # the earliest seq from which the (authentic) anchors say rows carry macs
@@ -110,25 +111,30 @@ def check_anchors(anchors: Sequence[Mapping[str, Any]], stored: Mapping[int, str
 
     ``stored`` maps each anchored seq still in the table to its hash; ``head_seq`` is the table's newest seq.
     Rules, in order, per anchor: the anchors form an unbroken run of stream sequences from ``first_stream_seq``
-    (anchors cannot be deleted, so a gap or a later start means the stream was tampered with); a mac, where
+    (anchors cannot be deleted, so a gap or a later start means the stream was tampered with); a message marked
+    ``malformed`` (not an anchor at all) is counted and skipped, since it claims nothing; a mac, where
     there is one, is the key's; the anchored seq is not past the table's end (else: truncated); the row exists
     and has the anchored hash (else: rewritten at or before that seq).
     """
-    checked = unsigned = 0
+    checked = unsigned = malformed = 0
     last_seq: int | None = None
     last_time: datetime | None = None
     keyed_from: int | None = None
     expected = first_stream_seq
 
     def bad(anchor: Mapping[str, Any], seq: int | None, reason: str) -> AnchorCheck:
-        return AnchorCheck(anchor["stream_seq"], seq, reason, checked, unsigned, last_seq, last_time, keyed_from)
+        return AnchorCheck(anchor["stream_seq"], seq, reason, checked, unsigned, malformed, last_seq, last_time,
+                           keyed_from)
 
     for anchor in anchors:
-        seq, when = anchor["seq"], anchor.get("time")
         if anchor["stream_seq"] != expected:
             return bad(anchor, None, f"anchor stream sequence {anchor['stream_seq']} where {expected} was expected:"
                        " anchors were removed from the stream")
         expected += 1
+        if anchor.get("malformed"):  # someone published junk where only the audit service should: it says nothing
+            malformed += 1
+            continue
+        seq, when = anchor["seq"], anchor.get("time")
         if anchor.get("mac") is None:
             unsigned += 1
         elif key is not None and not same(anchor["mac"], anchor_mac(key, anchor)):
@@ -146,7 +152,7 @@ def check_anchors(anchors: Sequence[Mapping[str, Any]], stored: Mapping[int, str
             keyed_from = anchor["keyed_from"] if keyed_from is None else min(keyed_from, anchor["keyed_from"])
         checked += 1
         last_seq, last_time = seq, when
-    return AnchorCheck(None, None, None, checked, unsigned, last_seq, last_time, keyed_from)
+    return AnchorCheck(None, None, None, checked, unsigned, malformed, last_seq, last_time, keyed_from)
 
 
 def _when(value: datetime | None) -> str:
