@@ -132,11 +132,7 @@ async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
     # Anchors are never deleted, so they run from stream sequence 1: a later start is a removal too.
     found = anchoring.check_anchors(anchors, stored, head_seq, key)
     rows = await store.verify(runtime.pool, key, keyed_from=found.keyed_from)
-    first_bad_seq, reason = rows.first_bad_seq, rows.reason
-    if found.reason is not None and (first_bad_seq is None or (found.bad_seq or 0) < first_bad_seq):
-        first_bad_seq, reason = found.bad_seq, found.reason
-    if reason is None and weak:
-        reason = "the anchor stream's configuration was weakened: " + ", ".join(weak)
+    first_bad_seq, reason = anchoring.verdict(rows.first_bad_seq, rows.reason, found, weak)
     ok = reason is None
     return AuditVerifyReply(
         ok=ok, checked=rows.checked, first_bad_seq=first_bad_seq, reason=reason, keyed=key is not None,

@@ -160,3 +160,24 @@ def test_junk_on_the_anchor_subject_claims_nothing_but_still_counts_in_the_strea
     anchors = [anchor_of(rows, 2, 1), {"stream_seq": 2, "malformed": "not JSON"}, anchor_of(rows, 5, 3)]
     found = anchoring.check_anchors(anchors, stored(rows), 6, KEY)
     assert (found.reason, found.checked, found.malformed, found.last_seq) == (None, 2, 1, 5)
+
+
+def _anchor_failure(bad_seq: int | None, reason: str | None) -> anchoring.AnchorCheck:
+    return anchoring.AnchorCheck(1 if reason else None, bad_seq, reason, 0, 0, 0, None, None, None)
+
+
+@pytest.mark.parametrize("row, anchor, weak, expected", [
+    ((None, None), (None, None), (), (None, None)),
+    ((8, "mac"), (None, None), (), (8, "mac")),
+    ((None, None), (5, "truncated"), (), (5, "truncated")),
+    ((3, "mac"), (6, "rewritten"), (), (3, "mac")),
+    ((7, "mac"), (6, "rewritten"), (), (6, "rewritten")),
+    ((8, "mac"), (None, "forged anchor"), (), (8, "mac")),
+    ((None, None), (None, "forged anchor"), (), (None, "forged anchor")),
+    ((None, None), (None, None), ("max_msgs is 1",), (None, "the anchor stream's configuration was weakened: "
+                                                      "max_msgs is 1")),
+    ((8, "mac"), (None, None), ("max_msgs is 1",), (8, "mac")),
+], ids=["all holds", "row only", "anchor only", "row earlier", "anchor earlier", "rowless anchor vs row",
+        "rowless anchor alone", "weak stream alone", "row beats weak stream"])
+def test_verify_names_the_earliest_failure(row, anchor, weak, expected):
+    assert anchoring.verdict(*row, _anchor_failure(*anchor), weak) == expected

@@ -155,5 +155,22 @@ def check_anchors(anchors: Sequence[Mapping[str, Any]], stored: Mapping[int, str
     return AnchorCheck(None, None, None, checked, unsigned, malformed, last_seq, last_time, keyed_from)
 
 
+def verdict(row_bad_seq: int | None, row_reason: str | None, anchors: AnchorCheck,
+            weak_stream: Sequence[str] = ()) -> tuple[int | None, str | None]:
+    """The one (first bad seq, reason) verify reports; (None, None) when all holds.
+
+    The earliest row named wins, whether by the rows' own check (chain, mac) or by an anchor; an anchor failure
+    that names no row (forged, or anchors missing from the stream) is the reason only when every row holds; a
+    weakened anchor stream is the reason only when nothing else failed (its anchors may already be gone)."""
+    anchor_first = anchors.bad_seq is not None and (row_bad_seq is None or anchors.bad_seq < row_bad_seq)
+    if anchors.reason is not None and (anchor_first or row_bad_seq is None):
+        return anchors.bad_seq, anchors.reason
+    if row_reason is not None:
+        return row_bad_seq, row_reason
+    if weak_stream:
+        return None, "the anchor stream's configuration was weakened: " + ", ".join(weak_stream)
+    return None, None
+
+
 def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).isoformat(timespec="seconds") if value is not None else "an unknown time"
