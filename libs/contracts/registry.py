@@ -67,5 +67,6 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(AuditAnchor, "teto.audit.anchor", "AUDIT_ANCHOR", "audit", "The audit chain head, kept where no "
           "database writer reaches (no delete, no purge)"),
     Entry(AuditVerifyRequest, "teto.rpc.audit.verify", None, "gateway", "Verify the audit log (chain, macs, anchors)"),
-    Entry(AuditVerifyReply, "(reply inbox)", None, "audit", "The verdict: what was checked, the first bad row or anchor"),
+    Entry(AuditVerifyReply, "(reply inbox)", None, "audit",
+          "The verdict: what was checked, the first bad row or anchor"),
 )

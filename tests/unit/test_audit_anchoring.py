@@ -141,7 +141,8 @@ def test_a_forged_anchor_is_refused_and_an_unsigned_one_only_counted():
     assert found.keyed_from is None  # an unsigned anchor cannot say where macs begin: anyone could have sent it
 
 
-@pytest.mark.parametrize("stream_seqs, first", [((1, 3), 1), ((2, 3), 1), ((5,), 4)], ids=["gap", "late start", "late start and stream"])
+@pytest.mark.parametrize("stream_seqs, first", [((1, 3), 1), ((2, 3), 1), ((5,), 4)],
+                         ids=["gap", "late start", "late start and stream"])
 def test_anchors_removed_from_the_stream_are_seen(stream_seqs, first):
     rows = make_rows()
     anchors = [anchor_of(rows, i + 2, s) for i, s in enumerate(stream_seqs)]
