@@ -272,12 +272,25 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                           "limit": args.limit}, "entries", AUDIT_COLUMNS, "no entries")
 
 
+def audit_verify_detail(body: dict) -> str:
+    """What the audit service checked besides the chain: macs (with its key) and anchors."""
+    if "anchors_checked" not in body:
+        return ""
+    macs = (f"{body.get('macs_checked')} macs checked, {body.get('pre_key_rows')} pre-key rows" if body.get("keyed")
+            else "NO KEY: macs not checked")
+    last = (f", last anchor seq {body['last_anchor_seq']} at {body.get('last_anchor_time')}"
+            if body.get("last_anchor_seq") is not None else ", no anchor yet")
+    bad = f"; first bad anchor: #{body['first_bad_anchor']}" if body.get("first_bad_anchor") is not None else ""
+    return f"\n  {macs}; {body.get('anchors_checked')} anchors checked{last}{bad}"
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     _, body = call(args, "GET", "/v1/audit/verify")
     if body.get("ok"):
         human = f"audit chain intact ({body.get('checked')} rows checked)"
     else:
         human = f"audit chain BROKEN at seq {body.get('first_bad_seq')}: {body.get('reason')}"
+    human += audit_verify_detail(body)
     _print(args, body, human)
     return 0 if body.get("ok") else EXIT_REFUSED
 

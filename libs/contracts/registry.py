@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
+from .audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
 from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck,
                        SetGangPolicy, SubmitJob, UndrainNode)
@@ -63,4 +64,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),
     Entry(RejectedMessage, "teto.rejected.<service>", "REJECTED", "any consumer", "A malformed message refused"),
     Entry(DeadLetter, "teto.dead.<service>", "DEAD", "any consumer", "A message given up on, with the reason"),
+    Entry(AuditAnchor, "teto.audit.anchor", "AUDIT_ANCHOR", "audit", "The audit chain head, kept where no "
+          "database writer reaches (no delete, no purge)"),
+    Entry(AuditVerifyRequest, "teto.rpc.audit.verify", None, "gateway", "Verify the audit log (chain, macs, anchors)"),
+    Entry(AuditVerifyReply, "(reply inbox)", None, "audit",
+          "The verdict: what was checked, the first bad row or anchor"),
 )

@@ -38,6 +38,9 @@ class StreamSpec:
     # A cap on the message count on top of the age (oldest dropped first); None: no cap. A count, not bytes:
     # JetStream reserves a stream's max_bytes from the server's storage up front, a count it does not.
     max_msgs: int | None = None
+    # The server refuses to delete single messages / purge the stream (audit anchors: evidence, kept forever).
+    deny_delete: bool = False
+    deny_purge: bool = False
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,15 @@ class Subjects:
     def usage_all(self) -> str:
         return f"{self.prefix}.usage.*"
 
+    # -- audit anchors: teto.audit.anchor (the chain head, in a stream that refuses deletes and purges)
+    @property
+    def audit_anchor(self) -> str:
+        return f"{self.prefix}.audit.anchor"
+
+    @property
+    def rpc_audit_verify(self) -> str:
+        return f"{self.prefix}.rpc.audit.verify"
+
     # -- streams
     def stream_name(self, base: str) -> str:
         return f"{self.prefix.upper().replace('.', '_').replace('-', '_')}_{base}"
@@ -186,6 +198,9 @@ class Subjects:
                        "Dead letters: messages a consumer gave up on, with the reason", max_msgs=1_000_000),
             StreamSpec(self.stream_name("USAGE"), (self.usage_all,), 14 * day,
                        "GPU usage samples, kept through a budget-service outage", max_msgs=50_000_000),
+            StreamSpec(self.stream_name("AUDIT_ANCHOR"), (self.audit_anchor,), None,
+                       "Audit chain heads: evidence against a rewrite of the log, never deleted nor purged",
+                       deny_delete=True, deny_purge=True),
         ]
 
     def stream_for(self, base: str) -> str:

@@ -60,6 +60,8 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: 
             max_msgs=spec.max_msgs if spec.max_msgs is not None else -1,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
             num_replicas=replicas,
+            deny_delete=spec.deny_delete,
+            deny_purge=spec.deny_purge,
         )
         try:
             await js.add_stream(config)

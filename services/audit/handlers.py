@@ -34,12 +34,13 @@ def fallback_id(stream: str, msg: Msg) -> str:
         return f"{stream}-{(msg.headers or {}).get('Nats-Msg-Id', 'unknown')}"
 
 
-def consumers(runtime: Runtime, settings: AuditSettings, role: str | None) -> list[Consumer]:
+def consumers(runtime: Runtime, settings: AuditSettings, role: str | None,
+              key: bytes | None = None) -> list[Consumer]:
     s = runtime.subjects
 
     async def append(found: list[Entry]) -> None:
         async with runtime.pool.acquire() as conn:
-            await store.append(conn, found, role=role, now=runtime.clock.now())
+            await store.append(conn, found, role=role, now=runtime.clock.now(), key=key)
 
     def consumer(subject: str, stream: str, durable: str, read: Reader) -> Consumer:
         def entry(m: Msg) -> Entry:

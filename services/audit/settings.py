@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
 from libs.runtime.settings import CommonSettings
@@ -14,3 +16,14 @@ class AuditSettings(CommonSettings):
         "the migration creates when it may",
     )
     batch_size: int = Field(200, ge=1, le=2000, description="Messages per audit transaction at most")
+    audit_key_file: Path | None = Field(
+        None, description="Secret key file (at least 32 bytes) for the rows' and anchors' HMACs; only the audit "
+        "service may read it (`teto up` makes <data-dir>/audit.key). Unset: no macs, and verify checks the chain "
+        "and the anchors only, which a database superuser who recomputes hashes after the last anchor passes",
+    )
+    anchor_seconds: float = Field(
+        10.0, gt=0, le=3600, description="How often the chain head is anchored (published to the anchor stream) "
+        "when it moved; also once at shutdown",
+    )
+    verify_queue_group: str = Field("audit", pattern=r"^[a-z][a-z0-9_-]*$",
+                                    description="Queue group answering teto.rpc.audit.verify")

@@ -18,7 +18,7 @@ import asyncpg
 
 from libs.runtime.db import lock_key
 
-from .domain import chain
+from .domain import anchoring, chain
 from .domain.entries import Entry, Outcome
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,11 @@ def _dedupe(entries: Sequence[Entry]) -> list[Entry]:
 
 
 async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: str | None, now: datetime,
-                 chain_name: str = "audit") -> int:
-    """Append entries not stored yet; returns how many were stored. Call outside a transaction."""
+                 chain_name: str = "audit", key: bytes | None = None) -> int:
+    """Append entries not stored yet; returns how many were stored. Call outside a transaction.
+
+    With the audit ``key`` each row also carries its mac (HMAC of its hash), which nobody without the key can
+    recompute after changing the row."""
     entries = _dedupe(entries)
     if not entries:
         return 0
@@ -86,9 +89,11 @@ async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: st
             head["hash"] if head else chain.GENESIS)
         await conn.executemany(
             "INSERT INTO audit.log (seq, command_id, actor, time, recorded_at, subject, kind, job_id, payload,"
-            " outcome, reason, prev_hash, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13)",
+            " outcome, reason, prev_hash, hash, mac)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14)",
             [(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
-              r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"])
+              r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"],
+              anchoring.row_mac(key, r["hash"]) if key is not None else None)
              for r in rows])
     return len(rows)
 
@@ -108,22 +113,52 @@ class VerifyResult:
     checked: int  # rows checked (up to and including the first bad one)
     first_bad_seq: int | None
     reason: str | None
+    macs_checked: int = 0  # with a key only
+    pre_key_rows: int = 0  # with a key only: rows before the first mac, protected by the anchors alone
 
 
-async def verify(pool: asyncpg.Pool) -> VerifyResult:
-    """Recompute the whole chain in seq order, page by page; name the first row that does not match."""
-    prev_hash, after, checked = chain.GENESIS, 0, 0
+async def verify(pool: asyncpg.Pool, key: bytes | None = None, *, keyed_from: int | None = None) -> VerifyResult:
+    """Recompute the whole chain in seq order, page by page; name the first row that does not match.
+
+    Without ``key`` this is the chain alone, which a writer who recomputes every later hash passes; with it every
+    row's mac is checked too, mandatory from ``keyed_from`` (what the anchors say) or from the first keyed row."""
+    prev_hash, after, checked, macs, pre_key = chain.GENESIS, 0, 0, 0, 0
     async with pool.acquire() as conn:
         while True:
             rows = await conn.fetch(
                 "SELECT seq, command_id, actor, time, recorded_at, subject, kind, job_id, payload::text AS payload,"
-                " outcome, reason, prev_hash, hash FROM audit.log WHERE seq > $1 ORDER BY seq LIMIT $2",
+                " outcome, reason, prev_hash, hash, mac FROM audit.log WHERE seq > $1 ORDER BY seq LIMIT $2",
                 after, VERIFY_PAGE)
             if not rows:
-                return VerifyResult(True, checked, None, None)
+                return VerifyResult(True, checked, None, None, macs, pre_key)
             page = [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
             result = chain.check_chain(page, prev_hash)
+            bad_seq, reason = result.first_bad_seq, result.reason
+            if key is not None:
+                # Only rows up to the chain's first bad one: at the same row the chain's reason is the plainer.
+                upto = page if bad_seq is None else [r for r in page if r["seq"] < bad_seq]
+                found = anchoring.check_macs(upto, key, keyed_from=keyed_from)
+                macs, pre_key, keyed_from = macs + found.checked, pre_key + found.pre_key, found.keyed_from
+                if found.first_bad_seq is not None:
+                    bad_seq, reason = found.first_bad_seq, found.reason
+            if bad_seq is not None:
+                checked += sum(1 for r in page if r["seq"] <= bad_seq)
+                return VerifyResult(False, checked, bad_seq, reason, macs, pre_key)
             checked += result.checked
-            if result.first_bad_seq is not None:
-                return VerifyResult(False, checked, result.first_bad_seq, result.reason)
             prev_hash, after = result.last_hash, rows[-1]["seq"]
+
+
+async def head(conn: asyncpg.Connection) -> dict | None:
+    """The chain head as an anchor records it: seq, hash, recorded_at, row count, first keyed seq."""
+    row = await conn.fetchrow("SELECT seq, hash, recorded_at FROM audit.log ORDER BY seq DESC LIMIT 1")
+    if row is None:
+        return None
+    rows = await conn.fetchval("SELECT count(*) FROM audit.log")
+    keyed_from = await conn.fetchval("SELECT min(seq) FROM audit.log WHERE mac IS NOT NULL")
+    return {**dict(row), "rows": rows, "keyed_from": keyed_from}
+
+
+async def hashes_at(conn: asyncpg.Connection, seqs: Sequence[int]) -> tuple[dict[int, str], int | None]:
+    """The hashes of the given rows still in the table, and the table's newest seq."""
+    found = await conn.fetch("SELECT seq, hash FROM audit.log WHERE seq = ANY($1::bigint[])", list(set(seqs)))
+    return {r["seq"]: r["hash"] for r in found}, await conn.fetchval("SELECT max(seq) FROM audit.log")

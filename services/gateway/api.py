@@ -106,7 +106,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         raise SettingsError(f"TETO_COMMAND_ALLOW / TETO_COMMAND_ALLOW_FILE: {exc}") from None
     except SealingError as exc:
         raise SettingsError(str(exc)) from None
-    app.state.reads = reads if reads is not None else (Reads(runtime.pool) if runtime else None)
+    app.state.reads = reads if reads is not None else (Reads(runtime.pool, runtime) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)

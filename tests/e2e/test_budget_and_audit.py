@@ -254,6 +254,9 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         # 8. The chain verifies, through the API and the CLI.
         verdict = stack.get("/v1/audit/verify").json()
         assert verdict["ok"] is True and verdict["first_bad_seq"] is None and verdict["checked"] >= 5
+        # teto up gives the audit service (alone) its key: every row's mac is checked too.
+        assert verdict["keyed"] is True and verdict["macs_checked"] == verdict["checked"], verdict
+        assert (data_dir / "audit.key").stat().st_mode & 0o777 == 0o600
         out = stack.cli("audit", "verify")
         assert out.returncode == 0 and "intact" in out.stdout, out.stdout + out.stderr
 

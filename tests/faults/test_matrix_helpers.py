@@ -31,7 +31,8 @@ def test_every_subject_of_the_catalogue_gets_hostile_messages():
     wanted = {e.subject.split("<")[0].rstrip(".") for e in CATALOGUE if not e.subject.startswith("(")}
     hit = {w for w in wanted if any(m.subject.startswith(w) for m in MSGS)}
     assert hit == wanted
-    assert {m.subject for m in MSGS if m.core} == {"teto.rpc.lease.renew", "teto.rpc.budget.status"}
+    assert {m.subject for m in MSGS if m.core} == {"teto.rpc.lease.renew", "teto.rpc.budget.status",
+                                                   "teto.rpc.audit.verify"}
 
 
 @pytest.mark.parametrize("kind", ["empty", "not JSON", "JSON array", "wrong schema", "missing", "wrong type",

@@ -314,7 +314,16 @@ async def test_gateway_refusals_reach_the_real_audit_log_and_verify_passes(env):
             assert entry["actor"] == "viewer-actor" and "finetune:submit" in entry["reason"]
             verdict = (await gw.client.get("/v1/audit/verify", headers=gw.as_("auditor"))).json()
             assert verdict["ok"] is True and verdict["checked"] >= 1 and verdict["first_bad_seq"] is None
+            assert verdict["anchors_checked"] == 0 and verdict["keyed"] is False  # asked of the audit service
             assert (await gw.client.get("/v1/audit", headers=gw.as_("operator"))).status_code == 403
+
+
+async def test_audit_verify_without_the_audit_service_is_503_saying_so(env):
+    """Verify needs the audit key, which only the audit service holds: the gateway asks it, never itself."""
+    async with gateway(env, stand_in=False) as gw:
+        resp = await gw.client.get("/v1/audit/verify", headers=gw.as_("auditor"))
+        assert resp.status_code == 503, resp.text
+        assert "audit service" in resp.json()["reason"]
 
 
 async def test_database_gone_is_503_not_500(env):

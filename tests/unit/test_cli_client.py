@@ -179,6 +179,21 @@ def test_audit_lists_entries_and_verify_exits_non_zero_naming_the_bad_row(server
     assert args.func(args) == 0
 
 
+def test_audit_verify_says_what_the_audit_service_checked_besides_the_chain(server, capsys):
+    routes, _ = server
+    verdict = {"ok": False, "checked": 9, "first_bad_seq": 9, "reason": "truncated: ...", "keyed": True,
+               "macs_checked": 8, "pre_key_rows": 0, "anchors_checked": 1, "first_bad_anchor": 2,
+               "last_anchor_seq": 6, "last_anchor_time": "2026-12-01T07:00:00Z", "head_seq": 8}
+    routes[("GET", "/v1/audit/verify")] = (200, verdict)
+    args = parse("audit", "verify")
+    assert args.func(args) == cli_client.EXIT_REFUSED
+    out = capsys.readouterr().out
+    assert "8 macs checked, 0 pre-key rows; 1 anchors checked, last anchor seq 6" in out
+    assert "first bad anchor: #2" in out
+    routes[("GET", "/v1/audit/verify")] = (200, {**verdict, "ok": True, "keyed": False, "first_bad_anchor": None})
+    assert args.func(args) == 0 and "NO KEY: macs not checked" in capsys.readouterr().out
+
+
 def test_job_detail_shows_overshoot_the_ceiling_history_and_the_warning():
     budget = {"ceiling_seconds": 133.5, "consumed_seconds": 13.5, "remaining_seconds": 120.0,
               "overshoot_seconds": 1.5,

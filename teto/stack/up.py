@@ -167,6 +167,9 @@ def up(opts: UpOptions) -> int:
         from teto.stack.secret_key import give_secrets_key
 
         give_secrets_key(own, data_dir, env)  # job secrets: the gateway seals, executors open
+        from teto.stack.audit_key import audit_key_env
+
+        own["audit"].update(audit_key_env(data_dir))  # the audit log's HMAC key: the audit service alone
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))

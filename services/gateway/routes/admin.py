@@ -17,6 +17,7 @@ from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import Model, new_id
 
 from .. import auth
+from ..audit_verify import AuditVerifierUnavailable
 from ..auth import Permission, Principal, Role, require
 from ..errors import ApiError, not_found
 from . import reads_of
@@ -71,11 +72,16 @@ def register(app: FastAPI) -> None:
         nxt = rows[-1]["seq"] if len(rows) == limit else None
         return {"entries": jsonable_encoder(rows), "next_after_seq": nxt}
 
-    @app.get("/v1/audit/verify", tags=["audit"], summary="Recompute the hash chain; names the first bad row")
+    @app.get("/v1/audit/verify", tags=["audit"],
+             summary="The audit service checks its log: chain, every row's mac, every anchor; names the first bad "
+             "row or anchor")
     async def audit_verify(request: Request,
                            _: Principal = Depends(require(Permission.AUDIT_READ))) -> dict[str, Any]:
-        result = await reads_of(request).audit_verify()
+        try:
+            result = await reads_of(request).audit_verify()
+        except AuditVerifierUnavailable as exc:
+            raise ApiError(503, "unavailable", str(exc)) from None
         if result is None:
-            raise ApiError(503, "unavailable", "the audit verifier is not installed with this gateway")
+            raise ApiError(503, "unavailable", "the gateway is not connected to the bus the audit verifier answers on")
         return jsonable_encoder(result)
 
