@@ -33,9 +33,9 @@ import asyncpg
 SERVICES = ("queue", "budget", "health", "audit", "gateway")
 OWNING = ("queue", "budget", "health")  # services whose login owns its own schema
 READ_SCHEMAS = ("queue", "budget", "health", "audit")  # schemas whose *_public views the gateway reads
-# Tables the gateway reads besides the views: ``/v1/audit/verify`` recomputes the chain from audit.log (the
-# columns log_public shows anyway) until verification moves into the audit service.
-GATEWAY_TABLE_READS = (("audit", "log"),)
+# Tables the gateway reads besides the views: none (``/v1/audit/verify`` asks the audit service, which alone holds
+# the audit key).
+GATEWAY_TABLE_READS: tuple[tuple[str, str], ...] = ()
 SCRAM_ITERATIONS = 4096
 
 
