@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from teto.stack import isolation as jobs_isolation
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -115,6 +116,7 @@ def up(opts: UpOptions) -> int:
     _check_settings({**os.environ, **lease_env})  # refuse an unsafe lease contract before starting anything
     data_dir = opts.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    jobs_isolation.harden_data_dir(data_dir)
     lock = open(data_dir / "up.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -158,6 +160,8 @@ def up(opts: UpOptions) -> int:
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
         own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
+        isolation_env, isolation_lines = jobs_isolation.executor_env(env)  # workloads' uids (docs/security/jobs.md)
+        own["executor"].update(isolation_env)
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
@@ -173,10 +177,13 @@ def up(opts: UpOptions) -> int:
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
                                                  "database_url": database_url, "data_dir": str(data_dir),
                                                  "subject_prefix": prefix})
+        jobs_isolation.harden_data_dir(data_dir)  # runs enter it, never read what is not theirs
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
               f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {database_url}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
+        for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:
+            print(f"  job isolation: {line}", flush=True)
         rc = 0
         if opts.demo:
             rc = _demo(url, token, sup, opts)
