@@ -52,7 +52,7 @@ def scrub_env(agent_env: Mapping[str, str], extra_allow: Iterable[str] = ()) -> 
 def device_env(indices: list[int] | None) -> dict[str, str]:
     """The device variables of a run: the granted GPUs, or none visible on a CPU-only grant."""
     visible = ",".join(str(i) for i in indices or [])
-    return {name: visible for name in DEVICE_VARIABLES} if indices else {"CUDA_VISIBLE_DEVICES": ""}
+    return dict.fromkeys(DEVICE_VARIABLES, visible)
 
 
 @dataclass(frozen=True)

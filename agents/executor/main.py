@@ -68,6 +68,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in work:
             t.cancel()
         await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
+        await asyncio.to_thread(sandbox.remove_agent_cgroup, settings.executor_id)
         for t in tasks:
             t.cancel()
         await _settle(tasks, SHUTDOWN_GRACE_SECONDS)

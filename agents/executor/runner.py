@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 4096
+EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
 
 _libc: Any = None
@@ -142,7 +143,7 @@ class Child:
 
     async def wait(self, drain_seconds: float = 2.0) -> int:
         """The exit status, after the reports and stderr written before exit have been read."""
-        rc = await self.proc.wait()
+        rc = await self.exited()
         await self.end()  # the run's exit is its main process's: what it left dies now
         # A grandchild may still hold the pipes open; do not wait for it forever.
         with contextlib.suppress(TimeoutError):
@@ -150,6 +151,18 @@ class Child:
         for t in self._tasks:
             t.cancel()
         return rc
+
+    async def exited(self) -> int:
+        """The main process's exit status, as soon as it has exited. Not ``proc.wait()`` alone: on Python 3.11
+        that returns only once the child's pipes are closed too, and a process the run left behind holds its
+        stderr, so the run's end would wait for the leftover (forever, for ``sh -c 'sleep 1000 & exit 0'``)."""
+        waiting = asyncio.ensure_future(asyncio.shield(self.proc.wait()))
+        try:
+            while self.proc.returncode is None and not waiting.done():
+                await asyncio.wait({waiting}, timeout=EXIT_POLL_SECONDS)
+        finally:
+            waiting.cancel()
+        return self.proc.returncode
 
     async def end(self) -> None:
         """Kill whatever the run left behind and give its directories back to the agent (once)."""
@@ -177,9 +190,9 @@ class Child:
             return
         self.signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace_seconds)
+            await asyncio.wait_for(self.exited(), grace_seconds)
         except TimeoutError:
             log.warning("process %s ignored SIGTERM for %.1fs: SIGKILL", self.pid, grace_seconds)
             self.signal(signal.SIGKILL)
-            await self.proc.wait()
+            await self.exited()
         await self.end()

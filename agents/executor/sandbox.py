@@ -41,17 +41,23 @@ if sys.platform.startswith("linux"):
 
 # -- uids ------------------------------------------------------------------------------------------------------
 
-def uids_with_processes(proc: Path = Path("/proc")) -> set[int]:
-    """Real uids that own a process now (a uid still running something is not free, whoever left it)."""
-    found = set()
+def live_processes(proc: Path = Path("/proc")) -> list[tuple[int, int]]:
+    """(pid, real uid) of every process that runs (a zombie runs nothing: it only waits to be reaped, which in a
+    container whose init does not reap may be never)."""
+    found = []
     for entry in proc.iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
-                for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("Uid:"):
-                        found.add(int(line.split()[1]))
-                        break
+                fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines()
+                              if ":" in line)
+                if fields["State"].split()[0] not in ("Z", "X"):
+                    found.append((int(entry.name), int(fields["Uid"].split()[0])))
     return found
+
+
+def uids_with_processes(proc: Path = Path("/proc")) -> set[int]:
+    """Real uids that own a process now (a uid still running something is not free, whoever left it)."""
+    return {uid for _, uid in live_processes(proc)}
 
 
 @dataclass
@@ -89,15 +95,7 @@ def sweep_uid(uid: int, proc: Path = Path("/proc"), rounds: int = 50) -> int:
     uid no one else uses: a per-run uid."""
     killed = 0
     for _ in range(rounds):
-        pids = []
-        for entry in proc.iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    for line in (entry / "status").read_text().splitlines():
-                        if line.startswith("Uid:"):
-                            if int(line.split()[1]) == uid:
-                                pids.append(int(entry.name))
-                            break
+        pids = [pid for pid, owner in live_processes(proc) if owner == uid]
         if not pids:
             return killed
         for pid in pids:
@@ -389,3 +387,11 @@ def describe_limits(settings: Any) -> list[str]:
         if problems := reach_problems_for(interpreter(settings)):
             lines.append("runs will fail to start: " + isolation.reach_advice(problems, "of the runs"))
     return lines
+
+
+def remove_agent_cgroup(executor_id: str) -> None:
+    """At shutdown: this agent's cgroup parent goes (refused by the kernel while a run's cgroup is in it)."""
+    root = find_cgroup_root()
+    if root is not None:
+        with contextlib.suppress(OSError):
+            (root / "teto" / isolation.safe_name(executor_id)).rmdir()
