@@ -328,7 +328,7 @@ class Agent:
         box = await asyncio.to_thread(sandbox.open_for, s, grant, start=self._uid_start())
         try:
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
-                await sandbox.prepare_base(launch.interpreter(s), s.effective_base_model_dir)
+                await sandbox.prepare_base(s.effective_base_model_dir)
             run.child = await Child.start(work, lambda record: self._on_report(run, record), box)
         except BaseException:
             await box.close()

@@ -343,13 +343,13 @@ def _close_now(box: Sandbox) -> None:
 _base_ready: set[Path] = set()  # built (or found valid) by this agent: the check imports torch, once
 
 
-async def prepare_base(python: str, base_dir: Path) -> None:
-    """Build the fine-tune's base checkpoint as the agent, readable but not writable by runs: a run that could
-    write it would poison every later tenant's base model."""
+async def prepare_base(base_dir: Path) -> None:
+    """Build the fine-tune's base checkpoint as the agent (with its own interpreter), readable but not writable
+    by runs: a run that could write it would poison every later tenant's base model."""
     if base_dir not in _base_ready:
         code = ("import sys; from pathlib import Path; from agents.executor.workloads.model import ensure_base; "
                 "ensure_base(Path(sys.argv[1]))")
-        proc = await asyncio.create_subprocess_exec(python, "-c", code, str(base_dir),
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, str(base_dir),
                                                     stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
         if proc.returncode != 0:

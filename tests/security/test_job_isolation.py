@@ -26,7 +26,8 @@ from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 from services.gateway.auth import create_token
 from teto.stack.isolation import harden_data_dir, workload_python
-from tests.integration.helpers_executor import TRAIN_SCRIPT, FakeQueue, command, eventually, process_gone
+from tests.integration.helpers_executor import (TRAIN_SCRIPT, FakeQueue, command, eventually, finetune,
+                                                process_gone)
 from tests.support.services import running
 
 pytestmark = pytest.mark.security
@@ -35,6 +36,15 @@ UID_RANGE = "200000-200999"
 PYTHON = workload_python()[0] or sys.executable
 if os.geteuid() != 0:
     pytestmark = [pytestmark, pytest.mark.skip(reason="per-run uids need root")]
+
+
+@pytest.fixture(scope="module")
+def base_dir():
+    """The fine-tune's base model cache, built once by the agent (root) and only read by runs."""
+    root = Path(tempfile.mkdtemp(prefix="teto-sec-base-"))
+    os.chmod(root, 0o755)
+    yield root / "base"
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -55,15 +65,23 @@ def data_dir():
     shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(params=[True, False], ids=["cgroup", "no-cgroup"])
+def cgroup(request):
+    return request.param
+
+
 @pytest.fixture
-async def agent(env, data_dir, monkeypatch):
+async def agent(env, data_dir, monkeypatch, base_dir, cgroup):
+    """An agent as root with per-run uids, held by a cgroup per run, or (where there is none) by its process
+    group and a sweep of its uid."""
     # The agent's own configuration and credentials, in its environment as a deployment has them.
     monkeypatch.setenv("TETO_DATABASE_URL", "postgresql://teto:DB-SECRET@127.0.0.1/teto")
     monkeypatch.setenv("TETO_NATS_PASSWORD", "NATS-SECRET")
     monkeypatch.setenv("AGENT_ONLY_SECRET", "AGENT-SECRET")
     settings = env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", data_dir=data_dir,
                             progress_interval_seconds=0.3, stop_grace_seconds=3.0, workload_uid_range=UID_RANGE,
-                            workload_python=PYTHON)
+                            workload_python=PYTHON, workload_cgroup=cgroup, base_model_dir=base_dir,
+                            torch_threads=1)
     nc = await bus.connect(settings.nats_url, "test")
     js = nc.jetstream()
     queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
@@ -206,6 +224,23 @@ async def test_a_planted_link_is_never_taken_for_a_checkpoint(agent):
     assert done.outcome is RunOutcome.SUCCEEDED and done.resumed_from_step is None, done
     skipped = queue.of(job, "checkpoint_skipped", epoch=2)
     assert skipped and "link" in skipped[0].reason
+
+
+@pytest.mark.parametrize("cgroup", [True], ids=["cgroup"])
+async def test_the_built_in_fine_tune_runs_under_its_uid_and_cannot_touch_the_shared_base_model(agent):
+    settings, js, queue = agent
+    job = uuid.uuid4().hex
+    await queue.grant(js, settings, job, finetune(6), every=3)
+    done = await queue.wait_finished(job, timeout=120)
+    assert done.outcome is RunOutcome.SUCCEEDED, done
+    base = settings.effective_base_model_dir
+    assert [p for p in base.iterdir() if p.suffix == ".pt"]
+    assert all(p.stat().st_uid == os.geteuid() and not p.stat().st_mode & 0o022 for p in [base, *base.iterdir()])
+    attacker = uuid.uuid4().hex
+    poison = "import os, glob; p = glob.glob(os.environ['TETO_BASE_DIR'] + '/*.pt')[0]; open(p, 'ab').write(b'x')"
+    await queue.grant(js, settings, attacker, command({}, PYTHON, "-c", poison))
+    done = await queue.wait_finished(attacker, timeout=60)
+    assert done.outcome is RunOutcome.FAILED and "PermissionError" in done.error, done
 
 
 def test_the_isolation_limits_of_a_root_agent_with_a_uid_range_are_none_but_the_cgroup():
