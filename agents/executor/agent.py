@@ -279,9 +279,10 @@ class Agent:
                 why = "no answer" if reply is None else (reply.reason or "refused")
                 log.warning("grant of job %s epoch %d not confirmed (%s): dropped", grant.job_id, grant.epoch, why)
                 return
+            # Renewing while the run is being prepared too (a base model to build, directories to hand over).
+            watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             if not await self._launch(run):
                 return
-            watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -324,9 +325,12 @@ class Agent:
         if run.stop_requested:
             await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
             return False
-        work = launch.build(grant, s, self.gpus, resume_from=ckpt.path if ckpt else None, base_env=os.environ)
         box = await asyncio.to_thread(sandbox.open_for, s, grant, start=self._uid_start())
         try:
+            resume = ckpt.path if ckpt else None
+            if resume is not None and box.uid is not None and grant.rank > 0:
+                resume = await asyncio.to_thread(sandbox.hand_over, resume, launch.job_dir(s, grant.job_id), box)
+            work = launch.build(grant, s, self.gpus, resume_from=resume, base_env=os.environ)
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.child = await Child.start(work, lambda record: self._on_report(run, record), box)

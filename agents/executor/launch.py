@@ -139,6 +139,8 @@ def tmp_dir(work: Path) -> Path:
 
 
 def run_dirs(settings: ExecutorSettings, grant: RunJob) -> list[Path]:
-    """The directories a run owns while it runs (and only then): its work dir, its temp dir, its checkpoints."""
+    """The directories a run owns while it runs (and only then): its work dir, its temp dir, and, for rank 0 (the
+    only rank that writes checkpoints), the job's checkpoint directory; another rank is handed a copy of the
+    checkpoint it resumes from instead (``sandbox.hand_over``), as the directory belongs to rank 0's uid."""
     work = job_dir(settings, grant.job_id)
-    return [work, tmp_dir(work), checkpoint_dir(settings, grant.job_id)]
+    return [work, tmp_dir(work)] + ([checkpoint_dir(settings, grant.job_id)] if grant.rank == 0 else [])

@@ -17,8 +17,10 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -327,6 +329,20 @@ def open_for(settings: Any, grant: Any, *, start: int) -> Sandbox:
         _close_now(box)
         raise isolation.IsolationError(isolation.reach_advice(problems, box.uid))
     return box
+
+
+def hand_over(checkpoint: Path, work: Path, box: Sandbox) -> Path:
+    """A copy of a checkpoint (and its sidecar), owned by the run's uid, in a fresh directory of its work dir: for
+    a gang rank that resumes from a checkpoint directory owned by rank 0's uid. Fresh (mkdtemp), so nothing a
+    previous run planted there (a link) is written through."""
+    dest = Path(tempfile.mkdtemp(prefix="resume-", dir=work))
+    from .checkpoints import sidecar_path
+
+    for src in (checkpoint, sidecar_path(checkpoint)):
+        shutil.copyfile(src, dest / src.name, follow_symlinks=False)
+    if box.uid is not None:
+        chown_tree(dest, box.uid, box.gid if box.gid is not None else box.uid)
+    return dest / checkpoint.name
 
 
 def _close_now(box: Sandbox) -> None:

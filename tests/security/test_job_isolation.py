@@ -246,3 +246,16 @@ async def test_the_built_in_fine_tune_runs_under_its_uid_and_cannot_touch_the_sh
 def test_the_isolation_limits_of_a_root_agent_with_a_uid_range_are_none_but_the_cgroup():
     assert isolation.limits(is_root=True, uid_range=UID_RANGE, workload_user="", cgroup=True,
                             cgroup_found=True) == []
+
+
+def test_a_gang_rank_resumes_from_its_own_copy_of_rank_0s_checkpoint(tmp_path):
+    """Rank 0's uid owns the job's checkpoint directory; another rank gets a copy it owns, never a way in."""
+    from agents.executor import checkpoints, sandbox
+
+    ckpt = checkpoints.save_bytes(tmp_path / "checkpoints" / "j", 5, b"weights")
+    work = tmp_path / "work"
+    work.mkdir()
+    copy = sandbox.hand_over(ckpt.path, work, sandbox.Sandbox(uid=200998, gid=200998))
+    assert copy.read_bytes() == b"weights" and copy.parent.parent == work
+    assert {p.stat().st_uid for p in [copy.parent, *copy.parent.iterdir()]} == {200998}
+    assert checkpoints.validate(copy)[0].step == 5

@@ -130,6 +130,8 @@ def test_a_run_is_told_its_own_home_and_temp_dir_and_can_use_another_interpreter
     assert set(got.env["PYTHONPATH"].split(":")) >= {str(launch.PROJECT_ROOT), *map(str, launch.packages())}
     assert "/agent/only" not in got.env["PYTHONPATH"] and "LD_PRELOAD" not in got.env
     assert launch.run_dirs(settings, grant) == [work, work / "tmp", tmp_path / "checkpoints" / "j1"]
+    # Only rank 0 writes checkpoints, so only rank 0's uid is given the job's checkpoint directory.
+    assert launch.run_dirs(settings, grant.model_copy(update={"rank": 1})) == [work, work / "tmp"]
 
 
 def test_a_link_is_never_a_checkpoint(tmp_path):
