@@ -120,12 +120,14 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
                 os.lchown(os.path.join(dirpath, name), uid, gid)
 
 
-def private_dir(path: Path, uid: int, gid: int) -> None:
-    """``path`` made (mode 0700) and handed, with all it holds, to ``uid``; its parent traversable only (0711)."""
+def private_dir(path: Path, uid: int, gid: int, traversed: int = 2) -> None:
+    """``path`` made (mode 0700) and handed, with all it holds, to ``uid``; its ``traversed`` nearest ancestors
+    (``<work>/jobs`` and ``<work>``, or the checkpoint root) only enterable by others (0711)."""
     path.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        if path.parent.stat().st_uid == os.geteuid():
-            os.chmod(path.parent, 0o711)  # runs reach their own directory; none can list the others
+    for parent in list(path.parents)[:traversed]:
+        with contextlib.suppress(OSError):
+            if parent.stat().st_uid == os.geteuid():
+                os.chmod(parent, 0o711)  # runs reach their own directory; none can list the others
     if path.is_symlink() or not path.is_dir():
         raise isolation.IsolationError(f"{path} is not a directory")
     chown_tree(path, uid, gid)
@@ -269,9 +271,11 @@ def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgro
                 box.uid = box.gid = box.uid_lease.uid
             elif workload_user:
                 box.uid, box.gid = resolve_user(workload_user)
-        for d in box.dirs:
+        for i, d in enumerate(box.dirs):
             if box.uid is not None:
-                private_dir(d, box.uid, box.gid if box.gid is not None else box.uid)
+                # A run's tmp/ is inside its work dir, which it owns already: nothing above it to close.
+                private_dir(d, box.uid, box.gid if box.gid is not None else box.uid,
+                            traversed=0 if i and d.parent == box.dirs[0] else 2 if i == 0 else 1)
             else:
                 d.mkdir(parents=True, exist_ok=True)
         if use_cgroup and cgroup_root is not None:

@@ -112,6 +112,9 @@ ATTACK = textwrap.dedent("""
     attempt("plant_in_other_checkpoint_dir",
             lambda: open(f"{data}/checkpoints/{other}/step-00000099.pt", "w").write("poison"))
     attempt("list_other_job_dir", lambda: os.listdir(os.environ["OTHER_WORK"]))
+    attempt("list_jobs_of_the_node", lambda: os.listdir(os.path.dirname(os.environ["OTHER_WORK"])))
+    attempt("list_agent_work_dir", lambda: os.listdir(os.path.dirname(os.path.dirname(os.environ["OTHER_WORK"]))))
+    attempt("list_executors", lambda: os.listdir(data + "/executors"))
     attempt("read_agent_environ", lambda: open(f"/proc/{agent}/environ").read())
     attempt("signal_agent", lambda: os.kill(agent, 0))
     attempt("write_own_checkpoint_dir",
@@ -169,7 +172,8 @@ async def test_an_attacking_job_reaches_nothing_but_its_own_and_leaves_nothing_b
     assert out["cwd"] == str(work.resolve())
     refused = ["read_stack_file", "read_tokens_file", "list_data_dir", "read_service_log", "list_checkpoints",
                "read_other_checkpoint", "list_other_checkpoint_dir", "plant_in_other_checkpoint_dir",
-               "list_other_job_dir", "read_agent_environ", "signal_agent"]
+               "list_other_job_dir", "list_jobs_of_the_node", "list_agent_work_dir", "list_executors",
+               "read_agent_environ", "signal_agent"]
     assert {k: out[k][0] for k in refused} == dict.fromkeys(refused, "refused"), out
     assert out["write_own_checkpoint_dir"][0] == out["write_tmpdir"][0] == "done", out
     assert not (victim_ckpt / "step-00000099.pt").exists()

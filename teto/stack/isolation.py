@@ -27,6 +27,8 @@ def harden_data_dir(data_dir: Path) -> None:
     if data_dir.stat().st_uid != os.geteuid():
         return
     os.chmod(data_dir, 0o711)
+    for name, mode in TRAVERSED.items():  # made now, so no part makes them later with its own umask's mode
+        (data_dir / name).mkdir(mode=mode, exist_ok=True)
     for entry in data_dir.iterdir():
         if entry.name in UNTOUCHED or entry.is_symlink():
             continue
