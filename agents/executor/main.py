@@ -22,7 +22,7 @@ from libs.runtime import bus
 from .agent import SHUTDOWN_GRACE_SECONDS, Agent
 from .checks import reach
 from .checks.handler import Reboot
-from . import sandbox
+from . import cgroup, sandbox
 from .gpu import detect_gpus
 from .settings import ExecutorSettings
 
@@ -68,7 +68,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in work:
             t.cancel()
         await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
-        await asyncio.to_thread(sandbox.remove_agent_cgroup, settings.executor_id)
+        await asyncio.to_thread(cgroup.remove_agent_cgroup, settings.executor_id)
         for t in tasks:
             t.cancel()
         await _settle(tasks, SHUTDOWN_GRACE_SECONDS)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import errno
 import fcntl
 import logging
 import os
@@ -28,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from . import isolation
+from .cgroup import Cgroup, agent_cgroup, find_cgroup_root
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
-KILL_WAIT_SECONDS = 10.0
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
@@ -132,67 +131,6 @@ def private_dir(path: Path, uid: int, gid: int, traversed: int = 2) -> None:
         raise isolation.IsolationError(f"{path} is not a directory")
     chown_tree(path, uid, gid)
     os.chmod(path, 0o700)
-
-
-# -- cgroup ------------------------------------------------------------------------------------------------------
-
-def find_cgroup_root() -> Path | None:
-    try:
-        return isolation.cgroup2_mount(Path("/proc/self/mounts").read_text())
-    except OSError:
-        return None
-
-
-@dataclass
-class Cgroup:
-    path: Path
-    procs_fd: int = -1  # opened by the agent: the child joins before it drops its privileges
-
-    @classmethod
-    def create(cls, path: Path) -> Cgroup:
-        path.mkdir(parents=True, exist_ok=True)
-        return cls(path, os.open(path / "cgroup.procs", os.O_WRONLY))
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
-    def kill(self) -> None:
-        """Every process in the cgroup, at once (``cgroup.kill``, Linux 5.14+), else one by one until none."""
-        try:
-            (self.path / "cgroup.kill").write_text("1")
-        except OSError:
-            for pid in self.pids():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-    async def kill_and_remove(self, timeout: float = KILL_WAIT_SECONDS) -> bool:
-        if self.procs_fd >= 0:
-            os.close(self.procs_fd)
-            self.procs_fd = -1
-        deadline = time.monotonic() + timeout
-        while True:
-            self.kill()
-            if not self.pids():
-                break
-            if time.monotonic() > deadline:
-                log.error("cgroup %s still holds processes %s after %.0fs", self.path, self.pids(), timeout)
-                return False
-            await asyncio.sleep(0.02)
-        for _ in range(50):  # rmdir is refused (EBUSY) until the last exiting task has left
-            try:
-                self.path.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    log.warning("cannot remove cgroup %s: %s", self.path, exc)
-                    return False
-                await asyncio.sleep(0.02)
-        return False
 
 
 # -- the sandbox of one run --------------------------------------------------------------------------------------
@@ -382,19 +320,6 @@ async def prepare_base(base_dir: Path) -> None:
             os.chmod(entry, 0o644)
 
 
-def agent_cgroup(executor_id: str) -> Path | None:
-    """This agent's cgroup parent (made now), or None where no cgroup v2 is mounted or it is not writable."""
-    root = find_cgroup_root()
-    if root is None:
-        return None
-    path = root / "teto" / isolation.safe_name(executor_id)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return path
-
-
 def describe_limits(settings: Any) -> list[str]:
     """What this agent cannot enforce on this machine, for its start-up log (and ``teto up``'s output)."""
     found = settings.workload_cgroup and agent_cgroup(settings.executor_id) is not None
@@ -407,11 +332,3 @@ def describe_limits(settings: Any) -> list[str]:
         if problems := reach_problems_for(interpreter(settings)):
             lines.append("runs will fail to start: " + isolation.reach_advice(problems, "of the runs"))
     return lines
-
-
-def remove_agent_cgroup(executor_id: str) -> None:
-    """At shutdown: this agent's cgroup parent goes (refused by the kernel while a run's cgroup is in it)."""
-    root = find_cgroup_root()
-    if root is not None:
-        with contextlib.suppress(OSError):
-            (root / "teto" / isolation.safe_name(executor_id)).rmdir()

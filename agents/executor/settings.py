@@ -48,7 +48,7 @@ class ExecutorSettings(CommonSettings):
         None, max_length=4000, description="Run (shell) on a reboot directive instead of restarting the agent "
         "process, e.g. 'sudo systemctl reboot'")
     workload_uid_range: str = Field(
-        "", pattern=r"^(\s*\d+\s*-\s*\d+\s*)?$", description="When the agent is root: run each workload as its "
+        "", max_length=40, description="When the agent is root: run each workload as its "
         "own uid from FIRST-LAST (no passwd entry needed, e.g. 200000-200999), so tenants cannot read or signal each "
         "other; empty: TETO_WORKLOAD_USER, else the agent's own user (teto up sets a range when root)")
     workload_user: str = Field(
