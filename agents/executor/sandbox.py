@@ -147,10 +147,6 @@ class Sandbox:
     pgid: int | None = None
     _closing: asyncio.Task | None = None
 
-    @property
-    def per_run_uid(self) -> bool:
-        return self.uid_lease is not None
-
     def preexec(self, parent_pid: int) -> Callable[[], None]:
         procs_fd, uid, gid = self.cgroup.procs_fd if self.cgroup else -1, self.uid, self.gid
 
