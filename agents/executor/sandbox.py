@@ -32,6 +32,7 @@ from .cgroup import Cgroup, agent_cgroup, find_cgroup_root
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+SHARED_TMP = (Path("/tmp"), Path("/dev/shm"), Path("/var/tmp"))  # writable by every uid, a run's included
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
@@ -106,6 +107,30 @@ def sweep_uid(uid: int, proc: Path = Path("/proc"), rounds: int = 50) -> int:
         time.sleep(0.02)
     log.error("processes of uid %d still alive after %d sweeps", uid, rounds)
     return killed
+
+
+def remove_owned(uid: int, roots: Iterable[Path] = SHARED_TMP) -> list[Path]:
+    """Remove what ``uid`` left in the world-writable directories (``/tmp``, ``/dev/shm``, ``/var/tmp``): the next
+    run that draws the same uid, another tenant's perhaps, must not find it. Only entries the uid owns at the
+    top level; ``rmtree`` never follows links."""
+    removed = []
+    for root in roots:
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            except OSError as exc:
+                log.warning("cannot remove %s left by uid %d: %s", entry.path, uid, exc)
+    return removed
 
 
 # -- directories -------------------------------------------------------------------------------------------------
@@ -183,6 +208,7 @@ class Sandbox:
                 await self.cgroup.kill_and_remove()
             if self.uid_lease is not None:
                 await asyncio.to_thread(sweep_uid, self.uid_lease.uid)
+                await asyncio.to_thread(remove_owned, self.uid_lease.uid)
             if self.uid is not None:
                 for d in self.dirs:
                     with contextlib.suppress(FileNotFoundError):

@@ -120,6 +120,10 @@ ATTACK = textwrap.dedent("""
     attempt("write_own_checkpoint_dir",
             lambda: open(os.environ["TETO_CHECKPOINT_DIR"] + "/mine.txt", "w").write("ok"))
     attempt("write_tmpdir", lambda: open(os.environ["TMPDIR"] + "/scratch", "w").write("ok"))
+    # Leave files where the next run of this uid (another tenant, perhaps) could find them.
+    for shared in ("/tmp", "/dev/shm"):
+        open(f"{shared}/teto-left-{os.environ['MARK']}", "w").write("weights of tenant A")
+        os.makedirs(f"{shared}/teto-left-dir-{os.environ['MARK']}/sub")
     # Leave processes behind, three ways; the run ends at once.
     out["setsid_pid"] = subprocess.Popen(["setsid", "sleep", os.environ["MARK"] + "1"]).pid
     subprocess.run(["sh", "-c", "sleep " + os.environ["MARK"] + "2 & exit 0"])
@@ -190,6 +194,8 @@ async def test_an_attacking_job_reaches_nothing_but_its_own_and_leaves_nothing_b
     # Nothing the run started survived it: setsid, `sh -c 'x & exit 0'`, a double fork.
     assert process_gone(out["setsid_pid"])
     assert not _processes_with(mark), "a process the run left behind is still alive"
+    # ... nor any file it left in the world-writable directories.
+    assert not [p for shared in ("/tmp", "/dev/shm") for p in Path(shared).glob(f"teto-left*{mark}")]
     # The agent takes the next job (the run's uid and cgroup were released).
     after = uuid.uuid4().hex
     await queue.grant(js, settings, after, command({"STEPS": "1"}, PYTHON, TRAIN_SCRIPT))
