@@ -27,12 +27,13 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.bounds import MAX_SAFE_INT
+from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport, WorkerReady)
 
-from . import checkpoints, launch
+from . import checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .lease import LeaseKeeper
@@ -246,10 +247,15 @@ class Agent:
         stop_file = launch.stop_file(self.settings, run.grant)
         with contextlib.suppress(OSError):
             stop_file.parent.mkdir(parents=True, exist_ok=True)
-            checkpoints.write_atomic(stop_file, lambda f: f.write(json.dumps(
-                {"checkpoint_first": stop.checkpoint_first, "reason": stop.reason}).encode()))
+            checkpoints.write_atomic(stop_file, lambda f: (os.fchmod(f.fileno(), 0o644), f.write(json.dumps(
+                {"checkpoint_first": stop.checkpoint_first, "reason": stop.reason}).encode())))
         if run.child is not None:
             asyncio.create_task(run.child.stop(stop.grace_seconds), name=f"stop-{stop.job_id}")
+
+    def _uid_start(self) -> int:
+        """Where this agent starts looking for a free workload uid: random per run, so that a uid is rarely
+        handed out again soon after (and two agents rarely contend for one lock)."""
+        return int.from_bytes(os.urandom(4), "big")
 
     # -- one grant, start to finish ------------------------------------------------------------------------
 
@@ -273,9 +279,10 @@ class Agent:
                 why = "no answer" if reply is None else (reply.reason or "refused")
                 log.warning("grant of job %s epoch %d not confirmed (%s): dropped", grant.job_id, grant.epoch, why)
                 return
+            # Renewing while the run is being prepared too (a base model to build, directories to hand over).
+            watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             if not await self._launch(run):
                 return
-            watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -318,8 +325,18 @@ class Agent:
         if run.stop_requested:
             await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
             return False
-        work = launch.build(grant, s, self.gpus, resume_from=ckpt.path if ckpt else None, base_env=os.environ)
-        run.child = await Child.start(work, lambda record: self._on_report(run, record))
+        box = await asyncio.to_thread(sandbox.open_for, s, grant, start=self._uid_start())
+        try:
+            resume = ckpt.path if ckpt else None
+            if resume is not None and box.uid is not None and grant.rank > 0:
+                resume = await asyncio.to_thread(sandbox.hand_over, resume, launch.job_dir(s, grant.job_id), box)
+            work = launch.build(grant, s, self.gpus, resume_from=resume, base_env=os.environ)
+            if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
+                await sandbox.prepare_base(s.effective_base_model_dir)
+            run.child = await Child.start(work, lambda record: self._on_report(run, record), box)
+        except BaseException:
+            await box.close()
+            raise
         if run.stop_requested:
             # The stop came while the process was being started (no child to signal then): stop it now,
             # or a ceiling stop would be lost and the job would run on past its budget.

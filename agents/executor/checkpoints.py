@@ -111,6 +111,9 @@ def validate(path: Path) -> tuple[Checkpoint | None, str | None]:
     """(checkpoint, None) when the file matches its sidecar, else (None, the reason it cannot be used)."""
     path = Path(path)
     side = sidecar_path(path)
+    if path.is_symlink() or side.is_symlink():
+        # A run may have planted a link to a file it cannot read itself; the agent (root) must not follow it.
+        return None, "a link, not a checkpoint file"
     if not side.exists():
         return None, "no sidecar: the checkpoint was never completed"
     try:

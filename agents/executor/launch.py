@@ -1,8 +1,9 @@
 """How a grant becomes a process: argv, the ``TETO_*`` environment, working and log paths (pure).
 
-The contract with the training process is the environment documented in docs/workloads.md. Inherited
-``TETO_*`` variables (the agent's own configuration) are removed first and the user's ``env`` is applied
-before Teto's, so neither can confuse or override what the process is told about its job.
+The contract with the training process is the environment documented in docs/workloads.md. A run inherits only
+an allow-list of the agent's environment (``isolation.scrub_env``: never its configuration or credentials), then
+the user's ``env``, then Teto's variables and the devices granted, so neither the agent's settings nor the user
+can confuse or override what the process is told about its job, or which GPUs it may use.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from libs.contracts.agents import RunJob
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
 
+from . import isolation
 from .runner import Launch
 from .secrets import open_env
 from .settings import ExecutorSettings
@@ -63,12 +66,23 @@ def devices_held(grant: RunJob, gpus: list[GpuInfo]) -> int:
     return max(1, min(grant.spec.gpus_per_worker, len(gpus)))
 
 
-def argv(grant: RunJob) -> list[str]:
+def interpreter(settings: ExecutorSettings | None = None) -> str:
+    return (settings.workload_python if settings else "") or sys.executable
+
+
+def packages() -> list[Path]:
+    """Where the agent's installed packages are (a run started with another interpreter needs them)."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(Path(paths[k]) for k in ("purelib", "platlib")))
+
+
+def argv(grant: RunJob, settings: ExecutorSettings | None = None) -> list[str]:
     workload = grant.spec.workload
+    python = interpreter(settings)
     if isinstance(workload, CommandWorkload):
         # Through the guard, so that whatever the command starts dies with the agent (see guard.py).
-        return [sys.executable, "-m", GUARD_MODULE, "--", *workload.command]
-    return [sys.executable, "-m", FINETUNE_MODULE]
+        return [python, "-m", GUARD_MODULE, "--", *workload.command]
+    return [python, "-m", FINETUNE_MODULE]
 
 
 def job_dir(settings: ExecutorSettings, job_id: str) -> Path:
@@ -79,11 +93,20 @@ def stop_file(settings: ExecutorSettings, grant: RunJob) -> Path:
     return job_dir(settings, grant.job_id) / f"epoch-{grant.epoch}.stop.json"
 
 
+def checkpoint_dir(settings: ExecutorSettings, job_id: str) -> Path:
+    return settings.effective_checkpoint_dir / job_id
+
+
+def granted_indices(grant: RunJob, gpus: list[GpuInfo]) -> list[int]:
+    """The GPUs a run may see: exactly those it is charged for (``devices_held``)."""
+    return [g.index for g in gpus[:devices_held(grant, gpus)]] if gpus else []
+
+
 def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, resume_from: Path | None,
           base_env: Mapping[str, str]) -> Launch:
     workload = grant.spec.workload
     work = job_dir(settings, grant.job_id)
-    env = {k: v for k, v in base_env.items() if not k.startswith("TETO_")}
+    env = isolation.scrub_env(base_env, isolation.parse_allow(settings.workload_env_allow))
     if isinstance(workload, CommandWorkload):
         user_env = open_env(workload.env, job_id=grant.job_id, key_setting=settings.secrets_key)  # secrets.py
         check_env(user_env)
@@ -91,13 +114,16 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         params = "{}"
     else:
         params = workload.params.model_dump_json()
-    if gpus and "CUDA_VISIBLE_DEVICES" not in env:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in gpus[:devices_held(grant, gpus)])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(isolation.device_env(granted_indices(grant, gpus)))  # after the user's: theirs never wins
+    imports = [str(PROJECT_ROOT)]
+    if settings.workload_python:
+        imports += [str(p) for p in packages()]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (*imports, env.get("PYTHONPATH", "")) if p)
+    env.update(HOME=str(work.resolve()), TMPDIR=str(tmp_dir(work).resolve()))
     env.update(
         TETO_JOB_ID=grant.job_id, TETO_EPOCH=str(grant.epoch), TETO_ATTEMPT=str(grant.attempt),
         TETO_EXECUTOR_ID=settings.executor_id,
-        TETO_CHECKPOINT_DIR=str((settings.effective_checkpoint_dir / grant.job_id).resolve()),
+        TETO_CHECKPOINT_DIR=str(checkpoint_dir(settings, grant.job_id).resolve()),
         TETO_RESUME_FROM=str(resume_from.resolve()) if resume_from else "", TETO_RANK=str(grant.rank),
         TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
         TETO_READY_TIMEOUT=f"{grant.ready_timeout_seconds:g}" if grant.ready_timeout_seconds else "",
@@ -106,7 +132,17 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_BASE_DIR=str(settings.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
-    # The built-in workload runs in its job directory; a user's command where the agent runs, so relative
-    # paths in it mean what the user who started the agent expects.
-    cwd = None if isinstance(workload, CommandWorkload) else work
-    return Launch(argv=argv(grant), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=cwd)
+    # Every run works in its own job directory: the agent's working directory may hold its configuration.
+    return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work)
+
+
+def tmp_dir(work: Path) -> Path:
+    return work / "tmp"
+
+
+def run_dirs(settings: ExecutorSettings, grant: RunJob) -> list[Path]:
+    """The directories a run owns while it runs (and only then): its work dir, its temp dir, and, for rank 0 (the
+    only rank that writes checkpoints), the job's checkpoint directory; another rank is handed a copy of the
+    checkpoint it resumes from instead (``sandbox.hand_over``), as the directory belongs to rank 0's uid."""
+    work = job_dir(settings, grant.job_id)
+    return [work, tmp_dir(work)] + ([checkpoint_dir(settings, grant.job_id)] if grant.rank == 0 else [])

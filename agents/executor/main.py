@@ -22,6 +22,7 @@ from libs.runtime import bus
 from .agent import SHUTDOWN_GRACE_SECONDS, Agent
 from .checks import reach
 from .checks.handler import Reboot
+from . import cgroup, sandbox
 from .gpu import detect_gpus
 from .settings import ExecutorSettings
 
@@ -34,6 +35,8 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}")
     js = nc.jetstream(timeout=15.0)
     agent = Agent(settings, nc, js, gpus)
+    for line in await asyncio.to_thread(sandbox.describe_limits, settings):
+        log.warning("job isolation: %s", line)
     tasks: list[asyncio.Task] = []
     listener = None
     try:
@@ -65,6 +68,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in work:
             t.cancel()
         await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
+        await asyncio.to_thread(cgroup.remove_agent_cgroup, settings.executor_id)
         for t in tasks:
             t.cancel()
         await _settle(tasks, SHUTDOWN_GRACE_SECONDS)

@@ -3,7 +3,9 @@
 The child gets the write end of a pipe (``TETO_REPORT_FD``) and writes JSON lines through ``teto.sdk``; the
 agent reads them here. ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the child when the agent dies, so a
 training process can never outlive its agent (and so its lease); the SDK also exits on a broken pipe.
-stdout and stderr go to a log file; the last ~4 KB of stderr are kept for ``RunFinished.error``.
+stdout and stderr go to a log file; the last ~4 KB of stderr are kept for ``RunFinished.error``. With a
+``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec, and whatever it left behind is
+killed as soon as it has exited or been stopped.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
 STDERR_TAIL_BYTES = 4096
+EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
 
 _libc: Any = None
@@ -61,28 +67,36 @@ class Child:
     _tail: bytearray = field(default_factory=bytearray)
     _tasks: list[asyncio.Task] = field(default_factory=list)
     bad_lines: int = 0
+    sandbox: Sandbox | None = None
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     @classmethod
-    async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None]) -> Child:
+    async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
+                    sandbox: Sandbox | None = None) -> Child:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         env = dict(launch.env, TETO_REPORT_FD=str(write_fd))
-        logf = open(launch.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        # Never through a link: the job directory may have belonged to a run that planted one.
+        logf = os.fdopen(os.open(launch.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+                         "ab")
+        preexec = sandbox.preexec(os.getpid()) if sandbox is not None else _die_with_parent(os.getpid())
         try:
             proc = await asyncio.create_subprocess_exec(
                 *launch.argv, env=env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL, stdout=logf,
                 stderr=asyncio.subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()))
+                preexec_fn=preexec)
         except BaseException:
             os.close(read_fd)
+            logf.close()
             raise
         finally:
             os.close(write_fd)  # only the child holds the write end, so EOF means the child is gone
-        child = cls(proc=proc, launch=launch)
+        if sandbox is not None:
+            sandbox.pgid = proc.pid
+        child = cls(proc=proc, launch=launch, sandbox=sandbox)
         child._tasks = [asyncio.create_task(child._read_reports(read_fd, on_report), name=f"reports-{proc.pid}"),
                         asyncio.create_task(child._read_stderr(logf), name=f"stderr-{proc.pid}")]
         return child
@@ -129,13 +143,31 @@ class Child:
 
     async def wait(self, drain_seconds: float = 2.0) -> int:
         """The exit status, after the reports and stderr written before exit have been read."""
-        rc = await self.proc.wait()
+        rc = await self.exited()
+        await self.end()  # the run's exit is its main process's: what it left dies now
         # A grandchild may still hold the pipes open; do not wait for it forever.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), drain_seconds)
         for t in self._tasks:
             t.cancel()
         return rc
+
+    async def exited(self) -> int:
+        """The main process's exit status, as soon as it has exited. Not ``proc.wait()`` alone: on Python 3.11
+        that returns only once the child's pipes are closed too, and a process the run left behind holds its
+        stderr, so the run's end would wait for the leftover (forever, for ``sh -c 'sleep 1000 & exit 0'``)."""
+        waiting = asyncio.ensure_future(asyncio.shield(self.proc.wait()))
+        try:
+            while self.proc.returncode is None and not waiting.done():
+                await asyncio.wait({waiting}, timeout=EXIT_POLL_SECONDS)
+        finally:
+            waiting.cancel()
+        return self.proc.returncode
+
+    async def end(self) -> None:
+        """Kill whatever the run left behind and give its directories back to the agent (once)."""
+        if self.sandbox is not None:
+            await self.sandbox.close()
 
     def signal(self, sig: int) -> None:
         """Signal the whole session: a script that started helpers (a shell running python) stops with them.
@@ -154,11 +186,13 @@ class Child:
     async def stop(self, grace_seconds: float) -> None:
         """SIGTERM, then SIGKILL if still running after the grace; returns once the process is gone."""
         if self.proc.returncode is not None:
+            await self.end()
             return
         self.signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), grace_seconds)
+            await asyncio.wait_for(self.exited(), grace_seconds)
         except TimeoutError:
             log.warning("process %s ignored SIGTERM for %.1fs: SIGKILL", self.pid, grace_seconds)
             self.signal(signal.SIGKILL)
-            await self.proc.wait()
+            await self.exited()
+        await self.end()

@@ -50,6 +50,25 @@ class ExecutorSettings(CommonSettings):
     secrets_key: str | None = Field(
         None, max_length=4096, description="Key opening the secret env values the gateway sealed (a key file path "
         "or 32 bytes in base64; the gateway's key); unset: a job with a secret value cannot start here")
+    workload_uid_range: str = Field(
+        "", max_length=40, description="When the agent is root: run each workload as its "
+        "own uid from FIRST-LAST (no passwd entry needed, e.g. 200000-200999), so tenants cannot read or signal each "
+        "other; empty: TETO_WORKLOAD_USER, else the agent's own user (teto up sets a range when root)")
+    workload_user: str = Field(
+        "", max_length=64, pattern=r"^[A-Za-z0-9_.-]*$", description="When the agent is root and no uid range is "
+        "set: one user name or uid every workload runs as (separates runs from the agent, not from each other)")
+    workload_uid_lock_dir: Path = Field(
+        Path("/run/teto/workload-uids"), description="Lock files that keep a per-run uid unique across the agents "
+        "of one machine (every agent of the machine must use the same directory)")
+    workload_cgroup: bool = Field(
+        True, description="Hold each run in its own cgroup v2 (where one can be created) and kill it whole when the "
+        "run ends; otherwise the process group, plus every process of a per-run uid")
+    workload_python: str = Field(
+        "", max_length=4000, description="Interpreter of the built-in fine-tune and of the guard around commands "
+        "(default: the agent's); one other users can run when the agent's lives under /root")
+    workload_env_allow: str = Field(
+        "", max_length=4000, description="Comma-separated names (NAME or PREFIX_*) of the agent's environment a run "
+        "inherits on top of PATH, LANG, LC_*, TZ (never TETO_*)")
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")
@@ -84,6 +103,12 @@ class ExecutorSettings(CommonSettings):
         try:
             parse(self.test_fault)
         except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        from .isolation import IsolationError, parse_uid_range
+
+        try:
+            parse_uid_range(self.workload_uid_range)
+        except IsolationError as exc:
             raise SettingsError(str(exc)) from None
         if self.progress_interval_seconds > self.lease_seconds:
             raise SettingsError(f"progress interval {self.progress_interval_seconds:g}s is longer than the lease "

@@ -95,7 +95,8 @@ def test_command_environment_tells_the_script_everything_and_cannot_be_overridde
     got = launch.build(grant, _settings(tmp_path), [], resume_from=resume,
                        base_env={"PATH": "/bin", "TETO_NATS_URL": "nats://secret"})
     env = got.env
-    assert got.argv[-2:] == ["--", "train"] and "agents.executor.guard" in got.argv and got.cwd is None
+    assert got.argv[-2:] == ["--", "train"] and "agents.executor.guard" in got.argv
+    assert got.cwd == tmp_path / "executors" / "ex-1" / "jobs" / "j1"  # its own, never the agent's
     assert env["LR"] == "0.1" and env["PATH"] == "/bin" and "TETO_NATS_URL" not in env
     assert (env["TETO_JOB_ID"], env["TETO_EPOCH"], env["TETO_ATTEMPT"]) == ("j1", "3", "2")
     assert env["TETO_RESUME_FROM"] == str(resume.resolve()) and env["TETO_CHECKPOINT_EVERY"] == "7"
@@ -112,14 +113,18 @@ def test_finetune_runs_the_builtin_module_with_its_params_in_its_job_dir(tmp_pat
 
 
 @pytest.mark.parametrize(("gpus", "asked", "held", "visible"), [
-    (0, 0, 1, None), (0, 4, 1, None), (4, 0, 1, "0"), (4, 2, 2, "0,1"), (2, 8, 2, "0,1"),
+    (0, 0, 1, ""), (0, 4, 1, ""), (4, 0, 1, "0"), (4, 2, 2, "0,1"), (2, 8, 2, "0,1"),
 ], ids=["cpu", "cpu-asked-gpus", "gpu-node-any-job", "two-of-four", "more-than-there-are"])
-def test_devices_charged_and_visible(tmp_path, gpus, asked, held, visible):
+@pytest.mark.parametrize("job_sets", [{}, {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "NVIDIA_VISIBLE_DEVICES": "all"}],
+                         ids=["job-silent", "job-asks-for-more"])
+def test_devices_charged_and_visible(tmp_path, gpus, asked, held, visible, job_sets):
+    """The agent alone says which devices a run sees, and they are the ones it is charged for."""
     infos = [GpuInfo(index=i, name="H200") for i in range(gpus)]
-    grant = _grant(CommandWorkload(command=["x"]), gpus_per_worker=asked)
+    grant = _grant(CommandWorkload(command=["x"], env=job_sets), gpus_per_worker=asked)
     assert launch.devices_held(grant, infos) == held
-    env = launch.build(grant, _settings(tmp_path), infos, resume_from=None, base_env={}).env
-    assert env.get("CUDA_VISIBLE_DEVICES") == visible
+    env = launch.build(grant, _settings(tmp_path), infos, resume_from=None,
+                       base_env={"CUDA_VISIBLE_DEVICES": "7"}).env
+    assert env["CUDA_VISIBLE_DEVICES"] == env["NVIDIA_VISIBLE_DEVICES"] == visible
     assert env["TETO_DEVICE"] == ("cuda" if gpus else "cpu")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from libs.runtime.dbroles import redact_url
+from teto.stack import isolation as jobs_isolation
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -118,6 +119,7 @@ def up(opts: UpOptions) -> int:
     _check_settings({**os.environ, **lease_env})  # refuse an unsafe lease contract before starting anything
     data_dir = opts.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    jobs_isolation.harden_data_dir(data_dir)
     lock = open(data_dir / "up.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,6 +172,8 @@ def up(opts: UpOptions) -> int:
         from teto.stack.audit_key import audit_key_env
 
         own["audit"].update(audit_key_env(data_dir))  # the audit log's HMAC key: the audit service alone
+        isolation_env, isolation_lines = jobs_isolation.executor_env(env)  # workloads' uids (docs/security/jobs.md)
+        own["executor"].update(isolation_env)
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
@@ -185,10 +189,13 @@ def up(opts: UpOptions) -> int:
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
                                                  "database_url": database_url, "data_dir": str(data_dir),
                                                  "subject_prefix": prefix})
+        jobs_isolation.harden_data_dir(data_dir)  # runs enter it, never read what is not theirs
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
               f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
+        for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:
+            print(f"  job isolation: {line}", flush=True)
         rc = 0
         if opts.demo:
             rc = _demo(url, token, sup, opts)

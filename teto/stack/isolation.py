@@ -1,0 +1,98 @@
+"""``teto up``'s part in job isolation: the data directory's modes, and the executors' isolation settings.
+
+A run must reach its own job and checkpoint directories (under the data directory) and read the base model, and
+nothing else there: not ``stack.json`` (the admin token), the tokens file, the embedded servers' state, the logs.
+So the data directory is 0711 (enter, not list), what runs need is 0711/0755, everything else 0700/0600. As root,
+executors run each workload as its own uid from ``DEFAULT_UID_RANGE``; what cannot be enforced is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+from agents.executor import isolation
+from agents.executor.launch import PROJECT_ROOT, packages
+
+DEFAULT_UID_RANGE = "200000-200999"
+# Entries of the data directory runs pass through (their own subdirectories are 0700, made by the agent).
+TRAVERSED = {"executors": 0o711, "checkpoints": 0o711, "base": 0o755}
+UNTOUCHED = {"postgres"}  # the embedded PostgreSQL's own user keeps its own modes
+
+
+def harden_data_dir(data_dir: Path) -> None:
+    """Runs can enter the data directory but not list it, and read nothing in it but what is theirs."""
+    if data_dir.stat().st_uid != os.geteuid():
+        return
+    os.chmod(data_dir, 0o711)
+    for name, mode in TRAVERSED.items():  # made now, so no part makes them later with its own umask's mode
+        (data_dir / name).mkdir(mode=mode, exist_ok=True)
+    for entry in data_dir.iterdir():
+        if entry.name in UNTOUCHED or entry.is_symlink():
+            continue
+        if entry.name in TRAVERSED:
+            if entry.is_dir():
+                os.chmod(entry, TRAVERSED[entry.name])
+        elif entry.is_dir():
+            os.chmod(entry, 0o700)
+        else:
+            os.chmod(entry, stat.S_IMODE(entry.stat().st_mode) & 0o700)
+
+
+def _problems(python: str) -> list[str]:
+    return isolation.reach_problems(Path(os.path.realpath(python)), PROJECT_ROOT, packages())
+
+
+def workload_python() -> tuple[str | None, list[str]]:
+    """An interpreter a per-run uid can execute: this one, else the system's of the same version (a venv made
+    from a Python under /root cannot be run by other users); (None, why not) when there is none."""
+    problems = _problems(sys.executable)
+    if not problems:
+        return "", []
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+        if os.access(candidate, os.X_OK) and not _problems(candidate):
+            return candidate, problems
+    return None, problems
+
+
+def executor_env(env: dict[str, str], is_root: bool | None = None) -> tuple[dict[str, str], list[str]]:
+    """The executors' isolation variables under ``teto up`` (what the operator set wins), and the lines to print
+    about what is enforced and what is not."""
+    is_root = os.geteuid() == 0 if is_root is None else is_root
+    own: dict[str, str] = {}
+    lines: list[str] = []
+    wants_uid = is_root and not env.get("TETO_WORKLOAD_USER")
+    if wants_uid and "TETO_WORKLOAD_UID_RANGE" not in env:
+        own["TETO_WORKLOAD_UID_RANGE"] = DEFAULT_UID_RANGE
+    uid_range = env.get("TETO_WORKLOAD_UID_RANGE", own.get("TETO_WORKLOAD_UID_RANGE", ""))
+    if is_root and (uid_range or env.get("TETO_WORKLOAD_USER")) and not env.get("TETO_WORKLOAD_PYTHON"):
+        python, problems = workload_python()
+        if python:
+            own["TETO_WORKLOAD_PYTHON"] = python
+            lines.append(f"workloads run with {python} (this installation's interpreter is not reachable by "
+                         f"the workload users: {'; '.join(problems)})")
+        elif python is None:
+            own["TETO_WORKLOAD_UID_RANGE"] = ""
+            uid_range = ""
+            lines.append("NOT ENFORCED: " + isolation.reach_advice(problems, "of the runs")
+                         + ". Until then workloads run as root")
+    if uid_range:
+        lines.append(f"each workload runs as its own uid from {uid_range}, in a private work and checkpoint "
+                     "directory, with a scrubbed environment")
+    for line in isolation.limits(is_root=is_root, uid_range=uid_range, workload_user=env.get("TETO_WORKLOAD_USER",
+                                 ""), cgroup=False, cgroup_found=False):
+        lines.append("NOT ENFORCED: " + line)
+    return own, lines
+
+
+def cgroup_line() -> str | None:
+    """Whether runs can be held in a cgroup v2 here (the executors say it again in their logs)."""
+    root = isolation.cgroup2_mount(Path("/proc/self/mounts").read_text()) if Path("/proc/self/mounts").exists() \
+        else None
+    if root is not None and os.access(root, os.W_OK):
+        return None
+    return ("NOT ENFORCED: no writable cgroup v2: a run is contained by its process group (and, as root, a sweep "
+            "of its uid); without root a process that leaves its group (setsid) can outlive the run")
