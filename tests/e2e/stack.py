@@ -14,7 +14,14 @@ from typing import Any
 import httpx
 
 from teto.stack.embedded import free_port
+from teto.stack.isolation import workload_python
 from tests.support.services import eventually_blocking as eventually
+
+
+# The interpreter a `command` job names: under `teto up` as root jobs run as their own uid, which cannot enter
+# /root where this venv's interpreter may live (teto up then runs workloads with the system one and this
+# installation's packages on PYTHONPATH, and so must a job's own command).
+JOB_PYTHON = workload_python()[0] or sys.executable
 
 
 @dataclass

@@ -26,7 +26,7 @@ import pytest
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.subjects import Subjects
 
-from .stack import Stack, eventually, start_stack
+from .stack import JOB_PYTHON, Stack, eventually, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +40,7 @@ def _spec() -> dict[str, Any]:
     # The example training script (standard library only, so it is stepping within a second of its start even
     # on a busy machine): far more steps than the ceiling allows, ~0.2 s each, a checkpoint every 5 steps.
     return {"name": "ceiling-e2e", "gpu_ceiling_seconds": CEILING, "checkpoint_every_steps": 5,
-            "workload": {"kind": "command", "command": [sys.executable, TRAIN_SCRIPT],
+            "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
                          "env": {"STEPS": "100000", "STEP_SECONDS": "0.2"}}}
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.stack import eventually, start_stack
+from tests.e2e.stack import JOB_PYTHON, eventually, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_a_hostile_job_cannot_take_the_platform_over(stack_dir: Path) -> None:
     stack = start_stack(stack_dir, executors=2)
     try:
         victim = stack.post("/v1/jobs", {"name": "victim", "checkpoint_every_steps": 5, "workload": {
-            "kind": "command", "command": [sys.executable, TRAIN_SCRIPT], "env": {"STEPS": "20"}}})
+            "kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT], "env": {"STEPS": "20"}}})
         assert victim.status_code in (200, 201, 202), victim.text
         victim_id = victim.json()["id"]
         assert stack.wait_state(victim_id, {"succeeded", "failed"}, 120)["state"] == "succeeded", stack.log_tail()
@@ -73,7 +73,7 @@ def test_a_hostile_job_cannot_take_the_platform_over(stack_dir: Path) -> None:
                "nats_url": info["nats_url"], "pg_host": pg.hostname, "pg_port": pg.port,
                "victim_checkpoint_dir": str(victim_ckpts), "marker": marker}
         attack = stack.post("/v1/jobs", {"name": "attacker", "workload": {
-            "kind": "command", "command": [sys.executable, ATTACKER, json.dumps(cfg)]}})
+            "kind": "command", "command": [JOB_PYTHON, ATTACKER, json.dumps(cfg)]}})
         assert attack.status_code in (200, 201, 202), attack.text
         attack_id = attack.json()["id"]
         assert stack.wait_state(attack_id, {"succeeded", "failed"}, 120)["state"] == "succeeded", stack.log_tail()

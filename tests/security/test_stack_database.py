@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import start_stack
+from tests.e2e.stack import JOB_PYTHON, start_stack
 
 pytestmark = pytest.mark.security
 
@@ -57,7 +57,7 @@ def test_a_job_finds_no_way_into_the_database(stack_dir: Path):
         info = json.loads((stack_dir / "stack.json").read_text())
         port = info["database_url"].rsplit(":", 1)[1].split("/")[0]
         spec = {"name": "db-attack", "workload": {"kind": "command",
-                                                  "command": [sys.executable, "-c", ATTACK, port, "teto"]}}
+                                                  "command": [JOB_PYTHON, "-c", ATTACK, port, "teto"]}}
         r = stack.post("/v1/jobs", spec)
         assert r.status_code in (201, 202), r.text
         job_id = r.json()["id"]
