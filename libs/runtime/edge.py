@@ -40,6 +40,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.dead import DeadCause, DeadLetter, dead_letter
+from libs.contracts import senders
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
@@ -111,6 +112,13 @@ class Consumer(Generic[M]):
 
 def model_decoder(model: type[Envelope]) -> Callable[[bytes], Envelope]:
     return model.decode
+
+
+def from_sender(decode: Callable[[bytes], M]) -> Callable[[Msg], M]:
+    """A ``read`` for an executor's report: decode it and refuse it (as malformed: rejected visibly) when the
+    body claims another executor than the subject's sender token (libs/contracts/senders.py)."""
+    read = senders.bound(decode)
+    return lambda m: read(m.subject, m.data)
 
 
 @dataclass

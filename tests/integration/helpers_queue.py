@@ -173,7 +173,7 @@ class FakeExecutor:
         return LeaseRenewReply.decode(msg.data)
 
     async def report(self, msg: Envelope) -> None:
-        await bus.publish(self.c.js, self.c.s.progress(msg.job_id), msg)
+        await bus.publish(self.c.js, self.c.s.progress(msg.job_id, msg.executor_id), msg)
 
     async def finish(self, outcome: RunOutcome, **kw: Any) -> None:
         await self.report(RunFinished(job_id=self.job_id, epoch=self.epoch, executor_id=self.id, outcome=outcome,
