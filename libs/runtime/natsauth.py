@@ -157,6 +157,12 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
     raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
 
 
+def checked_streams(perms: Permissions) -> list[str]:
+    """The streams a part checks at start: those whose info its permissions allow."""
+    mark = "$JS.API.STREAM.INFO."
+    return [subject[len(mark):] for subject in perms.publish if subject.startswith(mark)]
+
+
 def user(role: str, prefix: str = "teto", *, executor_id: str | None = None, node_id: str | None = None) -> User:
     name = executor_user(executor_id or "") if role == "executor" else role
     perms = permissions(role, prefix, executor_id=executor_id, node_id=node_id)
@@ -173,3 +179,18 @@ def authorization(users: list[User], password_hashes: dict[str, str]) -> dict:
 def known_command_kinds() -> set[str]:
     """Every command kind must have a deciding service here (a unit test holds the two lists together)."""
     return set(COMMANDS)
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` is one token, a final ``>`` one or more (what the server applies to allow lists)."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def allows(patterns: tuple[str, ...], subject: str) -> bool:
+    return any(matches(p, subject) for p in patterns)

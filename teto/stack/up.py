@@ -49,7 +49,7 @@ class _Stop(Exception):
     pass
 
 
-def _prepare_schema(nats_url: str, database_url: str, prefix: str) -> None:
+def _prepare_schema(nats_url: str, database_url: str, prefix: str, nats_credentials: Path | None = None) -> None:
     """Apply every service's migrations and declare the streams before anything starts."""
     from libs.contracts.subjects import Subjects
     from libs.runtime import bus, db
@@ -61,7 +61,7 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str) -> None:
                 await db.migrate(pool, name, f"services.{name}")
         finally:
             await pool.close()
-        nc = await bus.connect(nats_url, "teto-up")
+        nc = await bus.connect(nats_url, "teto-up", credentials_file=nats_credentials)
         try:
             await bus.ensure_streams(nc.jetstream(), Subjects(prefix))
         finally:
@@ -136,16 +136,19 @@ def up(opts: UpOptions) -> int:
         database_url = os.environ.get("TETO_DATABASE_URL")
         from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
 
+        prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
+        bus_auth = None  # an external NATS is used with the credentials its operator configured
+        nats_admin = Path(os.environ["TETO_NATS_CREDENTIALS_FILE"]) if os.environ.get(
+            "TETO_NATS_CREDENTIALS_FILE") else None
         if not nats_url:
-            nats = EmbeddedNats(data_dir / "nats").start()
-            nats_url = nats.url
-            log.info("embedded NATS (JetStream) at %s", nats_url)
+            bus_auth, nats = start_bus(data_dir / "nats", prefix)
+            nats_url, nats_admin = nats.url, bus_auth.admin_creds
+            log.info("embedded NATS (JetStream) at %s, every part with its own credentials", nats_url)
         if not database_url:
             pg = EmbeddedPostgres(data_dir / "postgres").start()
             database_url = pg.url
             log.info("embedded PostgreSQL at %s", database_url)
-        prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
-        _prepare_schema(nats_url, database_url, prefix)
+        _prepare_schema(nats_url, database_url, prefix, nats_admin)
 
         tokens_file = data_dir / "tokens.json"
         token = _admin_token(data_dir, tokens_file)
@@ -158,13 +161,15 @@ def up(opts: UpOptions) -> int:
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
         own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
+        prepare_executor = give_bus_credentials(bus_auth, own, sup)
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
                                 "--log-level", opts.log_level], part_env(env, own, "executor"),
-                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}"))
+                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}",
+                         prepare=prepare_executor))
 
         for i in range(1, opts.executors + 1):
             add_executor(f"executor-{i}", opts.group)
@@ -172,7 +177,8 @@ def up(opts: UpOptions) -> int:
         _wait_http(f"{url}/healthz", 90.0, sup)
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
                                                  "database_url": database_url, "data_dir": str(data_dir),
-                                                 "subject_prefix": prefix})
+                                                 "subject_prefix": prefix,
+                                                 "nats_credentials_file": str(nats_admin) if nats_admin else None})
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
               f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {database_url}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
@@ -201,6 +207,34 @@ def up(opts: UpOptions) -> int:
         lock.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def start_bus(nats_dir: Path, prefix: str):
+    """The embedded NATS server with every part's user and permissions (teto/stack/busauth.py)."""
+    from teto.stack.busauth import LocalBus
+    from teto.stack.embedded import EmbeddedNats
+
+    bus_auth = LocalBus(nats_dir, prefix)
+    nats = EmbeddedNats(nats_dir, config=bus_auth.config_path).start()
+    bus_auth.server_pid = lambda: nats.proc.pid if nats.proc is not None and nats.proc.poll() is None else None
+    bus_auth.monitor_url = nats.monitor_url
+    return bus_auth, nats
+
+
+def give_bus_credentials(bus_auth, own: dict[str, dict[str, str]], sup: Supervisor):
+    """Each service gets only its own credentials file; each executor start gets a new user for its new id
+    (returned: the executors' ``Part.prepare``). Without an embedded server (external NATS): nothing."""
+    if bus_auth is None:
+        return None
+    for name, variables in bus_auth.own().items():
+        own[name].update(variables)
+    own["executor"]["TETO_NATS_CREDENTIALS_FILE"] = None  # given per start, for the executor's own id
+
+    def prepare(part: Part) -> dict[str, str]:
+        live = [p.executor_id for p in sup.parts.values() if p.executor_id]
+        return bus_auth.executor_env(part.executor_id, live)
+
+    return prepare
 
 
 def part_env(env: dict[str, str], own: dict[str, dict[str, str]], part: str) -> dict[str, str]:
