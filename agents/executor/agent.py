@@ -262,7 +262,7 @@ class Agent:
     async def _serve_grant(self, run: Run) -> None:
         grant = run.grant
         s = self.settings
-        keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew, job_id=grant.job_id, epoch=grant.epoch,
+        keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew_of(self.id), job_id=grant.job_id, epoch=grant.epoch,
                              executor_id=self.id, lease_seconds=grant.lease_seconds,
                              heartbeat_seconds=grant.heartbeat_seconds,
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))

@@ -41,7 +41,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(JobEvent, "teto.job.<job_id>.<event>", "JOB", "queue", "Job-state change, ordered per job by seq"),
     Entry(SignalChanged, "teto.job.<job_id>.signal", "JOB", "health", "Job signal changed (ok/no_signal/stuck)"),
     Entry(LeaseEvent, "teto.lease.<job_id>.<event>", "LEASE", "queue", "Lease granted/renewed/expired/released"),
-    Entry(LeaseRenewRequest, "teto.rpc.lease.renew", None, "executor", "Renew a lease (request)"),
+    Entry(LeaseRenewRequest, "teto.rpc.lease.renew.<executor_id>", None, "executor", "Renew a lease (request)"),
     Entry(LeaseRenewReply, "(reply inbox)", None, "queue", "Renewal acknowledged or lease lost"),
     Entry(RunJob, "teto.agent.<executor_id>.run", "AGENT", "queue", "Lease grant: run this job"),
     Entry(StopJob, "teto.agent.<executor_id>.stop", "AGENT", "queue", "Stop the training process of a job"),

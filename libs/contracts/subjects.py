@@ -100,10 +100,14 @@ class Subjects:
     def lease_all(self) -> str:
         return f"{self.prefix}.lease.>"
 
-    # -- lease renewal RPC (core NATS request/reply, answered by a queue replica; not stored in a stream)
+    # -- lease renewal RPC (core NATS request/reply, answered by a queue replica; not stored in a stream):
+    # teto.rpc.lease.renew.<executor_id>, the sender's id last (the queue refuses a request naming another)
+    def rpc_lease_renew_of(self, executor_id: str) -> str:
+        return f"{self.prefix}.rpc.lease.renew.{_token(executor_id)}"
+
     @property
     def rpc_lease_renew(self) -> str:
-        return f"{self.prefix}.rpc.lease.renew"
+        return f"{self.prefix}.rpc.lease.renew.*"
 
     @property
     def rpc_budget_status(self) -> str:

@@ -352,12 +352,17 @@ class Responder(Generic[M]):
     decode: Callable[[bytes], M]
     handle: Callable[[M], Awaitable[Envelope]]
     malformed: Callable[[str], Envelope]
+    # Checks a decoded request against its subject (raises ContractError: refused like a malformed one), e.g.
+    # that the executor named in the body is the one the subject names (libs/contracts/senders.py).
+    bind: Callable[[str, M], None] | None = None
 
 
 async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporter) -> Any:
     async def on_request(msg: Msg) -> None:
         try:
             request = responder.decode(msg.data)
+            if responder.bind is not None:
+                responder.bind(msg.subject, request)
         except Exception as exc:  # noqa: BLE001 - a ContractError, or a decoder that could not read it at all
             reason = exc.reason if isinstance(exc, ContractError) else f"unreadable: {type(exc).__name__}: {exc}"
             await reporter.reject(msg.subject, msg.data, reason)

@@ -151,7 +151,7 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                # last token, which the health service compares with the body.
                f"{p}.check.*.*.{executor_id}",
                f"{p}.progress.*.{executor_id}",  # any job, but only as itself: the queue checks it holds the lease
-               s.rejected("executor"), s.rpc_lease_renew,
+               s.rejected("executor"), s.rpc_lease_renew_of(executor_id),
                *_consume(s, agent), *_stream_info(s, ["AGENT", "HB", "USAGE", "NODE", "PROGRESS", "REJECTED"])]
         return Permissions(tuple(pub), (inbox_prefix(me) + ".>",))
     raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")

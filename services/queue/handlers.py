@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from libs.contracts import senders
 from libs.contracts.budget import BudgetEvent
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
 from libs.contracts.envelope import ContractError, schema_of
@@ -80,7 +81,8 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
 
 def responders(runtime: Runtime, runs: Runs) -> list[Responder]:
     return [Responder(runtime.subjects.rpc_lease_renew, "queue", LeaseRenewRequest.decode, runs.renew,
-                      lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"))]
+                      lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"),
+                      bind=lambda subject, req: senders.check_sender(subject, req.executor_id, req.SCHEMA))]
 
 
 def decode_progress(body: bytes) -> ProgressBase:

@@ -169,7 +169,7 @@ class FakeExecutor:
 
     async def renew(self, job_id: str | None = None, epoch: int | None = None) -> LeaseRenewReply:
         req = LeaseRenewRequest(job_id=job_id or self.job_id, epoch=epoch or self.epoch, executor_id=self.id)
-        msg = await self.c.nc.request(self.c.s.rpc_lease_renew, req.encode(), timeout=5)
+        msg = await self.c.nc.request(self.c.s.rpc_lease_renew_of(self.id), req.encode(), timeout=5)
         return LeaseRenewReply.decode(msg.data)
 
     async def report(self, msg: Envelope) -> None:

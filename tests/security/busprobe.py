@@ -68,8 +68,11 @@ async def publish_is_refused(client: Probe, admin: Client, subject: str, sentine
         await client.nc.publish(subject, data)
         await client.nc.publish(sentinel, b"sentinel")
         await client.nc.flush()
-        await asyncio.wait_for(arrived.wait(), 10)
-        return await client.refused("publish", subject) and subject not in got
+        await asyncio.wait_for(arrived.wait(), 20)
+        refused = await client.refused("publish", subject, timeout=20)
+        assert refused and subject not in got, (f"{subject}: error received {refused}, delivered {subject in got}",
+                                                client.errors)
+        return True
     finally:
         for sub in subs:
             await sub.unsubscribe()

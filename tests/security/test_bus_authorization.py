@@ -109,6 +109,7 @@ REFUSED_PUBLISH = [
     ("executor", S.check("run-1", "failed", OTHER)),
     ("executor", S.node("host-bbbbbb", "registered")),
     ("executor", S.agent(OTHER, "stop")),
+    ("executor", S.rpc_lease_renew_of(OTHER)),  # renewing another executor's lease (keeping a zombie alive)
     ("executor", S.agent(EX, "reboot")),
     ("executor", S.outcome("submit", "c1")),  # a forged command outcome
     ("executor", S.lease("j1", "granted")),
@@ -208,7 +209,7 @@ async def test_what_each_part_needs_still_works(authbus: AuthBus, admin):
 
         await queue.nc.subscribe(S.rpc_lease_renew, queue="queue", cb=renew)
         await queue.nc.flush()
-        reply = await ex.nc.request(S.rpc_lease_renew, b"{}", timeout=5)
+        reply = await ex.nc.request(S.rpc_lease_renew_of(EX), b"{}", timeout=5)
         assert reply.data == b'{"ok": true}' and reply.subject.startswith(f"_INBOX.executor-{EX}.")
 
         outcome = await gateway.nc.subscribe(S.outcome_of("c1"))

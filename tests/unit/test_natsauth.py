@@ -68,7 +68,8 @@ def test_directives_to_an_agent_come_from_one_service(directive, role):
 
 
 def test_the_queue_alone_answers_lease_renewals_and_the_budget_alone_budget_status():
-    assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_lease_renew)} == {"queue"}
+    assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_lease_renew_of(EX))} == {"queue"}
+    assert publishers(S.rpc_lease_renew_of(EX)) == {"executor"} and not publishers(S.rpc_lease_renew_of(OTHER))
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_budget_status)} == {"budget"}
     assert {r for r in NON_ADMIN if perms(r).allow_responses} == {"queue", "budget"}
 
