@@ -136,6 +136,26 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: 
             await js.add_stream(config)
         except BadRequestError:
             await js.update_stream(config)
+    await refilter_durables(js, subjects)
+
+
+async def refilter_durables(js: JetStreamContext, subjects: Subjects) -> None:
+    """Point the services' durables at their current filter subject. A part binds an existing durable as it is
+    (nats-py does not update it), so a durable made before a subject changed (``teto.progress.<job>`` became
+    ``teto.progress.<job>.<executor>``) would silently match nothing; the declarer of the streams fixes them."""
+    from . import natsauth
+
+    for role in natsauth.SERVICES:
+        for durable in natsauth.durables(role, subjects):
+            stream = subjects.stream_name(durable.stream)
+            try:
+                info = await js.consumer_info(stream, durable.name)
+            except NotFoundError:
+                continue
+            if info.config.filter_subject not in (None, durable.filter):
+                log.warning("durable %s on %s: filter %s -> %s", durable.name, stream, info.config.filter_subject,
+                            durable.filter)
+                await js.add_consumer(stream, config=info.config.evolve(filter_subject=durable.filter))
 
 
 def trace_headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:
