@@ -155,3 +155,39 @@ class LocalBus:
                 return json.loads(r.read()).get("config_load_time")
         except (OSError, ValueError):
             return None
+
+
+# -- teto up ------------------------------------------------------------------------------------------------
+
+def start_embedded(nats_dir: Path, prefix: str):
+    """The embedded NATS server with every part's user and permissions; returns (LocalBus, EmbeddedNats)."""
+    from teto.stack.embedded import EmbeddedNats
+
+    bus_auth = LocalBus(nats_dir, prefix)
+    nats = EmbeddedNats(nats_dir, config=bus_auth.config_path).start()
+    bus_auth.server_pid = lambda: nats.proc.pid if nats.proc is not None and nats.proc.poll() is None else None
+    bus_auth.monitor_url = nats.monitor_url
+    return bus_auth, nats
+
+
+def give_credentials(bus_auth: LocalBus | None, own: dict[str, dict[str, str | None]],
+                     live_executors: Callable[[], Iterable[str | None]]):
+    """Each service gets only its own credentials file (``own``, see teto/stack/up.part_env); returns the
+    executors' ``Part.prepare``: each start gets a new user for its new id. With an external NATS: nothing."""
+    if bus_auth is None:
+        return None
+    for name, variables in bus_auth.own().items():
+        own[name].update(variables)
+    own["executor"]["TETO_NATS_CREDENTIALS_FILE"] = None  # given per start, for the executor's own id
+
+    def prepare(part) -> dict[str, str]:
+        return bus_auth.executor_env(part.executor_id, [e for e in live_executors() if e])
+
+    return prepare
+
+
+def note(bus_auth: LocalBus | None, nats_admin: Path | None) -> str:
+    """What ``teto up``'s start-up output says about the bus's identities."""
+    if bus_auth is not None:
+        return f"  (one user per part, none anonymous; admin credentials: {nats_admin})"
+    return f"  (credentials: {nats_admin})" if nats_admin else "  (external, no credentials configured)"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from teto.stack import busauth
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -141,7 +142,7 @@ def up(opts: UpOptions) -> int:
         nats_admin = Path(os.environ["TETO_NATS_CREDENTIALS_FILE"]) if os.environ.get(
             "TETO_NATS_CREDENTIALS_FILE") else None
         if not nats_url:
-            bus_auth, nats = start_bus(data_dir / "nats", prefix)
+            bus_auth, nats = busauth.start_embedded(data_dir / "nats", prefix)
             nats_url, nats_admin = nats.url, bus_auth.admin_creds
             log.info("embedded NATS (JetStream) at %s, every part with its own credentials", nats_url)
         if not database_url:
@@ -161,7 +162,8 @@ def up(opts: UpOptions) -> int:
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
         own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
-        prepare_executor = give_bus_credentials(bus_auth, own, sup)
+        prepare_executor = busauth.give_credentials(bus_auth, own,
+                                                    lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
@@ -180,7 +182,8 @@ def up(opts: UpOptions) -> int:
                                                  "subject_prefix": prefix,
                                                  "nats_credentials_file": str(nats_admin) if nats_admin else None})
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
-              f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {database_url}\n"
+              f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}\n"
+              f"  PostgreSQL:  {database_url}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
         rc = 0
@@ -207,34 +210,6 @@ def up(opts: UpOptions) -> int:
         lock.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def start_bus(nats_dir: Path, prefix: str):
-    """The embedded NATS server with every part's user and permissions (teto/stack/busauth.py)."""
-    from teto.stack.busauth import LocalBus
-    from teto.stack.embedded import EmbeddedNats
-
-    bus_auth = LocalBus(nats_dir, prefix)
-    nats = EmbeddedNats(nats_dir, config=bus_auth.config_path).start()
-    bus_auth.server_pid = lambda: nats.proc.pid if nats.proc is not None and nats.proc.poll() is None else None
-    bus_auth.monitor_url = nats.monitor_url
-    return bus_auth, nats
-
-
-def give_bus_credentials(bus_auth, own: dict[str, dict[str, str]], sup: Supervisor):
-    """Each service gets only its own credentials file; each executor start gets a new user for its new id
-    (returned: the executors' ``Part.prepare``). Without an embedded server (external NATS): nothing."""
-    if bus_auth is None:
-        return None
-    for name, variables in bus_auth.own().items():
-        own[name].update(variables)
-    own["executor"]["TETO_NATS_CREDENTIALS_FILE"] = None  # given per start, for the executor's own id
-
-    def prepare(part: Part) -> dict[str, str]:
-        live = [p.executor_id for p in sup.parts.values() if p.executor_id]
-        return bus_auth.executor_env(part.executor_id, live)
-
-    return prepare
 
 
 def part_env(env: dict[str, str], own: dict[str, dict[str, str]], part: str) -> dict[str, str]:
