@@ -25,6 +25,8 @@ from opentelemetry import propagate
 from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 
+from . import natsauth
+
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_SECONDS = 120.0
@@ -111,8 +113,6 @@ async def prepare_streams(js: JetStreamContext, subjects: Subjects, *, authentic
     if not authenticated:
         await ensure_streams(js, subjects)
         return
-    from . import natsauth
-
     perms = natsauth.permissions(role, subjects.prefix, executor_id=executor_id, node_id=node_id)
     await check_streams(js, natsauth.checked_streams(perms))
 
@@ -143,8 +143,6 @@ async def refilter_durables(js: JetStreamContext, subjects: Subjects) -> None:
     """Point the services' durables at their current filter subject. A part binds an existing durable as it is
     (nats-py does not update it), so a durable made before a subject changed (``teto.progress.<job>`` became
     ``teto.progress.<job>.<executor>``) would silently match nothing; the declarer of the streams fixes them."""
-    from . import natsauth
-
     for role in natsauth.SERVICES:
         for durable in natsauth.durables(role, subjects):
             stream = subjects.stream_name(durable.stream)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from libs.contracts.commands import COMMANDS
 from libs.contracts.subjects import Subjects
 
 SERVICES = ("gateway", "queue", "budget", "health", "audit")
 ROLES = (*SERVICES, "executor", "admin")
 
-# Which service decides the outcome of which command kind (the gateway also refuses any kind at the edge).
+# Which service decides the outcome of which command kind (the gateway also refuses any kind at the edge);
+# tests/unit/test_natsauth.py holds these lists equal to libs/contracts/commands.COMMANDS.
 QUEUE_COMMANDS = ("submit", "cancel", "requeue", "set_policy")
 HEALTH_COMMANDS = ("run_health_check", "drain_node", "undrain_node", "clear_group_alert")
 
@@ -174,11 +174,6 @@ def authorization(users: list[User], password_hashes: dict[str, str]) -> dict:
     no ``no_auth_user``: a connection without credentials is refused."""
     return {"users": [{"user": u.name, "password": password_hashes[u.name], "permissions": u.permissions.as_config()}
                       for u in users]}
-
-
-def known_command_kinds() -> set[str]:
-    """Every command kind must have a deciding service here (a unit test holds the two lists together)."""
-    return set(COMMANDS)
 
 
 def matches(pattern: str, subject: str) -> bool:
