@@ -147,3 +147,17 @@ def test_a_report_from_another_executor_is_refused():
     senders.check_node(S.node(NODE, "registered"), NODE)
     with pytest.raises(ContractError):
         senders.check_node(S.node(NODE, "registered"), "host-bbbbbb")
+
+
+def test_a_training_process_gets_no_bus_credentials(tmp_path):
+    from agents.executor import launch
+    from agents.executor.settings import ExecutorSettings
+    from libs.contracts.jobs import CommandWorkload, JobSpec
+    from libs.contracts.agents import RunJob
+
+    settings = ExecutorSettings.from_env(env={}, data_dir=tmp_path, executor_id=EX)
+    grant = RunJob(job_id="j1", epoch=1, executor_id=EX, attempt=1, lease_seconds=6, heartbeat_seconds=1,
+                   spec=JobSpec(workload=CommandWorkload(command=["train"])))
+    env = launch.build(grant, settings, [], resume_from=None,
+                       base_env={"TETO_NATS_CREDENTIALS_FILE": "/x/executor.json", "TETO_NATS_URL": "nats://h"}).env
+    assert not [k for k in env if k.startswith("TETO_NATS")]
