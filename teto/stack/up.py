@@ -135,7 +135,7 @@ def up(opts: UpOptions) -> int:
     try:
         nats_url = os.environ.get("TETO_NATS_URL")
         database_url = os.environ.get("TETO_DATABASE_URL")
-        from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
+        from teto.stack.embedded import EmbeddedPostgres
 
         prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
         bus_auth = None  # an external NATS is used with the credentials its operator configured
