@@ -8,7 +8,6 @@ could still try under its own id: a body claiming another executor, a "failed" f
 
 from __future__ import annotations
 
-
 from libs.contracts.commands import SubmitJob
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.jobs import JobSpec
