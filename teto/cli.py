@@ -10,10 +10,11 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="teto", description="Teto: GPU fine-tuning jobs under GPU-time ceilings")
     sub = parser.add_subparsers(dest="command", required=True)
-    from teto import cli_client, cli_stack
+    from teto import cli_bus, cli_client, cli_stack
 
     cli_stack.register(sub)
     cli_client.register(sub)
+    cli_bus.register(sub)
     args = parser.parse_args(argv)
     from libs.runtime.settings import SettingsError
 

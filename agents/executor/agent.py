@@ -184,7 +184,7 @@ class Agent:
                 return
             note = RunFinished(job_id=job_id, epoch=epoch, executor_id=self.id, outcome=RunOutcome.FAILED,
                                error=f"the executor cannot read this grant: {reason}"[:8000])
-            subject = self.subjects.progress(job_id)  # a job id that is no subject token names no job either
+            subject = self.subjects.progress(job_id, self.id)  # a job id that is no subject token names no job either
         except (ValueError, TypeError, KeyError, ContractError) as exc:
             log.error("unreadable grant names no job the executor can report on (%r)", exc)
             return
@@ -263,12 +263,12 @@ class Agent:
         return cls(job_id=run.grant.job_id, epoch=run.grant.epoch, executor_id=self.id, **fields)
 
     def _send(self, run: Run, cls: type, **fields: Any) -> asyncio.Future:
-        return self.publisher.send(self.subjects.progress(run.grant.job_id), self._progress(run, cls, **fields))
+        return self.publisher.send(self.subjects.progress(run.grant.job_id, self.id), self._progress(run, cls, **fields))
 
     async def _serve_grant(self, run: Run) -> None:
         grant = run.grant
         s = self.settings
-        keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew, job_id=grant.job_id, epoch=grant.epoch,
+        keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew_of(self.id), job_id=grant.job_id, epoch=grant.epoch,
                              executor_id=self.id, lease_seconds=grant.lease_seconds,
                              heartbeat_seconds=grant.heartbeat_seconds,
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
@@ -299,7 +299,7 @@ class Agent:
             if run.child is not None:
                 await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
                 self.usage.finish()
-                await self.publisher.publish_now(self.subjects.progress(grant.job_id), self._progress(
+                await self.publisher.publish_now(self.subjects.progress(grant.job_id, self.id), self._progress(
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
                     resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
             raise

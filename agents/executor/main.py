@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or ExecutorSettings.from_env()
     gpus = await asyncio.to_thread(detect_gpus)
-    nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}")
+    creds = settings.nats_credentials_file
+    nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}", credentials_file=creds)
     js = nc.jetstream(timeout=15.0)
     agent = Agent(settings, nc, js, gpus)
     for line in await asyncio.to_thread(sandbox.describe_limits, settings):
@@ -40,7 +41,8 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     tasks: list[asyncio.Task] = []
     listener = None
     try:
-        await bus.ensure_streams(js, settings.subjects)
+        await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role="executor",
+                                  executor_id=settings.executor_id, node_id=settings.node_id)
         listener, port = await reach.start_listener()
         agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
         agent.collective_port = reach.free_port()

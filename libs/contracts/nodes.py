@@ -1,6 +1,6 @@
 """Nodes and executors: registration by the agent (``teto.node.<node_id>.registered``), signals, the node
 lifecycle (``teto.node.<node_id>.<event>``) and deep health checks (``teto.agent.<executor_id>.check|reboot``
-directives, ``teto.check.<run_id>.<event>`` progress and results).
+directives, ``teto.check.<run_id>.<event>.<executor_id>`` progress and results).
 
 Signals (``no_signal``, ``stuck``) are derived by the health service and published as job events
 (``teto.job.<job_id>.signal``) so that the job badge and the executor list always agree.
@@ -168,7 +168,7 @@ class RebootNode(Envelope):
 
 
 class CheckReport(Envelope):
-    """Progress or result of one test on one node (``teto.check.<run_id>.<event>``; event is the status)."""
+    """Progress or result of one test on one node (``teto.check.<run_id>.<event>.<executor_id>``; event is the status)."""
 
     SCHEMA = "teto.check.report/1"
 

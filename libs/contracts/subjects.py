@@ -85,13 +85,15 @@ class Subjects:
     def heartbeat_all(self) -> str:
         return f"{self.prefix}.hb.*"
 
-    # -- progress: teto.progress.<job_id> (steps, checkpoints, run outcome)
-    def progress(self, job_id: str) -> str:
-        return f"{self.prefix}.progress.{_token(job_id)}"
+    # -- progress: teto.progress.<job_id>.<executor_id> (steps, checkpoints, run outcome). The last token names
+    # the sender: the bus lets an executor publish only its own id there, and consumers refuse a report whose
+    # body names another executor (see ``sender_token``). The stream keeps per-job order.
+    def progress(self, job_id: str, executor_id: str) -> str:
+        return f"{self.prefix}.progress.{_token(job_id)}.{_token(executor_id)}"
 
     @property
     def progress_all(self) -> str:
-        return f"{self.prefix}.progress.*"
+        return f"{self.prefix}.progress.*.*"
 
     # -- leases: teto.lease.<job_id>.<event> (granted, renewed, expired, released)
     def lease(self, job_id: str, event: str) -> str:
@@ -101,10 +103,14 @@ class Subjects:
     def lease_all(self) -> str:
         return f"{self.prefix}.lease.>"
 
-    # -- lease renewal RPC (core NATS request/reply, answered by a queue replica; not stored in a stream)
+    # -- lease renewal RPC (core NATS request/reply, answered by a queue replica; not stored in a stream):
+    # teto.rpc.lease.renew.<executor_id>, the sender's id last (the queue refuses a request naming another)
+    def rpc_lease_renew_of(self, executor_id: str) -> str:
+        return f"{self.prefix}.rpc.lease.renew.{_token(executor_id)}"
+
     @property
     def rpc_lease_renew(self) -> str:
-        return f"{self.prefix}.rpc.lease.renew"
+        return f"{self.prefix}.rpc.lease.renew.*"
 
     @property
     def rpc_budget_status(self) -> str:
@@ -129,8 +135,9 @@ class Subjects:
     def node_all(self) -> str:
         return f"{self.prefix}.node.>"
 
-    def check(self, run_id: str, event: str) -> str:
-        return f"{self.prefix}.check.{_token(run_id)}.{_token(event)}"
+    def check(self, run_id: str, event: str, executor_id: str) -> str:
+        """``teto.check.<run_id>.<event>.<executor_id>``: the last token names the reporting executor."""
+        return f"{self.prefix}.check.{_token(run_id)}.{_token(event)}.{_token(executor_id)}"
 
     @property
     def check_all(self) -> str:
@@ -176,6 +183,13 @@ class Subjects:
     @property
     def rpc_audit_verify(self) -> str:
         return f"{self.prefix}.rpc.audit.verify"
+
+    # -- who sent it: subjects an executor publishes end with its id (the bus allows it no other)
+    @staticmethod
+    def sender_token(subject: str) -> str:
+        """The last token of an executor's subject (heartbeat, usage, progress, check report): its executor id.
+        Consumers compare it with the id the body claims (libs/contracts/senders.py)."""
+        return subject.rsplit(".", 1)[-1]
 
     # -- streams
     def stream_name(self, base: str) -> str:

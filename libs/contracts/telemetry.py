@@ -1,4 +1,4 @@
-"""What executors report: heartbeats (``teto.hb.<executor_id>``) and job progress (``teto.progress.<job_id>``).
+"""What executors report: heartbeats (``teto.hb.<executor_id>``) and job progress (``teto.progress.<job_id>.<executor_id>``).
 
 Heartbeats carry usage samples (device-seconds while training, numbered so a redelivered sample is counted
 once) for the budget service and phase/step for the health service. Progress carries steps, checkpoints and

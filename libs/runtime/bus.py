@@ -7,26 +7,73 @@ makes the outbox relay's "publish, then mark published" safe to repeat after a c
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import propagate
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
+
+from . import natsauth
 
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_SECONDS = 120.0
 
 
-async def connect(url: str, name: str, *, connect_timeout: float = 5.0, attempts: int = 30) -> Client:
-    """Connect, retrying the first connection (services may start before the server is ready)."""
+@dataclass(frozen=True)
+class Credentials:
+    """What one part presents to NATS: its user, password and inbox prefix (replies to it travel only there),
+    and for TLS the CA that signs the server's certificate. Read from a 0600 JSON file, never from the
+    environment, so that a child process's ``/proc/<pid>/environ`` holds no secret."""
+
+    user: str
+    password: str
+    inbox_prefix: str | None = None
+    ca_file: str | None = None
+
+    @classmethod
+    def load(cls, path: Path | str) -> Credentials:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(user=str(data["user"]), password=str(data["password"]),
+                       inbox_prefix=data.get("inbox_prefix") or None, ca_file=data.get("ca_file") or None)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConnectionError(f"cannot read NATS credentials from {path}: {exc!r}") from None
+
+    def options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"user": self.user, "password": self.password}
+        if self.inbox_prefix:
+            opts["inbox_prefix"] = self.inbox_prefix
+        if self.ca_file:
+            opts["tls"] = ssl.create_default_context(cafile=self.ca_file)
+        return opts
+
+
+async def _report_error(exc: Exception) -> None:
+    """A refused publish or subscribe (permissions violation) comes back only here: make it visible."""
+    if "permissions violation" in str(exc).lower():
+        log.error("NATS refused: %s", exc)
+    else:
+        log.warning("NATS error: %r", exc)
+
+
+async def connect(url: str, name: str, *, credentials_file: Path | str | None = None, connect_timeout: float = 5.0,
+                  attempts: int = 30) -> Client:
+    """Connect, retrying the first connection (services may start before the server is ready). With a
+    credentials file, connect as that part's NATS user (libs/runtime/natsauth.py); without, anonymously."""
+    creds = Credentials.load(credentials_file).options() if credentials_file else {}
     last: Exception | None = None
     for _ in range(attempts):
         try:
@@ -39,11 +86,35 @@ async def connect(url: str, name: str, *, connect_timeout: float = 5.0, attempts
                 allow_reconnect=True,
                 # A close must not hang on a pull subscription left open (the default drain waits 30 s).
                 drain_timeout=5,
+                error_cb=_report_error,
+                **creds,
             )
         except Exception as exc:  # noqa: BLE001 - any failure to connect is retried, then reported
             last = exc
             await asyncio.sleep(0.5)
     raise ConnectionError(f"cannot connect to NATS at {url}: {last}")
+
+
+async def check_streams(js: JetStreamContext, names: list[str]) -> None:
+    """Under least privilege only the admin declares streams (``teto up``, ``teto secrets``' deployment does it
+    once); a part only checks that the ones it uses exist, and says which is missing."""
+    for name in names:
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            raise RuntimeError(f"stream {name} does not exist: declare the streams as the NATS admin first "
+                               "(teto up does; see docs/security/bus.md)") from None
+
+
+async def prepare_streams(js: JetStreamContext, subjects: Subjects, *, authenticated: bool,
+                          role: str, executor_id: str | None = None, node_id: str | None = None) -> None:
+    """Declare the streams when connected anonymously (a development server, the test fixtures); with a part's
+    own credentials only check the ones that part uses (it may not declare them)."""
+    if not authenticated:
+        await ensure_streams(js, subjects)
+        return
+    perms = natsauth.permissions(role, subjects.prefix, executor_id=executor_id, node_id=node_id)
+    await check_streams(js, natsauth.checked_streams(perms))
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: int = 1) -> None:
@@ -67,6 +138,24 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: 
             await js.add_stream(config)
         except BadRequestError:
             await js.update_stream(config)
+    await refilter_durables(js, subjects)
+
+
+async def refilter_durables(js: JetStreamContext, subjects: Subjects) -> None:
+    """Point the services' durables at their current filter subject. A part binds an existing durable as it is
+    (nats-py does not update it), so a durable made before a subject changed (``teto.progress.<job>`` became
+    ``teto.progress.<job>.<executor>``) would silently match nothing; the declarer of the streams fixes them."""
+    for role in natsauth.SERVICES:
+        for durable in natsauth.durables(role, subjects):
+            stream = subjects.stream_name(durable.stream)
+            try:
+                info = await js.consumer_info(stream, durable.name)
+            except NotFoundError:
+                continue
+            if info.config.filter_subject not in (None, durable.filter):
+                log.warning("durable %s on %s: filter %s -> %s", durable.name, stream, info.config.filter_subject,
+                            durable.filter)
+                await js.add_consumer(stream, config=info.config.evolve(filter_subject=durable.filter))
 
 
 def trace_headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -40,6 +40,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.dead import DeadCause, DeadLetter, dead_letter
+from libs.contracts import senders
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
@@ -111,6 +112,13 @@ class Consumer(Generic[M]):
 
 def model_decoder(model: type[Envelope]) -> Callable[[bytes], Envelope]:
     return model.decode
+
+
+def from_sender(decode: Callable[[bytes], M]) -> Callable[[Msg], M]:
+    """A ``read`` for an executor's report: decode it and refuse it (as malformed: rejected visibly) when the
+    body claims another executor than the subject's sender token (libs/contracts/senders.py)."""
+    read = senders.bound(decode)
+    return lambda m: read(m.subject, m.data)
 
 
 @dataclass
@@ -344,12 +352,17 @@ class Responder(Generic[M]):
     decode: Callable[[bytes], M]
     handle: Callable[[M], Awaitable[Envelope]]
     malformed: Callable[[str], Envelope]
+    # Checks a decoded request against its subject (raises ContractError: refused like a malformed one), e.g.
+    # that the executor named in the body is the one the subject names (libs/contracts/senders.py).
+    bind: Callable[[str, M], None] | None = None
 
 
 async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporter) -> Any:
     async def on_request(msg: Msg) -> None:
         try:
             request = responder.decode(msg.data)
+            if responder.bind is not None:
+                responder.bind(msg.subject, request)
         except Exception as exc:  # noqa: BLE001 - a ContractError, or a decoder that could not read it at all
             reason = exc.reason if isinstance(exc, ContractError) else f"unreadable: {type(exc).__name__}: {exc}"
             await reporter.reject(msg.subject, msg.data, reason)

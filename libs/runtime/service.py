@@ -53,9 +53,10 @@ class Runtime:
         pool = await db.create_pool(settings.database_url, max_size=pool_size)
         if schema and package:
             await db.migrate(pool, schema, package)
-        nc = await bus.connect(settings.nats_url, f"teto-{name}")
+        creds = settings.nats_credentials_file
+        nc = await bus.connect(settings.nats_url, f"teto-{name}", credentials_file=creds)
         js = nc.jetstream(timeout=15.0)
-        await bus.ensure_streams(js, settings.subjects)
+        await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role=name)
         return cls(name=name, settings=settings, pool=pool, nc=nc, js=js)
 
     def singleton(self, lock_name: str, body: Callable[[], Awaitable[None]], retry_seconds: float = 1.0) -> None:

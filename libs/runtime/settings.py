@@ -63,6 +63,9 @@ class CommonSettings(Settings):
     stop_margin_seconds: float | None = Field(
         None, gt=0, description="The executor stops this long before the lease ends (default: one heartbeat)"
     )
+    nats_credentials_file: Path | None = Field(
+        None, description="This part's NATS credentials, a 0600 JSON file {user, password, inbox_prefix, ca_file} "
+        "(docs/security/bus.md); unset: connect without credentials, and declare the streams")
     data_dir: Path = Field(Path(".teto"), description="Local state: embedded servers, tokens, checkpoints")
     checkpoint_dir: Path | None = Field(None, description="Checkpoint storage, a directory (a shared filesystem in a deployment); default data_dir/checkpoints")
 

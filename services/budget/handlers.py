@@ -19,7 +19,7 @@ from libs.contracts.usage import UsageReport
 from libs.runtime import outbox
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
-from libs.runtime.edge import Consumer, Responder
+from libs.runtime.edge import Consumer, Responder, from_sender
 from libs.runtime.fencing import StaleCounter
 
 from . import store
@@ -75,15 +75,15 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
 
     return [
-        Consumer(s.usage_all, "USAGE", "budget-usage-reports", UsageReport.decode, on_usage,
-                 batch=settings.usage_batch_size),
-        Consumer(s.heartbeat_all, "HB", "budget-usage", Heartbeat.decode, on_heartbeats,
-                 batch=settings.usage_batch_size),
+        Consumer(s.usage_all, "USAGE", "budget-usage-reports", None, on_usage,
+                 batch=settings.usage_batch_size, read=from_sender(UsageReport.decode)),
+        Consumer(s.heartbeat_all, "HB", "budget-usage", None, on_heartbeats,
+                 batch=settings.usage_batch_size, read=from_sender(Heartbeat.decode)),
         # Health's signal events share the stream under another schema: not ours to read.
         Consumer(s.job_all, "JOB", "budget-job-events", JobEvent.decode, on_job_events,
                  accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA),
         # Only step reports carry step time; checkpoints and run outcomes are the queue's business.
-        Consumer(s.progress_all, "PROGRESS", "budget-progress", StepReport.decode, on_steps,
+        Consumer(s.progress_all, "PROGRESS", "budget-progress", None, on_steps, read=from_sender(StepReport.decode),
                  accepts=lambda body: schema_of(body) == StepReport.SCHEMA),
     ]
 

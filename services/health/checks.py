@@ -184,6 +184,13 @@ class Checks:
     async def on_report(self, conn: asyncpg.Connection, rep: CheckReport) -> list[dict[str, Any]]:
         """Apply one report; returns provisioner requests to make once the transaction has committed."""
         now = self.runtime.clock.now()
+        owner = await conn.fetchval("SELECT executor_id FROM health.nodes WHERE node_id = $1", rep.node_id)
+        if owner is not None and owner != rep.executor_id:
+            # The bus binds the sender's id, not the node: another node's verdict is not this executor's to give.
+            await self.runtime.reject(self.s.check(rep.run_id, rep.status, rep.executor_id), rep.encode(),
+                                      f"executor {rep.executor_id} reported on node {rep.node_id}, which is "
+                                      f"executor {owner}'s")
+            return []
         member = _member(await conn.fetchrow("SELECT * FROM health.check_run_nodes WHERE run_id = $1 AND"
                                              " node_id = $2 FOR UPDATE", rep.run_id, rep.node_id))
         result = _result(await conn.fetchrow("SELECT * FROM health.check_results WHERE run_id = $1 AND node_id = $2"

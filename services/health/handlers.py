@@ -12,7 +12,8 @@ from libs.contracts.envelope import schema_of
 from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
 from libs.contracts.telemetry import Heartbeat
-from libs.runtime.edge import Consumer
+from libs.contracts import senders
+from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
@@ -32,6 +33,11 @@ class Counters:
     @property
     def stale_heartbeats(self) -> int:
         return self.stale.count
+
+
+def _registration(m) -> NodeRegistered:
+    """A registration is refused unless its body names the node its subject does (the sender's own node)."""
+    return senders.registration(NodeRegistered.decode)(m.subject, m.data)
 
 
 def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Consumer]:
@@ -79,14 +85,16 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
                 await store.apply_job_event(conn, ev)
 
     return [
-        Consumer(s.heartbeat_all, "HB", "health-heartbeats", Heartbeat.decode, on_heartbeats, batch=500),
+        Consumer(s.heartbeat_all, "HB", "health-heartbeats", None, on_heartbeats, batch=500,
+                 read=from_sender(Heartbeat.decode)),
         # The node stream carries other node and check events too; only registrations concern this service.
-        Consumer(s.node_all, "NODE", "health-nodes", NodeRegistered.decode, on_registrations,
+        Consumer(s.node_all, "NODE", "health-nodes", None, on_registrations, read=_registration,
                  accepts=lambda body: schema_of(body) == NodeRegistered.SCHEMA),
         # Our own signal events travel on the job stream under another schema: skipped unread.
         Consumer(s.job_all, "JOB", "health-job-events", JobEvent.decode, on_job_events,
                  accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA),
-        Consumer(s.check_all, "NODE", "health-check-reports", CheckReport.decode, on_check_reports, batch=50),
+        Consumer(s.check_all, "NODE", "health-check-reports", None, on_check_reports, batch=50,
+                 read=from_sender(CheckReport.decode)),
         *(Consumer(s.cmd(m.KIND), "CMD", f"health-{m.KIND}", m.decode, on_commands, batch=10)
           for m in (RunHealthCheck, DrainNode, UndrainNode, ClearGroupAlert)),
     ]

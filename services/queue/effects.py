@@ -16,7 +16,8 @@ from libs.contracts.leases import LeaseEvent
 from libs.runtime.outbox import QuarantineHook
 
 from . import store
-from .domain.lifecycle import Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Transition, Undeliverable, decide
+from .domain.lifecycle import (Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Transition, Undeliverable, decide,
+                               from_holder)
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -76,9 +77,12 @@ def quarantine_hook(settings: QueueSettings, clock: Callable[[], datetime]) -> Q
 
 
 async def apply(conn: asyncpg.Connection, settings: QueueSettings, job_id: str, fact: Fact,
-                now: datetime) -> Transition | Refusal:
-    """Load the job under a row lock, decide, and write what changed; the caller holds the transaction."""
+                now: datetime, *, reporter: str | None = None) -> Transition | Refusal:
+    """Load the job under a row lock, decide, and write what changed; the caller holds the transaction.
+    ``reporter``: the executor a run report comes from, refused unless it holds the run it reports on."""
     job = await store.load_job(conn, job_id, lock=True)
+    if reporter is not None and (refusal := from_holder(job, reporter, fact.epoch)) is not None:
+        return refusal
     result = decide(job, fact, now)
     if isinstance(result, Transition) and result.changed:
         await store.write(conn, settings.subjects, result, now, messages_for(result.job, result, settings),

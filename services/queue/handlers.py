@@ -14,13 +14,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from libs.contracts import senders
 from libs.contracts.budget import BudgetEvent
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
 from libs.contracts.envelope import ContractError, schema_of
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
-from libs.runtime.edge import Consumer, Responder
+from libs.runtime.edge import Consumer, Responder, from_sender
 from libs.runtime.service import Runtime
 
 from .commands import Commands
@@ -64,10 +65,12 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
         command(SubmitJob, commands.submit),
         command(CancelJob, commands.cancel),
         command(RequeueJob, commands.requeue),
-        Consumer(s.progress_all, "PROGRESS", "queue-progress", decode_progress, on_progress, batch=200),
+        Consumer(s.progress_all, "PROGRESS", "queue-progress", None, on_progress, batch=200,
+                 read=from_sender(decode_progress)),
         Consumer(s.budget_all, "BUDGET", "queue-budget", BudgetEvent.decode, on_budget, batch=50),
         # Placement needs only each executor's newest heartbeat: one upsert per batch.
-        Consumer(s.heartbeat_all, "HB", "queue-heartbeats", Heartbeat.decode, runs.heartbeats, batch=500),
+        Consumer(s.heartbeat_all, "HB", "queue-heartbeats", None, runs.heartbeats, batch=500,
+                 read=from_sender(Heartbeat.decode)),
         Consumer(s.node_all, "NODE", "queue-nodes", NodeEvent.decode, on_node_events, batch=100,
                  accepts=node_events_only),
     ]
@@ -78,7 +81,8 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
 
 def responders(runtime: Runtime, runs: Runs) -> list[Responder]:
     return [Responder(runtime.subjects.rpc_lease_renew, "queue", LeaseRenewRequest.decode, runs.renew,
-                      lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"))]
+                      lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"),
+                      bind=lambda subject, req: senders.check_sender(subject, req.executor_id, req.SCHEMA))]
 
 
 def decode_progress(body: bytes) -> ProgressBase:

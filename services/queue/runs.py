@@ -65,11 +65,14 @@ class Runs:
     async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
         now = self.runtime.clock.now()
         async with self.units.begin() as unit:
-            result = await apply(unit.conn, self.settings, msg.job_id, fact_of(msg), now)
+            result = await apply(unit.conn, self.settings, msg.job_id, fact_of(msg), now, reporter=msg.executor_id)
             if isinstance(result, lc.Transition) and result.stale:
                 await store.note_stale(unit.conn, unit.stale(StaleEpoch(
                     msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
-        if isinstance(result, lc.Refusal):
+        if isinstance(result, lc.ForeignReport):  # a forgery: refused visibly (audited)
+            await self.runtime.reject(self.runtime.subjects.progress(msg.job_id, msg.executor_id), msg.encode(),
+                                      f"{result.reason}: {result.detail}")
+        elif isinstance(result, lc.Refusal):
             log.warning("progress from %s about job %s ignored: %s", msg.executor_id, msg.job_id, result.reason)
         elif isinstance(msg, RunFinished) and msg.outcome is RunOutcome.HANDED_BACK and result.changed:
             self.handed_back += 1

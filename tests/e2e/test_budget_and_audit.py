@@ -25,6 +25,7 @@ import pytest
 
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.subjects import Subjects
+from libs.runtime.bus import Credentials
 
 from .stack import JOB_PYTHON, Stack, eventually, start_stack
 
@@ -67,11 +68,12 @@ class Consumption:
         assert self.seen == sorted(self.seen), self.seen
 
 
-def _budget_status(nats_url: str, prefix: str, job_id: str) -> BudgetStatusReply | None:
-    """The budget service's answer to its status request (what the queue asks before a requeue), or None."""
+def _budget_status(nats_url: str, prefix: str, job_id: str, creds: str | None = None) -> BudgetStatusReply | None:
+    """The budget service's answer to its status request (what the queue asks before a requeue), or None.
+    Asked as the stack's NATS admin (``teto up`` refuses connections without credentials)."""
 
     async def go() -> BudgetStatusReply | None:
-        nc = await nats.connect(nats_url)
+        nc = await nats.connect(nats_url, **(Credentials.load(creds).options() if creds else {}))
         try:
             msg = await nc.request(Subjects(prefix).rpc_budget_status, BudgetStatusRequest(job_id=job_id).encode(),
                                    timeout=1.0)
@@ -163,7 +165,8 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         eventually(lambda: [p for p in stack.processes() if p["name"] == "budget" and p["pid"] != budget_part["pid"]],
                    60, "the budget service to be restarted")
         info = json.loads((data_dir / "stack.json").read_text())
-        reply = eventually(lambda: _budget_status(info["nats_url"], info["subject_prefix"], job_id), 60,
+        reply = eventually(lambda: _budget_status(info["nats_url"], info["subject_prefix"], job_id,
+                                                  info.get("nats_credentials_file")), 60,
                            "the restarted budget service to answer")
         assert reply.known and reply.consumed_seconds == consumed and reply.ceiling_seconds == CEILING
         assert usage.job()["budget"]["consumed_seconds"] == consumed

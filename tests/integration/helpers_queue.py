@@ -169,11 +169,11 @@ class FakeExecutor:
 
     async def renew(self, job_id: str | None = None, epoch: int | None = None) -> LeaseRenewReply:
         req = LeaseRenewRequest(job_id=job_id or self.job_id, epoch=epoch or self.epoch, executor_id=self.id)
-        msg = await self.c.nc.request(self.c.s.rpc_lease_renew, req.encode(), timeout=5)
+        msg = await self.c.nc.request(self.c.s.rpc_lease_renew_of(self.id), req.encode(), timeout=5)
         return LeaseRenewReply.decode(msg.data)
 
     async def report(self, msg: Envelope) -> None:
-        await bus.publish(self.c.js, self.c.s.progress(msg.job_id), msg)
+        await bus.publish(self.c.js, self.c.s.progress(msg.job_id, msg.executor_id), msg)
 
     async def finish(self, outcome: RunOutcome, **kw: Any) -> None:
         await self.report(RunFinished(job_id=self.job_id, epoch=self.epoch, executor_id=self.id, outcome=outcome,

@@ -113,7 +113,7 @@ async def test_measured_step_time_gives_the_checkpoint_eta_and_a_warning(env):
             detail={"spec": spec.model_dump(mode="json"), "owner": "bob"}))
         await eventually(lambda: pg.fetchval("SELECT ceiling_seconds FROM budget.jobs WHERE job_id = 'j2'"))
         assert warnings.msgs == []  # no estimate: nothing to warn about yet
-        await publish(js, s.progress("j2"), StepReport(job_id="j2", epoch=1, executor_id="ex1", step=10,
+        await publish(js, s.progress("j2", "ex1"), StepReport(job_id="j2", epoch=1, executor_id="ex1", step=10,
                                                         step_seconds=2.0))
         row = await eventually(lambda: pg.fetchrow(
             "SELECT * FROM budget.jobs_public WHERE job_id = 'j2' AND (checkpoint->>'last_step') = '10'"))

@@ -59,7 +59,7 @@ async def test_a_node_whose_report_cannot_arrive_fails_its_run_at_the_deadline(e
             bad = {"schema": "teto.check.report/1", "id": "x1", "time": "2026-01-01T00:00:00Z", "run_id": d.run_id,
                    "node_id": d.node_id, "executor_id": d.executor_id, "test": "matmul", "attempt": 1,
                    "status": "passed", "figures": {"tflops_float32": None}}
-            await js.publish(s.check(d.run_id, "passed"), json.dumps(bad).encode())
+            await js.publish(s.check(d.run_id, "passed", d.executor_id), json.dumps(bad).encode())
 
             for name in ("silent", "garbled"):
                 await eventually(lambda: asyncio.sleep(0, [e.event.value for e in events_of(nodes, f"node-{name}")]

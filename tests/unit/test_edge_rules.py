@@ -300,7 +300,7 @@ async def test_a_malformed_command_is_answered_and_the_next_one_still_served():
 
 def test_a_value_that_cannot_be_a_subject_token_fails_permanently():
     with pytest.raises(ValueError) as err:
-        Subjects().progress("a.b")
+        Subjects().progress("a.b", "ex1")
     assert is_permanent(err.value)
 
 

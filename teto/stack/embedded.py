@@ -61,6 +61,9 @@ class EmbeddedNats:
     data_dir: Path
     port: int = 0
     monitor_port: int = 0
+    # A server config file (teto up: the authorization of every part, teto/stack/busauth.py); the flags below
+    # (address, ports, JetStream store) win over it.
+    config: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -74,7 +77,7 @@ class EmbeddedNats:
         log = open(self.data_dir / "nats-server.log", "ab")
         self.proc = subprocess.Popen(
             [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor_port),
-             "-js", "-sd", str(self.data_dir / "jetstream")],
+             "-js", "-sd", str(self.data_dir / "jetstream"), *(["-c", str(self.config)] if self.config else [])],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -87,6 +90,10 @@ class EmbeddedNats:
 
         _wait(healthy, timeout, "nats-server")
         return self
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://127.0.0.1:{self.monitor_port}"
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -29,6 +29,8 @@ class Part:
     # An executor restarted after a crash is a new incarnation with a new id: its predecessor's lease must
     # expire on its own rather than be silently inherited by a process that knows nothing of the job.
     new_executor_id: Callable[[], str] | None = None
+    # Variables for this start only, made just before it (an executor's bus credentials for its new id).
+    prepare: Callable[[Part], dict[str, str]] | None = None
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
     next_start: float = 0.0
@@ -52,7 +54,8 @@ class Supervisor:
             part.executor_id = part.new_executor_id()
         argv = [a.replace("{executor_id}", part.executor_id or "") for a in part.argv]
         out = open(self.logs / f"{part.name}.log", "ab")
-        part.proc = subprocess.Popen(argv, env=part.env, stdout=out, stderr=subprocess.STDOUT,
+        env = {**part.env, **part.prepare(part)} if part.prepare is not None else part.env
+        part.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         out.close()
         log.info("started %s (pid %d)", part.name, part.proc.pid)

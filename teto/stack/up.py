@@ -26,6 +26,7 @@ import httpx
 
 from libs.runtime.dbroles import redact_url
 from teto.stack import isolation as jobs_isolation
+from teto.stack import busauth
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -51,9 +52,10 @@ class _Stop(Exception):
     pass
 
 
-def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: bool = True) -> None:
-    """Apply every service's migrations (unless done already, as the owners) and declare the streams before
-    anything starts."""
+def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: bool = True,
+                    nats_credentials: Path | None = None) -> None:
+    """Apply every service's migrations (unless done already, as the owners) and declare the streams (as the
+    bus's admin) before anything starts."""
     from libs.contracts.subjects import Subjects
     from libs.runtime import bus, db
 
@@ -65,7 +67,7 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: b
                     await db.migrate(pool, name, f"services.{name}")
             finally:
                 await pool.close()
-        nc = await bus.connect(nats_url, "teto-up")
+        nc = await bus.connect(nats_url, "teto-up", credentials_file=nats_credentials)
         try:
             await bus.ensure_streams(nc.jetstream(), Subjects(prefix))
         finally:
@@ -139,23 +141,26 @@ def up(opts: UpOptions) -> int:
     try:
         nats_url = os.environ.get("TETO_NATS_URL")
         database_url = os.environ.get("TETO_DATABASE_URL")
-        from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
+        from teto.stack.embedded import EmbeddedPostgres
 
+        prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
+        bus_auth = None  # an external NATS is used with the credentials its operator configured
+        nats_admin = Path(os.environ["TETO_NATS_CREDENTIALS_FILE"]) if os.environ.get(
+            "TETO_NATS_CREDENTIALS_FILE") else None
         if not nats_url:
-            nats = EmbeddedNats(data_dir / "nats").start()
-            nats_url = nats.url
-            log.info("embedded NATS (JetStream) at %s", nats_url)
+            bus_auth, nats = busauth.start_embedded(data_dir / "nats", prefix)
+            nats_url, nats_admin = nats.url, bus_auth.admin_creds
+            log.info("embedded NATS (JetStream) at %s, every part with its own credentials", nats_url)
         if not database_url:
             pg = EmbeddedPostgres(data_dir / "postgres").start()
             database_url = pg.url
             log.info("embedded PostgreSQL at %s", redact_url(database_url))
-        prefix = os.environ.get("TETO_SUBJECT_PREFIX", "teto")
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
         own: dict[str, dict[str, str]] = {name: {} for name in [*SERVICE_ORDER, "executor"]}
         from teto.stack import dbsetup
 
         least = dbsetup.setup(database_url, data_dir, own, own_cluster=pg is not None)
-        _prepare_schema(nats_url, database_url, prefix, migrate=not least)
+        _prepare_schema(nats_url, database_url, prefix, migrate=not least, nats_credentials=nats_admin)
 
         tokens_file = data_dir / "tokens.json"
         token = _admin_token(data_dir, tokens_file)
@@ -174,13 +179,16 @@ def up(opts: UpOptions) -> int:
         own["audit"].update(audit_key_env(data_dir))  # the audit log's HMAC key: the audit service alone
         isolation_env, isolation_lines = jobs_isolation.executor_env(env)  # workloads' uids (docs/security/jobs.md)
         own["executor"].update(isolation_env)
+        prepare_executor = busauth.give_credentials(bus_auth, own,
+                                                    lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
             sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
                                 "--log-level", opts.log_level], part_env(env, own, "executor"),
-                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}"))
+                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}",
+                         prepare=prepare_executor))
 
         for i in range(1, opts.executors + 1):
             add_executor(f"executor-{i}", opts.group)
@@ -188,10 +196,12 @@ def up(opts: UpOptions) -> int:
         _wait_http(f"{url}/healthz", 90.0, sup)
         _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
                                                  "database_url": database_url, "data_dir": str(data_dir),
-                                                 "subject_prefix": prefix})
+                                                 "subject_prefix": prefix,
+                                                 "nats_credentials_file": str(nats_admin) if nats_admin else None})
         jobs_isolation.harden_data_dir(data_dir)  # runs enter it, never read what is not theirs
         print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
-              f"  admin token: {token}\n  NATS:        {nats_url}\n  PostgreSQL:  {redact_url(database_url)}\n"
+              f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}\n"
+              f"  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
         for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:

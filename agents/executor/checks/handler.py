@@ -88,7 +88,7 @@ class NodeChecks:
         s = self.settings
         report = CheckReport(run_id=d.run_id, node_id=s.node_id, executor_id=s.executor_id, test=test,
                              attempt=d.attempt, status=status, **fields)
-        return self.publisher.send(s.subjects.check(d.run_id, status), report)
+        return self.publisher.send(s.subjects.check(d.run_id, status, s.executor_id), report)
 
     def _report_record(self, d: RunChecks, record: Record) -> None:
         error = record.get("error")

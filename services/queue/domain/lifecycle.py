@@ -9,7 +9,7 @@ edge can count them. Events carry no sequence number; the store numbers them per
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -210,6 +210,21 @@ def on_ceiling(job: Job, fact: StopForCeiling, now: datetime) -> Transition:
     event = EventDraft(JobEventKind.STOP_REQUESTED, new.state, job.state, reason=CEILING_STOP,
                        epoch=job.lease_epoch, executor_id=job.executor_id, detail=numbers)
     return Transition(new, (event,), (StopOn(job.workers, job.lease_epoch, CEILING_STOP, checkpoint_first=True),))
+
+
+@dataclass(frozen=True)
+class ForeignReport(Refusal):
+    """A run report from an executor that does not hold the run: a forgery or a confused agent, refused visibly."""
+
+
+def from_holder(job: Job | None, executor_id: str, epoch: int) -> ForeignReport | None:
+    """A report about the current run counts only from one of its executors. The epoch is public (the job view
+    shows it), so without this any executor could finish, fail or checkpoint another tenant's job under its own,
+    honest, id. Other epochs and unknown jobs are left to ``decide`` (old news, not a forgery)."""
+    if job is None or epoch != job.lease_epoch or not job.workers or executor_id in job.workers:
+        return None
+    return ForeignReport("a report from an executor that does not hold the job's lease",
+                   {"executor_id": executor_id, "workers": list(job.workers), "epoch": epoch})
 
 
 def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | CheckpointSkipped | Finished | LeaseExpired,
