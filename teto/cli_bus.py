@@ -110,9 +110,8 @@ def _bus_declare(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    secrets_cmd = sub.add_parser("secrets", help="generate a deployment's secrets")
-    ssub = secrets_cmd.add_subparsers(dest="secrets_command", required=True)
+def add_secrets_commands(ssub: argparse._SubParsersAction) -> None:
+    """``teto secrets nats`` (the ``secrets`` command itself is made in teto/cli_secrets.py)."""
     p = ssub.add_parser("nats", help="the NATS server config (users, permissions, TLS) and each part's credentials")
     p.add_argument("--out", type=Path, required=True, help="directory to write nats.conf and creds/ into")
     p.add_argument("--prefix", default=os.environ.get("TETO_SUBJECT_PREFIX", "teto"))
@@ -122,6 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--client-ca", default=CLIENT_CA, help="path of the CA file as the parts see it")
     p.set_defaults(func=_secrets_nats)
 
+
+def register(sub: argparse._SubParsersAction) -> None:
     bus_cmd = sub.add_parser("bus", help="the bus itself")
     bsub = bus_cmd.add_subparsers(dest="bus_command", required=True)
     d = bsub.add_parser("declare", help="create or update the streams (as the NATS admin: TETO_NATS_CREDENTIALS_FILE)")

@@ -32,6 +32,9 @@ def cmd_key(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, guard: Any) -> None:
     secrets = sub.add_parser("secrets", help="make TLS certificates and the key sealing job secrets")
     ssub = secrets.add_subparsers(dest="secrets_command", required=True)
+    from teto.cli_bus import add_secrets_commands
+
+    add_secrets_commands(ssub)  # nats: the bus's users, permissions and credentials
     p = ssub.add_parser("tls", help="a self-signed CA and a gateway certificate (ca.pem, gateway.pem, gateway-key.pem)")
     p.add_argument("--out", type=Path, required=True, help="directory to write into")
     p.add_argument("--host", action="append", help="a name or address of the gateway (repeat); default localhost, "
