@@ -126,7 +126,8 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
     if role == "gateway":
         # Commands of every kind; refusals decided at the edge (any kind); reads the dead-letter stream.
         dead = s.stream_name("DEAD")
-        return _service(s, "gateway", [f"{p}.cmd.*", f"{p}.outcome.*.*", f"$JS.API.STREAM.MSG.GET.{dead}"],
+        return _service(s, "gateway", [f"{p}.cmd.*", f"{p}.outcome.*.*", f"$JS.API.STREAM.MSG.GET.{dead}",
+                                       s.rpc_audit_verify],
                         streams=["CMD", "OUTCOME"], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",
@@ -140,7 +141,14 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                                       f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS)],
                         streams=["AGENT", "NODE", "JOB", "OUTCOME"])
     if role == "audit":
-        return _service(s, "audit", [], streams=[])
+        # Anchors the chain head in its no-delete stream and answers verify: it reads the anchors back (the last
+        # one, and all of them through an ordered, ephemeral, read-only consumer).
+        anchors = s.stream_name("AUDIT_ANCHOR")
+        return _service(s, "audit", [s.audit_anchor, f"$JS.API.STREAM.MSG.GET.{anchors}",
+                                     f"$JS.API.CONSUMER.CREATE.{anchors}", f"$JS.API.CONSUMER.CREATE.{anchors}.>",
+                                     f"$JS.API.CONSUMER.DELETE.{anchors}.>", f"$JS.FC.{anchors}.>",
+                                     f"$JS.ACK.{anchors}.>"],
+                        streams=["AUDIT_ANCHOR"], extra_sub=[s.rpc_audit_verify], responds=True)
     if role == "executor":
         if not executor_id or not node_id:
             raise ValueError("an executor's permissions need its executor id and node id")

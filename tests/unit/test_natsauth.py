@@ -71,7 +71,7 @@ def test_the_queue_alone_answers_lease_renewals_and_the_budget_alone_budget_stat
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_lease_renew_of(EX))} == {"queue"}
     assert publishers(S.rpc_lease_renew_of(EX)) == {"executor"} and not publishers(S.rpc_lease_renew_of(OTHER))
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_budget_status)} == {"budget"}
-    assert {r for r in NON_ADMIN if perms(r).allow_responses} == {"queue", "budget"}
+    assert {r for r in NON_ADMIN if perms(r).allow_responses} == {"queue", "budget", "audit"}  # audit: verify
 
 
 @pytest.mark.parametrize("subject", [S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX),
@@ -161,3 +161,13 @@ def test_a_training_process_gets_no_bus_credentials(tmp_path):
     env = launch.build(grant, settings, [], resume_from=None,
                        base_env={"TETO_NATS_CREDENTIALS_FILE": "/x/executor.json", "TETO_NATS_URL": "nats://h"}).env
     assert not [k for k in env if k.startswith("TETO_NATS")]
+
+
+def test_the_audit_service_alone_anchors_and_answers_verify_and_the_gateway_alone_asks():
+    assert publishers(S.audit_anchor) == {"audit"}
+    assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_audit_verify)} == {"audit"}
+    assert publishers(S.rpc_audit_verify) == {"gateway"}
+    anchors = S.stream_name("AUDIT_ANCHOR")
+    for destroy in (f"$JS.API.STREAM.PURGE.{anchors}", f"$JS.API.STREAM.MSG.DELETE.{anchors}",
+                    f"$JS.API.STREAM.DELETE.{anchors}", f"$JS.API.STREAM.UPDATE.{anchors}"):
+        assert publishers(destroy) == set(), destroy
