@@ -243,8 +243,19 @@ def _fields(probe: Any) -> list[tuple[str, TypeAdapter, Any, Any]]:
             if probes:
                 config = Model.model_config if issubclass(model, Model) else None
                 adapter = TypeAdapter(_annotation(field), config=config)
-                out += [(f"{model.__name__}.{name}", adapter, good, bad) for good, bad in probes]
+                out += [(f"{model.__name__}.{name}", adapter, _accepted(adapter, good), bad) for good, bad in probes]
     return out
+
+
+def _accepted(adapter: TypeAdapter, good: Any) -> Any:
+    """``good``, or for a string field with a pattern (a hex digest, say) a value of that shape."""
+    for candidate in (good, "0" * 64) if good == "a" else (good,):
+        try:
+            adapter.validate_python(candidate)
+            return candidate
+        except ValueError:
+            continue
+    return good
 
 
 def _contains(value: Any, predicate: typing.Callable[[Any], bool]) -> bool:

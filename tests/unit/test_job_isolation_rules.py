@@ -190,3 +190,34 @@ def test_the_agent_says_what_it_cannot_enforce_from_its_settings(tmp_path, monke
                                workload_user="")
     lines = sandbox.describe_limits(settings)
     assert any("not root" in line for line in lines) and any("setsid" in line for line in lines)
+
+
+def test_run_directories_move_where_runs_can_reach_them_when_the_data_directory_cannot_be_entered(tmp_path):
+    """A data directory under a 0700 parent (root's home, pytest's temporary root): the directories runs enter
+    are placed under the shared root and linked, so the same paths work for everyone."""
+    from teto.stack.isolation import place_run_dirs
+
+    closed = tmp_path / "closed"
+    data_dir = closed / "teto"
+    (data_dir / "checkpoints" / "job-1").mkdir(parents=True)
+    (data_dir / "checkpoints" / "job-1" / "step-00000001.pt").write_bytes(b"x")
+    os.chmod(closed, 0o700)
+    shared = tmp_path / "shared"
+    lines = place_run_dirs(data_dir, shared_root=shared)
+    assert lines and "cannot be entered" in lines[0]
+    for name in ("executors", "checkpoints", "base"):
+        assert (data_dir / name).is_symlink() and (data_dir / name).resolve().parent.parent == shared
+    assert (data_dir / "checkpoints" / "job-1" / "step-00000001.pt").read_bytes() == b"x"  # moved, not lost
+    assert place_run_dirs(data_dir, shared_root=shared) == lines  # again: nothing moves twice
+
+    os.chmod(closed, 0o755)
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="teto-open-"))  # under /tmp, which everyone enters
+    try:
+        os.chmod(root, 0o755)
+        assert place_run_dirs(root / "teto", shared_root=shared) == []
+        assert not (root / "teto" / "checkpoints").exists()
+    finally:
+        shutil.rmtree(root)

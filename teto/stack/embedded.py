@@ -139,7 +139,7 @@ def _hba_trusts(pgdata: Path) -> bool:
 
 def _collect_orphans() -> None:
     """Delete clusters under /var/lib/teto whose data directory is gone (nothing can reach them any more)."""
-    for origin in SHARED_ROOT.glob("data-*.origin"):
+    for origin in [*SHARED_ROOT.glob("data-*.origin"), *SHARED_ROOT.glob("runs-*.origin")]:  # runs: isolation.py
         cluster = origin.with_suffix("")
         try:
             gone = not Path(origin.read_text().strip()).exists()

@@ -8,7 +8,9 @@ executors run each workload as its own uid from ``DEFAULT_UID_RANGE``; what cann
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import stat
 import sys
 from pathlib import Path
@@ -30,7 +32,7 @@ def harden_data_dir(data_dir: Path) -> None:
     for name, mode in TRAVERSED.items():  # made now, so no part makes them later with its own umask's mode
         (data_dir / name).mkdir(mode=mode, exist_ok=True)
     for entry in data_dir.iterdir():
-        if entry.name in UNTOUCHED or entry.is_symlink():
+        if entry.name in UNTOUCHED or entry.is_symlink():  # a link: see place_run_dirs
             continue
         if entry.name in TRAVERSED:
             if entry.is_dir():
@@ -39,6 +41,42 @@ def harden_data_dir(data_dir: Path) -> None:
             os.chmod(entry, 0o700)
         else:
             os.chmod(entry, stat.S_IMODE(entry.stat().st_mode) & 0o700)
+
+
+SHARED_ROOT = Path("/var/lib/teto")  # where the embedded PostgreSQL's cluster goes for the same reason
+
+
+def place_run_dirs(data_dir: Path, shared_root: Path = SHARED_ROOT) -> list[str]:
+    """Where runs must enter (``TRAVERSED``) lives under the data directory; if other users cannot enter the data
+    directory's parents (a data directory under /root, or under pytest's 0700 temporary root), runs under their
+    own uid could not reach their job and checkpoint directories. Then those directories are placed under
+    ``shared_root/runs-<digest>/`` and linked from the data directory (as the embedded PostgreSQL's cluster is), so
+    every path stays the same for the parts and the operator. Returns the lines to print."""
+    data_dir = data_dir.resolve()
+    why = isolation.unreachable(data_dir.parent, stat.S_IXOTH)
+    if why is None:
+        return []
+    if shared_root == SHARED_ROOT:
+        from teto.stack.embedded import _collect_orphans
+
+        _collect_orphans()  # places whose data directory is gone
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    target = shared_root / f"runs-{digest}"
+    shared_root.mkdir(parents=True, exist_ok=True)
+    os.chmod(shared_root, 0o755)
+    target.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(target, 0o711)
+    (shared_root / f"runs-{digest}.origin").write_text(str(data_dir))
+    for name, mode in TRAVERSED.items():
+        link, place = data_dir / name, target / name
+        if link.is_symlink():
+            continue
+        if link.exists():  # an older data directory: its runs' files move with it
+            shutil.move(str(link), str(place))
+        place.mkdir(mode=mode, exist_ok=True)
+        os.chmod(place, mode)
+        link.symlink_to(place)
+    return [f"runs' directories are under {target} (linked from {data_dir}): {why}"]
 
 
 def _problems(python: str) -> list[str]:

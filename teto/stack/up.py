@@ -179,6 +179,8 @@ def up(opts: UpOptions) -> int:
         own["audit"].update(audit_key_env(data_dir))  # the audit log's HMAC key: the audit service alone
         isolation_env, isolation_lines = jobs_isolation.executor_env(env)  # workloads' uids (docs/security/jobs.md)
         own["executor"].update(isolation_env)
+        if own["executor"].get("TETO_WORKLOAD_UID_RANGE") or os.environ.get("TETO_WORKLOAD_UID_RANGE"):
+            isolation_lines += jobs_isolation.place_run_dirs(data_dir)  # reachable by the runs' uids
         prepare_executor = busauth.give_credentials(bus_auth, own,
                                                     lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
