@@ -7,7 +7,7 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teto", description="Teto: GPU fine-tuning jobs under GPU-time ceilings")
     sub = parser.add_subparsers(dest="command", required=True)
     from teto import cli_bus, cli_client, cli_stack
@@ -15,7 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     cli_stack.register(sub)
     cli_client.register(sub)
     cli_bus.register(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from libs.runtime.settings import SettingsError
 
     try:

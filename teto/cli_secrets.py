@@ -1,4 +1,5 @@
-"""``teto secrets``: the files a deployment needs for HTTPS (``tls``) and for sealing job secrets (``key``)."""
+"""``teto secrets``: the files a deployment needs: HTTPS (``tls``), the key sealing job secrets (``key``), the bus's
+users and credentials (``nats``, teto/cli_bus.py), and all of them at once for deploy/compose.yml (``deploy``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,30 @@ def cmd_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """Every secret ``deploy/compose.yml`` mounts, in one directory (made once, before the first ``up``): the NATS
+    server's config with every part's user and its TLS certificate, each part's credentials file, the gateway's
+    HTTPS certificate, the key sealing job secrets. The database passwords and the audit key are made inside the
+    deployment (db-secret, the audit service's own volume), so they never sit on the operator's disk."""
+    from teto.cli_bus import parse_executor, write_deployment
+
+    from .tls import make_tls
+    from libs.runtime.sealing import write_key_file
+
+    out: Path = args.out
+    named = args.executor or ["executor-1=node-1", "executor-2=node-2"]
+    executors = [parse_executor(v) for v in named]
+    write_deployment(out / "nats", prefix=args.prefix, executors=executors, tls=True)
+    nats_tls = make_tls(out / "nats" / "tls", ["nats", "localhost"], days=args.days)
+    nats_tls.cert.replace(out / "nats" / "tls" / "server.pem")
+    nats_tls.key.replace(out / "nats" / "tls" / "server-key.pem")
+    make_tls(out / "gateway", [*(args.host or []), "gateway", "localhost", "127.0.0.1"], days=args.days)
+    write_key_file(out / "secrets.key")
+    print(f"wrote {out}: nats/nats.conf, nats/creds/<part>.json, nats/tls/, gateway/ (HTTPS; clients use "
+          f"--ca-file {out / 'gateway' / 'ca.pem'}), secrets.key; executors: {', '.join(named)}")
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser, guard: Any) -> None:
     secrets = sub.add_parser("secrets", help="make TLS certificates and the key sealing job secrets")
     ssub = secrets.add_subparsers(dest="secrets_command", required=True)
@@ -42,6 +67,15 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
     p.add_argument("--days", type=int, default=825, help="validity")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=guard(cmd_tls))
+    p = ssub.add_parser("deploy", help="every secret deploy/compose.yml mounts: NATS config, credentials and TLS, "
+                        "the gateway's HTTPS certificate, the job-secrets key")
+    p.add_argument("--out", type=Path, required=True, help="e.g. deploy/secrets (keep it private)")
+    p.add_argument("--executor", action="append", default=[], metavar="ID[=NODE]",
+                   help="each executor's fixed id (and node id), repeatable; default executor-1=node-1, executor-2=node-2")
+    p.add_argument("--host", action="append", help="another name the gateway is reached by (repeat)")
+    p.add_argument("--prefix", default="teto", help="subject prefix")
+    p.add_argument("--days", type=int, default=825, help="certificates' validity")
+    p.set_defaults(func=guard(cmd_deploy))
     p = ssub.add_parser("key", help="a key file for TETO_SECRETS_KEY (an existing one is kept)")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=guard(cmd_key))

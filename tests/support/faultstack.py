@@ -238,7 +238,8 @@ class FaultStack:
             except ConnectionError:
                 return None
             if r.status_code in (201, 202):
-                return Submitted(r.json().get("id") or key, time.monotonic(), r.status_code)
+                body = r.json()  # 201: the job; 202: pending, naming the (actor-scoped) job id
+                return Submitted(body.get("id") or body["job_id"], time.monotonic(), r.status_code)
             assert r.status_code >= 500, f"submit refused: {r.status_code} {r.text}"
             return None  # the gateway could not reach its dependencies: retry the same key
         sub = await eventually(attempt, timeout, f"submit {spec.get('name')} to be accepted", every=0.5)

@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from libs.contracts.bounds import ID_PATTERN
 from libs.contracts.secrets import redact
 
-_COMMAND_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_COMMAND_ID = re.compile(ID_PATTERN)  # the contracts' ids (an Idempotency-Key's derived id is 66 characters)
 RAW_EXCERPT_CHARS = 4000
 
 
@@ -79,7 +80,7 @@ def _time(payload: Any, key: str, fallback: datetime) -> datetime:
 
 
 def _command_id(payload: Any, fallback: str) -> str:
-    value = _text(payload, "command_id", 100)
+    value = _text(payload, "command_id", 200)
     return value if value and _COMMAND_ID.match(value) else fallback
 
 
