@@ -24,11 +24,13 @@ def has_secrets(spec: JobSpec) -> bool:
 
 
 def seal_spec(spec: JobSpec, *, job_id: str, key: bytes | None) -> JobSpec:
-    """The spec with every secret value replaced by its ciphertext for ``job_id``; plain values unchanged."""
+    """The spec with every secret value replaced by its ciphertext for ``job_id``; plain values unchanged; the same
+    object when it holds no secret."""
     workload = spec.workload
     if not isinstance(workload, CommandWorkload):
         return spec
     env: dict[str, str | SecretValue | SealedValue] = {}
+    sealed = False
     for name, value in workload.env.items():
         if isinstance(value, SealedValue):
             raise SecretRefused(f"workload.env.{name}: a sealed value cannot be submitted (secrets are not "
@@ -38,5 +40,8 @@ def seal_spec(spec: JobSpec, *, job_id: str, key: bytes | None) -> JobSpec:
                 raise SecretRefused(f"workload.env.{name} is a secret, but this gateway has no {KEY_SETTING} "
                                     "configured to encrypt it; ask the operator to set it, or do not mark it secret")
             value = SealedValue(sealed=seal(key, value.secret, job_id=job_id, name=name))
+            sealed = True
         env[name] = value
+    if not sealed:
+        return spec  # the very object: a spec without secrets leaves as it came (and is not measured again)
     return spec.model_copy(update={"workload": workload.model_copy(update={"env": env})})

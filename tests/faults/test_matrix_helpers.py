@@ -31,7 +31,7 @@ def test_every_subject_of_the_catalogue_gets_hostile_messages():
     wanted = {e.subject.split("<")[0].rstrip(".") for e in CATALOGUE if not e.subject.startswith("(")}
     hit = {w for w in wanted if any(m.subject.startswith(w) for m in MSGS)}
     assert hit == wanted
-    assert {m.subject for m in MSGS if m.core} == {"teto.rpc.lease.renew", "teto.rpc.budget.status",
+    assert {m.subject for m in MSGS if m.core} == {"teto.rpc.lease.renew.ex-a", "teto.rpc.budget.status",
                                                    "teto.rpc.audit.verify"}
 
 

@@ -111,3 +111,14 @@ def test_teto_up_gives_the_key_to_the_gateway_and_executors_only(tmp_path):
         got = part_env(shared, own, part).get("TETO_SECRETS_KEY")
         assert got == (setting if part in ("gateway", "executor") else None), part
     assert give_secrets_key(own, tmp_path, {"TETO_SECRETS_KEY": "/mine"}) == "/mine"  # the operator's wins
+
+
+def test_a_spec_without_secrets_leaves_the_gateway_as_it_came():
+    """Only a spec whose secrets were encrypted is measured again against the bus's limit (ciphertext is larger):
+    the largest plain body the gateway accepts must still be accepted."""
+    from libs.contracts.jobs import JobSpec
+    from services.gateway.secret_env import seal_spec
+
+    spec = JobSpec.model_validate({"workload": {"kind": "command", "command": ["true"], "env": {"A": "plain"}}})
+    assert seal_spec(spec, job_id="j1", key=None) is spec
+    assert seal_spec(spec, job_id="j1", key=b"k" * 32) is spec
