@@ -127,3 +127,22 @@ class FakeQueue:
         await bus.publish(js, self.subjects.agent(self.executor_id, "stop"),
                           StopJob(job_id=job_id, epoch=epoch, reason="test", checkpoint_first=checkpoint_first,
                                   grace_seconds=5))
+
+
+@contextlib.asynccontextmanager
+async def agent_with_fake_queue(settings: Any):
+    """A running agent with ``settings``, a NATS connection for the test, and the fake queue in front of it:
+    yields (settings, js, queue). The one way executor tests stand an agent up."""
+    from agents.executor.main import serve
+    from tests.support.services import running
+
+    nc = await bus.connect(settings.nats_url, "test")
+    js = nc.jetstream()
+    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
+    try:
+        async with running(serve, settings):
+            yield settings, js, queue
+    finally:
+        await queue.stop()
+        await nc.close()
+

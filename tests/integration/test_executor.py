@@ -16,15 +16,13 @@ import uuid
 
 import pytest
 
-from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.nodes import NodeRegistered
 from libs.contracts.telemetry import Phase, RunOutcome
 from libs.runtime import bus
 
-from tests.integration.helpers_executor import FakeQueue, command, eventually, finetune, process_gone
-from tests.support.services import running
+from tests.integration.helpers_executor import FakeQueue, agent_with_fake_queue, command, eventually, finetune, process_gone
 
 pytestmark = pytest.mark.integration
 
@@ -42,16 +40,8 @@ def _settings(env, base_dir, **overrides) -> ExecutorSettings:
 @pytest.fixture
 async def stack(env, base_dir):
     """A running agent, a NATS connection for the test, and the fake queue."""
-    settings = _settings(env, base_dir)
-    nc = await bus.connect(settings.nats_url, "test")
-    js = nc.jetstream()
-    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    try:
-        async with running(serve, settings):
-            yield settings, js, queue
-    finally:
-        await queue.stop()
-        await nc.close()
+    async with agent_with_fake_queue(_settings(env, base_dir)) as stack:
+        yield stack
 
 
 def _job() -> str:

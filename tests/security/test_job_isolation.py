@@ -20,15 +20,12 @@ from pathlib import Path
 import pytest
 
 from agents.executor import isolation
-from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.telemetry import RunOutcome
-from libs.runtime import bus
 from services.gateway.auth import create_token
 from teto.stack.isolation import harden_data_dir, workload_python
-from tests.integration.helpers_executor import (TRAIN_SCRIPT, FakeQueue, command, eventually, finetune,
+from tests.integration.helpers_executor import (TRAIN_SCRIPT, agent_with_fake_queue, command, eventually, finetune,
                                                 process_gone)
-from tests.support.services import running
 
 pytestmark = pytest.mark.security
 
@@ -82,15 +79,8 @@ async def agent(env, data_dir, monkeypatch, base_dir, cgroup):
                             progress_interval_seconds=0.3, stop_grace_seconds=3.0, workload_uid_range=UID_RANGE,
                             workload_python=PYTHON, workload_cgroup=cgroup, base_model_dir=base_dir,
                             torch_threads=1)
-    nc = await bus.connect(settings.nats_url, "test")
-    js = nc.jetstream()
-    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    try:
-        async with running(serve, settings):
-            yield settings, js, queue
-    finally:
-        await queue.stop()
-        await nc.close()
+    async with agent_with_fake_queue(settings) as stack:
+        yield stack
 
 
 ATTACK = textwrap.dedent("""
