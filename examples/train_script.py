@@ -8,8 +8,9 @@ Submit it with
 
 What Teto gives the script, through the environment and ``teto.sdk``:
 - ``sdk.resume_checkpoint()``: (step, path) of the latest valid checkpoint of this job, or None (TETO_RESUME_FROM);
-- ``sdk.save_checkpoint(obj_or_bytes, step)``: writes TETO_CHECKPOINT_DIR/step-NNNNNNNN.pt atomically with a
-  checksummed sidecar and reports it (rank 0 only);
+- ``sdk.save_checkpoint(obj_or_bytes, step, background=True)``: writes TETO_CHECKPOINT_DIR/step-NNNNNNNN.pt
+  atomically with a checksummed sidecar and reports it (rank 0 only); ``background=True`` returns once the state
+  is copied, the write goes on in a background thread (``sdk.wait_checkpoints()`` waits for it);
 - ``sdk.report_step(step, loss=..., **metrics)``: progress, step time and metrics for the job's page;
 - ``sdk.stop_requested()`` / ``sdk.checkpoint_on_stop()``: a stop (cancel, GPU ceiling) arrived as SIGTERM;
   finish the step, save if asked, exit.
@@ -53,9 +54,10 @@ def main() -> int:
         weight -= 0.1 * 2 * (weight - 3.0)
         sdk.report_step(step, total_steps=steps, loss=loss, weight=weight)
         if step % every == 0 or step == steps:
-            sdk.save_checkpoint(json.dumps({"weight": weight}).encode(), step)
+            sdk.save_checkpoint(json.dumps({"weight": weight}).encode(), step, background=True)
         if step_seconds:
             sdk.sleep(step_seconds)
+    sdk.wait_checkpoints()  # the last checkpoint is durable before the script says it succeeded
     return 0
 
 

@@ -13,6 +13,9 @@ may write a final checkpoint when ``checkpoint_on_stop()`` says the stop asked f
 polls is ended at its next ``report_step`` with exit status 143. If the agent is gone (the pipe is broken) the
 process exits at once: a training process whose agent died must not keep writing past its lease.
 
+Checkpoints: ``save_checkpoint(state, step, background=True)`` blocks only for a copy of the state in host memory
+and writes it on a background thread (``ckpt_async.py``); ``wait_checkpoints()`` waits for that write.
+
 Imports nothing heavy: torch is imported only when ``save_checkpoint`` is given an object to serialise.
 """
 
@@ -29,10 +32,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from .ckpt_async import BackgroundWriter
 
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
            "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
-           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested"]
+           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
@@ -41,6 +45,7 @@ EXIT_STOPPED = 143  # 128 + SIGTERM, the conventional status of a process ended 
 _lock = threading.Lock()
 _stop = threading.Event()
 _state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
+_writer = BackgroundWriter()
 
 
 @dataclass(frozen=True)
@@ -212,17 +217,48 @@ def report_phase(phase: str) -> None:
     _send({"type": "phase", "phase": phase})
 
 
-def save_checkpoint(state: Any, step: int, *, report: bool = True) -> Path | None:
+def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
+    _send({"type": "checkpoint", "step": ckpt.step, "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
+           "bytes": ckpt.bytes})
+
+
+def _flush_at_exit() -> None:
+    try:
+        _writer.wait()
+    except RuntimeError as exc:
+        import sys
+
+        print(exc, file=sys.stderr, flush=True)
+
+
+def save_checkpoint(state: Any, step: int, *, report: bool = True, background: bool = False) -> Path | None:
     """Write a checkpoint atomically with its sidecar and report it; returns its path (None on rank != 0).
 
     ``state`` is bytes (written as is) or any object torch can save (a state dict).
+
+    ``background=True`` blocks only while ``state`` is copied to host memory, then writes, fsyncs, renames and
+    reports on a background thread (see ``agents/executor/ckpt_async.py``); the returned path exists once
+    ``wait_checkpoints()`` returns. At most one write is in flight: a new save first waits for the previous
+    one. Once a stop was requested every save is synchronous, so the final checkpoint is durable before the
+    process exits; a synchronous save also waits for a background one first (checkpoints land in order).
     """
     ctx = context()
     if not ctx.is_writer:
         return None
+    fmt = "bytes" if isinstance(state, bytes | bytearray | memoryview) else "torch"
+    if background and not _stop.is_set():
+        if not _state.get("atexit"):
+            import atexit
+
+            atexit.register(_flush_at_exit)
+            _state["atexit"] = True
+        _writer.submit(ctx.checkpoint_dir, step, state, fmt=fmt,
+                       on_done=_report_saved if report else (lambda ckpt: None))
+        return _ckpt.checkpoint_path(ctx.checkpoint_dir, step)
+    wait_checkpoints()
     report_phase("checkpointing")
     try:
-        if isinstance(state, bytes | bytearray | memoryview):
+        if fmt == "bytes":
             ckpt = _ckpt.save_bytes(ctx.checkpoint_dir, step, bytes(state))
         else:
             import torch
@@ -231,9 +267,20 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True) -> Path | Non
     finally:
         report_phase("training")
     if report:
-        _send({"type": "checkpoint", "step": int(step), "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
-               "bytes": ckpt.bytes})
+        _report_saved(ckpt)
     return ckpt.path
+
+
+def wait_checkpoints() -> None:
+    """Block until the background checkpoint in flight (if any) is durable and reported; raise its error."""
+    if _writer.busy:
+        report_phase("checkpointing")
+        try:
+            _writer.wait()
+        finally:
+            report_phase("training")
+    else:
+        _writer.wait()  # re-raises the error of a write that already failed
 
 
 def resume_checkpoint() -> tuple[int, Path] | None:

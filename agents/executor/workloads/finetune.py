@@ -101,9 +101,12 @@ def _threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
-def _checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, params: FinetuneParams) -> None:
+def _checkpoint(model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, params: FinetuneParams, *,
+                background: bool = True) -> None:
+    """Periodic checkpoints are written in the background (training stalls only for the copy to host
+    memory); the final one on a stop is synchronous, durable before the process exits."""
     sdk.save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                         "rng": torch.get_rng_state(), "params": params.model_dump()}, step)
+                         "rng": torch.get_rng_state(), "params": params.model_dump()}, step, background=background)
 
 
 def main() -> int:
@@ -179,8 +182,10 @@ def _train(ctx: sdk.Context, params: FinetuneParams, model: torch.nn.Module, dev
             break
     if stopped or sdk.stop_requested():
         if sdk.checkpoint_on_stop() and last_done > last_saved:
-            _checkpoint(model, opt, last_done, params)
+            _checkpoint(model, opt, last_done, params, background=False)
+        sdk.wait_checkpoints()
         return sdk.EXIT_STOPPED
+    sdk.wait_checkpoints()  # the last checkpoint is durable and reported before the job says it succeeded
     return 0
 
 

@@ -1,0 +1,20 @@
+"""bench_checkpoint still runs and returns what ``teto bench`` reads (no timing is asserted)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bench import bench_checkpoint
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_checkpoint_bench_returns_the_runner_s_fields(tmp_path, monkeypatch):
+    monkeypatch.delenv("TETO_CHECKPOINT_DIR", raising=False)
+    r = bench_checkpoint.main(quick=True, mb=4, rounds=2, directory=str(tmp_path))
+    assert set(r) == {"name", "figure", "reference", "ratio", "target", "unit", "passed", "note"}
+    assert r["name"] == "checkpoint" and r["target"] == 0.05 and isinstance(r["passed"], bool)
+    assert r["figure"] > 0 and r["reference"] > 0 and list(tmp_path.iterdir()) == []
+    assert "TETO_CHECKPOINT_DIR" not in os.environ  # the bench leaves the caller's environment as it was
