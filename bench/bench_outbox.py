@@ -1,7 +1,7 @@
 """Outbox relay throughput against the reference of publishing the same messages straight to JetStream,
 each ack awaited in turn (what the relay does to keep per-job order), measured in the same run.
 
-Run: .venv/bin/python -m bench.bench_outbox [N]
+Run: .venv/bin/python -m bench.bench_outbox [N], or through ``teto bench outbox`` (``main``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _events(n: int) -> list[JobEvent]:
             for i in range(n)]
 
 
-async def run(n: int) -> None:
+async def run(n: int) -> dict:
     with servers() as (nats_url, pg_url):
         nc = await bus.connect(nats_url, "bench")
         js = nc.jetstream()
@@ -47,12 +47,19 @@ async def run(n: int) -> None:
         relayed = time.perf_counter() - t0
         await pool.close()
         await nc.close()
-    print(f"messages: {n}")
-    print(f"reference  JetStream publish, ack each in turn: {n / reference:9.0f} msg/s")
-    print(f"outbox     stage rows in one transaction:       {n / staged:9.0f} rows/s")
-    print(f"outbox     relay (publish + mark published):    {n / relayed:9.0f} msg/s")
-    print(f"ratio relay / reference: {reference / relayed:.2f}  (1.0 = as fast as publishing directly)")
+    return {"name": "outbox relay", "figure": n / relayed, "reference": n / reference, "ratio": reference / relayed,
+            "target": None, "unit": "msg/s", "passed": None,
+            "note": f"{n} messages; reference: JetStream publish, ack each in turn; staging {n / staged:.0f} rows/s"}
+
+
+def main(quick: bool = False) -> dict:
+    return asyncio.run(run(500 if quick else 5000))
 
 
 if __name__ == "__main__":
-    asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 5000))
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    r = asyncio.run(run(n))
+    print(f"messages: {n}")
+    print(f"reference  JetStream publish, ack each in turn: {r['reference']:9.0f} msg/s")
+    print(f"outbox     relay (publish + mark published):    {r['figure']:9.0f} msg/s")
+    print(f"ratio relay / reference: {r['ratio']:.2f}  (1.0 = as fast as publishing directly)  {r['note']}")

@@ -10,11 +10,12 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teto", description="Teto: GPU fine-tuning jobs under GPU-time ceilings")
     sub = parser.add_subparsers(dest="command", required=True)
-    from teto import cli_bus, cli_client, cli_stack
+    from teto import cli_bench, cli_bus, cli_client, cli_stack
 
     cli_stack.register(sub)
     cli_client.register(sub)
     cli_bus.register(sub)
+    cli_bench.register(sub)
     return parser
 
 

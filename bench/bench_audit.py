@@ -1,0 +1,100 @@
+"""Audit append through the real audit service against a raw ``COPY`` of the same rows into the same PostgreSQL,
+measured in the same run (issue 12, item 5: target 0.5x, zero loss).
+
+N commands (``SubmitJob``, as the gateway publishes them) are published on ``teto.cmd.submit`` first; then the
+audit service (its own consumers, store and migrations, with an audit key as deployed, so each row carries its
+mac) drains them into ``audit.log``: the figure is N over the time from the durable's first delivery to its last
+acknowledgement. Afterwards the rows are counted and the whole chain verified (with the key), and every published
+command id must be there once. The reference then copies exactly those rows (read back, untimed) with asyncpg's
+``copy_records_to_table`` into a table made ``LIKE audit.log INCLUDING ALL`` (same columns, indexes and unique
+key) in the same database, twice (the faster counts): the rate of COPY alone, with no hashing, no dedupe and no broker.
+
+Run: .venv/bin/python -m bench.bench_audit [N], or ``teto bench audit`` (``main``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import asyncpg
+
+from bench._drain import row, service_rate
+from bench._servers import servers
+from libs.contracts.commands import SubmitJob
+from libs.runtime.service import Runtime
+from libs.runtime.settings import CommonSettings
+
+PREFIX = "bench"
+COLUMNS = ("seq", "command_id", "actor", "time", "recorded_at", "subject", "kind", "job_id", "payload", "outcome",
+           "reason", "prev_hash", "hash", "mac")
+
+
+def commands(n: int) -> list[SubmitJob]:
+    return [SubmitJob(actor=f"user-{i % 37}", spec={"workload": {"kind": "finetune"}})
+            for i in range(n)]
+
+
+async def copy_reference(conn: asyncpg.Connection, table: str) -> tuple[float, int]:
+    """Seconds to COPY the audit log's rows into a new twin table (rows read back first, untimed); rows copied."""
+    await conn.execute(f"DROP TABLE IF EXISTS public.{table};"
+                       f" CREATE TABLE public.{table} (LIKE audit.log INCLUDING ALL)")
+    records = [tuple(r[c] for c in COLUMNS) for r in await conn.fetch(
+        f"SELECT {', '.join(COLUMNS)} FROM audit.log ORDER BY seq")]
+    t0 = time.perf_counter()
+    await conn.copy_records_to_table(table, schema_name="public", records=records, columns=COLUMNS)
+    seconds = time.perf_counter() - t0
+    return seconds, await conn.fetchval(f"SELECT count(*) FROM public.{table}")
+
+
+async def run(n: int) -> dict:
+    from services.audit import store
+    from services.audit.app import serve as audit
+    from services.audit.keyfile import create_key_file, load_key
+    from services.audit.settings import AuditSettings
+
+    with servers() as (nats_url, pg_url), tempfile.TemporaryDirectory(prefix="teto-bench-key-") as tmp:
+        key_file = Path(tmp) / "audit.key"
+        create_key_file(key_file)
+        base = dict(nats_url=nats_url, database_url=pg_url, subject_prefix=PREFIX)
+        rt = await Runtime.open("bench", CommonSettings.from_env(env={}, **base), schema=None, package=None)
+        s, js = rt.subjects, rt.js
+        sent = commands(n)
+        for i in range(0, n, 500):
+            await asyncio.gather(*(js.publish(s.cmd("submit"), c.encode()) for c in sent[i:i + 500]))
+        settings = AuditSettings.from_env(env={}, audit_key_file=key_file, **base)
+        (seconds,) = await service_rate(audit, settings, js, [(s.stream_name("CMD"), "audit-commands")])
+
+        conn = await asyncpg.connect(pg_url)
+        stored = await conn.fetch("SELECT command_id FROM audit.log")
+        ids = [r["command_id"] for r in stored]
+        pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=2)
+        verified = await store.verify(pool, load_key(key_file))
+        await pool.close()
+        # Twice, each into a fresh table: on a shared machine one run can be disturbed; the faster counts.
+        copies = [await copy_reference(conn, f"audit_copy_{i}") for i in (1, 2)]
+        ref_seconds, copied = min(copies)
+        await conn.close()
+        await rt.close()
+    lost = len({c.command_id for c in sent} - set(ids))
+    whole = len(ids) == n and lost == 0 and len(set(ids)) == n and verified.ok and verified.checked == n
+    result = row("audit append (service vs COPY)", n, seconds, ref_seconds, unit="rows/s")
+    result["note"] = (f"{n} commands; rows {len(ids)}, lost {lost}, chain verified {verified.ok} "
+                      f"({verified.checked} rows, {verified.macs_checked} macs); COPY reference copied {copied} "
+                      f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used)")
+    # Loss or a broken chain fails the benchmark whatever the speed.
+    result["passed"] = bool(result["passed"]) and whole and copied == n
+    return result
+
+
+def main(quick: bool = False) -> dict:
+    return asyncio.run(run(1_000 if quick else 20_000))
+
+
+if __name__ == "__main__":
+    r = asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000))
+    print(f"audit service {r['figure']:.0f} rows/s, COPY {r['reference']:.0f} rows/s, ratio {r['ratio']:.3f} "
+          f"(target 0.5): {'pass' if r['passed'] else 'short'}\n{r['note']}")

@@ -1,0 +1,84 @@
+"""``teto bench``: each benchmark in its own process (a crash or a hang is one short row, the others still run),
+and ``--quick`` as a smoke that the real benchmarks still work: the table and the JSON, never a timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from teto import benchrun
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fake_benches(tmp_path: Path) -> Path:
+    d = tmp_path / "fakebench"
+    d.mkdir()
+    (d / "__init__.py").write_text("")
+    (d / "bench_good.py").write_text(textwrap.dedent("""
+        import sys
+        def main(quick=False):
+            print("noise on stdout is not the result")
+            return [{"name": "good", "figure": 10.0 if quick else 99.0, "reference": 20.0, "ratio": 0.5,
+                     "target": 0.5, "unit": "x/s", "passed": True, "note": sys.argv[0][-9:]}]
+    """))
+    (d / "bench_crash.py").write_text("def main(quick=False):\n    raise RuntimeError('no server here')\n")
+    (d / "bench_hang.py").write_text("import time\ndef main(quick=False):\n    time.sleep(60)\n")
+    return d
+
+
+def test_each_benchmark_runs_alone_and_a_crash_or_hang_is_a_short_row(tmp_path):
+    d = _fake_benches(tmp_path)
+    (good,) = benchrun.run_one("good", d, quick=True, timeout=30)
+    assert good["figure"] == 10.0 and good["passed"] is True and good["bench"] == "good" and good["seconds"] >= 0
+    (crash,) = benchrun.run_one("crash", d, quick=True, timeout=30)
+    assert crash["passed"] is False and crash["note"].startswith("exit 1: RuntimeError: no server here")
+    (hang,) = benchrun.run_one("hang", d, quick=True, timeout=2)
+    assert hang["passed"] is False and hang["note"] == "timed out after 2 s"
+
+
+def _teto(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "teto.cli", "bench", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_cli_runs_the_named_ones_prints_the_table_and_writes_json(tmp_path):
+    d = _fake_benches(tmp_path)
+    out = tmp_path / "r.json"
+    proc = _teto("good", "crash", "--quick", "--dir", str(d), "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 1  # one did not run
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["benchmark", "figure"]
+    assert lines[2].split()[:2] == ["good", "10.00"] and lines[2].split()[-1] == "pass"
+    assert lines[3].split()[0] == "crash" and lines[3].split()[-1] == "short"
+    doc = json.loads(out.read_text())
+    assert doc["quick"] is True and [r["name"] for r in doc["results"]] == ["good", "crash"]
+    assert _teto("nope", "--dir", str(d), cwd=tmp_path).returncode == 2
+    assert _teto("--list", "--dir", str(d), cwd=tmp_path).stdout.split() == ["crash", "good", "hang"]
+
+
+def test_quick_smoke_of_the_real_benchmarks(tmp_path):
+    out = tmp_path / "bench-results.json"
+    proc = _teto("outbox", "audit", "ingest", "--quick", "--json", str(out), cwd=REPO, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    rows = doc["results"]
+    assert {r["bench"] for r in rows} == {"outbox", "audit", "ingest"}
+    for r in rows:
+        assert set(benchrun.KEYS) <= set(r)
+        assert r["figure"] > 0 and r["reference"] > 0 and r["ratio"] > 0, r
+    consumers = {r["name"]: r for r in rows if r["bench"] == "ingest" and r["target"] is not None}
+    assert set(consumers) == {"ingest: queue heartbeats", "ingest: health heartbeats", "ingest: budget heartbeats",
+                              "ingest: budget usage reports"}  # every consumer of heartbeats and usage
+    assert all(r["target"] == 0.5 and isinstance(r["passed"], bool) for r in consumers.values())
+    (audit,) = [r for r in rows if r["bench"] == "audit"]
+    assert "lost 0, chain verified True" in audit["note"]  # zero loss, whatever the speed
+    for r in rows:
+        assert r["name"] in proc.stdout
