@@ -4,6 +4,7 @@ grant (the GPU-seconds left) and what it makes of a run the executor stopped at 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -119,3 +120,29 @@ def test_a_run_stopped_for_another_reason_is_not_taken_for_the_ceiling():
     running = job(JobState.RUNNING, 3)
     t = lc.decide(running, lc.Finished(3, RunOutcome.STOPPED, stop_reason="test"), T0)
     assert t.job.state is not JobState.INTERRUPTED
+
+
+async def test_placement_asks_the_budget_only_for_jobs_placed_again_and_gets_none_without_an_answer():
+    from types import SimpleNamespace
+
+    from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
+    from libs.contracts.subjects import Subjects
+    from services.queue.remaining import remaining_for
+
+    asked: list[tuple[str, float]] = []
+
+    async def request(subject: str, data: bytes, timeout: float):
+        job_id = BudgetStatusRequest.decode(data).job_id
+        asked.append((job_id, timeout))
+        if job_id == "silent":
+            raise TimeoutError
+        reply = BudgetStatusReply(job_id=job_id, known=True, ceiling_seconds=600, consumed_seconds=450.0)
+        return SimpleNamespace(data=reply.encode())
+
+    runtime = SimpleNamespace(nc=SimpleNamespace(request=request), subjects=Subjects("teto"))
+    fresh, again = replace(job(JobState.QUEUED, 0), id="fresh"), job(JobState.QUEUED, 2)
+    silent = replace(again, id="silent")
+    left = await remaining_for(runtime, [fresh, again, silent], timeout=5.0)
+    # Never granted: the whole ceiling, unasked; placed again: ceiling - consumed; no answer: unknown.
+    assert left == {"fresh": 600.0, "j1": 150.0, "silent": None}
+    assert sorted(j for j, _ in asked) == ["j1", "silent"] and all(t <= 0.5 for _, t in asked)
