@@ -33,7 +33,7 @@ from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StepReport, WorkerReady)
 
-from . import checkpoints, launch, sandbox
+from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .lease import LeaseKeeper
@@ -243,6 +243,7 @@ class Agent:
         log.info("stopping job %s (epoch %d): %s", stop.job_id, run.grant.epoch, stop.reason)
         run.stop_requested = True
         run.stop_grace_seconds = stop.grace_seconds
+        run.stop_reason = stop.reason
         run.phase = Phase.STOPPING
         stop_file = launch.stop_file(self.settings, run.grant)
         with contextlib.suppress(OSError):
@@ -273,6 +274,7 @@ class Agent:
                              heartbeat_seconds=grant.heartbeat_seconds,
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
         watch: asyncio.Task | None = None
+        spent: asyncio.Task | None = None
         try:
             reply = await keeper.acquire()
             if reply is None or not reply.ok:
@@ -283,6 +285,7 @@ class Agent:
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             if not await self._launch(run):
                 return
+            spent = self._watch_ceiling(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -306,8 +309,9 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the run ends visibly, never silently
             await self._fail(run, exc)
         finally:
-            if watch is not None:
-                watch.cancel()
+            for task in (watch, spent):
+                if task is not None:
+                    task.cancel()
             if self.run is run:
                 self.run = None
 
@@ -354,6 +358,22 @@ class Agent:
                            "rank": grant.rank, "world_size": grant.world_size})
         return True
 
+    def _watch_ceiling(self, run: Run) -> asyncio.Task:
+        """The ceiling by this agent's own monotonic clock, from the process's start (see ceiling.py)."""
+        grant = run.grant
+
+        def spent() -> None:
+            log.warning("job %s epoch %d: its %.1f GPU-seconds left at grant time are spent; stopping it",
+                        grant.job_id, grant.epoch, grant.remaining_gpu_seconds or 0.0)
+            self.on_stop(StopJob(job_id=grant.job_id, epoch=grant.epoch, reason=ceiling.CEILING_STOP,
+                                 checkpoint_first=True, grace_seconds=self.settings.stop_grace_seconds))
+
+        task = asyncio.create_task(ceiling.watch(
+            launch.devices_held(grant, self.gpus), run.launched_at or time.monotonic(), grant.remaining_gpu_seconds,
+            grant.world_size, time.monotonic, spent), name=f"ceiling-{grant.job_id}")
+        task.add_done_callback(_log_failure)
+        return task
+
     async def _fail(self, run: Run, exc: Exception) -> None:
         """The run could not start (bad environment, missing program, no permission, unreadable checkpoint
         directory...) or the agent failed while serving it: the attempt fails with the reason. Never a silent
@@ -393,7 +413,8 @@ class Agent:
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
         # Retried until the server acknowledges it; only then does the agent take new work.
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
-                         resumed_from_step=run.resumed_from_step)
+                         resumed_from_step=run.resumed_from_step,
+                         stop_reason=run.stop_reason if outcome is RunOutcome.STOPPED else None)
 
     # -- the process's reports -----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ class Run:
     resumed_from_step: int | None = None
     stop_requested: bool = False
     stop_grace_seconds: float | None = None  # the grace the stop carried (the queue's setting)
+    stop_reason: str | None = None  # why it was stopped (gpu_ceiling: reported, so the queue interrupts the job)
     lost: LeaseLost | None = None
     pending_step: dict[str, Any] | None = None
     last_step_sent_at: float | None = None

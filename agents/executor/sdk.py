@@ -43,7 +43,10 @@ EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: 
 EXIT_STOPPED = 143  # 128 + SIGTERM, the conventional status of a process ended by SIGTERM
 
 _lock = threading.Lock()
-_stop = threading.Event()
+# Set from the SIGTERM handler: a plain flag, never a threading.Event. A stop is signalled twice (the agent
+# signals the process group and the guard forwards it), and a second handler run that interrupts the first
+# inside Event.set() would block forever on the Event's own lock, leaving the process to be killed at the grace.
+_stop = {"set": False}
 _state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
 _writer = BackgroundWriter()
 
@@ -111,7 +114,7 @@ def context() -> Context:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    _stop.set()
+    _stop["set"] = True
 
 
 def _install() -> None:
@@ -127,7 +130,7 @@ def stop_requested() -> bool:
     """True once the agent asked this process to stop; the script then owns when it exits."""
     _install()
     _state["polled"] = True
-    return _stop.is_set()
+    return _stop["set"]
 
 
 def checkpoint_on_stop() -> bool:
@@ -149,7 +152,7 @@ def sleep(seconds: float) -> bool:
         if left <= 0:
             break
         time.sleep(min(left, 0.05))
-    return _stop.is_set()
+    return _stop["set"]
 
 
 # -- reporting -----------------------------------------------------------------------------------------------
@@ -190,7 +193,7 @@ def _number(value: Any) -> float | None:
 def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
     """Report that ``step`` finished (the agent forwards at most one report per progress interval)."""
     _install()
-    if _stop.is_set() and not _state["polled"]:
+    if _stop["set"] and not _state["polled"]:
         # The script does not handle stops itself: end it here, between steps.
         raise SystemExit(EXIT_STOPPED)
     now = time.monotonic()

@@ -28,6 +28,10 @@ class RunJob(Envelope):
     rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for torch.distributed")
     ready_timeout_seconds: PositiveSeconds | None = Field(
         None, description="Gangs: how long the queue waits for every worker to be ready")
+    remaining_gpu_seconds: float | None = Field(
+        None, ge=0, le=1e12, allow_inf_nan=False,
+        description="The job's GPU-seconds left at grant time (ceiling - consumed, all workers together); the "
+                    "executor starts the ceiling stop by its own clock when its share is spent. None: unknown")
 
 
 class StopJob(Envelope):

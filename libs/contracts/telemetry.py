@@ -112,6 +112,8 @@ class RunFinished(ProgressBase):
     error: QuotedOutput | None = Field(None, description="Tail of the error output (NULs shown as U+FFFD)")
     last_step: Big | None = None
     resumed_from_step: Big | None = None
+    stop_reason: Reason | None = Field(None, description="stopped: the reason of the stop (gpu_ceiling: the "
+                                                          "executor's own clock or the queue's directive)")
 
 
 class RunStarted(ProgressBase):

@@ -23,8 +23,10 @@ from .settings import QueueSettings
 log = logging.getLogger(__name__)
 
 
-def messages_for(job: Job, transition: Transition, settings: QueueSettings) -> list[tuple[str, Envelope]]:
-    """The outbox messages a transition's effects ask for (its job events are added by the store)."""
+def messages_for(job: Job, transition: Transition, settings: QueueSettings,
+                 remaining: float | None = None) -> list[tuple[str, Envelope]]:
+    """The outbox messages a transition's effects ask for (its job events are added by the store);
+    ``remaining``: the job's GPU-seconds left, carried by its grants (None: unknown)."""
     subjects = settings.subjects
     out: list[tuple[str, Envelope]] = []
     for effect in transition.effects:
@@ -34,7 +36,7 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings) -> l
                              attempt=effect.attempt, lease_seconds=settings.lease_seconds,
                              heartbeat_seconds=settings.heartbeat_seconds, rank=rank,
                              world_size=len(effect.workers), rendezvous=job.rendezvous,
-                             ready_timeout_seconds=_ready_timeout(job))
+                             ready_timeout_seconds=_ready_timeout(job), remaining_gpu_seconds=remaining)
                 out.append((subjects.agent(executor_id, "run"), run))
         elif isinstance(effect, StopOn):
             for executor_id in effect.workers:

@@ -45,7 +45,8 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
     if isinstance(msg, CheckpointSkipped):
         return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
     if isinstance(msg, RunFinished):
-        return lc.Finished(msg.epoch, msg.outcome, msg.exit_code, msg.error, msg.last_step, msg.executor_id)
+        return lc.Finished(msg.epoch, msg.outcome, msg.exit_code, msg.error, msg.last_step, msg.executor_id,
+                           msg.stop_reason)
     if isinstance(msg, WorkerReady):
         return lc.WorkerReady(msg.epoch, msg.executor_id)
     raise TypeError(f"not a progress message: {type(msg).__name__}")

@@ -16,7 +16,7 @@ from datetime import timedelta
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
-from . import store
+from . import remaining, store
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob, place
 from .effects import messages_for
@@ -61,6 +61,9 @@ class Scheduler:
             gangs = await GangGrants.snapshot(conn, self.settings)
             wanted = await gangs.admissible(conn, wanted)
             assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
+            # What each grant carries of its ceiling; only jobs placed again need the budget's answer (bounded).
+            left = await remaining.remaining_for(self.runtime, [by_id[a.job_id] for a in assignments],
+                                                 self.settings.budget_rpc_timeout_seconds)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
             # same transaction.
             for a in assignments:
@@ -72,7 +75,8 @@ class Scheduler:
                 if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
                     log.error("placement of %s refused: %s", job.id, t.reason)
                     continue
-                await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))
+                await store.write(conn, self.settings.subjects, t, now,
+                                  messages_for(t.job, t, self.settings, left.get(job.id)))
                 log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(a.workers), t.job.lease_epoch)
         if assignments:
             self.placed += len(assignments)

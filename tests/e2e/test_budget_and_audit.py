@@ -137,7 +137,9 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert k >= 5 and (data_dir / "checkpoints" / job_id / f"step-{k:08d}.pt").exists()
         assert interrupted["checkpoint"]["last_step"] == k and interrupted["checkpoint"]["next_eta_seconds"] is None
         events = [e["event"] for e in stack.get(f"/v1/jobs/{job_id}/events").json()]
-        assert events.index("stop_requested") < events.index("interrupted")
+        # The executor stops by its own clock at the GPU-seconds its grant carried; the budget's exhaustion
+        # (a stop_requested) comes first only when its usage sample beat the run's end.
+        assert "stop_requested" not in events or events.index("stop_requested") < events.index("interrupted")
         settled = eventually(usage.settled, 30, "the last usage sample of the stopped run")
         budget = settled["budget"]
         consumed = budget["consumed_seconds"]
@@ -148,8 +150,9 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         # The closing note's number, in two parts: how far the sample that crossed the ceiling went past it, and
         # what the run consumed between the stop being decided and the process being gone.
         all_events = stack.get(f"/v1/jobs/{job_id}/events").json()
-        (stop,) = [e for e in all_events if e["event"] == "stop_requested"]
-        at_detection = stop["detail"]["consumed_seconds"] - CEILING
+        stops = [e for e in all_events if e["event"] == "stop_requested"]
+        assert len(stops) <= 1
+        at_detection = stops[0]["detail"]["consumed_seconds"] - CEILING if stops else 0.0
         print(f"\nmeasured overshoot past the ceiling: {budget['overshoot_seconds']:.2f} GPU-s = "
               f"{at_detection:.2f} in the crossing sample + {consumed - CEILING - at_detection:.2f} while stopping "
               f"(ceiling {CEILING:g}, heartbeat {HEARTBEAT:g}s, grace {GRACE:g}s)")

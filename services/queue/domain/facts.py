@@ -132,6 +132,7 @@ class Finished:
     error: str | None = None
     last_step: int | None = None
     executor_id: str | None = None  # which worker's process ended (gangs track each one)
+    stop_reason: str | None = None  # stopped: why (gpu_ceiling: the executor's own clock may come first)
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,10 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     forming = job.state is JobState.ADMITTING and not isinstance(fact, LeaseExpired)
     if job.state is not JobState.RUNNING and not forming:
         return Transition.unchanged(job, f"job is {job.state}")
+    if _stopped_at_ceiling(job, fact):
+        # The executor stopped the run by its own clock before the budget's exhaustion reached us: the same
+        # ceiling stop (the budget still reconciles, and its exhaustion then finds the job interrupted).
+        job = replace(job, stop_requested=CEILING_STOP)
     if job.gang and isinstance(fact, Finished):
         return gang_rules.on_finished(job, fact, now, _attempt_failed,
                                       lambda j, epoch, at, detail: _interrupt(j, epoch, at, detail,
@@ -267,6 +271,11 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     if isinstance(fact, LeaseExpired):
         return _run_lost(job, JobEventKind.LEASE_EXPIRED, LeaseEventKind.EXPIRED, "lease expired", now)
     return _on_finished(job, fact, now)
+
+
+def _stopped_at_ceiling(job: Job, fact: object) -> bool:
+    return (isinstance(fact, Finished) and fact.outcome is RunOutcome.STOPPED and fact.stop_reason == CEILING_STOP
+            and job.stop_requested is None)
 
 
 def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:

@@ -1,0 +1,50 @@
+"""The GPU-seconds a grant carries (``RunJob.remaining_gpu_seconds``): the job's ceiling less what the budget
+service, the single writer of consumption, says it consumed. A job never granted before has consumed nothing
+(usage is only charged while a granted process runs), so only a job placed again is asked about, over
+``teto.rpc.budget.status``, all at once, with a short timeout: no answer gives None (unknown, the executor then
+waits for the budget's stop as before), and never holds placement up for long."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
+from libs.runtime.service import Runtime
+
+from .domain.facts import Job
+
+log = logging.getLogger(__name__)
+MAX_WAIT_SECONDS = 0.5  # placement waits at most this long for the budget's answers
+
+
+def remaining_seconds(ceiling: float, consumed: float | None) -> float | None:
+    """What is left of ``ceiling`` after ``consumed`` GPU-seconds; None when consumption is unknown."""
+    if consumed is None:
+        return None
+    return max(0.0, ceiling - consumed)
+
+
+def needs_asking(job: Job) -> bool:
+    """Only a job granted before can have consumed anything."""
+    return job.lease_epoch > 0
+
+
+async def consumed(runtime: Runtime, job_id: str, timeout: float) -> float | None:
+    try:
+        msg = await runtime.nc.request(runtime.subjects.rpc_budget_status,
+                                       BudgetStatusRequest(job_id=job_id).encode(), timeout=timeout)
+        reply = BudgetStatusReply.decode(msg.data)
+    except Exception as exc:  # noqa: BLE001 - no responders, timeout, a bad reply: unknown, never a guess
+        log.info("budget status for %s unavailable at grant time: %r", job_id, exc)
+        return None
+    return reply.consumed_seconds if reply.known else 0.0
+
+
+async def remaining_for(runtime: Runtime, jobs: list[Job], timeout: float) -> dict[str, float | None]:
+    """The GPU-seconds left of each job, by id (None: unknown)."""
+    asked = [j for j in jobs if needs_asking(j)]
+    wait = min(timeout, MAX_WAIT_SECONDS)
+    answers = await asyncio.gather(*(consumed(runtime, j.id, wait) for j in asked)) if asked else []
+    used = {j.id: c for j, c in zip(asked, answers, strict=True)}
+    return {j.id: remaining_seconds(j.spec.gpu_ceiling_seconds, used.get(j.id, 0.0)) for j in jobs}
