@@ -249,7 +249,7 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True, background: b
     if not ctx.is_writer:
         return None
     fmt = "bytes" if isinstance(state, bytes | bytearray | memoryview) else "torch"
-    if background and not _stop.is_set():
+    if background and not _stop["set"]:
         if not _state.get("atexit"):
             import atexit
 

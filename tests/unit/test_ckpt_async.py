@@ -126,7 +126,7 @@ def sdk_env(tmp_path, monkeypatch):
     sent = []
     monkeypatch.setattr(sdk, "_send", sent.append)
     yield sent
-    sdk._stop.clear()
+    sdk._stop["set"] = False
 
 
 def test_a_background_save_reports_after_the_write_and_keeps_the_saved_state(sdk_env, tmp_path, monkeypatch):
@@ -152,7 +152,7 @@ def test_a_synchronous_save_waits_for_the_background_one(sdk_env, monkeypatch):
 
 
 def test_after_a_stop_request_saves_are_synchronous(sdk_env, tmp_path):
-    sdk._stop.set()
+    sdk._stop["set"] = True
     sdk.save_checkpoint({"w": torch.ones(2)}, 9, background=True)
     assert not sdk._writer.busy and ck.validate(tmp_path / "step-00000009.pt")[0] is not None
     assert [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [9]
