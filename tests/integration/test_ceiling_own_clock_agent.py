@@ -12,15 +12,13 @@ import uuid
 import pytest
 
 from agents.executor.ceiling import CEILING_STOP
-from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
 from libs.contracts.jobs import JobSpec
 from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 
-from tests.integration.helpers_executor import FakeQueue, command, eventually
-from tests.support.services import running
+from tests.integration.helpers_executor import agent_with_fake_queue, command, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +37,8 @@ POLITE = ("import os, signal, sys, time\n"
 async def executor(env):
     settings = env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", stop_grace_seconds=GRACE,
                             heartbeat_seconds=HEARTBEAT, lease_seconds=30.0, stop_margin_seconds=5.0)
-    nc = await bus.connect(settings.nats_url, "test")
-    js = nc.jetstream()
-    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    try:
-        async with running(serve, settings):
-            yield settings, js, queue
-    finally:
-        await queue.stop()
-        await nc.close()
+    async with agent_with_fake_queue(settings) as stack:
+        yield stack
 
 
 async def _grant(js, settings, job: str, workload, remaining: float | None) -> None:

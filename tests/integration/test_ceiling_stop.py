@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 from agents.executor import agent as agent_module
-from agents.executor.main import serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import StopJob
 from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 
-from tests.integration.helpers_executor import FakeQueue, command, eventually
+from tests.integration.helpers_executor import agent_with_fake_queue, command, eventually
 from tests.support.services import running
 
 pytestmark = pytest.mark.integration
@@ -36,15 +35,8 @@ async def executor(env):
     """A running agent (whose own stop grace, 30 s, the stop's grace must override), a NATS connection for the
     test, and the fake queue."""
     settings = env.settings(ExecutorSettings, executor_id=f"ex-{uuid.uuid4().hex[:6]}", stop_grace_seconds=30)
-    nc = await bus.connect(settings.nats_url, "test")
-    js = nc.jetstream()
-    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    try:
-        async with running(serve, settings):
-            yield settings, js, queue
-    finally:
-        await queue.stop()
-        await nc.close()
+    async with agent_with_fake_queue(settings) as stack:
+        yield stack
 
 
 async def _stop(js, settings, job: str) -> None:
