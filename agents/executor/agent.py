@@ -26,18 +26,18 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
-from libs.contracts.bounds import MAX_SAFE_INT
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
-from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished,
-                                      RunOutcome, RunStarted, StepReport, WorkerReady)
+from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
+                                      RunStarted)
 
 from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .lease import LeaseKeeper
 from .publisher import Publisher
+from .reports import Reports
 from .run import Run
 from .runner import Child
 from .settings import ExecutorSettings
@@ -63,6 +63,7 @@ class Agent:
         self.publisher = Publisher(js, timeout=max(1.0, settings.heartbeat_seconds),
                                    retry_seconds=min(1.0, settings.heartbeat_seconds))
         self.usage = UsageReports(self.publisher, self.subjects, self.id, settings.node_id, settings.heartbeat_seconds)
+        self.reports = Reports(self._send, settings.progress_interval_seconds)  # the process's own reports
         self.run: Run | None = None
         self.job_task: asyncio.Task | None = None
         self.stale_messages = 0
@@ -337,7 +338,7 @@ class Agent:
             work = launch.build(grant, s, self.gpus, resume_from=resume, base_env=os.environ)
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
                 await sandbox.prepare_base(s.effective_base_model_dir)
-            run.child = await Child.start(work, lambda record: self._on_report(run, record), box)
+            run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box)
         except BaseException:
             await box.close()
             raise
@@ -407,7 +408,7 @@ class Agent:
         return (f"{status}: {tail}" if tail else status)[-8000:]
 
     async def _finish(self, run: Run, outcome: RunOutcome, rc: int | None, error: str | None) -> None:
-        self._flush_step(run)
+        self.reports.flush_step(run)
         if outcome is RunOutcome.ABANDONED:
             run.phase = Phase.ABANDONED  # not accepting until the server has our report: contact is back
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
@@ -415,68 +416,6 @@ class Agent:
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
                          resumed_from_step=run.resumed_from_step,
                          stop_reason=run.stop_reason if outcome is RunOutcome.STOPPED else None)
-
-    # -- the process's reports -----------------------------------------------------------------------------
-
-    def _on_report(self, run: Run, record: dict[str, Any]) -> None:
-        kind = record.get("type")
-        if kind == "step":
-            step = int(record["step"])
-            if not 0 <= step <= MAX_SAFE_INT:  # every heartbeat carries it: one the contract refuses stops them all
-                raise ValueError(f"step {step} is outside 0..2**53")
-            run.step = step
-            if run.phase is Phase.STARTING:
-                run.phase = Phase.TRAINING
-            if isinstance(record.get("step_seconds"), int | float):
-                run.step_seconds_sum += float(record["step_seconds"])
-                run.step_seconds_n += 1
-            run.pending_step = record
-            now = time.monotonic()
-            last = run.last_step_sent_at
-            total = record.get("total_steps")
-            if last is None or now - last >= self.settings.progress_interval_seconds or run.step == total:
-                self._flush_step(run)
-        elif kind == "checkpoint":
-            self._flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
-            self._send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
-                       sha256=record.get("sha256"), bytes=record.get("bytes"))
-        elif kind == "ready" and not run.ready and run.grant.world_size > 1:
-            self._on_ready(run)
-        elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):
-            phase = record.get("phase")
-            if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
-                run.phase = Phase(phase)
-
-    def _on_ready(self, run: Run) -> None:
-        """The process group formed: the gang worker is ready (its time is metered since its process started)."""
-        run.ready = True
-        now = time.monotonic()
-        grant = run.grant
-        since = None if run.launched_at is None else round(now - run.launched_at, 3)
-        log.info("job %s epoch %d: rank %d of %d ready after %ss", grant.job_id, grant.epoch, grant.rank,
-                 grant.world_size, since)
-        self._send(run, WorkerReady, rank=grant.rank, world_size=grant.world_size, seconds_since_launch=since)
-
-    def _flush_step(self, run: Run) -> None:
-        record = run.pending_step
-        if record is None:
-            return
-        if run.grant.rank != 0:
-            # In a gang every rank steps together; rank 0 speaks for the job (its heartbeat still says its step).
-            run.pending_step = None
-            run.step_seconds_sum, run.step_seconds_n = 0.0, 0
-            return
-        run.pending_step = None
-        run.last_step_sent_at = time.monotonic()
-        mean = run.step_seconds_sum / run.step_seconds_n if run.step_seconds_n else None
-        run.step_seconds_sum, run.step_seconds_n = 0.0, 0
-        metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
-        try:
-            self._send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
-                       loss=record.get("loss"), step_seconds=mean, metrics=metrics)
-        except ValueError as exc:  # a figure the contract refuses (pydantic's ValidationError is a ValueError)
-            # Dropped, never raised: this also runs when the run finishes, and that report must still go out.
-            log.warning("job %s: step report not sent: %s", run.grant.job_id, exc)
 
 
 def _log_failure(task: asyncio.Task) -> None:

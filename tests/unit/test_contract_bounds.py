@@ -357,25 +357,24 @@ def test_dead_letters_refuse_nul_too():
 @pytest.mark.parametrize("step", [2**63, bounds.MAX_SAFE_INT + 1, -1])
 def test_the_executor_ignores_a_step_report_its_heartbeats_could_not_carry(step):
     # Every heartbeat carries the run's step: a script reporting 2**63 must not stop the agent's heartbeats.
-    from agents.executor.agent import Agent
+    from agents.executor.reports import Reports
 
     run = types.SimpleNamespace(step=7)
     with pytest.raises(ValueError, match="outside"):
-        Agent._on_report(types.SimpleNamespace(), run, {"type": "step", "step": step})  # type: ignore[arg-type]
+        Reports(lambda *a, **k: None, 1.0).on_report(run, {"type": "step", "step": step})  # type: ignore[arg-type]
     assert run.step == 7
 
 
 def test_a_step_report_the_contract_refuses_is_dropped_not_raised():
-    # _flush_step also runs as the run finishes: raising there would lose the run's final report.
-    from agents.executor.agent import Agent
+    # flush_step also runs as the run finishes: raising there would lose the run's final report.
+    from agents.executor.reports import Reports
 
     sent = []
-    agent = types.SimpleNamespace(_send=lambda run, cls, **fields: sent.append(cls(
-        job_id="j1", epoch=1, executor_id="e1", **fields)))
+    reports = Reports(lambda run, cls, **fields: sent.append(cls(job_id="j1", epoch=1, executor_id="e1", **fields)), 1.0)
     grant = types.SimpleNamespace(rank=0, job_id="j1")
     run = types.SimpleNamespace(pending_step={"step": 3, "total_steps": -5, "loss": 0.1}, grant=grant,
                                 last_step_sent_at=None, step_seconds_sum=0.0, step_seconds_n=0)
-    Agent._flush_step(agent, run)  # type: ignore[arg-type]
+    reports.flush_step(run)  # type: ignore[arg-type]
     assert sent == [] and run.pending_step is None
 
 

@@ -1,0 +1,89 @@
+"""What a training process says through ``teto.sdk`` (JSON lines on its report pipe), turned into progress
+messages: steps throttled to one per progress interval, always carrying the latest step when the interval ends;
+a checkpoint only after the step it covers; a gang worker's readiness; the phase (training or checkpointing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from libs.contracts.bounds import MAX_SAFE_INT
+from libs.contracts.telemetry import CheckpointReport, Phase, StepReport, WorkerReady
+
+from .run import Run
+
+log = logging.getLogger(__name__)
+
+Send = Callable[..., "asyncio.Future[Any]"]
+
+
+class Reports:
+    """One per agent; ``send(run, cls, **fields)`` is the agent's (retried, epoch-stamped) progress publisher."""
+
+    def __init__(self, send: Send, progress_interval_seconds: float) -> None:
+        self.send = send
+        self.progress_interval_seconds = progress_interval_seconds
+
+    def on_report(self, run: Run, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        if kind == "step":
+            step = int(record["step"])
+            if not 0 <= step <= MAX_SAFE_INT:  # every heartbeat carries it: one the contract refuses stops them all
+                raise ValueError(f"step {step} is outside 0..2**53")
+            run.step = step
+            if run.phase is Phase.STARTING:
+                run.phase = Phase.TRAINING
+            if isinstance(record.get("step_seconds"), int | float):
+                run.step_seconds_sum += float(record["step_seconds"])
+                run.step_seconds_n += 1
+            run.pending_step = record
+            now = time.monotonic()
+            last = run.last_step_sent_at
+            total = record.get("total_steps")
+            if last is None or now - last >= self.progress_interval_seconds or run.step == total:
+                self.flush_step(run)
+        elif kind == "checkpoint":
+            self.flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
+            self.send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
+                       sha256=record.get("sha256"), bytes=record.get("bytes"))
+        elif kind == "ready" and not run.ready and run.grant.world_size > 1:
+            self.on_ready(run)
+        elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):
+            phase = record.get("phase")
+            if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
+                run.phase = Phase(phase)
+
+    def on_ready(self, run: Run) -> None:
+        """The process group formed: the gang worker is ready (its time is metered since its process started)."""
+        run.ready = True
+        now = time.monotonic()
+        grant = run.grant
+        since = None if run.launched_at is None else round(now - run.launched_at, 3)
+        log.info("job %s epoch %d: rank %d of %d ready after %ss", grant.job_id, grant.epoch, grant.rank,
+                 grant.world_size, since)
+        self.send(run, WorkerReady, rank=grant.rank, world_size=grant.world_size, seconds_since_launch=since)
+
+    def flush_step(self, run: Run) -> None:
+        record = run.pending_step
+        if record is None:
+            return
+        if run.grant.rank != 0:
+            # In a gang every rank steps together; rank 0 speaks for the job (its heartbeat still says its step).
+            run.pending_step = None
+            run.step_seconds_sum, run.step_seconds_n = 0.0, 0
+            return
+        run.pending_step = None
+        run.last_step_sent_at = time.monotonic()
+        mean = run.step_seconds_sum / run.step_seconds_n if run.step_seconds_n else None
+        run.step_seconds_sum, run.step_seconds_n = 0.0, 0
+        metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+        try:
+            self.send(run, StepReport, step=int(record["step"]), total_steps=record.get("total_steps"),
+                       loss=record.get("loss"), step_seconds=mean, metrics=metrics)
+        except ValueError as exc:  # a figure the contract refuses (pydantic's ValidationError is a ValueError)
+            # Dropped, never raised: this also runs when the run finishes, and that report must still go out.
+            log.warning("job %s: step report not sent: %s", run.grant.job_id, exc)
