@@ -23,6 +23,7 @@ from libs.contracts.subjects import Subjects
 from libs.runtime import bus
 from teto.stack.busauth import LocalBus
 from teto.stack.embedded import EmbeddedNats
+from tests.support.services import eventually
 
 from .busprobe import Probe, api, publish_is_refused, subscribe_is_refused
 
@@ -209,7 +210,8 @@ async def test_what_each_part_needs_still_works(authbus: AuthBus, admin):
 
         await queue.nc.subscribe(S.rpc_lease_renew, queue="queue", cb=renew)
         await queue.nc.flush()
-        reply = await ex.nc.request(S.rpc_lease_renew_of(EX), b"{}", timeout=5)
+        reply = await eventually(lambda: _request_or_none(ex.nc, S.rpc_lease_renew_of(EX)), 10,
+                                 "the queue's lease-renew responder to answer")
         assert reply.data == b'{"ok": true}' and reply.subject.startswith(f"_INBOX.executor-{EX}.")
 
         outcome = await gateway.nc.subscribe(S.outcome_of("c1"))
@@ -235,3 +237,12 @@ async def test_a_stopped_executors_user_is_removed_when_the_next_one_starts(auth
     logging.getLogger("nats.aio.client").disabled = True
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await nats.connect(authbus.url, user=f"executor-{third}", password="x", allow_reconnect=False)
+
+
+async def _request_or_none(nc, subject: str):
+    """The reply, or None while the server does not yet route the request to the responder just subscribed (under
+    load, seen once as "no responders" right after the responder's flush)."""
+    try:
+        return await nc.request(subject, b"{}", timeout=5)
+    except nats.errors.NoRespondersError:
+        return None
