@@ -97,7 +97,7 @@ def _bus_declare(args: argparse.Namespace) -> int:
     async def go() -> None:
         nc = await bus.connect(settings.nats_url, "teto-bus-declare", credentials_file=settings.nats_credentials_file)
         try:
-            await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix))
+            await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix), replicas=args.replicas)
         finally:
             await nc.close()
 
@@ -126,4 +126,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     bus_cmd = sub.add_parser("bus", help="the bus itself")
     bsub = bus_cmd.add_subparsers(dest="bus_command", required=True)
     d = bsub.add_parser("declare", help="create or update the streams (as the NATS admin: TETO_NATS_CREDENTIALS_FILE)")
+    d.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5),
+                   help="copies of each stream on a NATS cluster (3: survives the loss of any one node)")
     d.set_defaults(func=_bus_declare)

@@ -35,7 +35,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     server's config with every part's user and its TLS certificate, each part's credentials file, the gateway's
     HTTPS certificate, the key sealing job secrets. The database passwords and the audit key are made inside the
     deployment (db-secret, the audit service's own volume), so they never sit on the operator's disk."""
-    from teto.cli_bus import parse_executor, write_deployment
+    from teto.cli_bus import SERVER_TLS_DIR, parse_executor, write_deployment
+    from teto.natscluster import compose_nodes, write_cluster
 
     from .tls import make_tls
     from libs.runtime.sealing import write_key_file
@@ -44,12 +45,16 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     named = args.executor or ["executor-1=node-1", "executor-2=node-2"]
     executors = [parse_executor(v) for v in named]
     write_deployment(out / "nats", prefix=args.prefix, executors=executors, tls=True)
-    nats_tls = make_tls(out / "nats" / "tls", ["nats", "localhost"], days=args.days)
+    nodes = compose_nodes(args.nats_cluster)
+    nats_tls = make_tls(out / "nats" / "tls", ["nats", *(n.host for n in nodes), *(args.nats_host or []), "localhost"],
+                        days=args.days, client_auth=True)
     nats_tls.cert.replace(out / "nats" / "tls" / "server.pem")
     nats_tls.key.replace(out / "nats" / "tls" / "server-key.pem")
+    write_cluster(out / "nats", nodes, tls_dir=SERVER_TLS_DIR)  # nats/nodes/nats-<i>.conf (teto/natscluster.py)
     make_tls(out / "gateway", [*(args.host or []), "gateway", "localhost", "127.0.0.1"], days=args.days)
     write_key_file(out / "secrets.key")
-    print(f"wrote {out}: nats/nats.conf, nats/creds/<part>.json, nats/tls/, gateway/ (HTTPS; clients use "
+    print(f"wrote {out}: nats/nats.conf, nats/nodes/<node>.conf, nats/creds/<part>.json, nats/tls/, gateway/ (HTTPS; "
+          "clients use "
           f"--ca-file {out / 'gateway' / 'ca.pem'}), secrets.key; executors: {', '.join(named)}")
     return 0
 
@@ -75,7 +80,14 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
     p.add_argument("--host", action="append", help="another name the gateway is reached by (repeat)")
     p.add_argument("--prefix", default="teto", help="subject prefix")
     p.add_argument("--days", type=int, default=825, help="certificates' validity")
+    p.add_argument("--nats-host", action="append", help="another name the NATS servers are reached by (repeat; on "
+                   "Kubernetes their service names: docs/deploy.md)")
+    p.add_argument("--nats-cluster", type=int, default=3, metavar="N",
+                   help="NATS nodes (nats-1..N): a config per node under nats/nodes/ (deploy/compose.yml runs 3)")
     p.set_defaults(func=guard(cmd_deploy))
     p = ssub.add_parser("key", help="a key file for TETO_SECRETS_KEY (an existing one is kept)")
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=guard(cmd_key))
+    from teto import k8s_secrets
+
+    k8s_secrets.add_parser(ssub, guard)  # k8s: the Secrets deploy/k8s/ mounts

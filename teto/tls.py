@@ -42,9 +42,11 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def make_tls(out: Path, hosts: list[str], *, days: int = 825, now: dt.datetime | None = None) -> TlsFiles:
+def make_tls(out: Path, hosts: list[str], *, days: int = 825, now: dt.datetime | None = None,
+             client_auth: bool = False) -> TlsFiles:
     """Write ``ca.pem``, ``gateway.pem`` and ``gateway-key.pem`` under ``out``; the certificate names every
-    host in ``hosts`` (DNS names or IP addresses), e.g. ``gateway``, ``localhost``, ``127.0.0.1``."""
+    host in ``hosts`` (DNS names or IP addresses), e.g. ``gateway``, ``localhost``, ``127.0.0.1``.
+    ``client_auth``: the certificate may also prove its holder as a client (NATS cluster routes verify both ways)."""
     if not hosts:
         raise ValueError("at least one host name or address for the certificate")
     now = now or dt.datetime.now(dt.UTC)
@@ -65,7 +67,9 @@ def make_tls(out: Path, hosts: list[str], *, days: int = 825, now: dt.datetime |
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=days))
             .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]
+                                               + ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])),
+                           critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
     out.mkdir(parents=True, exist_ok=True)

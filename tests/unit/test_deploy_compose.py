@@ -1,18 +1,26 @@
-"""deploy/compose.yml, checked without Docker: every command it runs is one the CLI accepts, every secret it mounts
-is one `teto secrets deploy` writes, and each part is given only its own secrets (least privilege, as teto up)."""
+"""deploy/compose.yml, checked without Docker: every command it runs is one the CLI accepts, every variable it sets
+is a setting of the part that reads it (with a value the part accepts), every secret it mounts is one `teto secrets
+deploy` writes, each part is given only its own secrets (least privilege, as teto up), and the topology is the
+clustered one: three NATS nodes routing to each other, streams declared R3, two replicas of every service.
+With Docker on the machine, `docker compose config` accepts the file too."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from teto.cli import build_parser
+from tests.support.deploycheck import parse, setting_problems, settings_class
 
 COMPOSE = Path(__file__).resolve().parents[2] / "deploy" / "compose.yml"
 SERVICES = ("queue", "budget", "health", "audit", "gateway")
+NATS_NODES = ("nats-1", "nats-2", "nats-3")
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +65,11 @@ def test_every_secret_mounted_is_one_teto_secrets_deploy_writes(compose, tmp_pat
     for name, spec in compose["secrets"].items():
         relative = Path(spec["file"]).relative_to("secrets")
         assert (out / relative).is_file(), f"secret {name}: {spec['file']} is not written by teto secrets deploy"
-    for mount in compose["services"]["nats"]["volumes"]:
-        source = mount.split(":")[0]
-        if source.startswith("./secrets/"):
-            assert (out / Path(source).relative_to("secrets")).exists(), source
+    for node in NATS_NODES:
+        for mount in compose["services"][node]["volumes"]:
+            source = mount.split(":")[0]
+            if source.startswith("./secrets/"):
+                assert (out / Path(source).relative_to("secrets")).exists(), source
     conf = (out / "nats" / "nats.conf").read_text()
     for executor in ("executor-1", "executor-2"):
         assert f'"executor-{executor}"' in conf  # each executor is its own NATS user
@@ -90,3 +99,92 @@ def test_each_part_gets_only_its_own_secrets(compose):
     assert {n for n, s in services.items() if any("audit-key" in v for v in s.get("volumes", []))} == {"audit"}
     gateway = services["gateway"]["environment"]
     assert gateway["TETO_TLS_CERT_FILE"] and gateway["TETO_TLS_KEY_FILE"]  # tokens never in clear text
+
+
+def test_every_variable_set_is_a_setting_the_part_accepts(compose, tmp_path):
+    checked = set()
+    for name, service in compose["services"].items():
+        argv = _teto_argv(service)
+        if argv is None:
+            continue
+        problems = setting_problems(settings_class(parse(argv)), service.get("environment", {}), tmp_path)
+        assert not problems, f"{name}: {problems}"
+        checked.add(name)
+    assert {*SERVICES, "executor-1", "executor-2", "bus-init"} <= checked
+
+
+def test_three_nats_nodes_each_with_its_own_config_routing_to_the_others(compose, tmp_path):
+    services = compose["services"]
+    assert [n for n in services if n.startswith("nats")] == list(NATS_NODES)
+    out = tmp_path / "secrets"
+    args = build_parser().parse_args(["secrets", "deploy", "--out", str(out)])
+    assert args.func(args) == 0
+    configs, stores = {}, set()
+    for node in NATS_NODES:
+        mounts = dict(m.split(":")[:2] for m in services[node]["volumes"])
+        conf_source = next(src for src, dst in mounts.items() if dst == "/etc/nats/nats.conf")
+        assert conf_source == f"./secrets/nats/nodes/{node}.conf"
+        configs[node] = json.loads((out / Path(conf_source).relative_to("secrets")).read_text())
+        stores.add(next(src for src, dst in mounts.items() if dst == "/data"))
+        assert "-js" in services[node]["command"] and services[node]["command"][services[node]["command"].index("-c") + 1] == "/etc/nats/nats.conf"
+    assert len(stores) == 3  # each node its own JetStream store
+    for node, conf in configs.items():
+        assert conf["server_name"] == node
+        routed = {r.rsplit("@", 1)[1].split(":")[0] for r in conf["cluster"]["routes"]}
+        assert routed == set(NATS_NODES) - {node}
+        assert conf["cluster"]["tls"] and conf["tls"]  # routes and clients over TLS
+    # The parts know all three servers (a client reconnects to another when its server goes).
+    for name in (*SERVICES, "executor-1", "bus-init"):
+        urls = services[name]["environment"]["TETO_NATS_URL"].split(",")
+        assert sorted(u.split("//")[1].split(":")[0] for u in urls) == list(NATS_NODES), name
+    assert parse(services["bus-init"]["command"]).replicas == 3  # every stream R3
+    for node in NATS_NODES:
+        assert services["bus-init"]["depends_on"][node] == {"condition": "service_healthy"}
+
+
+def test_two_replicas_of_every_service(compose):
+    services = compose["services"]
+    for name in SERVICES:
+        assert services[name]["deploy"]["replicas"] == 2, name
+    # Two gateways cannot share one host port: one each.
+    (ports,) = services["gateway"]["ports"]
+    host, container = ports.split(":")
+    first, last = (int(p) for p in host.split("-"))
+    assert last - first + 1 == 2 and container == "8443"
+
+
+def _compose_cli() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not _compose_cli(), reason="no Docker Compose on this machine (docker compose config)")
+def test_docker_compose_accepts_the_file():
+    out = COMPOSE.parent / "secrets"
+    made = not out.exists()
+    if made:
+        args = build_parser().parse_args(["secrets", "deploy", "--out", str(out)])
+        assert args.func(args) == 0
+    try:
+        done = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    finally:
+        if made:
+            shutil.rmtree(out)
+
+
+def test_the_settings_check_refuses_unknown_names_and_refused_values(tmp_path):
+    from services.queue.settings import QueueSettings
+
+    assert setting_problems(QueueSettings, {"TETO_LEASE_SECONDS": "180"}, tmp_path) == []
+    assert setting_problems(QueueSettings, {"TETO_TOKENS_FILE": "/data/t.json"}, tmp_path) == [
+        "TETO_TOKENS_FILE: not a setting of QueueSettings"]
+    assert setting_problems(QueueSettings, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, tmp_path) == []
+    assert setting_problems(QueueSettings, {"NATS_URL": "x"}, tmp_path)
+    (refused,) = setting_problems(QueueSettings, {"TETO_LEASE_SECONDS": "10", "TETO_HEARTBEAT_SECONDS": "30"}, tmp_path)
+    assert "refuses" in refused
