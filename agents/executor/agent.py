@@ -31,6 +31,7 @@ from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcn
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
                                       RunStarted)
+from libs.runtime import tracing
 
 from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
@@ -152,6 +153,7 @@ class Agent:
                 if model is RunJob:
                     await self._refuse_grant(msg, exc.reason)
             else:
+                tracing.arrived(directive, msg.headers)  # a grant's run continues the job's trace
                 if isinstance(directive, RunJob) and directive.executor_id != self.id:
                     await self.reject(msg, f"grant addressed to executor {directive.executor_id!r}, not {self.id!r}")
                     directive = None
@@ -211,7 +213,7 @@ class Agent:
                 self._hand_back(grant, f"the executor is busy with job {run.grant.job_id}")
             return
         self.run = Run(grant)  # set before any await: a second grant now sees us busy
-        self.job_task = asyncio.create_task(self._serve_grant(self.run), name=f"job-{grant.job_id}")
+        self.job_task = asyncio.create_task(self._serve_traced(self.run), name=f"job-{grant.job_id}")
         self.job_task.add_done_callback(_log_failure)
 
     # -- what node checks need of the job (checks.handler.Jobs) ------------------------------------------------
@@ -266,6 +268,12 @@ class Agent:
 
     def _send(self, run: Run, cls: type, **fields: Any) -> asyncio.Future:
         return self.publisher.send(self.subjects.progress(run.grant.job_id, self.id), self._progress(run, cls, **fields))
+
+    async def _serve_traced(self, run: Run) -> None:
+        """The run in the job's trace: its reports carry it back, its process inherits it (TRACEPARENT)."""
+        with tracing.continued(tracing.of(run.grant), "executor run", new_trace=False, job_id=run.grant.job_id,
+                               epoch=run.grant.epoch, executor_id=self.id):
+            await self._serve_grant(run)
 
     async def _serve_grant(self, run: Run) -> None:
         grant = run.grant

@@ -18,6 +18,7 @@ from pathlib import Path
 from libs.contracts.agents import RunJob
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
+from libs.runtime import tracing
 
 from . import isolation
 from .runner import Launch
@@ -115,6 +116,7 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     else:
         params = workload.params.model_dump_json()
     env.update(isolation.device_env(granted_indices(grant, gpus)))  # after the user's: theirs never wins
+    env.update(trace_env(base_env, tracing.carrier()))
     imports = [str(PROJECT_ROOT)]
     if settings.workload_python:
         imports += [str(p) for p in packages()]
@@ -134,6 +136,19 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
     return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work)
+
+
+def trace_env(agent_env: Mapping[str, str], context: Mapping[str, str]) -> dict[str, str]:
+    """What a run needs to continue the job's trace: ``TRACEPARENT`` (and ``TRACESTATE``) of the agent's run span,
+    and where its spans go (the agent's own OTEL_* endpoint and exporter choice; never the exporter's headers, which
+    may hold a collector's credentials). Empty when the run is not traced."""
+    if not context.get("traceparent"):
+        return {}
+    env = {k: v for k, v in agent_env.items() if k in tracing.CHILD_VARIABLES}
+    env.update(TRACEPARENT=context["traceparent"], OTEL_SERVICE_NAME="teto-training")
+    if context.get("tracestate"):
+        env["TRACESTATE"] = context["tracestate"]
+    return env
 
 
 def tmp_dir(work: Path) -> Path:

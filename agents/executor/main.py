@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from libs.runtime import bus
+from libs.runtime import bus, tracing
 
 from .agent import SHUTDOWN_GRACE_SECONDS, Agent
 from .checks import reach
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or ExecutorSettings.from_env()
+    tracing.setup("executor")  # spans exported as the OTEL_* variables say (nothing when none is set)
     gpus = await asyncio.to_thread(detect_gpus)
     creds = settings.nats_credentials_file
     nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}", credentials_file=creds)

@@ -23,7 +23,7 @@ from nats.js.errors import BadRequestError
 
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.telemetry import StepReport
-from libs.runtime import bus
+from libs.runtime import bus, tracing
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class _Item:
     subject: str
     msg: Envelope
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    # The sender's trace context: published by another task, the message still carries the sender's trace.
+    trace: dict[str, str] = field(default_factory=tracing.carrier)
 
     @property
     def disposable(self) -> bool:
@@ -107,7 +109,8 @@ class Publisher:
                 self._wake.clear()
                 await self._wake.wait()
             item = self._queue[0]
-            sent = await self._attempt(item.subject, item.msg)
+            with tracing.attached(item.trace):
+                sent = await self._attempt(item.subject, item.msg)
             if sent is Sent.FAILED and not item.disposable:
                 await asyncio.sleep(self.retry_seconds)
                 continue

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import sdk_trace as _trace
 from .ckpt_async import BackgroundWriter
 
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
            "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
-           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "wait_checkpoints"]
+           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
@@ -122,6 +123,7 @@ def _install() -> None:
     if _state["installed"]:
         return
     _state["installed"] = True
+    _trace.start()
     if threading.current_thread() is threading.main_thread() and os.environ.get("TETO_JOB_ID"):
         signal.signal(signal.SIGTERM, _on_sigterm)
 
@@ -158,6 +160,12 @@ def sleep(seconds: float) -> bool:
 # -- reporting -----------------------------------------------------------------------------------------------
 
 
+def trace_parent() -> str | None:
+    """The W3C ``traceparent`` of the job's trace this process continues (None when the run is not traced): pass it
+    on to anything the script calls that should join the trace."""
+    return _trace.trace_parent()
+
+
 def _fd() -> int | None:
     if _state["fd"] is None:
         _state["fd"] = _int("TETO_REPORT_FD", -1)
@@ -166,6 +174,9 @@ def _fd() -> int | None:
 
 
 def _send(record: dict[str, Any]) -> None:
+    _trace.start()  # the job's trace goes on in this process (sdk_trace.py)
+    if record.get("type") == "checkpoint":
+        _trace.event("checkpoint", step=record.get("step"))
     fd = _fd()
     if fd is None:
         return

@@ -2,7 +2,8 @@
 
 A message class declares ``SCHEMA = "name/version"``; the field ``schema`` on the wire must equal it, so a
 consumer never mistakes one message for another, and a bumped version is refused loudly rather than
-half-understood. Trace context travels in NATS headers, not here.
+half-understood. Trace context travels in NATS headers, not here; a decoded message keeps the context it arrived
+with beside its fields (``received_trace``, never serialised).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .bounds import Id, Label, Time, bounded_text, defuse
 
@@ -49,6 +50,24 @@ class Envelope(Model):
     schema_: Label = Field(default="", alias="schema", description="Schema name and version, e.g. teto.cmd.submit/1")
     id: Id = Field(default_factory=new_id, description="Unique message id (also the NATS de-duplication id)")
     time: Time = Field(default_factory=utcnow, description="When the message was made (UTC)")
+    # The W3C trace headers this message arrived with (set by the consumer's edge; not part of the contract).
+    _received_trace: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def note_trace(self, headers: dict[str, str]) -> None:
+        self._received_trace = dict(headers)
+
+    @property
+    def received_trace(self) -> dict[str, str]:
+        return self._received_trace
+
+    def __eq__(self, other: object) -> bool:
+        """Equal by the contract's fields: how a message travelled (its trace context) is not part of it."""
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return (type(self) is type(other) and self.__dict__ == other.__dict__
+                and self.__pydantic_extra__ == other.__pydantic_extra__)
+
+    __hash__ = None  # type: ignore[assignment] - mutable value objects, as pydantic's own
 
     @model_validator(mode="after")
     def _schema_matches(self) -> Self:

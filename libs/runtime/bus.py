@@ -21,11 +21,12 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import propagate
+from opentelemetry.trace import SpanKind
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 
-from . import natsauth
+from . import natsauth, tracing
 
 log = logging.getLogger(__name__)
 
@@ -172,5 +173,7 @@ async def publish(js: JetStreamContext, subject: str, msg: Envelope | bytes, *, 
     data = msg.encode() if isinstance(msg, Envelope) else msg
     if msg_id is None and isinstance(msg, Envelope):
         msg_id = msg.id
-    headers = trace_headers({"Nats-Msg-Id": msg_id} if msg_id else None)
-    await js.publish(subject, data, headers=headers, timeout=timeout)
+    with tracing.child(f"publish {subject}", kind=SpanKind.PRODUCER, **{"messaging.system": "nats",
+                                                                          "messaging.destination.name": subject}):
+        headers = trace_headers({"Nats-Msg-Id": msg_id} if msg_id else None)
+        await js.publish(subject, data, headers=headers, timeout=timeout)

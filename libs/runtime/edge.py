@@ -44,6 +44,7 @@ from libs.contracts import senders
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
+from . import tracing
 from .errors import is_permanent, reason_of
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,9 @@ class ConsumerLoop(Generic[M]):
                     await self._bury(m, DeadCause.EXHAUSTED, f"delivered {_deliveries(m)} times without an "
                                      "outcome (the consumer stopped while handling it each time)")
                     continue
-                decoded.append((m, c.item(m)))
+                item = c.item(m)
+                tracing.arrived(item, m.headers)  # each message continues its own trace in the handler
+                decoded.append((m, item))
             except ContractError as exc:
                 await self._malformed(m, exc.reason)
             except Exception as exc:  # noqa: BLE001 - a reader that cannot read it: refused like a malformed one

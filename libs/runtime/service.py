@@ -19,7 +19,7 @@ from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 
-from . import bus, db
+from . import bus, db, tracing
 from .clock import Clock
 from .edge import Consumer, ConsumerLoop, EdgeCounters, Responder, serve_responder
 from .settings import CommonSettings
@@ -50,6 +50,7 @@ class Runtime:
     @classmethod
     async def open(cls, name: str, settings: CommonSettings, *, schema: str | None, package: str | None,
                    pool_size: int = 10) -> Runtime:
+        tracing.setup(name)  # spans exported as the OTEL_* variables say (nothing when none is set)
         pool = await db.create_pool(settings.database_url, max_size=pool_size)
         if schema and package:
             await db.migrate(pool, schema, package)

@@ -15,7 +15,7 @@ from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 
-from . import commands, outbox
+from . import commands, outbox, tracing
 from .fencing import StaleCounter, StaleEpoch
 
 
@@ -57,12 +57,13 @@ class Units:
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[Unit]:
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                unit = Unit(conn, self.schema, self.subjects)
-                yield unit
-                if unit.emitted:
-                    await outbox.add(conn, self.schema, unit.emitted)
+        with tracing.child(f"{self.schema} transaction", **{"db.system": "postgresql"}):
+            async with self.pool.acquire() as conn:
+                async with conn.transaction():
+                    unit = Unit(conn, self.schema, self.subjects)
+                    yield unit
+                    if unit.emitted:
+                        await outbox.add(conn, self.schema, unit.emitted)
             # Committed: count what was ignored, and let the relay publish now.
             for fact in unit.ignored:
                 self.counter.note(fact)

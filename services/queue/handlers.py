@@ -21,6 +21,7 @@ from libs.contracts.envelope import ContractError, schema_of
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
+from libs.runtime import tracing
 from libs.runtime.edge import Consumer, Responder, from_sender
 from libs.runtime.service import Runtime
 
@@ -36,8 +37,9 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
 
     def command(model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> Consumer:
         async def handle(cmds: list[Command]) -> None:
-            for cmd in cmds:  # each its own transaction, decided once per command id
-                await act(cmd)
+            for cmd in cmds:  # each its own transaction, decided once per command id, in the sender's trace
+                with tracing.continued(tracing.of(cmd), f"queue {model.KIND}", command_id=cmd.command_id):
+                    await act(cmd)
 
         async def malformed(body: bytes, reason: str) -> None:
             await commands.refuse_malformed(model.KIND, body, reason)
@@ -46,8 +48,11 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
                         on_malformed=malformed)
 
     async def on_progress(reports: list[ProgressBase]) -> None:
-        for report in reports:
-            await runs.progress(report)
+        for report in reports:  # a traced run's reports continue its trace (the job events they cause too)
+            kind = getattr(report, "kind", "report")
+            with tracing.continued(tracing.of(report), f"queue progress {kind}", new_trace=False,
+                                   job_id=report.job_id, epoch=report.epoch):
+                await runs.progress(report)
 
     async def on_budget(events: list[BudgetEvent]) -> None:
         for event in events:

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+import asyncpg
+
+from opentelemetry.trace import SpanKind
+
+from libs.runtime import tracing
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
 from . import remaining, store
 from .domain import lifecycle as lc
-from .domain.placement import QueuedJob, place
+from .domain.placement import Assignment, QueuedJob, place
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
@@ -65,23 +70,29 @@ class Scheduler:
             left = await remaining.remaining_for(self.runtime, [by_id[a.job_id] for a in assignments],
                                                  self.settings.budget_rpc_timeout_seconds)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
-            # same transaction.
+            # same transaction; each grant continues its job's trace (its messages carry it to the executors).
+            traces = await store.traces_of(conn, [a.job_id for a in assignments])
             for a in assignments:
-                job = by_id[a.job_id]
-                granted = await gangs.grant(conn, job, a.workers, now + lease, now)
-                if granted is None:
-                    continue
-                t = lc.decide(job, granted, now)
-                if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
-                    log.error("placement of %s refused: %s", job.id, t.reason)
-                    continue
-                await store.write(conn, self.settings.subjects, t, now,
-                                  messages_for(t.job, t, self.settings, left.get(job.id)))
-                log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(a.workers), t.job.lease_epoch)
+                with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
+                                       job_id=a.job_id, executors=list(a.workers)):
+                    await self._grant(conn, by_id[a.job_id], a, gangs, now, now + lease, left.get(a.job_id))
         if assignments:
             self.placed += len(assignments)
             self.kick()
         return len(assignments)
+
+    async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Assignment, gangs: GangGrants,
+                     now: datetime, expires: datetime, remaining: float | None) -> None:
+        """Grant one placed job (its gang's leases, the transition, RunJob and LeaseEvent into the outbox)."""
+        granted = await gangs.grant(conn, job, assignment.workers, expires, now)
+        if granted is None:
+            return
+        t = lc.decide(job, granted, now)
+        if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
+            log.error("placement of %s refused: %s", job.id, t.reason)
+            return
+        await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings, remaining))
+        log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(assignment.workers), t.job.lease_epoch)
 
     async def scan_once(self) -> int:
         n = 0

@@ -18,7 +18,7 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
-from libs.runtime import outbox
+from libs.runtime import outbox, tracing
 from libs.runtime.fencing import StaleEpoch
 
 from .domain.lifecycle import GangWorker, Job, Transition
@@ -120,7 +120,24 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
         )
     out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
     await outbox.add(conn, SCHEMA, [*out, *messages])
+    if new:
+        await remember_trace(conn, job.id, tracing.carrier())
     return events
+
+
+async def remember_trace(conn: asyncpg.Connection, job_id: str, context: dict[str, str]) -> None:
+    """Keep the trace a job was submitted under, for its grants to continue (nothing when untraced)."""
+    if context.get("traceparent"):
+        await conn.execute(f"INSERT INTO {T}.job_traces (job_id, traceparent, tracestate) VALUES ($1, $2, $3)"
+                           " ON CONFLICT (job_id) DO NOTHING", job_id, context["traceparent"][:256],
+                           (context.get("tracestate") or None) and context["tracestate"][:512])
+
+
+async def traces_of(conn: asyncpg.Connection, job_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The submit's trace context of each job that has one."""
+    rows = await conn.fetch(f"SELECT job_id, traceparent, tracestate FROM {T}.job_traces"
+                            " WHERE job_id = ANY($1::text[])", list(job_ids))
+    return {r["job_id"]: {k: r[k] for k in ("traceparent", "tracestate") if r[k]} for r in rows}
 
 
 async def note_stale(conn: asyncpg.Connection, stale: StaleEpoch, now: datetime) -> None:
