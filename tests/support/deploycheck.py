@@ -25,14 +25,14 @@ OTEL_VARIABLES = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPO
                   "OTEL_TRACES_EXPORTER", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"}
 CLI_VARIABLES = {"TETO_LOG_LEVEL"}  # read by the CLI itself (teto/cli_stack.py), not a setting
 K8S_HELPERS = {"NODE_NAME"}  # set from the downward API only to be referenced by others: $(NODE_NAME)
-# A Kubernetes dependent variable, $(NAME): validated with a value such a variable takes.
-_K8S_REFERENCE = re.compile(r"\$\(([A-Z_]+)\)")
+# A Kubernetes dependent variable, $(NAME), or a compose one, ${NAME...}: validated with a value one may take.
+_REFERENCE = re.compile(r"\$\(([A-Z_]+)\)|\$\{[A-Z_]+[^}]*\}")
 SAMPLE_REFERENCE = "gpu-node-1"
 
 
 def parse(argv: list[str]):
     """The CLI's reading of ``teto <argv>`` (SystemExit on an unknown command or option)."""
-    return build_parser().parse_args([_K8S_REFERENCE.sub(SAMPLE_REFERENCE, a) for a in argv])
+    return build_parser().parse_args([_REFERENCE.sub(SAMPLE_REFERENCE, a) for a in argv])
 
 
 def settings_class(args) -> type[Settings]:
@@ -48,7 +48,7 @@ def setting_problems(cls: type[Settings], env: dict[str, str], tmp: Path) -> lis
     from a stand-in file, as the part would read the mounted secret)."""
     problems, values = [], {}
     for key, raw in env.items():
-        value = _K8S_REFERENCE.sub(SAMPLE_REFERENCE, str(raw))
+        value = _REFERENCE.sub(SAMPLE_REFERENCE, str(raw))
         if key in OTEL_VARIABLES | CLI_VARIABLES | K8S_HELPERS:
             continue
         field = key.removeprefix("TETO_").lower()

@@ -7,6 +7,7 @@ With Docker on the machine, `docker compose config` accepts the file too."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -153,29 +154,32 @@ def test_two_replicas_of_every_service(compose):
     assert last - first + 1 == 2 and container == "8443"
 
 
-def _compose_cli() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def _compose_cli() -> list[str] | None:
+    """``docker compose`` (v2), else a standalone ``docker-compose``; None when neither is here."""
+    for argv in (["docker", "compose"], ["docker-compose"]):
+        if shutil.which(argv[0]) is None:
+            continue
+        try:
+            if subprocess.run([*argv, "version"], capture_output=True, timeout=30).returncode == 0:
+                return argv
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return None
 
 
-@pytest.mark.skipif(not _compose_cli(), reason="no Docker Compose on this machine (docker compose config)")
-def test_docker_compose_accepts_the_file():
-    out = COMPOSE.parent / "secrets"
-    made = not out.exists()
-    if made:
-        args = build_parser().parse_args(["secrets", "deploy", "--out", str(out)])
-        assert args.func(args) == 0
-    try:
-        done = subprocess.run(["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True,
-                              text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-    finally:
-        if made:
-            shutil.rmtree(out)
+@pytest.mark.skipif(_compose_cli() is None, reason="no Docker Compose on this machine (docker compose config)")
+@pytest.mark.parametrize("name", ["compose.yml", "gpu-node.compose.yml"])
+def test_docker_compose_accepts_the_file(name, tmp_path):
+    """Checked in a copy of deploy/ with a fresh secrets directory (compose resolves the secret files)."""
+    deploy = tmp_path / "deploy"
+    shutil.copytree(COMPOSE.parent, deploy, ignore=shutil.ignore_patterns("secrets"))
+    args = build_parser().parse_args(["secrets", "deploy", "--out", str(deploy / "secrets"), "--executor",
+                                      "executor-1=node-1", "--executor", "executor-2=node-2", "--executor", "gpu-3"])
+    assert args.func(args) == 0
+    env = {**os.environ, "TETO_EXECUTOR_ID": "gpu-3", "TETO_NATS_URL": "tls://nats-1:4222"}
+    done = subprocess.run([*_compose_cli(), "-f", str(deploy / name), "config", "--quiet"], capture_output=True,
+                          text=True, timeout=120, env=env, cwd=deploy)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_settings_check_refuses_unknown_names_and_refused_values(tmp_path):
@@ -188,3 +192,23 @@ def test_the_settings_check_refuses_unknown_names_and_refused_values(tmp_path):
     assert setting_problems(QueueSettings, {"NATS_URL": "x"}, tmp_path)
     (refused,) = setting_problems(QueueSettings, {"TETO_LEASE_SECONDS": "10", "TETO_HEARTBEAT_SECONDS": "30"}, tmp_path)
     assert "refuses" in refused
+
+
+def test_a_gpu_node_runs_its_executor_with_the_nvidia_runtime_and_its_own_credentials(tmp_path):
+    node = yaml.safe_load((COMPOSE.parent / "gpu-node.compose.yml").read_text())
+    (executor,) = node["services"].values()
+    args = parse(executor["command"])
+    assert args.command == "executor"
+    assert not setting_problems(settings_class(args), executor["environment"], tmp_path)
+    (devices,) = executor["deploy"]["resources"]["reservations"]["devices"]
+    assert devices["driver"] == "nvidia" and devices["capabilities"] == ["gpu"]
+    assert "TETO_DATABASE_URL_FILE" not in executor["environment"]  # executors: no database
+    # Its credentials are the file `teto secrets deploy --executor ID=ID` writes for that id.
+    out = tmp_path / "secrets"
+    made = build_parser().parse_args(["secrets", "deploy", "--out", str(out), "--executor", "gpu-3=gpu-3"])
+    assert made.func(made) == 0
+    for name, spec in node["secrets"].items():
+        path = spec["file"].replace("${TETO_EXECUTOR_ID:?set TETO_EXECUTOR_ID}", "gpu-3")
+        assert (out / Path(path).relative_to("secrets")).is_file(), name
+    assert {s["source"]: s["target"] for s in executor["secrets"]}["nats-executor"] == \
+        executor["environment"]["TETO_NATS_CREDENTIALS_FILE"]
