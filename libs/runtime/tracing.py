@@ -162,6 +162,8 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
 def arrived(item: Any, headers: Mapping[str, Any] | None) -> None:
     """Note on a decoded message the trace context its NATS headers carried (the edge does this for every
     consumer), so a handler that applies a batch one message at a time continues each message's own trace."""
+    if not headers or "traceparent" not in headers:  # the propagator writes it lower-case; most messages lack it
+        return
     setter = getattr(item, "note_trace", None)
     if setter is not None:
         setter(trace_of(headers))
