@@ -19,10 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from agents.executor.main import serve as agent_serve
@@ -34,6 +30,7 @@ from services.gateway.settings import GatewaySettings
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import client, queue_service
 from tests.support.services import eventually, running
+from tests.support.spans import kept_spans
 
 pytestmark = pytest.mark.integration
 
@@ -46,16 +43,8 @@ print("TRACEPARENT=" + (sdk.trace_parent() or ""), flush=True)
 
 @pytest.fixture(scope="module")
 def spans():
-    """An in-memory exporter on the process's tracer provider (installed here unless one is there already)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()  # later spans of the session are no longer kept
+    with kept_spans() as exporter:
+        yield exporter
 
 
 def _hex(value: int, width: int) -> str:

@@ -5,15 +5,12 @@ rules (no stray root traces for untraced reports; errors mark a span failed)."""
 from __future__ import annotations
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from agents.executor.launch import trace_env
 from libs.contracts.envelope import RejectedMessage
 from libs.runtime import tracing
+from tests.support.spans import kept_spans
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -68,15 +65,8 @@ def test_a_message_keeps_the_context_it_arrived_with_outside_its_contract():
 
 @pytest.fixture(scope="module")
 def exporter():
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    memory = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(memory)
-    provider.add_span_processor(processor)
-    yield memory
-    processor.shutdown()
+    with kept_spans() as memory:
+        yield memory
 
 
 def test_continued_joins_the_senders_trace(exporter):
