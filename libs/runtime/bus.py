@@ -20,7 +20,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
-from opentelemetry import propagate
 from opentelemetry.trace import SpanKind
 
 from libs.contracts.envelope import Envelope
@@ -160,8 +159,8 @@ async def refilter_durables(js: JetStreamContext, subjects: Subjects) -> None:
 
 
 def trace_headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    propagate.inject(headers)
+    """The current trace context (W3C ``traceparent``) as NATS headers, with ``extra``."""
+    headers = tracing.carrier()
     if extra:
         headers.update(extra)
     return headers
@@ -173,7 +172,9 @@ async def publish(js: JetStreamContext, subject: str, msg: Envelope | bytes, *, 
     data = msg.encode() if isinstance(msg, Envelope) else msg
     if msg_id is None and isinstance(msg, Envelope):
         msg_id = msg.id
-    with tracing.child(f"publish {subject}", kind=SpanKind.PRODUCER, **{"messaging.system": "nats",
-                                                                          "messaging.destination.name": subject}):
+    # Named by the subject's family (cmd, job, agent...): full subjects hold ids, and span names must stay few.
+    family = subject.split(".")[1] if subject.count(".") else subject
+    with tracing.child(f"publish {family}", kind=SpanKind.PRODUCER, **{"messaging.system": "nats",
+                                                                       "messaging.destination.name": subject}):
         headers = trace_headers({"Nats-Msg-Id": msg_id} if msg_id else None)
         await js.publish(subject, data, headers=headers, timeout=timeout)

@@ -105,7 +105,9 @@ async def test_one_trace_spans_gateway_queue_grant_executor_training_and_job_eve
         return any(set(from_) <= set(ancestors(s)) for s in by_name(name))
 
     # The command's handling descends from the HTTP request (through the publish of the command) ...
-    assert descends("queue submit", "POST /v1/jobs", f"publish {qs.subjects.cmd('submit')}")
+    assert descends("queue submit", "POST /v1/jobs", "publish cmd")
+    (publish,) = [s for s in by_name("publish cmd") if "POST /v1/jobs" in ancestors(s)]
+    assert publish.attributes["messaging.destination.name"] == qs.subjects.cmd("submit")
     assert any(ancestors(t)[:1] == ["queue submit"] for t in by_name("queue transaction"))
     # ... the grant, in a placement pass of its own, continues the submit's trace ...
     (grant,) = by_name("queue grant")
