@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from libs.runtime import natsauth
@@ -96,15 +97,24 @@ def _bus_declare(args: argparse.Namespace) -> int:
 
     async def go() -> None:
         nc = await bus.connect(settings.nats_url, "teto-bus-declare", credentials_file=settings.nats_credentials_file)
+        deadline = time.monotonic() + args.wait
         try:
-            await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix), replicas=args.replicas)
+            while True:
+                try:
+                    await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix), replicas=args.replicas)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a cluster still electing its leader: asked again
+                    if time.monotonic() >= deadline:
+                        raise
+                    print(f"teto bus declare: JetStream not ready ({exc!r}); trying again", file=sys.stderr)
+                    await asyncio.sleep(1.0)
         finally:
             await nc.close()
 
     try:
         asyncio.run(go())
-    except (ConnectionError, OSError) as exc:
-        print(f"teto bus declare: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - said plainly, with a status
+        print(f"teto bus declare: {exc!r}", file=sys.stderr)
         return 3
     print(f"streams of prefix {settings.subject_prefix!r} declared on {settings.nats_url}")
     return 0
@@ -128,4 +138,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = bsub.add_parser("declare", help="create or update the streams (as the NATS admin: TETO_NATS_CREDENTIALS_FILE)")
     d.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5),
                    help="copies of each stream on a NATS cluster (3: survives the loss of any one node)")
+    d.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="keep asking this long while JetStream is not ready (a cluster electing its leader)")
     d.set_defaults(func=_bus_declare)
