@@ -156,6 +156,14 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
+async def queued_jobs_placed_before(conn: asyncpg.Connection, limit: int) -> list[Job]:
+    """The queued jobs a placement pass may take that ran before (the only ones with consumption), unlocked: read
+    before the pass so the budget is asked with no row held."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'queued' AND lease_epoch > 0 ORDER BY created_at, id"
+                            " LIMIT $1", limit)
+    return [job_from_row(r) for r in rows]
+
+
 async def db_now(conn: asyncpg.Connection) -> datetime:
     """The database's clock, the one clock of lease deadlines, their expiry and executors' freshness: replicas'
     wall clocks may disagree by minutes, and a lease set by one and judged by another must mean the same time.
