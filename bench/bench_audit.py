@@ -27,10 +27,9 @@ from bench._servers import servers
 from libs.contracts.commands import SubmitJob
 from libs.runtime.service import Runtime
 from libs.runtime.settings import CommonSettings
+from services.audit.store import COLUMNS  # the columns the service writes, copied by the reference
 
 PREFIX = "bench"
-COLUMNS = ("seq", "command_id", "actor", "time", "recorded_at", "subject", "kind", "job_id", "payload", "outcome",
-           "reason", "prev_hash", "hash", "mac")
 
 
 def commands(n: int) -> list[SubmitJob]:

@@ -40,6 +40,10 @@ async def writer_role(conn: asyncpg.Connection, configured: str | None) -> str |
     return role
 
 
+COLUMNS = ("seq", "command_id", "actor", "time", "recorded_at", "subject", "kind", "job_id", "payload", "outcome",
+           "reason", "prev_hash", "hash", "mac")
+
+
 def _dedupe(entries: Sequence[Entry]) -> list[Entry]:
     seen: set[tuple[str, str]] = set()
     out = []
@@ -87,14 +91,13 @@ async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: st
               "payload": json.loads(p["p"]), "outcome": str(e.outcome), "reason": e.reason}
              for s, e, p in zip(seqs, entries, normalized, strict=True)),
             head["hash"] if head else chain.GENESIS)
-        await conn.executemany(
-            "INSERT INTO audit.log (seq, command_id, actor, time, recorded_at, subject, kind, job_id, payload,"
-            " outcome, reason, prev_hash, hash, mac)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, $12, $13, $14)",
-            [(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
-              r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"],
-              anchoring.row_mac(key, r["hash"]) if key is not None else None)
-             for r in rows])
+        # One COPY for the batch (binary, one round trip): executemany cost a statement execution per row.
+        await conn.copy_records_to_table(
+            "log", schema_name="audit", columns=COLUMNS,
+            records=[(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
+                      r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"],
+                      anchoring.row_mac(key, r["hash"]) if key is not None else None)
+                     for r in rows])
     return len(rows)
 
 

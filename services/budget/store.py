@@ -131,11 +131,27 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
     for r in inserted:
         added[r["job_id"]] = added.get(r["job_id"], 0.0) + r["gpu_seconds"]
         epochs[r["job_id"]] = max(epochs.get(r["job_id"], 0), r["epoch"])
-    for job_id in sorted(added):
-        await _save_account(conn, job_id, ledger.on_usage(account_of(rows[job_id]), added[job_id]), subjects, effects)
-        await conn.execute("UPDATE budget.jobs SET epoch = GREATEST(epoch, $2) WHERE job_id = $1",
-                           job_id, epochs[job_id])
+    decisions = {job_id: ledger.on_usage(account_of(rows[job_id]), added[job_id]) for job_id in sorted(added)}
+    await _save_charged(conn, decisions, epochs)
+    for job_id, d in decisions.items():
+        if d.exhausted:
+            effects.events.append(_exhausted(subjects, job_id, d.account))
     return effects
+
+
+async def _save_charged(conn: asyncpg.Connection, decisions: dict[str, Decision], epochs: dict[str, int]) -> None:
+    """Every charged job's account and lease epoch in one statement (a batch touches many jobs: one round trip)."""
+    ids = list(decisions)
+    accs = [decisions[j].account for j in ids]
+    await conn.execute(
+        """UPDATE budget.jobs AS j SET ceiling_seconds = u.ceiling, consumed_seconds = u.consumed,
+                  exhausted_for_ceiling = u.exhausted_for, overshoot_seconds = u.overshoot,
+                  epoch = GREATEST(j.epoch, u.epoch), updated_at = now()
+           FROM unnest($1::text[], $2::float8[], $3::float8[], $4::float8[], $5::float8[], $6::int[])
+                AS u(job_id, ceiling, consumed, exhausted_for, overshoot, epoch)
+           WHERE j.job_id = u.job_id""",
+        ids, [a.ceiling for a in accs], [a.consumed for a in accs], [a.exhausted_for for a in accs],
+        [a.overshoot for a in accs], [epochs[j] for j in ids])
 
 
 async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] | None = None) -> list[Reconciliation]:

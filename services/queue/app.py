@@ -11,8 +11,10 @@ from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
 from libs.runtime.unit import Units
+from libs.runtime.wake import Waker, channel, wakeable
 
 from .commands import Commands
+from .domain.wakes import PLACEMENT
 from .effects import quarantine_hook
 from .gangs import GangScanner
 from .handlers import consumers, responders
@@ -42,8 +44,11 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units)))
         await runtime.respond(responders(runtime, runs))
         runtime.singleton(f"{NAME}-outbox", relay.run)
-        runtime.singleton(f"{NAME}-placement", periodic(
-            scheduler.place_once, settings.schedule_interval_seconds, "placement"))
+        # Placement runs when a job is queued or an executor offers itself (a notification from the committing
+        # transaction, whichever replica), and every schedule interval besides.
+        waker = Waker(settings.database_url, channel(settings.subject_prefix, PLACEMENT))
+        runtime.singleton(f"{NAME}-placement", wakeable(
+            scheduler.place_once, settings.schedule_interval_seconds, "placement", waker))
         # A follower tries for the lock every scan interval (at most every second), so when the scanning replica
         # dies another takes over within one scan interval: lease expiry never waits for a restart.
         runtime.singleton(f"{NAME}-lease-scanner", periodic(

@@ -2,7 +2,9 @@
 service, the single writer of consumption, says it consumed. A job never granted before has consumed nothing
 (usage is only charged while a granted process runs), so only a job placed again is asked about, over
 ``teto.rpc.budget.status``, all at once, with a short timeout: no answer gives None (unknown, the executor then
-waits for the budget's stop as before), and never holds placement up for long."""
+waits for the budget's stop as before). The placement pass asks before its transaction (``ask``), so no row lock
+is held while the budget answers, and reads the answers inside it (``remaining_of``); a job placed again that was
+not asked (queued again in between) carries None."""
 
 from __future__ import annotations
 
@@ -41,10 +43,21 @@ async def consumed(runtime: Runtime, job_id: str, timeout: float) -> float | Non
     return reply.consumed_seconds if reply.known else 0.0
 
 
-async def remaining_for(runtime: Runtime, jobs: list[Job], timeout: float) -> dict[str, float | None]:
-    """The GPU-seconds left of each job, by id (None: unknown)."""
+async def ask(runtime: Runtime, jobs: list[Job], timeout: float) -> dict[str, float | None]:
+    """What each job placed before has consumed, by id (None: no answer), asked all at once, bounded."""
     asked = [j for j in jobs if needs_asking(j)]
     wait = min(timeout, MAX_WAIT_SECONDS)
     answers = await asyncio.gather(*(consumed(runtime, j.id, wait) for j in asked)) if asked else []
-    used = {j.id: c for j, c in zip(asked, answers, strict=True)}
-    return {j.id: remaining_seconds(j.spec.gpu_ceiling_seconds, used.get(j.id, 0.0)) for j in jobs}
+    return {j.id: c for j, c in zip(asked, answers, strict=True)}
+
+
+def remaining_of(jobs: list[Job], used: dict[str, float | None]) -> dict[str, float | None]:
+    """The GPU-seconds left of each job, by id: a job never granted has its whole ceiling; one placed again what
+    the budget said (None when it did not answer or was not asked)."""
+    return {j.id: remaining_seconds(j.spec.gpu_ceiling_seconds, used.get(j.id) if needs_asking(j) else 0.0)
+            for j in jobs}
+
+
+async def remaining_for(runtime: Runtime, jobs: list[Job], timeout: float) -> dict[str, float | None]:
+    """The GPU-seconds left of each job, by id (None: unknown): ``ask`` then ``remaining_of``."""
+    return remaining_of(jobs, await ask(runtime, jobs, timeout))

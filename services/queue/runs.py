@@ -24,10 +24,12 @@ from libs.contracts.telemetry import (
 )
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
+from libs.runtime import wake
 from libs.runtime.unit import Units
 
 from . import store
 from .domain import lifecycle as lc
+from .domain.wakes import PLACEMENT, offers_an_executor
 from .effects import apply
 from .settings import QueueSettings
 
@@ -139,4 +141,6 @@ class Runs:
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
                      hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
             await store.upsert_executors(conn, rows)
+            if offers_an_executor(latest.values()):  # perhaps free since the last pass: place now
+                await wake.notify(conn, wake.channel(self.settings.subject_prefix, PLACEMENT))
         return len(rows)

@@ -45,6 +45,11 @@ class Scheduler:
 
     async def place_once(self) -> int:
         lease = timedelta(seconds=self.settings.lease_seconds)
+        # 0. Jobs placed again carry what is left of their ceiling: the budget is asked now, before any row is
+        # locked (its answer takes up to half a second, and placement holds the queue's rows and lock).
+        async with self.runtime.pool.acquire() as conn:
+            again = await store.queued_jobs_placed_before(conn, self.settings.max_jobs_per_pass)
+        used = await remaining.ask(self.runtime, again, self.settings.budget_rpc_timeout_seconds) if again else {}
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
             # The time is the database's, read once the lock is held: lease deadlines and executor freshness
@@ -66,9 +71,8 @@ class Scheduler:
             gangs = await GangGrants.snapshot(conn, self.settings)
             wanted = await gangs.admissible(conn, wanted)
             assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
-            # What each grant carries of its ceiling; only jobs placed again need the budget's answer (bounded).
-            left = await remaining.remaining_for(self.runtime, [by_id[a.job_id] for a in assignments],
-                                                 self.settings.budget_rpc_timeout_seconds)
+            # What each grant carries of its ceiling (the budget's answers asked in step 0).
+            left = remaining.remaining_of([by_id[a.job_id] for a in assignments], used)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
             # same transaction; each grant continues its job's trace (its messages carry it to the executors).
             traces = await store.traces_of(conn, [a.job_id for a in assignments])

@@ -18,11 +18,12 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
-from libs.runtime import outbox, tracing
+from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
 from .domain.lifecycle import GangWorker, Job, Transition
 from .domain.placement import FreeExecutor
+from .domain.wakes import PLACEMENT, queues_a_job
 
 SCHEMA = "queue"
 T = f'"{SCHEMA}"'
@@ -122,6 +123,8 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
     await outbox.add(conn, SCHEMA, [*out, *messages])
     if new:
         await remember_trace(conn, job.id, tracing.carrier())
+    if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
+        await wake.notify(conn, wake.channel(subjects.prefix, PLACEMENT))
     return events
 
 
@@ -173,6 +176,14 @@ async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
+async def queued_jobs_placed_before(conn: asyncpg.Connection, limit: int) -> list[Job]:
+    """The queued jobs a placement pass may take that ran before (the only ones with consumption), unlocked: read
+    before the pass so the budget is asked with no row held."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'queued' AND lease_epoch > 0 ORDER BY created_at, id"
+                            " LIMIT $1", limit)
+    return [job_from_row(r) for r in rows]
+
+
 async def db_now(conn: asyncpg.Connection) -> datetime:
     """The database's clock, the one clock of lease deadlines, their expiry and executors' freshness: replicas'
     wall clocks may disagree by minutes, and a lease set by one and judged by another must mean the same time.
@@ -212,17 +223,22 @@ async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 5
 # -- heartbeats -------------------------------------------------------------------------------------------
 
 async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
-    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address).
-    A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
-    await conn.executemany(
+    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address), at
+    most one per executor. A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
+    if not rows:
+        return
+    # One statement for the batch (a row per executor: the caller keeps each executor's newest heartbeat only).
+    cols = list(zip(*rows, strict=True))
+    await conn.execute(
         f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
-        " sent_at, last_seen, address) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        " sent_at, last_seen, address) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+        " $5::bool[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::text[])"
         " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
         " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
         " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen,"
         " address = EXCLUDED.address"
         " WHERE e.sent_at <= EXCLUDED.sent_at",
-        rows,
+        *(list(c) for c in cols),
     )
 
 

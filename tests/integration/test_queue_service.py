@@ -206,7 +206,8 @@ async def test_ceiling_stop_interrupts_and_requeue_needs_room_above_consumption(
             assert not low.accepted
             assert low.detail == {"consumed_seconds": 103, "minimum_seconds": 163, "given_seconds": 150}
             ok = await c.command(RequeueJob(actor="op", job_id=submit.job_id, gpu_ceiling_seconds=300))
-            assert ok.accepted and budget_calls == [submit.job_id, submit.job_id]
+            # The two requeues asked; placement, woken by the job queued again, may ask a third time already.
+            assert ok.accepted and budget_calls[:2] == [submit.job_id, submit.job_id]
             job = await c.job(submit.job_id)
             assert job["spec"]["gpu_ceiling_seconds"] == 300
             assert [(h["ceiling_seconds"], h["actor"]) for h in job["ceiling_history"]] == [(100, "ann"), (300, "op")]

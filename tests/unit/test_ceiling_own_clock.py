@@ -146,3 +146,12 @@ async def test_placement_asks_the_budget_only_for_jobs_placed_again_and_gets_non
     # Never granted: the whole ceiling, unasked; placed again: ceiling - consumed; no answer: unknown.
     assert left == {"fresh": 600.0, "j1": 150.0, "silent": None}
     assert sorted(j for j, _ in asked) == ["j1", "silent"] and all(t <= 0.5 for _, t in asked)
+
+
+def test_a_job_placed_again_that_was_not_asked_before_the_pass_carries_an_unknown_remainder():
+    from services.queue.remaining import remaining_of
+
+    fresh, again = replace(job(JobState.QUEUED, 0), id="fresh"), job(JobState.QUEUED, 2)
+    late = replace(again, id="late")  # queued again between the budget's question and the placement pass
+    assert remaining_of([fresh, again, late], {"j1": 450.0}) == {"fresh": 600.0, "j1": 150.0, "late": None}
+    assert remaining_of([again], {"j1": None}) == {"j1": None}  # asked, no answer: unknown, never a guess

@@ -1,0 +1,74 @@
+"""When placement runs at once (services/queue/domain/wakes.py) and the loop that waits for it
+(libs/runtime/wake.py): a wake starts the next pass at once, one that came during a pass is not lost."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from libs.contracts.jobs import JobEvent, JobEventKind, JobState
+from libs.contracts.telemetry import Heartbeat
+from libs.runtime.wake import Waker, channel, wakeable
+from services.queue.domain.wakes import offers_an_executor, queues_a_job
+
+pytestmark = pytest.mark.unit
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def event(state: JobState, kind: JobEventKind) -> JobEvent:
+    return JobEvent(job_id="j1", seq=1, event=kind, state=state, time=NOW)
+
+
+def beat(*, accepting: bool, job_id: str | None) -> Heartbeat:
+    return Heartbeat(executor_id="ex-1", node_id="n1", group="g", sent_at=NOW, interval_seconds=30,
+                     progress_interval_seconds=30, accepting=accepting, job_id=job_id, epoch=1 if job_id else None)
+
+
+def test_a_queued_job_wakes_placement_and_other_events_do_not():
+    assert queues_a_job([event(JobState.QUEUED, JobEventKind.SUBMITTED)])
+    assert queues_a_job([event(JobState.RUNNING, JobEventKind.STARTED), event(JobState.QUEUED,
+                                                                              JobEventKind.REQUEUED)])
+    assert not queues_a_job([event(JobState.RUNNING, JobEventKind.STARTED)])
+    assert not queues_a_job([event(JobState.SUCCEEDED, JobEventKind.SUCCEEDED)])
+    assert not queues_a_job([])
+
+
+def test_only_an_idle_accepting_executor_wakes_placement():
+    assert offers_an_executor([beat(accepting=True, job_id=None)])
+    assert not offers_an_executor([beat(accepting=True, job_id="j1")])
+    assert not offers_an_executor([beat(accepting=False, job_id=None)])  # draining or checking
+    assert not offers_an_executor([])
+
+
+def test_the_channel_is_a_short_identifier_per_prefix():
+    a, b = channel("teto", "placement"), channel("t-7f3a.x", "placement")
+    assert a != b and len(a) < 63 and a.replace("_", "").isalnum()
+
+
+async def test_a_wake_starts_the_next_pass_at_once_and_one_during_a_pass_is_not_lost():
+    waker = Waker("postgresql://nowhere.invalid/x", "teto_placement_test")
+    passes: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def place() -> None:
+        passes.append(loop.time())
+        if len(passes) == 2:
+            waker.set()  # a job queued while this pass runs: it needs another pass
+
+    task = asyncio.create_task(wakeable(place, 60.0, "placement", waker)())
+    try:
+        while not passes:
+            await asyncio.sleep(0.01)
+        waker.set()  # long before the 60 s tick
+        for _ in range(300):
+            if len(passes) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert len(passes) == 3 and passes[2] - passes[0] < 30
+        assert waker.woken == 2
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
