@@ -126,7 +126,8 @@ def attached(headers: Mapping[str, str] | None) -> Iterator[None]:
 def continued(headers: Mapping[str, str] | None, name: str, *, kind: SpanKind = SpanKind.CONSUMER,
               new_trace: bool = True, **attributes: Any) -> Iterator[Span | None]:
     """A span continuing the trace ``headers`` carry; errors mark it failed. Without a context in ``headers`` it
-    starts a new trace, or with ``new_trace=False`` makes no span at all (a report from an untraced run)."""
+    is a child of the current span (a new trace outside any), or with ``new_trace=False`` no span at all (a report
+    from an untraced run)."""
     if not headers and not new_trace:
         yield None
         return
