@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import views
+from .domain import paging, views
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +66,31 @@ class Reads:
         return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"])) for j in jobs]
 
     async def list_jobs(self, *, state: str | None, owner: str | None, limit: int) -> list[dict[str, Any]]:
+        """The first page of jobs, newest first (jobs_page without its cursor)."""
+        return (await self.jobs_page(state=state, owner=owner, limit=limit))[0]
+
+    async def jobs_page(self, *, state: str | None, owner: str | None, limit: int, name: str | None = None,
+                        signal: str | None = None, cursor: paging.Position | None = None
+                        ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of jobs, newest first (ties by id), and the cursor of the next page (None: the last one).
+        ``name`` matches a part of the name, any case; ``signal`` the health signal of a job not finished."""
+        signal_join = ""
+        if signal is not None:
+            signal_join = (" JOIN health.job_signals_public s ON s.job_id = j.id AND s.signal = $7"
+                           " AND j.state <> ALL($8::text[])")
+        args: list[Any] = [state, owner, name, cursor and cursor.created_at, cursor and cursor.job_id, limit + 1]
+        if signal is not None:
+            args += [signal, sorted(views.TERMINAL)]
         rows = await self._fetch(
             "queue.jobs_public",
-            "SELECT * FROM queue.jobs_public WHERE ($1::text IS NULL OR state = $1)"
-            " AND ($2::text IS NULL OR owner = $2) ORDER BY created_at DESC, id LIMIT $3",
-            state, owner, limit,
+            f"SELECT j.* FROM queue.jobs_public j{signal_join} WHERE ($1::text IS NULL OR j.state = $1)"
+            " AND ($2::text IS NULL OR j.owner = $2) AND ($3::text IS NULL OR strpos(lower(j.name), lower($3)) > 0)"
+            " AND ($4::timestamptz IS NULL OR j.created_at < $4 OR (j.created_at = $4 AND j.id > $5::text))"
+            " ORDER BY j.created_at DESC, j.id LIMIT $6",
+            *args,
         )
-        return await self._decorate(rows)
+        rows, next_cursor = paging.page(rows, limit)
+        return await self._decorate(rows), next_cursor
 
     async def job_row(self, job_id: str) -> dict[str, Any] | None:
         rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id)
@@ -114,8 +132,14 @@ class Reads:
                                     "SELECT executor_id, count FROM queue.stale_messages_public")
         beats = await self._fetch("health.stale_heartbeats_public",
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
+        # The queue's grants, read after the heartbeats: a grant made meanwhile is shown, never one undone.
+        granted = await self._fetch("queue.jobs_public",
+                                    "SELECT * FROM queue.jobs_public"
+                                    " WHERE state = ANY($1::text[])", sorted(views.GRANTED))
+        grants = views.grants_by_executor(granted)
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
-                                    stale_heartbeats={s["executor_id"]: s["count"] for s in beats}) for r in rows]
+                                    stale_heartbeats={s["executor_id"]: s["count"] for s in beats},
+                                    grant=grants.get(r["executor_id"])) for r in rows]
 
     async def nodes(self) -> list[dict[str, Any]]:
         return await self._fetch("health.nodes_public",

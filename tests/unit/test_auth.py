@@ -37,6 +37,9 @@ class FakeReads:
     async def list_jobs(self, **_: Any) -> list[dict[str, Any]]:
         return [dict(JOB)]
 
+    async def jobs_page(self, **kw: Any) -> tuple[list[dict[str, Any]], str | None]:
+        return await self.list_jobs(**kw), None
+
     async def job_events(self, job_id: str, **_: Any) -> list[dict[str, Any]]:
         return []
 

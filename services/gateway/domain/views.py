@@ -11,6 +11,8 @@ from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+# States in which the queue has granted a job to executors (its rank 0 in executor_id, every rank in gang).
+GRANTED = frozenset({"running", "admitting"})
 
 JOB_FIELDS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
               "lease_expires_at", "last_step", "total_steps", "step_seconds", "last_checkpoint", "reason", "error",
@@ -37,11 +39,43 @@ def pick(row: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     return {f: row.get(f) for f in fields}
 
 
+def grants_by_executor(jobs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Which job the queue has granted each executor, from the queue's job rows: ``{executor_id: {job_id,
+    epoch}}``. Every rank of a gang whose process has not ended holds its job; a job outside running/admitting
+    holds none (its ``executor_id`` names the last run's rank 0 only as history)."""
+    grants: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        if job.get("state") not in GRANTED:
+            continue
+        grant = {"job_id": job.get("id"), "epoch": job.get("lease_epoch")}
+        gang = job.get("gang") or []
+        holders = [w.get("executor_id") for w in gang if isinstance(w, Mapping) and w.get("ended") is None]
+        if not gang and job.get("executor_id"):
+            holders = [job["executor_id"]]
+        for executor_id in holders:
+            if executor_id:
+                grants[executor_id] = grant
+    return grants
+
+
 def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
-                  stale_heartbeats: Mapping[str, int]) -> dict[str, Any]:
+                  stale_heartbeats: Mapping[str, int],
+                  grant: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
-    (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie."""
+    (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie.
+
+    ``grant`` is the job the queue granted it (grants_by_executor). The grant is shown at once: the job list
+    reads the same queue row, so a job naming an executor and that executor naming the job agree at every
+    moment, not one heartbeat later. Until a heartbeat about that job and epoch arrives the executor is
+    ``starting`` with no step (``job_source: "grant"``); once one has, the heartbeat's phase and step stand
+    (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is."""
     out = pick(row, EXECUTOR_FIELDS)
+    out["job_source"] = "heartbeat" if out.get("job_id") else None
+    if grant is not None and grant.get("job_id"):
+        reported = (out.get("job_id"), out.get("epoch")) == (grant["job_id"], grant.get("epoch"))
+        if not reported:
+            out.update(job_id=grant["job_id"], epoch=grant.get("epoch"), phase="starting", step=None,
+                       job_source="grant")
     out["stale_reports"] = int(stale_reports.get(row.get("executor_id"), 0))
     out["stale_heartbeats"] = int(stale_heartbeats.get(row.get("executor_id"), 0))
     return out
