@@ -293,3 +293,39 @@ def test_ca_file_from_the_flag_or_the_environment(tmp_path):
     assert isinstance(tls_verify(None, {"TETO_CA_FILE": str(files.ca)}), ssl.SSLContext)
     with pytest.raises(CliError, match="no CA certificate"):
         tls_verify(tmp_path / "missing.pem", {})
+
+
+def _paged(monkeypatch, total: int):
+    """The fake gateway serves ``total`` jobs in pages of the asked limit, with X-Next-Cursor like the gateway."""
+    rows = [{**JOB, "id": f"j{i}"} for i in range(total)]
+    calls: list[dict] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        calls.append(params)
+        start = int(params.get("cursor", "0"))
+        end = start + int(params["limit"])
+        headers = {"X-Next-Cursor": str(end)} if end < total else {}
+        return httpx.Response(200, json=rows[start:end], headers=headers)
+
+    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    return rows, calls
+
+
+def test_jobs_all_follows_every_cursor_and_each_job_comes_once(server, monkeypatch, capsys):
+    rows, calls = _paged(monkeypatch, 2345)
+    args = parse("jobs", "--all", "--json", "--state", "queued")
+    assert args.func(args) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == [r["id"] for r in rows]
+    assert [c.get("cursor") for c in calls] == [None, "1000", "2000"] and all(c["state"] == "queued" for c in calls)
+
+
+def test_jobs_limit_stops_at_the_limit_and_says_how_to_go_on(server, monkeypatch, capsys):
+    _, calls = _paged(monkeypatch, 2345)
+    args = parse("jobs", "--limit", "1500")
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("\nj") == 1500 and "--cursor 1500" in out
+    assert [c["limit"] for c in calls] == ["1000", "500"]  # the last page asks only for what is still wanted
+    args = parse("jobs", "--cursor", "2300")
+    assert args.func(args) == 0 and capsys.readouterr().out.count("\nj") == 45
