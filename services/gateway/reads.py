@@ -57,13 +57,15 @@ class Reads:
         rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)
         return {r["job_id"]: r for r in rows}
 
-    async def _decorate(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _decorate(self, jobs: list[dict[str, Any]],
+                        usage: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         ids = [j["id"] for j in jobs]
         if not ids:
             return []
         signals = await self._by_job("health.job_signals_public", ids)
         budgets = await self._by_job("budget.jobs_public", ids)
-        return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"])) for j in jobs]
+        return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"]), usage=usage)
+                for j in jobs]
 
     async def list_jobs(self, *, state: str | None, owner: str | None, limit: int) -> list[dict[str, Any]]:
         """The first page of jobs, newest first (jobs_page without its cursor)."""
@@ -106,7 +108,11 @@ class Reads:
         job = await self.job_row(job_id)
         if job is None:
             return None
-        (decorated,) = await self._decorate([job])
+        # The usage records of the job's current (or last) run: the time an interruption throws away.
+        usage = await self._fetch("budget.usage_public",
+                                  "SELECT * FROM budget.usage_public WHERE job_id = $1 AND epoch = $2"
+                                  " ORDER BY executor_id, seq", job_id, job.get("lease_epoch") or 0)
+        (decorated,) = await self._decorate([job], usage=usage)
         latest = await self._fetch(
             "queue.job_events_public",
             "SELECT * FROM (SELECT * FROM queue.job_events_public WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e"

@@ -10,6 +10,8 @@ from typing import Any
 from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
+from . import live
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 # States in which the queue has granted a job to executors (its rank 0 in executor_id, every rank in gang).
 GRANTED = frozenset({"running", "admitting"})
@@ -141,17 +143,42 @@ def budget_block(row: Mapping[str, Any] | None, job: Mapping[str, Any] | None = 
     return block
 
 
+def with_previous(history: Any) -> Any:
+    """Ceiling history entries, each with the ceiling it replaced (``previous_ceiling_seconds``; null for the
+    submit's): who raised it, when, from what to what."""
+    if not isinstance(history, list):
+        return history
+    out, previous = [], None
+    for entry in history:
+        if isinstance(entry, Mapping):
+            out.append({**entry, "previous_ceiling_seconds": previous})
+            previous = entry.get("ceiling_seconds")
+        else:
+            out.append(entry)
+    return out
+
+
 def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
              budget: Mapping[str, Any] | None = None,
-             events: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short)."""
+             events: list[Mapping[str, Any]] | None = None,
+             usage: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short). ``usage`` (the
+    usage records of the job's current run) gives the single-job view its ``interruption_cost``."""
     out = pick(job, JOB_FIELDS)
     if isinstance(out.get("attempts"), Mapping):
         # Every cause is shown, counted or not: a job stored before a cause existed (handed_back) shows it as 0.
         out["attempts"] = {**{cause.value: 0 for cause in AttemptCause}, **out["attempts"]}
     spec = out.get("spec") or {}
     out["signal"] = signal_block(str(out.get("state")), signal)
-    out["budget"] = budget_block(budget, out)
+    out["ceiling_history"] = with_previous(out.get("ceiling_history"))
+    prov = live.provisional(out.get("state"), out.get("lease_epoch"), budget)
+    block = budget_block(budget, out)
+    if block is not None:
+        block = live.live_budget(block, prov)
+        block["ceiling_history"] = with_previous(block.get("ceiling_history"))
+    out["budget"] = block
+    if usage is not None:
+        out["interruption_cost"] = live.interruption_cost(out, usage, prov)
     out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
     # The budget service measures step time too (from usage reports); use its ETA when the queue has none.
     measured = (budget or {}).get("checkpoint")
