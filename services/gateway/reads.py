@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload", "figures", "states", "nodes", "gang", "alert"})
+                           "payload", "figures", "states", "nodes", "gang", "alert", "metrics"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -129,6 +129,12 @@ class Reads:
             job_id, after_seq, limit,
         )
         return [views.pick(e, views.EVENT_FIELDS) for e in rows]
+
+    async def job_steps(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's accepted step reports, run by run, step by step (the queue's history)."""
+        return await self._fetch("queue.job_steps_public",
+                                 "SELECT epoch, step, loss, step_seconds, metrics, time FROM queue.job_steps_public"
+                                 " WHERE job_id = $1 ORDER BY epoch, step", job_id)
 
     async def executors(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.executors_public",

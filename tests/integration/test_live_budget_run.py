@@ -1,7 +1,7 @@
 """A real run (queue, health, budget, gateway and a real executor with its training process): while it runs,
 the job view shows the ledger plus the provisional stretch since the last usage sample and what an interruption
 now would throw away; interrupted at its ceiling, it shows what was lost, which matches the ledger's own
-account of the time charged after the checkpoint."""
+account of the time charged after the checkpoint; its step history is readable for a loss curve."""
 
 from __future__ import annotations
 
@@ -62,3 +62,14 @@ async def test_a_run_shows_its_provisional_time_and_its_interruption_cost_then_w
         expected = (end - datetime.fromisoformat(ckpt["at"])).total_seconds()
         assert lost["gpu_seconds"] == pytest.approx(expected, abs=0.01) and lost["gpu_seconds"] > 0
         assert lost["gpu_seconds"] <= done["budget"]["consumed_seconds"]
+
+        # The step history behind the loss curve: what the queue accepted, downsampled on demand.
+        resp = await f.http.get(f"/v1/jobs/{job_id}/steps")
+        assert resp.status_code == 200, resp.text
+        history = resp.json()
+        steps = [p["step"] for p in history["points"]]
+        assert history["reports"] >= 3 and steps == sorted(steps) and steps[-1] == done["last_step"]
+        assert all(p["loss"] == pytest.approx(1.0 / p["step"]) for p in history["points"] if p["reports"] == 1)
+        few = (await f.http.get(f"/v1/jobs/{job_id}/steps", params={"max_points": 2})).json()
+        assert len(few["points"]) <= 2 and few["downsampled"] and few["points"][-1]["step"] == done["last_step"]
+        assert sum(p["reports"] for p in few["points"]) == history["reports"]

@@ -24,7 +24,7 @@ from libs.contracts.secrets import redact
 
 from ..auth import AuthError, Permission, Principal, require
 from ..commands import Sent
-from ..domain import paging
+from ..domain import paging, steps
 from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
@@ -159,6 +159,14 @@ def register(app: FastAPI) -> None:
                          principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
         await _existing_job(request, job_id, principal)
         return redact(await reads_of(request).job_events(job_id, after_seq=after_seq, limit=limit))
+
+    @app.get("/v1/jobs/{job_id}/steps", tags=["jobs"],
+             summary="A job's step reports (loss, step time), downsampled to at most max_points")
+    async def job_steps(request: Request, job_id: str,
+                        max_points: int = Query(steps.DEFAULT_POINTS, ge=1, le=steps.MAX_POINTS),
+                        principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+        await _existing_job(request, job_id, principal)
+        return steps.steps_view(job_id, await reads_of(request).job_steps(job_id), max_points)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], summary="Cancel a job (your own, or any with finetune:manage)",
                  openapi_extra={COMMAND_KEY: "cancel"})
