@@ -130,7 +130,8 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("owner", "owner"), ("state", "st
                ("of", "total_steps"), ("executor", "executor_id"), ("signal", "signal.signal"),
                ("gpu-s", "budget.consumed_seconds"), ("ceiling", "spec.gpu_ceiling_seconds")]
 EXECUTOR_COLUMNS = [("executor", "executor_id"), ("node", "node_id"), ("group", "group_name"),
-                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("step", "step"),
+                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("from", "job_source"),
+                    ("step", "step"),
                     ("signal", "signal"), ("last heartbeat", "last_heartbeat")]
 EVENT_COLUMNS = [("seq", "seq"), ("time", "time"), ("event", "event"), ("state", "state"), ("reason", "reason"),
                  ("executor", "executor_id"), ("epoch", "epoch")]
@@ -157,11 +158,16 @@ def format_job(job: Mapping[str, Any]) -> str:
         lines.append(f"budget    {_cell(b.get('consumed_seconds'))} of {_cell(b.get('ceiling_seconds'))} GPU-s, "
                      f"{_cell(b.get('remaining_seconds'))} left, overshoot {_cell(b.get('overshoot_seconds'))}")
         for h in b.get("ceiling_history") or []:
+            was = h.get("previous_ceiling_seconds")
             lines.append(f"ceiling   {_cell(h.get('ceiling_seconds'))} GPU-s set by {_cell(h.get('actor'))} at "
-                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then)")
+                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then"
+                         + (f"; from {_cell(was)})" if was is not None else ")"))
         if b.get("warning"):
             w = b["warning"]
             lines.append(f"warning   {w.get('reason') if isinstance(w, Mapping) and w.get('reason') else _cell(w)}")
+    from .cli_jobs import live_lines
+
+    lines += live_lines(job)
     if job.get("error"):
         lines.append(f"error     {job['error']}")
     if job.get("events"):

@@ -329,3 +329,18 @@ def test_jobs_limit_stops_at_the_limit_and_says_how_to_go_on(server, monkeypatch
     assert [c["limit"] for c in calls] == ["1000", "500"]  # the last page asks only for what is still wanted
     args = parse("jobs", "--cursor", "2300")
     assert args.func(args) == 0 and capsys.readouterr().out.count("\nj") == 45
+
+
+def test_job_shows_the_provisional_time_and_the_interruption_cost_apart_from_the_ledger():
+    job = {**JOB, "budget": {**JOB["budget"], "provisional_seconds": 4.0, "consumed_live_seconds": 16.5,
+                             "provisional_since": "2026-01-01T00:00:30Z",
+                             "ceiling_history": [{"ceiling_seconds": 3600.0, "previous_ceiling_seconds": 60.0,
+                                                  "actor": "ops", "at": "t1", "consumed_seconds": 50.0}]},
+           "interruption_cost": {"kind": "at_risk", "steps": 10, "gpu_seconds": 9.5, "checkpoint_step": 50}}
+    text = format_job(job)
+    assert "16.5 GPU-s = 12.5 in the ledger + 4 provisional" in text
+    assert "at risk   10 steps and 9.5 GPU-s since the last checkpoint (step 50)" in text
+    assert "3600 GPU-s set by ops at t1 (50 consumed then; from 60)" in text
+    lost = format_job({**job, "interruption_cost": {**job["interruption_cost"], "kind": "lost"}})
+    assert "lost      10 steps" in lost
+    assert "provisional" not in format_job(JOB) and "since the last checkpoint" not in format_job(JOB)
