@@ -144,18 +144,23 @@ class Reads:
                                     "SELECT executor_id, count FROM queue.stale_messages_public")
         beats = await self._fetch("health.stale_heartbeats_public",
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
-        # The queue's grants, read after the heartbeats: a grant made meanwhile is shown, never one undone.
-        granted = await self._fetch("queue.jobs_public",
-                                    "SELECT * FROM queue.jobs_public"
-                                    " WHERE state = ANY($1::text[])", sorted(views.GRANTED))
-        grants = views.grants_by_executor(granted)
+        grants = await self._grants()
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
                                     stale_heartbeats={s["executor_id"]: s["count"] for s in beats},
                                     grant=grants.get(r["executor_id"])) for r in rows]
 
+    async def _grants(self) -> dict[str, dict[str, Any]]:
+        """The queue's grants by executor, read after the heartbeat-fed rows they are merged into: a grant made
+        meanwhile is shown at once (views.grants_by_executor)."""
+        granted = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE state = ANY($1::text[])",
+                                    sorted(views.GRANTED))
+        return views.grants_by_executor(granted)
+
     async def nodes(self) -> list[dict[str, Any]]:
-        return await self._fetch("health.nodes_public",
+        rows = await self._fetch("health.nodes_public",
                                  "SELECT * FROM health.nodes_public ORDER BY group_name, node_id")
+        grants = await self._grants()
+        return [views.node_view(r, grants.get(r.get("executor_id") or "")) for r in rows]
 
     async def node_groups(self) -> list[dict[str, Any]]:
         return await self._fetch("health.node_groups_public",

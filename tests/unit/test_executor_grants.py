@@ -60,3 +60,12 @@ def test_without_a_grant_the_heartbeat_is_shown_as_it_is():
     row = {**IDLE, "phase": "stopping", "job_id": "j9", "epoch": 1, "step": 5}
     out = _view(row)
     assert (out["job_id"], out["phase"], out["step"], out["job_source"]) == ("j9", "stopping", 5, "heartbeat")
+
+
+def test_a_node_names_the_job_granted_to_its_executor_and_otherwise_what_its_heartbeat_said():
+    from services.gateway.domain.views import node_view
+
+    row = {"node_id": "n1", "executor_id": "e1", "state": "ready", "job_id": None}
+    assert node_view(row, {"job_id": "j1", "epoch": 3})["job_id"] == "j1"
+    assert node_view({**row, "job_id": "j0"}, None)["job_id"] == "j0"
+    assert node_view(row, None) == row

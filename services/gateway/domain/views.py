@@ -83,6 +83,15 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
     return out
 
 
+def node_view(row: Mapping[str, Any], grant: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A node as GET /v1/nodes shows it: its executor's job is the queue's grant from the moment of the grant,
+    as in executor_view, so the node, its executor and the job agree."""
+    out = dict(row)
+    if grant is not None and grant.get("job_id"):
+        out["job_id"] = grant["job_id"]
+    return out
+
+
 def next_checkpoint_step(every: int, last_step: int | None, total_steps: int | None) -> int | None:
     """The step at which the next checkpoint is due: the next multiple of ``every`` after the current step,
     or the final step when that comes first (a finished run checkpoints its last step)."""
