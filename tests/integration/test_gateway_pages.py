@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,8 +83,11 @@ async def test_every_job_is_reached_once_across_pages_past_the_old_1000_cap(env)
         await insert_jobs(gw.rt, rows)
         expected = [r[0] for r in sorted(rows, key=lambda r: (-r[4].timestamp(), r[0]))]
 
+        started = time.perf_counter()
         ids, pages = await walk(gw, limit=1000)
+        took = time.perf_counter() - started
         assert ids == expected and pages == 3  # newest first, each once, beyond the 1,000 one page holds
+        print(f"\n[measured] 2,345 jobs in 3 pages of 1,000: {took:.2f}s through the ASGI app ({took / 3:.2f}s a page)")
 
         ids, _ = await walk(gw, limit=7)  # page boundaries inside groups of equal created_at
         assert ids == expected

@@ -62,6 +62,10 @@ async def test_a_run_shows_its_provisional_time_and_its_interruption_cost_then_w
         expected = (end - datetime.fromisoformat(ckpt["at"])).total_seconds()
         assert lost["gpu_seconds"] == pytest.approx(expected, abs=0.01) and lost["gpu_seconds"] > 0
         assert lost["gpu_seconds"] <= done["budget"]["consumed_seconds"]
+        print(f"\n[measured] running: ledger {budget['consumed_seconds']:.2f} + provisional "
+              f"{budget['provisional_seconds']:.2f} GPU-s, at risk {cost['steps']} steps / {cost['gpu_seconds']:.2f} "
+              f"GPU-s; interrupted: lost {lost['steps']} steps / {lost['gpu_seconds']:.3f} GPU-s "
+              f"(ledger after the checkpoint: {expected:.3f}), consumed {done['budget']['consumed_seconds']:.2f}")
 
         # The step history behind the loss curve: what the queue accepted, downsampled on demand.
         resp = await f.http.get(f"/v1/jobs/{job_id}/steps")

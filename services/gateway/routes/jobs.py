@@ -120,7 +120,10 @@ def register(app: FastAPI) -> None:
         cmd = await _admit_spec(request, principal, cmd)
         return await _answer(request, cmd, cmd.job_id)
 
-    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first; the next page's cursor is in X-Next-Cursor")
+    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first; the next page's cursor is in X-Next-Cursor",
+             responses={200: {"description": "A page of jobs", "headers": {NEXT_CURSOR_HEADER: {
+                 "description": "Send as `cursor` (same filters) for the next page; absent on the last page",
+                 "schema": {"type": "string"}}}}})
     async def list_jobs(request: Request, response: Response, state: JobState | None = None,
                         owner: Actor | None = Query(None), limit: int = Query(100, ge=1, le=1000),
                         name: Label | None = Query(None, description="Jobs whose name contains this (any case)"),
