@@ -65,6 +65,12 @@ def tls_verify(ca_file: Path | None, environ: Mapping[str, str] | None = None) -
 
 
 def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+    resp, body = exchange(args, method, path, **kw)
+    return resp.status_code, body
+
+
+def exchange(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[httpx.Response, Any]:
+    """One request to the gateway: the response (for its headers) and its decoded body; a refusal raises."""
     url, token = resolve_target(args.url, args.token, args.data_dir)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
@@ -79,7 +85,7 @@ def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[i
         body = resp.text
     if resp.status_code >= 400:
         raise CliError(refusal_text(resp.status_code, body))
-    return resp.status_code, body
+    return resp, body
 
 
 def refusal_text(status: int, body: Any) -> str:
@@ -124,7 +130,8 @@ JOB_COLUMNS = [("id", "id"), ("name", "name"), ("owner", "owner"), ("state", "st
                ("of", "total_steps"), ("executor", "executor_id"), ("signal", "signal.signal"),
                ("gpu-s", "budget.consumed_seconds"), ("ceiling", "spec.gpu_ceiling_seconds")]
 EXECUTOR_COLUMNS = [("executor", "executor_id"), ("node", "node_id"), ("group", "group_name"),
-                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("step", "step"),
+                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("from", "job_source"),
+                    ("step", "step"),
                     ("signal", "signal"), ("last heartbeat", "last_heartbeat")]
 EVENT_COLUMNS = [("seq", "seq"), ("time", "time"), ("event", "event"), ("state", "state"), ("reason", "reason"),
                  ("executor", "executor_id"), ("epoch", "epoch")]
@@ -151,11 +158,16 @@ def format_job(job: Mapping[str, Any]) -> str:
         lines.append(f"budget    {_cell(b.get('consumed_seconds'))} of {_cell(b.get('ceiling_seconds'))} GPU-s, "
                      f"{_cell(b.get('remaining_seconds'))} left, overshoot {_cell(b.get('overshoot_seconds'))}")
         for h in b.get("ceiling_history") or []:
+            was = h.get("previous_ceiling_seconds")
             lines.append(f"ceiling   {_cell(h.get('ceiling_seconds'))} GPU-s set by {_cell(h.get('actor'))} at "
-                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then)")
+                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then"
+                         + (f"; from {_cell(was)})" if was is not None else ")"))
         if b.get("warning"):
             w = b["warning"]
             lines.append(f"warning   {w.get('reason') if isinstance(w, Mapping) and w.get('reason') else _cell(w)}")
+    from .cli_jobs import live_lines
+
+    lines += live_lines(job)
     if job.get("error"):
         lines.append(f"error     {job['error']}")
     if job.get("events"):
@@ -215,13 +227,6 @@ def _job_or_pending(args: argparse.Namespace, status: int, body: Any) -> None:
 def cmd_submit(args: argparse.Namespace) -> int:
     status, body = call(args, "POST", "/v1/jobs", json=build_spec(args))
     _job_or_pending(args, status, body)
-    return 0
-
-
-def cmd_jobs(args: argparse.Namespace) -> int:
-    params = {k: v for k, v in (("state", args.state), ("owner", args.owner), ("limit", args.limit)) if v}
-    _, body = call(args, "GET", "/v1/jobs", params=params)
-    _print(args, body, table(body, JOB_COLUMNS) if body else "no jobs")
     return 0
 
 
@@ -374,10 +379,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--file", help="a JobSpec JSON file (flags override it)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- program args... (a command workload)")
 
-    p = add("jobs", cmd_jobs, "list jobs")
-    p.add_argument("--state")
-    p.add_argument("--owner")
-    p.add_argument("--limit", type=int)
+    from .cli_jobs import add_jobs_parser
+
+    add_jobs_parser(add)
 
     add("job", cmd_job, "show one job").add_argument("job_id")
     p = add("cancel", cmd_cancel, "cancel a job")

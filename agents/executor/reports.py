@@ -27,6 +27,9 @@ class Reports:
     def __init__(self, send: Send, progress_interval_seconds: float) -> None:
         self.send = send
         self.progress_interval_seconds = progress_interval_seconds
+        # A step held back by the throttle is sent when its interval ends even if no later report comes (a
+        # script that reports 1-10 at once and then hangs must show 10, not 1): one timer per run, by id.
+        self._due: dict[int, asyncio.TimerHandle] = {}
 
     def on_report(self, run: Run, record: dict[str, Any]) -> None:
         kind = record.get("type")
@@ -46,6 +49,8 @@ class Reports:
             total = record.get("total_steps")
             if last is None or now - last >= self.progress_interval_seconds or run.step == total:
                 self.flush_step(run)
+            else:
+                self._flush_when_due(run, last + self.progress_interval_seconds - now)
         elif kind == "checkpoint":
             self.flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
             self.send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
@@ -67,7 +72,25 @@ class Reports:
                  grant.world_size, since)
         self.send(run, WorkerReady, rank=grant.rank, world_size=grant.world_size, seconds_since_launch=since)
 
+    def _flush_when_due(self, run: Run, delay: float) -> None:
+        """Send the held step when the interval that throttled it ends (once per interval; the record sent is
+        whatever is latest then). Outside an event loop (a plain call in a test) there is nothing to arm."""
+        if id(run) in self._due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._due[id(run)] = loop.call_later(max(delay, 0.0), self._flush_due, run)
+
+    def _flush_due(self, run: Run) -> None:
+        self._due.pop(id(run), None)
+        self.flush_step(run)
+
     def flush_step(self, run: Run) -> None:
+        timer = self._due.pop(id(run), None)
+        if timer is not None:
+            timer.cancel()
         record = run.pending_step
         if record is None:
             return

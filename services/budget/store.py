@@ -202,6 +202,8 @@ async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subj
             " WHERE job_id = $1", ev.job_id, str(ev.state), ev.seq, ev.epoch or 0)
         if ev.state in TERMINAL_STATES:
             decision = Decision(ledger.on_terminal(decision.account), False)
+        if ledger.starts_run(str(ev.state), ev.previous_state and str(ev.previous_state)):
+            await conn.execute("UPDATE budget.jobs SET running_since = $2 WHERE job_id = $1", ev.job_id, ev.time)
 
     ceiling, actor, spec = None, None, None
     if ev.event == JobEventKind.SUBMITTED:

@@ -17,13 +17,13 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import views
+from .domain import paging, views
 
 log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload", "figures", "states", "nodes", "gang", "alert"})
+                           "payload", "figures", "states", "nodes", "gang", "alert", "metrics"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -57,22 +57,42 @@ class Reads:
         rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)
         return {r["job_id"]: r for r in rows}
 
-    async def _decorate(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _decorate(self, jobs: list[dict[str, Any]],
+                        usage: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         ids = [j["id"] for j in jobs]
         if not ids:
             return []
         signals = await self._by_job("health.job_signals_public", ids)
         budgets = await self._by_job("budget.jobs_public", ids)
-        return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"])) for j in jobs]
+        return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"]), usage=usage)
+                for j in jobs]
 
     async def list_jobs(self, *, state: str | None, owner: str | None, limit: int) -> list[dict[str, Any]]:
+        """The first page of jobs, newest first (jobs_page without its cursor)."""
+        return (await self.jobs_page(state=state, owner=owner, limit=limit))[0]
+
+    async def jobs_page(self, *, state: str | None, owner: str | None, limit: int, name: str | None = None,
+                        signal: str | None = None, cursor: paging.Position | None = None
+                        ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of jobs, newest first (ties by id), and the cursor of the next page (None: the last one).
+        ``name`` matches a part of the name, any case; ``signal`` the health signal of a job not finished."""
+        signal_join = ""
+        if signal is not None:
+            signal_join = (" JOIN health.job_signals_public s ON s.job_id = j.id AND s.signal = $7"
+                           " AND j.state <> ALL($8::text[])")
+        args: list[Any] = [state, owner, name, cursor and cursor.created_at, cursor and cursor.job_id, limit + 1]
+        if signal is not None:
+            args += [signal, sorted(views.TERMINAL)]
         rows = await self._fetch(
             "queue.jobs_public",
-            "SELECT * FROM queue.jobs_public WHERE ($1::text IS NULL OR state = $1)"
-            " AND ($2::text IS NULL OR owner = $2) ORDER BY created_at DESC, id LIMIT $3",
-            state, owner, limit,
+            f"SELECT j.* FROM queue.jobs_public j{signal_join} WHERE ($1::text IS NULL OR j.state = $1)"
+            " AND ($2::text IS NULL OR j.owner = $2) AND ($3::text IS NULL OR strpos(lower(j.name), lower($3)) > 0)"
+            " AND ($4::timestamptz IS NULL OR j.created_at < $4 OR (j.created_at = $4 AND j.id > $5::text))"
+            " ORDER BY j.created_at DESC, j.id LIMIT $6",
+            *args,
         )
-        return await self._decorate(rows)
+        rows, next_cursor = paging.page(rows, limit)
+        return await self._decorate(rows), next_cursor
 
     async def job_row(self, job_id: str) -> dict[str, Any] | None:
         rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id)
@@ -88,7 +108,11 @@ class Reads:
         job = await self.job_row(job_id)
         if job is None:
             return None
-        (decorated,) = await self._decorate([job])
+        # The usage records of the job's current (or last) run: the time an interruption throws away.
+        usage = await self._fetch("budget.usage_public",
+                                  "SELECT * FROM budget.usage_public WHERE job_id = $1 AND epoch = $2"
+                                  " ORDER BY executor_id, seq", job_id, job.get("lease_epoch") or 0)
+        (decorated,) = await self._decorate([job], usage=usage)
         latest = await self._fetch(
             "queue.job_events_public",
             "SELECT * FROM (SELECT * FROM queue.job_events_public WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e"
@@ -106,6 +130,12 @@ class Reads:
         )
         return [views.pick(e, views.EVENT_FIELDS) for e in rows]
 
+    async def job_steps(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's accepted step reports, run by run, step by step (the queue's history)."""
+        return await self._fetch("queue.job_steps_public",
+                                 "SELECT epoch, step, loss, step_seconds, metrics, time FROM queue.job_steps_public"
+                                 " WHERE job_id = $1 ORDER BY epoch, step", job_id)
+
     async def executors(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.executors_public",
                                  "SELECT * FROM health.executors_public ORDER BY group_name, executor_id")
@@ -114,12 +144,23 @@ class Reads:
                                     "SELECT executor_id, count FROM queue.stale_messages_public")
         beats = await self._fetch("health.stale_heartbeats_public",
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
+        grants = await self._grants()
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
-                                    stale_heartbeats={s["executor_id"]: s["count"] for s in beats}) for r in rows]
+                                    stale_heartbeats={s["executor_id"]: s["count"] for s in beats},
+                                    grant=grants.get(r["executor_id"])) for r in rows]
+
+    async def _grants(self) -> dict[str, dict[str, Any]]:
+        """The queue's grants by executor, read after the heartbeat-fed rows they are merged into: a grant made
+        meanwhile is shown at once (views.grants_by_executor)."""
+        granted = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE state = ANY($1::text[])",
+                                    sorted(views.GRANTED))
+        return views.grants_by_executor(granted)
 
     async def nodes(self) -> list[dict[str, Any]]:
-        return await self._fetch("health.nodes_public",
+        rows = await self._fetch("health.nodes_public",
                                  "SELECT * FROM health.nodes_public ORDER BY group_name, node_id")
+        grants = await self._grants()
+        return [views.node_view(r, grants.get(r.get("executor_id") or "")) for r in rows]
 
     async def node_groups(self) -> list[dict[str, Any]]:
         return await self._fetch("health.node_groups_public",

@@ -69,6 +69,8 @@ class Runs:
         now = self.runtime.clock.now()
         async with self.units.begin() as unit:
             result = await apply(unit.conn, self.settings, msg.job_id, fact_of(msg), now, reporter=msg.executor_id)
+            if isinstance(msg, StepReport) and isinstance(result, lc.Transition) and result.ignored is None:
+                await store.record_step(unit.conn, msg)  # the history of what the lifecycle accepted
             if isinstance(result, lc.Transition) and result.stale:
                 await store.note_stale(unit.conn, unit.stale(StaleEpoch(
                     msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)

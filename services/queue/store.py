@@ -18,6 +18,7 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
+from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
@@ -291,3 +292,12 @@ async def running_gangs_of(conn: asyncpg.Connection, executor_id: str) -> list[s
     rows = await conn.fetch(f"SELECT id FROM {T}.jobs WHERE state = 'running' AND cardinality(workers) > 1"
                             " AND $1 = ANY(workers)", executor_id)
     return [r["id"] for r in rows]
+
+
+async def record_step(conn: asyncpg.Connection, report: StepReport) -> None:
+    """One accepted step report into the job's step history (a redelivery is stored once)."""
+    await conn.execute(
+        "INSERT INTO queue.job_steps (job_id, epoch, step, loss, step_seconds, metrics, time)"
+        " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7) ON CONFLICT DO NOTHING",
+        report.job_id, report.epoch, report.step, report.loss, report.step_seconds, json.dumps(report.metrics),
+        report.time)

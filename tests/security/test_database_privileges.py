@@ -218,6 +218,11 @@ async def test_every_service_serves_under_its_login_and_a_job_goes_through(env, 
             job_id = r.json()["id"]
             job = (await http.get(f"/v1/jobs/{job_id}")).json()
             assert job["state"] == "queued" and job["owner"] == "alice"
+            # The job view's interruption cost and the step history read the budget's and the queue's newer
+            # public views (usage_public, job_steps_public) under the gateway's login.
+            assert "interruption_cost" in job and job["interruption_cost"] is None  # queued: nothing at risk
+            steps = await http.get(f"/v1/jobs/{job_id}/steps")
+            assert steps.status_code == 200 and steps.json()["reports"] == 0, steps.text
             audited = await eventually(
                 lambda: _entries(http, job_id), 30, "the submit to be audited under the audit login")
             assert {"received", "accepted"} <= {e["outcome"] for e in audited}

@@ -30,6 +30,8 @@ async def test_submitters_and_viewers_see_only_their_own_jobs(env, tmp_path):
             r = await intruder.get(f"/v1/jobs/{job_id}")
             assert r.status_code == 404 and r.json()["reason"] == f"no such job: {job_id}"
             assert (await intruder.get(f"/v1/jobs/{job_id}/events")).status_code == 404
+            assert (await intruder.get(f"/v1/jobs/{job_id}/steps")).status_code == 404
+            assert job_id not in {j["id"] for j in (await intruder.get("/v1/jobs", params={"name": "alice"})).json()}
             listed = (await intruder.get("/v1/jobs")).json()
             assert job_id not in {j["id"] for j in listed}
             assert (await intruder.get("/v1/jobs", params={"owner": "alice"})).json() == []

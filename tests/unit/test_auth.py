@@ -37,7 +37,13 @@ class FakeReads:
     async def list_jobs(self, **_: Any) -> list[dict[str, Any]]:
         return [dict(JOB)]
 
+    async def jobs_page(self, **kw: Any) -> tuple[list[dict[str, Any]], str | None]:
+        return await self.list_jobs(**kw), None
+
     async def job_events(self, job_id: str, **_: Any) -> list[dict[str, Any]]:
+        return []
+
+    async def job_steps(self, job_id: str) -> list[dict[str, Any]]:
         return []
 
     async def executors(self) -> list[dict[str, Any]]:
@@ -111,6 +117,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/jobs"): ("/v1/jobs?state=queued", None),
     ("GET", "/v1/jobs/{job_id}"): ("/v1/jobs/j1", None),
     ("GET", "/v1/jobs/{job_id}/events"): ("/v1/jobs/j1/events", None),
+    ("GET", "/v1/jobs/{job_id}/steps"): ("/v1/jobs/j1/steps", None),
     ("POST", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/j1/cancel", None),
     ("POST", "/v1/jobs/{job_id}/requeue"): ("/v1/jobs/j1/requeue", {"gpu_ceiling_seconds": 500}),
     ("GET", "/v1/executors"): ("/v1/executors", None),

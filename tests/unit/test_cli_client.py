@@ -293,3 +293,54 @@ def test_ca_file_from_the_flag_or_the_environment(tmp_path):
     assert isinstance(tls_verify(None, {"TETO_CA_FILE": str(files.ca)}), ssl.SSLContext)
     with pytest.raises(CliError, match="no CA certificate"):
         tls_verify(tmp_path / "missing.pem", {})
+
+
+def _paged(monkeypatch, total: int):
+    """The fake gateway serves ``total`` jobs in pages of the asked limit, with X-Next-Cursor like the gateway."""
+    rows = [{**JOB, "id": f"j{i}"} for i in range(total)]
+    calls: list[dict] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        calls.append(params)
+        start = int(params.get("cursor", "0"))
+        end = start + int(params["limit"])
+        headers = {"X-Next-Cursor": str(end)} if end < total else {}
+        return httpx.Response(200, json=rows[start:end], headers=headers)
+
+    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    return rows, calls
+
+
+def test_jobs_all_follows_every_cursor_and_each_job_comes_once(server, monkeypatch, capsys):
+    rows, calls = _paged(monkeypatch, 2345)
+    args = parse("jobs", "--all", "--json", "--state", "queued")
+    assert args.func(args) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == [r["id"] for r in rows]
+    assert [c.get("cursor") for c in calls] == [None, "1000", "2000"] and all(c["state"] == "queued" for c in calls)
+
+
+def test_jobs_limit_stops_at_the_limit_and_says_how_to_go_on(server, monkeypatch, capsys):
+    _, calls = _paged(monkeypatch, 2345)
+    args = parse("jobs", "--limit", "1500")
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("\nj") == 1500 and "--cursor 1500" in out
+    assert [c["limit"] for c in calls] == ["1000", "500"]  # the last page asks only for what is still wanted
+    args = parse("jobs", "--cursor", "2300")
+    assert args.func(args) == 0 and capsys.readouterr().out.count("\nj") == 45
+
+
+def test_job_shows_the_provisional_time_and_the_interruption_cost_apart_from_the_ledger():
+    job = {**JOB, "budget": {**JOB["budget"], "provisional_seconds": 4.0, "consumed_live_seconds": 16.5,
+                             "provisional_since": "2026-01-01T00:00:30Z",
+                             "ceiling_history": [{"ceiling_seconds": 3600.0, "previous_ceiling_seconds": 60.0,
+                                                  "actor": "ops", "at": "t1", "consumed_seconds": 50.0}]},
+           "interruption_cost": {"kind": "at_risk", "steps": 10, "gpu_seconds": 9.5, "checkpoint_step": 50}}
+    text = format_job(job)
+    assert "16.5 GPU-s = 12.5 in the ledger + 4 provisional" in text
+    assert "at risk   10 steps and 9.5 GPU-s since the last checkpoint (step 50)" in text
+    assert "3600 GPU-s set by ops at t1 (50 consumed then; from 60)" in text
+    lost = format_job({**job, "interruption_cost": {**job["interruption_cost"], "kind": "lost"}})
+    assert "lost      10 steps" in lost
+    assert "provisional" not in format_job(JOB) and "since the last checkpoint" not in format_job(JOB)

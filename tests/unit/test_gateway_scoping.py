@@ -94,6 +94,9 @@ class Reads:
     async def list_jobs(self, *, owner: str | None, **_: Any) -> list[dict[str, Any]]:
         return [dict(SEALED_JOB)] if owner in (None, "alice") else []
 
+    async def jobs_page(self, **kw: Any) -> tuple[list[dict[str, Any]], str | None]:
+        return await self.list_jobs(**kw), None
+
     async def job_events(self, job_id: str, **_: Any) -> list[dict[str, Any]]:
         return [{"event": "submitted", "detail": {"spec": SEALED_JOB["spec"]}}]
 

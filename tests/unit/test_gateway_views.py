@@ -94,7 +94,13 @@ def test_an_accepted_requeue_shows_its_ceiling_before_the_budget_service_has_hea
     caught_up = {**lagging, "ceiling_seconds": 140.0, "remaining_seconds": 126.5,
                  "ceiling_history": [*lagging["ceiling_history"], {"ceiling_seconds": 140.0, "actor": "ops",
                                                                    "consumed_seconds": 13.5, "at": "t1"}]}
-    assert job_view(job, budget=caught_up)["budget"] == {**caught_up, "warning": None}
+    got = job_view(job, budget=caught_up)["budget"]
+    assert {k: got[k] for k in caught_up if k != "ceiling_history"} == {
+        k: v for k, v in caught_up.items() if k != "ceiling_history"} and got["warning"] is None
+    assert [{k: v for k, v in h.items() if k != "previous_ceiling_seconds"} for h in got["ceiling_history"]
+            ] == caught_up["ceiling_history"]
+    assert [h["previous_ceiling_seconds"] for h in got["ceiling_history"]] == [None, 12.0]  # from what to what
+    assert got["provisional_seconds"] == 0 and got["consumed_live_seconds"] == 13.5  # queued: nothing running
 
 
 def test_the_job_view_shows_every_attempt_cause_even_for_a_job_stored_before_hand_backs_were_counted():

@@ -107,3 +107,13 @@ def test_first_checkpoint_warning_carries_both_numbers():
     assert first_checkpoint_warning(100, 1.75, 4, 700.0, "measured") is None  # exactly fits
     assert first_checkpoint_warning(100, None, 4, 700.0, "measured") is None  # nothing measured yet
     assert first_checkpoint_warning(100, 20.0, 0, 1000.0, "measured").devices == 1  # CPU-only
+
+
+@pytest.mark.parametrize(("state", "previous", "starts"), [
+    ("running", "queued", True), ("running", "admitting", True), ("running", None, True),
+    ("running", "running", False), ("admitting", "queued", False), ("interrupted", "running", False),
+], ids=lambda v: str(v))
+def test_a_run_starts_when_its_job_moves_into_running(state, previous, starts):
+    from services.budget.domain.ledger import starts_run
+
+    assert starts_run(state, previous) is starts

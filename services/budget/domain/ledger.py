@@ -27,6 +27,12 @@ def gang_devices(workers: int, gpus_per_worker: int) -> int:
     return max(1, workers) * devices_held(gpus_per_worker)
 
 
+def starts_run(state: str, previous_state: str | None) -> bool:
+    """Whether a job event moves the job into ``running`` (a grant, or a gang's admission): the start of the
+    stretch the gateway shows as provisional consumption until the run's first usage sample arrives."""
+    return state == "running" and previous_state != "running"
+
+
 @dataclass(frozen=True)
 class Account:
     """One job's budget as the ledger and the job's events describe it."""

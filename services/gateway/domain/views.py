@@ -10,7 +10,11 @@ from typing import Any
 from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
+from . import live
+
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+# States in which the queue has granted a job to executors (its rank 0 in executor_id, every rank in gang).
+GRANTED = frozenset({"running", "admitting"})
 
 JOB_FIELDS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
               "lease_expires_at", "last_step", "total_steps", "step_seconds", "last_checkpoint", "reason", "error",
@@ -37,13 +41,54 @@ def pick(row: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     return {f: row.get(f) for f in fields}
 
 
+def grants_by_executor(jobs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Which job the queue has granted each executor, from the queue's job rows: ``{executor_id: {job_id,
+    epoch}}``. Every rank of a gang whose process has not ended holds its job; a job outside running/admitting
+    holds none (its ``executor_id`` names the last run's rank 0 only as history)."""
+    grants: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        if job.get("state") not in GRANTED:
+            continue
+        grant = {"job_id": job.get("id"), "epoch": job.get("lease_epoch")}
+        gang = job.get("gang") or []
+        holders = [w.get("executor_id") for w in gang if isinstance(w, Mapping) and w.get("ended") is None]
+        if not gang and job.get("executor_id"):
+            holders = [job["executor_id"]]
+        for executor_id in holders:
+            if executor_id:
+                grants[executor_id] = grant
+    return grants
+
+
 def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
-                  stale_heartbeats: Mapping[str, int]) -> dict[str, Any]:
+                  stale_heartbeats: Mapping[str, int],
+                  grant: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
-    (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie."""
+    (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie.
+
+    ``grant`` is the job the queue granted it (grants_by_executor). The grant is shown at once: the job list
+    reads the same queue row, so a job naming an executor and that executor naming the job agree at every
+    moment, not one heartbeat later. Until a heartbeat about that job and epoch arrives the executor is
+    ``starting`` with no step (``job_source: "grant"``); once one has, the heartbeat's phase and step stand
+    (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is."""
     out = pick(row, EXECUTOR_FIELDS)
+    out["job_source"] = "heartbeat" if out.get("job_id") else None
+    if grant is not None and grant.get("job_id"):
+        reported = (out.get("job_id"), out.get("epoch")) == (grant["job_id"], grant.get("epoch"))
+        if not reported:
+            out.update(job_id=grant["job_id"], epoch=grant.get("epoch"), phase="starting", step=None,
+                       job_source="grant")
     out["stale_reports"] = int(stale_reports.get(row.get("executor_id"), 0))
     out["stale_heartbeats"] = int(stale_heartbeats.get(row.get("executor_id"), 0))
+    return out
+
+
+def node_view(row: Mapping[str, Any], grant: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A node as GET /v1/nodes shows it: its executor's job is the queue's grant from the moment of the grant,
+    as in executor_view, so the node, its executor and the job agree."""
+    out = dict(row)
+    if grant is not None and grant.get("job_id"):
+        out["job_id"] = grant["job_id"]
     return out
 
 
@@ -107,17 +152,42 @@ def budget_block(row: Mapping[str, Any] | None, job: Mapping[str, Any] | None = 
     return block
 
 
+def with_previous(history: Any) -> Any:
+    """Ceiling history entries, each with the ceiling it replaced (``previous_ceiling_seconds``; null for the
+    submit's): who raised it, when, from what to what."""
+    if not isinstance(history, list):
+        return history
+    out, previous = [], None
+    for entry in history:
+        if isinstance(entry, Mapping):
+            out.append({**entry, "previous_ceiling_seconds": previous})
+            previous = entry.get("ceiling_seconds")
+        else:
+            out.append(entry)
+    return out
+
+
 def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
              budget: Mapping[str, Any] | None = None,
-             events: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short)."""
+             events: list[Mapping[str, Any]] | None = None,
+             usage: list[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The job as GET /v1/jobs/{id} shows it; ``events`` is None in list responses (kept short). ``usage`` (the
+    usage records of the job's current run) gives the single-job view its ``interruption_cost``."""
     out = pick(job, JOB_FIELDS)
     if isinstance(out.get("attempts"), Mapping):
         # Every cause is shown, counted or not: a job stored before a cause existed (handed_back) shows it as 0.
         out["attempts"] = {**{cause.value: 0 for cause in AttemptCause}, **out["attempts"]}
     spec = out.get("spec") or {}
     out["signal"] = signal_block(str(out.get("state")), signal)
-    out["budget"] = budget_block(budget, out)
+    out["ceiling_history"] = with_previous(out.get("ceiling_history"))
+    prov = live.provisional(out.get("state"), out.get("lease_epoch"), budget)
+    block = budget_block(budget, out)
+    if block is not None:
+        block = live.live_budget(block, prov)
+        block["ceiling_history"] = with_previous(block.get("ceiling_history"))
+    out["budget"] = block
+    if usage is not None:
+        out["interruption_cost"] = live.interruption_cost(out, usage, prov)
     out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
     # The budget service measures step time too (from usage reports); use its ETA when the queue has none.
     measured = (budget or {}).get("checkpoint")

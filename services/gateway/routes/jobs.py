@@ -10,19 +10,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import FastAPI, Depends, Header, Query, Request
+from fastapi import FastAPI, Depends, Header, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import Field
 
-from libs.contracts.bounds import ID_PATTERN, INT32_MAX, Actor, Reason
+from libs.contracts.bounds import ID_PATTERN, INT32_MAX, Actor, Label, Reason
 from libs.contracts.commands import CancelJob, Command, RequeueJob, SubmitJob
 from libs.contracts.envelope import Model
 from libs.contracts.jobs import CommandWorkload, JobSpec, JobState
+from libs.contracts.nodes import Signal
 from libs.contracts.secrets import redact
 
 from ..auth import AuthError, Permission, Principal, require
 from ..commands import Sent
+from ..domain import paging, steps
 from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
@@ -30,6 +32,7 @@ from ..secret_env import SecretRefused, seal_spec
 from . import COMMAND_KEY, commands_of, reads_of, scoped_fleet
 
 _ID = re.compile(ID_PATTERN)
+NEXT_CURSOR_HEADER = "X-Next-Cursor"
 
 
 class CancelBody(Model):
@@ -117,14 +120,31 @@ def register(app: FastAPI) -> None:
         cmd = await _admit_spec(request, principal, cmd)
         return await _answer(request, cmd, cmd.job_id)
 
-    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first")
-    async def list_jobs(request: Request, state: JobState | None = None,
+    @app.get("/v1/jobs", tags=["jobs"], summary="Jobs, newest first; the next page's cursor is in X-Next-Cursor",
+             responses={200: {"description": "A page of jobs", "headers": {NEXT_CURSOR_HEADER: {
+                 "description": "Send as `cursor` (same filters) for the next page; absent on the last page",
+                 "schema": {"type": "string"}}}}})
+    async def list_jobs(request: Request, response: Response, state: JobState | None = None,
                         owner: Actor | None = Query(None), limit: int = Query(100, ge=1, le=1000),
+                        name: Label | None = Query(None, description="Jobs whose name contains this (any case)"),
+                        signal: Signal | None = Query(None, description="Jobs not finished with this signal"),
+                        cursor: str | None = Query(None, max_length=paging.MAX_CURSOR_CHARS,
+                                                   description="X-Next-Cursor of the previous page"),
                         principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
+        try:
+            position = paging.decode_cursor(cursor) if cursor is not None else None
+        except paging.BadCursor as exc:
+            raise ApiError(422, "invalid", f"query.cursor: {exc}",
+                           errors=[{"field": "query.cursor", "message": str(exc), "type": "cursor"}]) from None
         owner, nothing = owner_filter(principal, owner)
         if nothing:
             return []
-        jobs = await reads_of(request).list_jobs(state=state.value if state else None, owner=owner, limit=limit)
+        jobs, next_cursor = await reads_of(request).jobs_page(
+            state=state.value if state else None, owner=owner, limit=limit, name=name,
+            signal=signal.value if signal else None, cursor=position)
+        if next_cursor is not None:
+            # The filters are the caller's to repeat: the cursor is only a position in the list's order.
+            response.headers[NEXT_CURSOR_HEADER] = next_cursor
         return redact(jobs)
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"],
@@ -142,6 +162,14 @@ def register(app: FastAPI) -> None:
                          principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
         await _existing_job(request, job_id, principal)
         return redact(await reads_of(request).job_events(job_id, after_seq=after_seq, limit=limit))
+
+    @app.get("/v1/jobs/{job_id}/steps", tags=["jobs"],
+             summary="A job's step reports (loss, step time), downsampled to at most max_points")
+    async def job_steps(request: Request, job_id: str,
+                        max_points: int = Query(steps.DEFAULT_POINTS, ge=1, le=steps.MAX_POINTS),
+                        principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+        await _existing_job(request, job_id, principal)
+        return steps.steps_view(job_id, await reads_of(request).job_steps(job_id), max_points)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], summary="Cancel a job (your own, or any with finetune:manage)",
                  openapi_extra={COMMAND_KEY: "cancel"})
