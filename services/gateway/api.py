@@ -34,7 +34,8 @@ from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
 from .scoping import AllowListError, load_allow_list
-from .routes import admin, jobs, policies, nodes
+from .logs import JobLogs
+from .routes import admin, jobs, logs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
 
@@ -110,6 +111,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
+    app.state.job_logs = JobLogs(runtime) if runtime else None
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -177,6 +179,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
                 "permissions": perms}
 
     jobs.register(app)
+    logs.register(app)
     admin.register(app)
     policies.register(app)
     nodes.register(app)

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import views
+from .domain import logviews, views
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,12 @@ class Reads:
             job_id, after_seq, limit,
         )
         return [views.pick(e, views.EVENT_FIELDS) for e in rows]
+
+    async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
+        """(attempt, rank) -> executor of every grant the job had (its ``leased`` events): whose output is its."""
+        rows = await self._fetch("queue.job_events_public", "SELECT event, detail FROM queue.job_events_public"
+                                 " WHERE job_id = $1 AND event = 'leased'", job_id)
+        return logviews.grants(rows)
 
     async def executors(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.executors_public",
