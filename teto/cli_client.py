@@ -158,6 +158,10 @@ def format_job(job: Mapping[str, Any]) -> str:
             lines.append(f"warning   {w.get('reason') if isinstance(w, Mapping) and w.get('reason') else _cell(w)}")
     if job.get("error"):
         lines.append(f"error     {job['error']}")
+    if job.get("log_tail"):
+        from .cli_logs import tail_lines
+
+        lines += tail_lines(job["log_tail"])
     if job.get("events"):
         lines += ["", table(job["events"], EVENT_COLUMNS)]
     return "\n".join(lines)

@@ -30,6 +30,15 @@ def terminal_safe(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def tail_lines(tail: Mapping[str, Any]) -> list[str]:
+    """A failed job's ``log_tail`` as ``teto job`` shows it (escaped: this is a job's output on a terminal)."""
+    status = tail.get("exit_code")
+    head = (f"output    last lines of attempt {tail.get('attempt')} rank {tail.get('rank')}"
+            + (f" (exit status {status})" if status is not None else "") + f"; all: teto logs <job-id>")
+    return [head, *(f"  {'!' if line.get('stream') == 'stderr' else ' '} {terminal_safe(str(line.get('text')))}"
+                    for line in tail.get("lines") or [])]
+
+
 def _params(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
     given = {"attempt": args.attempt, "rank": args.rank, "stream": args.stream, **extra}
     return {k: v for k, v in given.items() if v is not None}

@@ -207,3 +207,20 @@ async def test_the_run_limit_truncates_with_markers_and_an_ungranted_executors_c
         assert await reader.last(job_id, 1, 0, {}) is None
     finally:
         await nc.close()
+
+
+async def test_a_process_output_reaches_both_the_local_log_file_and_the_shipping(tmp_path):
+    from agents.executor.runner import Child, Launch
+
+    got: list[tuple[LogStream, bytes]] = []
+    code = "import sys\nfor i in range(3000): print('o' * 99)\nsys.stderr.write('bad\\n')\nsys.exit(2)"
+    launch = Launch(argv=[sys.executable, "-c", code], env={"PATH": "/usr/bin:/bin"}, log_path=tmp_path / "run.log")
+    child = await Child.start(launch, lambda record: None, on_output=lambda s, b: got.append((s, b)))
+    assert await child.wait() == 2
+    out = b"".join(b for s, b in got if s is LogStream.STDOUT)
+    assert out == (b"o" * 99 + b"\n") * 3000
+    assert b"".join(b for s, b in got if s is LogStream.STDERR) == b"bad\n"
+    written = (tmp_path / "run.log").read_bytes()
+    # Both streams in one file, interleaved as read (a read of one may fall inside a line of the other).
+    assert written.count(b"bad\n") == 1 and written.replace(b"bad\n", b"", 1) == out
+    assert child.stderr_tail() == "bad\n"
