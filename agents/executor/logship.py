@@ -23,7 +23,7 @@ PARTIAL_LINE_BYTES = 4 * MAX_TAIL_LINE_CHARS  # of an unfinished line, only this
 
 @dataclass(frozen=True)
 class LogLimits:
-    chunk_bytes: int = 16384  # a piece is cut when this much is pending
+    chunk_bytes: int = 64000  # a piece is cut when this much is pending
     flush_seconds: float = 1.0  # ...or when its oldest byte has waited this long
     max_bytes: int = 16 * 1024 * 1024  # shipped per run, both streams together
     buffer_bytes: int = 1024 * 1024  # pieces waiting for the bus, at most
@@ -62,10 +62,20 @@ class Tail:
         self.lines: deque[tuple[LogStream, str]] = deque(maxlen=lines)
 
     def add(self, stream: LogStream, pending: _Pending, data: bytes) -> None:
-        *complete, rest = data.split(b"\n")
-        for part in complete:
-            self.lines.append((stream, _line(bytes(pending.partial) + part)))
+        # Only the last lines of a write can stay in the tail: split those alone (this runs for every read of the
+        # pipe, in the agent's loop, and a process may write megabytes a second).
+        newlines = data.count(b"\n")
+        if newlines:
+            *lines, rest = data.rsplit(b"\n", self.lines.maxlen)
+            if newlines > len(lines):  # lines[0] holds earlier lines too: keep its last one
+                lines[0] = lines[0].rsplit(b"\n", 1)[-1]
+            else:
+                lines[0] = bytes(pending.partial) + lines[0]
             pending.partial.clear()
+            for line in lines:
+                self.lines.append((stream, _line(line)))
+        else:
+            rest = data
         pending.partial += rest[:max(0, PARTIAL_LINE_BYTES - len(pending.partial))]
 
     def end(self, stream: LogStream, pending: _Pending) -> None:
@@ -75,7 +85,7 @@ class Tail:
 
 
 def _line(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace").rstrip("\r")[:MAX_TAIL_LINE_CHARS]
+    return raw[:PARTIAL_LINE_BYTES].decode("utf-8", "replace").rstrip("\r")[:MAX_TAIL_LINE_CHARS]
 
 
 class Chunker:

@@ -38,6 +38,7 @@ EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
 F_SETPIPE_SZ = 1031
 PIPE_BYTES = 1 << 20  # room for a burst of output while the agent's loop is busy elsewhere
+READ_BYTES = 1 << 18  # per read of an output pipe: fewer, larger reads when a process writes fast
 
 Output = Callable[[LogStream, bytes], None]
 
@@ -155,7 +156,7 @@ class Child:
         pipe = self.proc.stdout if stream is LogStream.STDOUT else self.proc.stderr
         assert pipe is not None
         try:
-            while chunk := await pipe.read(65536):
+            while chunk := await pipe.read(READ_BYTES):
                 if stream is LogStream.STDERR:
                     self._tail += chunk
                     del self._tail[:-STDERR_TAIL_BYTES]

@@ -72,7 +72,7 @@ class ExecutorSettings(CommonSettings):
         "", max_length=4000, description="Comma-separated names (NAME or PREFIX_*) of the agent's environment a run "
         "inherits on top of PATH, LANG, LC_*, TZ (never TETO_*)")
     log_chunk_bytes: int = Field(
-        16384, ge=256, le=65000, description="A job's output is shipped in chunks of at most this many bytes...")
+        64000, ge=256, le=65000, description="A job's output is shipped in chunks of at most this many bytes...")
     log_flush_seconds: float = Field(
         1.0, gt=0, le=60, description="...or sooner: no output waits longer than this before it is shipped")
     log_max_bytes: int = Field(

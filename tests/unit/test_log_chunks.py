@@ -158,3 +158,13 @@ def test_the_gap_of_a_truncation_marker_is_what_the_limit_kept_from_the_bus():
         shipped.append(p)
     assert [(p.text, p.truncated, p.dropped_bytes, p.final) for p in shipped] == [
         ("abcd", True, 0, False), ("", True, 4, False), ("", True, 0, True)]
+
+
+@pytest.mark.parametrize("lines", [5, TAIL_LINES - 1, TAIL_LINES, TAIL_LINES + 1, 50])
+def test_the_tail_of_one_large_write_is_its_last_lines_and_a_line_begun_before_it_completes_it(lines):
+    c = chunker()
+    c.feed(OUT, b"begun ", now=0.0)
+    c.feed(OUT, b"".join(f"l{i}\n".encode() for i in range(lines)) + b"open", now=0.0)
+    tail = [t for _, t in c.close(exit_code=0)[-1].tail]
+    expected = ["begun l0"] + [f"l{i}" for i in range(1, lines)] + ["open"]
+    assert tail == expected[-TAIL_LINES:]
