@@ -45,6 +45,7 @@ class RunLog:
         self.sent = 0  # pieces the server acknowledged
         self.lost = 0  # pieces dropped after SEND_TRIES
         self._wake = asyncio.Event()
+        self._warned = False
         self._task = asyncio.create_task(self._run(), name=f"logs-{grant.job_id}-{grant.rank}")
 
     def write(self, stream: LogStream, data: bytes) -> None:
@@ -53,7 +54,8 @@ class RunLog:
 
     def _queue(self, pieces: list[Piece]) -> None:
         for piece in pieces:
-            if not self.backlog.push(piece) and self.backlog.dropped == piece.nbytes:
+            if not self.backlog.push(piece) and not self._warned:
+                self._warned = True  # once per run: the gaps themselves are marked in the chunks
                 log.warning("job %s: log backlog full (%d bytes): dropping output until the bus catches up",
                             self.grant.job_id, self.limits.buffer_bytes)
         if pieces:

@@ -89,8 +89,8 @@ class JobLogs:
         once the job has ended and what its runs shipped has been read."""
         cursor = after_seq
         last_state_check = last_line = clock()
-        ended_at: float | None = None
         job_state = await state()
+        ended_at = last_state_check if job_state is None or job_state in logviews.FOLLOW_END_STATES else None
         while True:
             # The grants are read again before each page: a chunk of an attempt granted since must not be skipped.
             page = await self.page(q, await grants(), after_seq=cursor, limit=500)
