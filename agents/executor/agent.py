@@ -415,10 +415,11 @@ class Agent:
 
     async def _finish(self, run: Run, outcome: RunOutcome, rc: int | None, error: str | None) -> None:
         self.reports.flush_step(run)
-        if run.log is not None:  # its output before its end: a reader following the job sees all of it
-            await run.log.close(rc, timeout=LOG_CLOSE_SECONDS)
         if outcome is RunOutcome.ABANDONED:
             run.phase = Phase.ABANDONED  # not accepting until the server has our report: contact is back
+        if run.log is not None:  # its output before its end: a reader following the job sees all of it
+            # (briefly when contact was lost: the bus is likely away, and the end report matters more)
+            await run.log.close(rc, timeout=1.0 if outcome is RunOutcome.ABANDONED else LOG_CLOSE_SECONDS)
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
         # Retried until the server acknowledges it; only then does the agent take new work.
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
