@@ -1,5 +1,5 @@
 """Operator commands that talk to the gateway: ``submit``, ``jobs``, ``job``, ``cancel``, ``requeue``,
-``executors``, ``audit [verify]``; ``tokens`` (written to the local tokens file), ``budget reconcile`` (reads
+``executors``, ``audit [verify]``, ``logs`` (cli_logs.py); ``tokens`` (written to the local tokens file), ``budget reconcile`` (reads
 the budget service's database) and ``contracts export``.
 
 Where the gateway is and which token to use: ``--url``/``--token``, else ``TETO_URL``/``TETO_TOKEN``, else
@@ -170,6 +170,10 @@ def format_job(job: Mapping[str, Any]) -> str:
     lines += live_lines(job)
     if job.get("error"):
         lines.append(f"error     {job['error']}")
+    if job.get("log_tail"):
+        from .cli_logs import tail_lines
+
+        lines += tail_lines(job["log_tail"])
     if job.get("events"):
         lines += ["", table(job["events"], EVENT_COLUMNS)]
     return "\n".join(lines)
@@ -412,6 +416,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .cli_dead import add_parser as add_dead_letters
 
     add_dead_letters(sub, common, _guard)
+
+    from .cli_logs import add_parser as add_logs
+
+    add_logs(sub, common, _guard)
 
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)

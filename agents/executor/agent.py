@@ -37,6 +37,7 @@ from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .lease import LeaseKeeper
+from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
 from .run import Run
@@ -51,6 +52,7 @@ try:
 except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
+LOG_CLOSE_SECONDS = 5.0  # the run's last output is shipped before its end is reported, waiting at most this
 
 
 class Agent:
@@ -311,6 +313,8 @@ class Agent:
             if run.child is not None:
                 await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
                 self.usage.finish()
+                if run.log is not None:
+                    await run.log.close(run.child.proc.returncode, timeout=1.0)
                 await self.publisher.publish_now(self.subjects.progress(grant.job_id, self.id), self._progress(
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
                     resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
@@ -346,7 +350,9 @@ class Agent:
             work = launch.build(grant, s, self.gpus, resume_from=resume, base_env=os.environ)
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
                 await sandbox.prepare_base(s.effective_base_model_dir)
-            run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box)
+            run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
+            run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
+                                          on_output=run.log.write)
         except BaseException:
             await box.close()
             raise
@@ -419,6 +425,9 @@ class Agent:
         self.reports.flush_step(run)
         if outcome is RunOutcome.ABANDONED:
             run.phase = Phase.ABANDONED  # not accepting until the server has our report: contact is back
+        if run.log is not None:  # its output before its end: a reader following the job sees all of it
+            # (briefly when contact was lost: the bus is likely away, and the end report matters more)
+            await run.log.close(rc, timeout=1.0 if outcome is RunOutcome.ABANDONED else LOG_CLOSE_SECONDS)
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
         # Retried until the server acknowledges it; only then does the agent take new work.
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,

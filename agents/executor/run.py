@@ -9,6 +9,7 @@ from libs.contracts.agents import RunJob
 from libs.contracts.telemetry import Phase
 
 from .lease import LeaseLost
+from .logsender import RunLog
 from .runner import Child
 
 
@@ -31,3 +32,4 @@ class Run:
     step_seconds_n: int = 0
     launched_at: float | None = None  # monotonic
     ready: bool = False  # a gang worker's process group has formed
+    log: RunLog | None = None  # its output on the way to the bus

@@ -3,7 +3,9 @@
 The child gets the write end of a pipe (``TETO_REPORT_FD``) and writes JSON lines through ``teto.sdk``; the
 agent reads them here. ``PR_SET_PDEATHSIG`` makes the kernel SIGKILL the child when the agent dies, so a
 training process can never outlive its agent (and so its lease); the SDK also exits on a broken pipe.
-stdout and stderr go to a log file; the last ~4 KB of stderr are kept for ``RunFinished.error``. With a
+stdout and stderr are read by the agent through pipes (enlarged, so a burst never waits on the agent): each goes
+to the run's log file and to ``on_output`` (the log shipping, logsender.py); the last ~4 KB of stderr are kept
+for ``RunFinished.error``. With a
 ``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec, and whatever it left behind is
 killed as soon as it has exited or been stopped.
 """
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from libs.contracts.logs import LogStream
+
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
@@ -32,12 +36,28 @@ log = logging.getLogger(__name__)
 STDERR_TAIL_BYTES = 4096
 EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
+F_SETPIPE_SZ = 1031
+PIPE_BYTES = 1 << 20  # room for a burst of output while the agent's loop is busy elsewhere
+READ_BYTES = 1 << 18  # per read of an output pipe: fewer, larger reads when a process writes fast
+
+Output = Callable[[LogStream, bytes], None]
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
     with contextlib.suppress(OSError):
         # Loaded in the parent: a forked child must not load libraries before exec.
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _enlarge(pipe: Any) -> None:
+    """Grow a pipe's kernel buffer (Linux; best effort): the process writes on while the agent is busy."""
+    transport = getattr(pipe, "_transport", None)
+    fd = transport.get_extra_info("pipe").fileno() if transport is not None else None
+    if fd is not None:
+        with contextlib.suppress(OSError, ValueError):
+            import fcntl
+
+            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def _die_with_parent(parent_pid: int) -> Callable[[], None]:
@@ -66,6 +86,7 @@ class Child:
     launch: Launch
     _tail: bytearray = field(default_factory=bytearray)
     _tasks: list[asyncio.Task] = field(default_factory=list)
+    _readers: int = 0
     bad_lines: int = 0
     sandbox: Sandbox | None = None
 
@@ -75,7 +96,7 @@ class Child:
 
     @classmethod
     async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
-                    sandbox: Sandbox | None = None) -> Child:
+                    sandbox: Sandbox | None = None, on_output: Output | None = None) -> Child:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
         env = dict(launch.env, TETO_REPORT_FD=str(write_fd))
@@ -85,7 +106,7 @@ class Child:
         preexec = sandbox.preexec(os.getpid()) if sandbox is not None else _die_with_parent(os.getpid())
         try:
             proc = await asyncio.create_subprocess_exec(
-                *launch.argv, env=env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL, stdout=logf,
+                *launch.argv, env=env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
                 preexec_fn=preexec)
         except BaseException:
@@ -96,9 +117,14 @@ class Child:
             os.close(write_fd)  # only the child holds the write end, so EOF means the child is gone
         if sandbox is not None:
             sandbox.pgid = proc.pid
-        child = cls(proc=proc, launch=launch, sandbox=sandbox)
+        child = cls(proc=proc, launch=launch, sandbox=sandbox, _readers=2)
+        for pipe in (proc.stdout, proc.stderr):
+            _enlarge(pipe)
         child._tasks = [asyncio.create_task(child._read_reports(read_fd, on_report), name=f"reports-{proc.pid}"),
-                        asyncio.create_task(child._read_stderr(logf), name=f"stderr-{proc.pid}")]
+                        asyncio.create_task(child._read_output(LogStream.STDOUT, logf, on_output),
+                                            name=f"stdout-{proc.pid}"),
+                        asyncio.create_task(child._read_output(LogStream.STDERR, logf, on_output),
+                                            name=f"stderr-{proc.pid}")]
         return child
 
     async def _read_reports(self, fd: int, on_report: Callable[[dict[str, Any]], None]) -> None:
@@ -126,17 +152,27 @@ class Child:
         finally:
             transport.close()
 
-    async def _read_stderr(self, logf: Any) -> None:
-        assert self.proc.stderr is not None
+    async def _read_output(self, stream: LogStream, logf: Any, on_output: Output | None) -> None:
+        pipe = self.proc.stdout if stream is LogStream.STDOUT else self.proc.stderr
+        assert pipe is not None
         try:
-            while chunk := await self.proc.stderr.read(65536):
-                self._tail += chunk
-                del self._tail[:-STDERR_TAIL_BYTES]
+            while chunk := await pipe.read(READ_BYTES):
+                if stream is LogStream.STDERR:
+                    self._tail += chunk
+                    del self._tail[:-STDERR_TAIL_BYTES]
                 with contextlib.suppress(OSError):
                     logf.write(chunk)
                     logf.flush()
+                if on_output is not None:
+                    try:
+                        on_output(stream, chunk)
+                    except Exception:  # noqa: BLE001 - shipping must never stop the reading (the process would block)
+                        log.exception("could not ship output of process %s", self.pid)
+                        on_output = None
         finally:
-            logf.close()
+            self._readers -= 1
+            if self._readers == 0:
+                logf.close()
 
     def stderr_tail(self) -> str:
         return bytes(self._tail).decode("utf-8", "replace")

@@ -11,6 +11,8 @@ from pydantic import Field, model_validator
 
 from libs.runtime.settings import CommonSettings, SettingsError
 
+from .logship import LogLimits
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -69,6 +71,16 @@ class ExecutorSettings(CommonSettings):
     workload_env_allow: str = Field(
         "", max_length=4000, description="Comma-separated names (NAME or PREFIX_*) of the agent's environment a run "
         "inherits on top of PATH, LANG, LC_*, TZ (never TETO_*)")
+    log_chunk_bytes: int = Field(
+        64000, ge=256, le=65000, description="A job's output is shipped in chunks of at most this many bytes...")
+    log_flush_seconds: float = Field(
+        1.0, gt=0, le=60, description="...or sooner: no output waits longer than this before it is shipped")
+    log_max_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, le=2**40, description="Output shipped per run (attempt and rank), stdout and "
+        "stderr together; past it the run's log is marked truncated (the local log file keeps everything)")
+    log_buffer_bytes: int = Field(
+        1024 * 1024, ge=65536, le=2**32, description="Output waiting for the bus, at most; past it output is "
+        "dropped (and the gap marked), never the training process held up")
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")
@@ -90,6 +102,11 @@ class ExecutorSettings(CommonSettings):
     @property
     def effective_base_model_dir(self) -> Path:
         return self.base_model_dir or (self.data_dir / "base")
+
+    @property
+    def log_limits(self) -> LogLimits:
+        return LogLimits(chunk_bytes=self.log_chunk_bytes, flush_seconds=self.log_flush_seconds,
+                         max_bytes=self.log_max_bytes, buffer_bytes=self.log_buffer_bytes)
 
     @property
     def abandon_grace_seconds(self) -> float:

@@ -12,6 +12,7 @@ from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, Re
 from .dead import DeadLetter
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
+from .logs import LogChunk
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
 from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
 from .telemetry import (CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport,
@@ -59,6 +60,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(CheckpointSkipped, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Corrupt checkpoint skipped"),
     Entry(RunFinished, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Training process ended"),
     Entry(WorkerReady, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Gang worker's process group formed"),
+    Entry(LogChunk, "teto.logs.<job_id>.<attempt>.<rank>.<executor_id>", "LOGS", "executor",
+          "A chunk of a run's stdout or stderr (the final one: exit status and last lines)"),
     Entry(BudgetEvent, "teto.budget.<job_id>.<event>", "BUDGET", "budget", "Ceiling warning / exhausted"),
     Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),

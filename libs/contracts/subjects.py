@@ -41,6 +41,8 @@ class StreamSpec:
     # The server refuses to delete single messages / purge the stream (audit anchors: evidence, kept forever).
     deny_delete: bool = False
     deny_purge: bool = False
+    # A cap on the messages kept per subject (oldest dropped first); None: no cap.
+    max_msgs_per_subject: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,21 @@ class Subjects:
     @property
     def progress_all(self) -> str:
         return f"{self.prefix}.progress.*.*"
+
+    # -- job output: teto.logs.<job_id>.<attempt>.<rank>.<executor_id> (chunks of stdout/stderr; the sender last,
+    # as for progress: the bus lets an executor publish only its own id there)
+    def logs(self, job_id: str, attempt: int, rank: int, executor_id: str) -> str:
+        return f"{self.prefix}.logs.{_token(job_id)}.{int(attempt)}.{int(rank)}.{_token(executor_id)}"
+
+    def logs_of(self, job_id: str, attempt: int | None = None, rank: int | None = None) -> str:
+        """The chunks of one job, of one attempt and/or rank when given (a stream filter subject)."""
+        a = "*" if attempt is None else str(int(attempt))
+        r = "*" if rank is None else str(int(rank))
+        return f"{self.prefix}.logs.{_token(job_id)}.{a}.{r}.*"
+
+    @property
+    def logs_all(self) -> str:
+        return f"{self.prefix}.logs.*.*.*.*"
 
     # -- leases: teto.lease.<job_id>.<event> (granted, renewed, expired, released)
     def lease(self, job_id: str, event: str) -> str:
@@ -212,6 +229,9 @@ class Subjects:
                        "Dead letters: messages a consumer gave up on, with the reason", max_msgs=1_000_000),
             StreamSpec(self.stream_name("USAGE"), (self.usage_all,), 14 * day,
                        "GPU usage samples, kept through a budget-service outage", max_msgs=50_000_000),
+            StreamSpec(self.stream_name("LOGS"), (self.logs_all,), 7 * day,
+                       "Jobs' output (stdout/stderr chunks per run), bounded per run by the agent",
+                       max_msgs=20_000_000, max_msgs_per_subject=200_000),
             StreamSpec(self.stream_name("AUDIT_ANCHOR"), (self.audit_anchor,), None,
                        "Audit chain heads: evidence against a rewrite of the log, never deleted nor purged",
                        deny_delete=True, deny_purge=True),

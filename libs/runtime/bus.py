@@ -129,6 +129,7 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: 
             discard=DiscardPolicy.OLD,
             max_age=spec.max_age_seconds,
             max_msgs=spec.max_msgs if spec.max_msgs is not None else -1,
+            max_msgs_per_subject=spec.max_msgs_per_subject if spec.max_msgs_per_subject is not None else -1,
             duplicate_window=DUPLICATE_WINDOW_SECONDS,
             num_replicas=replicas,
             deny_delete=spec.deny_delete,

@@ -9,8 +9,9 @@ received (``allow_responses``), so nobody can read or forge another part's repli
 The rules (issue 11): the gateway alone publishes commands; the queue alone grants and stops runs and answers
 lease renewals; health alone sends checks and reboots; a command outcome comes only from the service that
 decides that kind (the gateway decides refusals at the edge, of any kind); an executor publishes only under its
-own id (heartbeats, usage, node registration of its own node, check reports, progress) and receives only its
-own directives. Only ``admin`` (``teto up``, operators' maintenance) declares streams.
+own id (heartbeats, usage, node registration of its own node, check reports, progress, job output) and
+receives only its own directives; the gateway alone reads jobs' output. Only ``admin`` (``teto up``, operators'
+maintenance) declares streams.
 
 Nothing here does I/O: ``server_config`` renders the ``authorization`` block that ``teto up`` and
 ``teto secrets nats`` write, given the password hashes.
@@ -125,10 +126,11 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
         return Permissions((">",), (">",), allow_responses=True)
     if role == "gateway":
         # Commands of every kind; refusals decided at the edge (any kind); reads the dead-letter stream.
-        dead = s.stream_name("DEAD")
+        # Reads the dead-letter stream and jobs' output (LOGS), one message at a time, never consuming.
+        dead, logs = s.stream_name("DEAD"), s.stream_name("LOGS")
         return _service(s, "gateway", [f"{p}.cmd.*", f"{p}.outcome.*.*", f"$JS.API.STREAM.MSG.GET.{dead}",
-                                       s.rpc_audit_verify],
-                        streams=["CMD", "OUTCOME"], extra_sub=[s.outcome_all])
+                                       f"$JS.API.STREAM.MSG.GET.{logs}", s.rpc_audit_verify],
+                        streams=["CMD", "OUTCOME", "LOGS"], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",
                                      *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status],
@@ -159,8 +161,12 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                # last token, which the health service compares with the body.
                f"{p}.check.*.*.{executor_id}",
                f"{p}.progress.*.{executor_id}",  # any job, but only as itself: the queue checks it holds the lease
+               # Output of any job, only as itself: the gateway shows a job only the chunks of executors the
+               # queue granted it (the job's events name them)
+               f"{p}.logs.*.*.*.{executor_id}",
                s.rejected("executor"), s.rpc_lease_renew_of(executor_id),
-               *_consume(s, agent), *_stream_info(s, ["AGENT", "HB", "USAGE", "NODE", "PROGRESS", "REJECTED"])]
+               *_consume(s, agent),
+               *_stream_info(s, ["AGENT", "HB", "USAGE", "NODE", "PROGRESS", "REJECTED", "LOGS"])]
         return Permissions(tuple(pub), (inbox_prefix(me) + ".>",))
     raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
 

@@ -34,7 +34,8 @@ from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
 from .scoping import AllowListError, load_allow_list
-from .routes import admin, jobs, policies, nodes
+from .logs import JobLogs
+from .routes import admin, jobs, logs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
 
@@ -84,9 +85,9 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
 
 
 def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
-               commands: Any = None, dead_letters: Any = None) -> FastAPI:
+               commands: Any = None, dead_letters: Any = None, job_logs: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands``/
-    ``dead_letters`` fakes."""
+    ``dead_letters``/``job_logs`` fakes."""
     # Every body is JSON whatever its Content-Type (JsonBodies, limits.py; curl -d sends form-urlencoded).
     # redirect_slashes=False: "/v1/jobs/" (an empty or "/"-decoded id) is 404, not a 307 to another resource.
     app = FastAPI(title="Teto gateway", version="1", strict_content_type=False, redirect_slashes=False,
@@ -110,6 +111,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
+    app.state.job_logs = job_logs if job_logs is not None else (JobLogs(runtime) if runtime else None)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -177,6 +179,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
                 "permissions": perms}
 
     jobs.register(app)
+    logs.register(app)
     admin.register(app)
     policies.register(app)
     nodes.register(app)

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import paging, views
+from .domain import logviews, paging, views
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,12 @@ class Reads:
         return await self._fetch("queue.job_steps_public",
                                  "SELECT epoch, step, loss, step_seconds, metrics, time FROM queue.job_steps_public"
                                  " WHERE job_id = $1 ORDER BY epoch, step", job_id)
+
+    async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
+        """(attempt, rank) -> executor of every grant the job had (its ``leased`` events): whose output is its."""
+        rows = await self._fetch("queue.job_events_public", "SELECT event, detail FROM queue.job_events_public"
+                                 " WHERE job_id = $1 AND event = 'leased'", job_id)
+        return logviews.grants(rows)
 
     async def executors(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.executors_public",

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from .stack import eventually, start_stack
+from .stack import _clean_env, eventually, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -32,8 +34,16 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
         assert r.status_code == 201, r.text
         first = r.json()
         assert first["state"] in ("queued", "running") and first["owner"] == "local-admin"
+        # Its output followed from the CLI while it runs, until it ends.
+        follow = subprocess.Popen([sys.executable, "-m", "teto.cli", "logs", first["id"], "-f", "--data-dir",
+                                   str(data_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=_clean_env())
         done = stack.wait_state(first["id"], {"succeeded", "failed"}, 180)
         assert done["state"] == "succeeded", (done, stack.log_tail())
+        followed, notices = follow.communicate(timeout=60)
+        assert follow.returncode == 0 and "fine-tune:" in followed, notices
+        assert notices.splitlines()[-2:] == ["[teto: attempt 1 rank 0 ended: exit status 0]",
+                                             "[teto: job ended: succeeded]"], notices
         assert done["last_checkpoint"]["step"] == 30
         ckpts = sorted(p.name for p in (data_dir / "checkpoints" / first["id"]).glob("step-*.pt"))
         assert ckpts[-1] == "step-00000030.pt" and len(ckpts) >= 3
@@ -61,6 +71,10 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
         assert out.returncode == 0, out.stderr
         assert {first["id"], second} <= {j["id"] for j in json.loads(out.stdout)}
         assert "succeeded" in stack.cli("job", second).stdout
+        # ... and the output of both attempts of the second job: the one cut short by the kill, then the resumed.
+        logs = stack.cli("logs", second)
+        assert logs.returncode == 0 and logs.stdout.count("fine-tune:") == 2, (logs.stdout[-2000:], logs.stderr)
+        assert logs.stderr.splitlines()[-1] == "[teto: attempt 2 rank 0 ended: exit status 0]", logs.stderr
     finally:
         rc = stack.stop()
     assert rc == 0

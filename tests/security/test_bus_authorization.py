@@ -106,6 +106,7 @@ REFUSED_PUBLISH = [
     ("executor", S.cmd("cancel")),
     ("executor", S.progress("someone-elses-job", OTHER)),  # "finished" for another tenant's job, as another agent
     ("executor", S.heartbeat(OTHER)),  # heartbeats (and usage) charged to another executor
+    ("executor", S.logs("someone-elses-job", 1, 0, OTHER)),  # a job's output, as another agent
     ("executor", S.usage(OTHER)),
     ("executor", S.check("run-1", "failed", OTHER)),
     ("executor", S.node("host-bbbbbb", "registered")),
@@ -182,7 +183,8 @@ async def test_an_executor_cannot_read_another_executors_directives_through_jets
         for subject in (f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.agent-{EX}",
                         f"$JS.API.CONSUMER.MSG.NEXT.{stream}.agent-{OTHER}", f"$JS.API.STREAM.PURGE.{stream}",
                         f"$JS.API.STREAM.DELETE.{S.stream_name('CMD')}",
-                        f"$JS.API.STREAM.MSG.GET.{S.stream_name('AGENT')}"):
+                        f"$JS.API.STREAM.MSG.GET.{S.stream_name('AGENT')}",
+                        f"$JS.API.STREAM.MSG.GET.{S.stream_name('LOGS')}"):  # others' jobs' output
             await client.nc.publish(subject, b"{}", reply=client.nc.new_inbox())
             await client.nc.flush()
             assert await client.refused("publish", subject), subject
@@ -202,8 +204,12 @@ async def test_what_each_part_needs_still_works(authbus: AuthBus, admin):
         (msg,) = await sub.fetch(1, timeout=5)
         assert msg.data == b'{"grant": 1}'
         await msg.ack()
-        for subject in (S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX)):
+        for subject in (S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX),
+                        S.logs("j1", 1, 0, EX)):
             await ex_js.publish(subject, b"{}")
+        # The gateway reads a job's output (one message at a time, by sequence).
+        shipped = await gw_js.get_msg(S.stream_name("LOGS"), seq=1, subject=S.logs_of("j1"), next=True)
+        assert shipped.subject == S.logs("j1", 1, 0, EX)
 
         async def renew(m) -> None:
             await m.respond(b'{"ok": true}')

@@ -56,6 +56,10 @@ def test_a_job_succeeds_with_every_part_on_its_own_nats_user(stack_dir: Path):
         done = stack.wait_state(r.json()["id"], {"succeeded", "failed"}, 180)
         assert done["state"] == "succeeded", (done, stack.log_tail())
 
+        # The job's output went from the executor to the gateway, each on its own user.
+        chunks = stack.get(f"/v1/jobs/{r.json()['id']}/logs").json()["chunks"]
+        assert chunks and chunks[-1]["final"] and chunks[-1]["exit_code"] == 0, chunks[-3:]
+
         # Nothing any part did was refused by the bus (every subject it needs is in its permissions).
         logs = {f.name: f.read_text(errors="replace") for f in (stack_dir / "logs").glob("*.log")}
         assert not [name for name, text in logs.items() if "NATS refused" in text], stack.log_tail()

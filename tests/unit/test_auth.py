@@ -19,6 +19,7 @@ from services.gateway.scoping import job_id_for_key
 from services.gateway.auth import Permission, Role, TokenStore
 from services.gateway.commands import Sent
 from services.gateway.dead_letters import Replayed
+from services.gateway.logs import Page
 from services.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.unit
@@ -64,8 +65,16 @@ class FakeReads:
     async def audit_verify(self) -> dict[str, Any]:
         return {"ok": True, "first_bad_seq": None}
 
+    async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
+        return {(1, 0): "e1"}
+
     async def gang_policy(self) -> dict[str, Any]:
         return {"ready_timeout_seconds": 120.0}
+
+
+class FakeJobLogs:
+    async def page(self, q: Any, granted: Any, *, after_seq: int, limit: int) -> Page:
+        return Page([], after_seq, False)
 
 
 class FakeCommands:
@@ -118,6 +127,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/jobs/{job_id}"): ("/v1/jobs/j1", None),
     ("GET", "/v1/jobs/{job_id}/events"): ("/v1/jobs/j1/events", None),
     ("GET", "/v1/jobs/{job_id}/steps"): ("/v1/jobs/j1/steps", None),
+    ("GET", "/v1/jobs/{job_id}/logs"): ("/v1/jobs/j1/logs?stream=stderr", None),
     ("POST", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/j1/cancel", None),
     ("POST", "/v1/jobs/{job_id}/requeue"): ("/v1/jobs/j1/requeue", {"gpu_ceiling_seconds": 500}),
     ("GET", "/v1/executors"): ("/v1/executors", None),
@@ -147,7 +157,8 @@ def gateway(tmp_path):
     settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
     tokens = {role: auth.issue_token(settings.effective_tokens_file, role.value, role) for role in Role}
     commands = FakeCommands()
-    app = create_app(settings, reads=FakeReads(), commands=commands, dead_letters=FakeDeadLetters())
+    app = create_app(settings, reads=FakeReads(), commands=commands, dead_letters=FakeDeadLetters(),
+                     job_logs=FakeJobLogs())
     with TestClient(app) as client:
         yield app, client, tokens, commands
 

@@ -182,3 +182,35 @@ def test_a_dead_letter_quoting_a_sealed_secret_is_shown_redacted(tmp_path):
         for path in ("/v1/dead-letters", "/v1/dead-letters/1"):
             text = client.get(path, headers={"Authorization": f"Bearer {token}"}).text
             assert "CIPHER" not in text and "redacted" in text
+
+
+def test_a_jobs_output_is_its_owners_and_read_alls_only(tmp_path):
+    from libs.contracts.logs import LogChunk, LogStream
+    from services.gateway.logs import Page
+
+    chunk = LogChunk(job_id="j1", epoch=1, attempt=1, rank=0, executor_id="e1", stream=LogStream.STDOUT, offset=0,
+                     text="hello\n")
+
+    class Logs:
+        async def page(self, q: Any, granted: Any, *, after_seq: int, limit: int) -> Page:
+            return Page([(3, chunk)], 3, False)
+
+    class GrantedReads(Reads):
+        async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
+            return {(1, 0): "e1"}
+
+    settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
+    tokens = {a: auth.create_token(settings.effective_tokens_file, a, r)
+              for a, r in (("alice", "submitter"), ("bob", "submitter"), ("vic", "viewer"), ("ada", "auditor"))}
+    with TestClient(create_app(settings, reads=GrantedReads(), commands=Commands(), job_logs=Logs())) as client:
+        def get(who: str, **params: str):
+            return client.get("/v1/jobs/j1/logs", params=params, headers={"Authorization": f"Bearer {tokens[who]}"})
+
+        for who in ("alice", "ada"):  # the owner, and read:all
+            body = get(who).json()
+            assert [c["text"] for c in body["chunks"]] == ["hello\n"] and body["next_after_seq"] == 3
+        for who in ("bob", "vic"):  # another submitter, a viewer: the job does not exist for them
+            for params in ({}, {"follow": "true"}):
+                resp = get(who, **params)
+                assert resp.status_code == 404 and resp.json()["reason"] == "no such job: j1"
+        assert client.get("/v1/jobs/j2/logs", headers={"Authorization": f"Bearer {tokens['ada']}"}).status_code == 404

@@ -75,13 +75,14 @@ def test_the_queue_alone_answers_lease_renewals_and_the_budget_alone_budget_stat
 
 
 @pytest.mark.parametrize("subject", [S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX),
-                                     S.node(NODE, "registered")])
+                                     S.node(NODE, "registered"), S.logs("j1", 2, 0, EX)])
 def test_an_executor_publishes_its_own_reports(subject):
     assert "executor" in publishers(subject)
 
 
 @pytest.mark.parametrize("subject", [S.heartbeat(OTHER), S.usage(OTHER), S.progress("j1", OTHER),
                                      S.check("r1", "passed", OTHER), S.node("host-bbbbbb", "registered"),
+                                     S.logs("j1", 1, 0, OTHER),
                                      S.cmd("submit"), S.agent(EX, "stop"), S.agent(OTHER, "run"),
                                      S.outcome("submit", "c1"), S.job_event("j1", "succeeded"),
                                      S.lease("j1", "granted"), S.budget("j1", "exhausted"), S.node(NODE, "ready"),
@@ -127,6 +128,14 @@ def test_every_durable_a_part_consumes_is_allowed_its_api_and_nobody_elses():
             stream = S.stream_name(d.stream)
             owners = {r for r in NON_ADMIN if allows(perms(r).publish, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{d.name}")}
             assert owners == {role}, d
+
+
+def test_jobs_output_is_published_by_executors_under_their_own_id_and_read_by_the_gateway_alone():
+    assert publishers(S.logs("j1", 1, 3, EX)) == {"executor"}
+    assert not publishers(S.logs("j1", 1, 3, OTHER))
+    get = f"$JS.API.STREAM.MSG.GET.{S.stream_name('LOGS')}"
+    assert {r for r in NON_ADMIN if allows(perms(r).publish, get)} == {"gateway"}
+    assert not {r for r in NON_ADMIN if allows(perms(r).subscribe, S.logs("j1", 1, 0, EX))}
 
 
 def test_the_server_config_holds_hashes_only_and_no_anonymous_user():

@@ -154,6 +154,9 @@ def register(app: FastAPI) -> None:
         job = await reads_of(request).get_job(job_id) if _ID.match(job_id) else None
         if job is None or not may_see(principal, job.get("owner")):
             raise not_found("job", job_id)
+        from .logs import log_tail  # logs.py builds on this module
+
+        job["log_tail"] = await log_tail(request, job)
         return redact(job)
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], summary="A job's events in order (page with after_seq)")
