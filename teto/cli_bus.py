@@ -97,7 +97,8 @@ def _bus_declare(args: argparse.Namespace) -> int:
     async def go() -> None:
         nc = await bus.connect(settings.nats_url, "teto-bus-declare", credentials_file=settings.nats_credentials_file)
         try:
-            await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix))
+            await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix),
+                                     replicas=settings.stream_replicas)
         finally:
             await nc.close()
 
@@ -106,7 +107,8 @@ def _bus_declare(args: argparse.Namespace) -> int:
     except (ConnectionError, OSError) as exc:
         print(f"teto bus declare: {exc}", file=sys.stderr)
         return 3
-    print(f"streams of prefix {settings.subject_prefix!r} declared on {settings.nats_url}")
+    print(f"streams of prefix {settings.subject_prefix!r} declared on {settings.nats_url} "
+          f"(R{settings.stream_replicas})")
     return 0
 
 

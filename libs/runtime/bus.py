@@ -19,7 +19,7 @@ import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from opentelemetry import propagate
 
 from libs.contracts.envelope import Envelope
@@ -95,30 +95,47 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
     raise ConnectionError(f"cannot connect to NATS at {url}: {last}")
 
 
-async def check_streams(js: JetStreamContext, names: list[str]) -> None:
+# While a NATS cluster elects a stream's leader (a member lost, or all starting together), JetStream API calls time
+# out or find no responder for some seconds (about 10 s measured, shared/PLATFORM.md): asked again, not fatal.
+TRANSIENT_JS_ERRORS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError,
+                       asyncio.TimeoutError)
+
+
+async def check_streams(js: JetStreamContext, names: list[str], *, patience: float = 90.0) -> None:
     """Under least privilege only the admin declares streams (``teto up``, ``teto secrets``' deployment does it
-    once); a part only checks that the ones it uses exist, and says which is missing."""
+    once); a part only checks that the ones it uses exist, and says which is missing. A call that gets no answer
+    (a leader election) is asked again for up to ``patience`` seconds."""
+    deadline = asyncio.get_running_loop().time() + patience
     for name in names:
-        try:
-            await js.stream_info(name)
-        except NotFoundError:
-            raise RuntimeError(f"stream {name} does not exist: declare the streams as the NATS admin first "
-                               "(teto up does; see docs/security/bus.md)") from None
+        while True:
+            try:
+                await js.stream_info(name)
+                break
+            except NotFoundError:
+                raise RuntimeError(f"stream {name} does not exist: declare the streams as the NATS admin first "
+                                   "(teto up does; see docs/security/bus.md)") from None
+            except TRANSIENT_JS_ERRORS as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("stream %s: no answer yet (%r); asking again", name, exc)
+                await asyncio.sleep(1.0)
 
 
 async def prepare_streams(js: JetStreamContext, subjects: Subjects, *, authenticated: bool,
-                          role: str, executor_id: str | None = None, node_id: str | None = None) -> None:
-    """Declare the streams when connected anonymously (a development server, the test fixtures); with a part's
-    own credentials only check the ones that part uses (it may not declare them)."""
+                          role: str, executor_id: str | None = None, node_id: str | None = None,
+                          replicas: int = 1) -> None:
+    """Declare the streams (with ``replicas``) when connected anonymously (a development server, the test
+    fixtures); with a part's own credentials only check the ones that part uses (it may not declare them)."""
     if not authenticated:
-        await ensure_streams(js, subjects)
+        await ensure_streams(js, subjects, replicas=replicas)
         return
     perms = natsauth.permissions(role, subjects.prefix, executor_id=executor_id, node_id=node_id)
     await check_streams(js, natsauth.checked_streams(perms))
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: int = 1) -> None:
-    """Create or update every Teto stream (idempotent; run by every service at start)."""
+    """Create or update every Teto stream (idempotent; run by every service at start). ``replicas`` is the
+    stream's replication on a NATS cluster (``stream_replicas``); an update may raise or lower it."""
     for spec in subjects.streams():
         config = StreamConfig(
             name=spec.name,

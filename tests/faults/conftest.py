@@ -5,7 +5,6 @@ written as JSON to ``$TETO_FAULTS_REPORT`` (default /tmp/teto-faults-report.json
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from tests.faults.rounds import write_report
 from tests.support.faultstack import FaultStack, remove_root, stack_root
 
 EXECUTORS = ("ex-a", "ex-b", "ex-c")
@@ -39,9 +39,4 @@ async def stack() -> AsyncIterator[FaultStack]:
 def matrix() -> Iterator[list[dict[str, Any]]]:
     rows: list[dict[str, Any]] = []
     yield rows
-    path = Path(os.environ.get("TETO_FAULTS_REPORT", "/tmp/teto-faults-report.json"))
-    path.write_text(json.dumps(rows, indent=2))
-    print(f"\n[faults] matrix ({path}):")
-    for r in rows:
-        figures = ", ".join(f"{k} {v:.1f}s" for k, v in r.items() if k.endswith("_s") and v is not None)
-        print(f"  {r['fault']:<28} {'PASS' if r['passed'] else 'FAIL'}  {figures}  {r.get('failure') or ''}")
+    write_report(rows, Path(os.environ.get("TETO_FAULTS_REPORT", "/tmp/teto-faults-report.json")), "faults matrix")
