@@ -7,6 +7,7 @@ makes the outbox relay's "publish, then mark published" safe to repeat after a c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -77,7 +78,7 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            return await nats.connect(
+            nc = await nats.connect(
                 servers=[u.strip() for u in url.split(",")],
                 name=name,
                 connect_timeout=connect_timeout,
@@ -89,6 +90,17 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
                 error_cb=_report_error,
                 **creds,
             )
+            if nc.is_connected:
+                return nc
+            # nats-py 2.16 reads one line after its connect PING and expects the PONG; nats-server 2.15 may send
+            # its post-CONNECT INFO (``connect_info``) first, and the client then stays "connecting" for good,
+            # never sending a subscription or a request (docs/reliability.md). Such a connection is discarded.
+            last = ConnectionError(f"nats-py left the connection to {nc.connected_url} unconnected "
+                                   "(an INFO before the PONG)")
+            log.warning("%s; connecting again", last)
+            with contextlib.suppress(Exception):
+                await nc.close()
+            continue
         except Exception as exc:  # noqa: BLE001 - any failure to connect is retried, then reported
             last = exc
             await asyncio.sleep(0.5)
@@ -101,7 +113,8 @@ TRANSIENT_JS_ERRORS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, 
                        asyncio.TimeoutError)
 
 
-async def check_streams(js: JetStreamContext, names: list[str], *, patience: float = 90.0) -> None:
+async def check_streams(js: JetStreamContext, names: list[str], *, patience: float = 90.0,
+                        every: float = 1.0) -> None:
     """Under least privilege only the admin declares streams (``teto up``, ``teto secrets``' deployment does it
     once); a part only checks that the ones it uses exist, and says which is missing. A call that gets no answer
     (a leader election) is asked again for up to ``patience`` seconds."""
@@ -118,7 +131,7 @@ async def check_streams(js: JetStreamContext, names: list[str], *, patience: flo
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 log.warning("stream %s: no answer yet (%r); asking again", name, exc)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(every)
 
 
 async def prepare_streams(js: JetStreamContext, subjects: Subjects, *, authenticated: bool,

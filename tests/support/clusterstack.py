@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from libs.runtime.bus import Credentials
 from tests.e2e.stack import Stack, start_stack
 from tests.support.faultstack import SERVICES, TIMINGS
 from tests.support.fleet import kill_orphaned_workloads
@@ -131,8 +130,8 @@ class ClusterStack(StackClient):
     def nats_url(self) -> str:
         return self.info["nats_url"]
 
-    def nats_options(self) -> dict[str, Any]:
-        return Credentials.load(self.info["nats_credentials_file"]).options()
+    def nats_credentials(self) -> Path:
+        return Path(self.info["nats_credentials_file"])
 
     def processes(self) -> list[dict[str, Any]]:
         return json.loads((self.root / "teto" / "processes.json").read_text())

@@ -5,7 +5,7 @@ tests/support/clusterstack.py (``teto up --nats-cluster 3 --replicas 2``).
 
 A class using it provides ``gateway_urls``, ``token``, ``database_url``, ``nats_url``, ``runs_dir``, ``accepted``
 (a list), ``executor_ids()`` (the agents running now), ``crashed()`` (parts that died without the test killing
-them) and ``log_of(name)``, and may override ``nats_options`` (credentials).
+them) and ``log_of(name)``, and may override ``nats_credentials`` (the bus's admin credentials file).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import asyncpg
 import httpx
-import nats
 from nats.aio.client import Client
 
+from libs.runtime import bus
 from tests.support.fleet import WORKLOAD, eventually, read_runs
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -46,12 +46,12 @@ class StackClient:
 
     # -- the bus, as an inspector (a fresh connection each time: a server may have restarted) ----------------
 
-    def nats_options(self) -> dict[str, Any]:
-        return {}
+    def nats_credentials(self) -> Path | None:
+        return None
 
     async def bus(self) -> Client:
-        return await nats.connect(servers=self.nats_url.split(","), connect_timeout=5, max_reconnect_attempts=0,
-                                  **self.nats_options())
+        return await bus.connect(self.nats_url, "teto-test-inspector", credentials_file=self.nats_credentials(),
+                                 attempts=10)
 
     # -- PostgreSQL, read-only inspection ----------------------------------------------------------------
 

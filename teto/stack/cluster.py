@@ -85,10 +85,9 @@ def member_config(member: Member, members: list[Member], route_password: str) ->
             "cluster": {"name": CLUSTER_NAME, "listen": f"127.0.0.1:{member.cluster_port}",
                         "authorization": {"user": ROUTE_USER, "password": route_password, "timeout": 2},
                         "routes": routes,
-                        # Every part is given every member's URL, so members need not gossip them to clients. And
-                        # must not: nats-py 2.16 left a client that got such an INFO between its connect PING and
-                        # the PONG stuck "connecting" for good, its subscriptions and requests never sent
-                        # (docs/reliability.md, "The clustered rehearsal").
+                        # Every part is given every member's URL (TETO_NATS_URL): members need not gossip them to
+                        # clients, and each gossip is one more INFO that can reach a client mid-connect (see
+                        # libs/runtime/bus.connect).
                         "no_advertise": True}}
 
 
