@@ -70,6 +70,26 @@ async def _report_error(exc: Exception) -> None:
         log.warning("NATS error: %r", exc)
 
 
+class _Client(Client):
+    """nats-py's client, made connected when the server's post-CONNECT INFO arrives before its PONG.
+
+    nats-py 2.16 reads exactly one line after its connect PING and counts the connection made only if it is
+    the PONG. nats-server 2.15 follows a CONNECT with an INFO (``connect_info``); when the CONNECT and the PING
+    reach the server in two reads (a loaded machine: the password check alone takes seconds), that INFO comes
+    first, and the client stays "connecting" for good: its flusher stops at once and no subscription, publish
+    or request is ever sent. The server took the CONNECT (it answers a refused one with -ERR, which the read
+    loop handles), so the connection is marked made here, before the flusher first looks
+    (tests/integration/test_bus_connect_info.py; docs/reliability.md). Reconnections are marked by nats-py.
+    """
+
+    async def _process_connect_init(self) -> None:
+        await super()._process_connect_init()
+        if self._status == Client.CONNECTING:
+            self._status = Client.CONNECTED
+            if self._flusher_task is None or self._flusher_task.done():
+                self._flusher_task = asyncio.get_running_loop().create_task(self._flusher())
+
+
 async def connect(url: str, name: str, *, credentials_file: Path | str | None = None, connect_timeout: float = 5.0,
                   attempts: int = 30) -> Client:
     """Connect, retrying the first connection (services may start before the server is ready). With a
@@ -78,7 +98,8 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            nc = await nats.connect(
+            nc = _Client()
+            await nc.connect(
                 servers=[u.strip() for u in url.split(",")],
                 name=name,
                 connect_timeout=connect_timeout,
@@ -90,17 +111,13 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
                 error_cb=_report_error,
                 **creds,
             )
-            if nc.is_connected:
-                return nc
-            # nats-py 2.16 reads one line after its connect PING and expects the PONG; nats-server 2.15 may send
-            # its post-CONNECT INFO (``connect_info``) first, and the client then stays "connecting" for good,
-            # never sending a subscription or a request (docs/reliability.md). Such a connection is discarded.
-            last = ConnectionError(f"nats-py left the connection to {nc.connected_url} unconnected "
-                                   "(an INFO before the PONG)")
-            log.warning("%s; connecting again", last)
-            with contextlib.suppress(Exception):
-                await nc.close()
-            continue
+            try:
+                await nc.flush(timeout=connect_timeout)  # a round trip: the server took the CONNECT
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await nc.close()
+                raise
+            return nc
         except Exception as exc:  # noqa: BLE001 - any failure to connect is retried, then reported
             last = exc
             await asyncio.sleep(0.5)
