@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.faults.rounds import write_report
-from tests.support.faultstack import FaultStack, remove_root, stack_root
+from tests.faults.rounds import stack_place, write_report
+from tests.support.faultstack import FaultStack
 
 EXECUTORS = ("ex-a", "ex-b", "ex-c")
 PROXIED = ("ex-c",)  # the one a partition cuts off
@@ -22,17 +22,13 @@ PROXIED = ("ex-c",)  # the one a partition cuts off
 
 @pytest_asyncio.fixture(scope="module")
 async def stack() -> AsyncIterator[FaultStack]:
-    root = stack_root()
-    s = FaultStack(root)
-    try:
-        await s.start(EXECUTORS, proxied=PROXIED)
-        yield s
-    finally:
-        s.close()
-        if os.environ.get("TETO_FAULTS_KEEP"):
-            print(f"\n[faults] stack kept at {root}")
-        else:
-            remove_root(root)
+    with stack_place("faults") as root:
+        s = FaultStack(root)
+        try:
+            await s.start(EXECUTORS, proxied=PROXIED)
+            yield s
+        finally:
+            s.close()
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,7 @@ class ConsumerState:
     num_ack_pending: int
     num_redelivered: int
     oldest_unacked: str = ""  # subject and start of the message at the ack floor, when one is held
+    members: int = 0  # on a NATS cluster: the members holding it (leader and replicas); 0 when none leads
 
     @property
     def settled(self) -> bool:
@@ -60,8 +61,9 @@ async def durable_consumers(stack: StackClient) -> list[ConsumerState]:
                     if ci.num_redelivered:  # the first of its messages past the ack floor is unacked: name it
                         filters = ci.config.filter_subjects or [ci.config.filter_subject or ">"]
                         held = await _first_after(js, stream.config.name, ci.ack_floor.stream_seq, filters)
+                    members = 1 + len(ci.cluster.replicas or []) if ci.cluster and ci.cluster.leader else 0
                     out.append(ConsumerState(stream.config.name, ci.config.durable_name, ci.num_pending or 0,
-                                             ci.num_ack_pending or 0, ci.num_redelivered or 0, held))
+                                             ci.num_ack_pending or 0, ci.num_redelivered or 0, held, members))
         return out
     finally:
         await nc.close()

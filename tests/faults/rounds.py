@@ -7,13 +7,16 @@ measured from the fault (``probe_submit_s``, ``probe_done_s``, ``recovered_s``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.faults.invariants import settle
+from tests.support.faultstack import remove_root, stack_root
 from tests.support.fleet import eventually
 from tests.support.stackclient import StackClient
 
@@ -70,3 +73,16 @@ def write_report(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     for r in rows:
         figures = ", ".join(f"{k} {v:.1f}s" for k, v in r.items() if k.endswith("_s") and v is not None)
         print(f"  {r['fault']:<28} {'PASS' if r['passed'] else 'FAIL'}  {figures}  {r.get('failure') or ''}")
+
+
+@contextlib.contextmanager
+def stack_place(title: str) -> Iterator[Path]:
+    """A directory for one stack, removed afterwards unless ``TETO_FAULTS_KEEP`` is set (then its path is said)."""
+    root = stack_root()
+    try:
+        yield root
+    finally:
+        if os.environ.get("TETO_FAULTS_KEEP"):
+            print(f"\n[{title}] stack kept at {root}")
+        else:
+            remove_root(root)

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from tests.faults.rounds import round_of, write_report
+from tests.faults.invariants import durable_consumers
+from tests.faults.rounds import round_of, stack_place, write_report
 from tests.support.clusterstack import EXECUTORS, MEMBERS, REPLICAS, ClusterStack, behind
-from tests.support.faultstack import SERVICES, remove_root, stack_root
+from tests.support.faultstack import SERVICES
 from tests.support.fleet import eventually
 
 pytestmark = pytest.mark.faults
@@ -32,18 +33,13 @@ pytestmark = pytest.mark.faults
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ClusterStack]:
-    root = stack_root()
-    stack = None
-    try:
-        stack = ClusterStack.start(root)
-        yield stack
-    finally:
-        if stack is not None:
+    with stack_place("cluster") as root:
+        stack = ClusterStack(root)
+        try:
+            stack.start()
+            yield stack
+        finally:
             stack.close()
-        if os.environ.get("TETO_FAULTS_KEEP"):
-            print(f"\n[cluster] stack kept at {root}")
-        else:
-            remove_root(root)
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +65,9 @@ async def test_the_topology_is_three_members_and_two_of_each_service(cluster: Cl
         await nc.close()
     assert views and not behind(views, {f"node-{i}" for i in range(1, MEMBERS + 1)}, MEMBERS), views
     # Durable consumers are shared by the replicas: one of each, itself replicated on every member.
-    durables = await cluster.consumers()
-    assert durables and all(peers == MEMBERS for _, _, peers in durables), durables
-    assert len({(s, d) for s, d, _ in durables}) == len(durables)
+    durables = await durable_consumers(cluster)
+    assert durables and all(c.members == MEMBERS for c in durables), durables
+    assert len({(c.stream, c.durable) for c in durables}) == len(durables)
     # Each gateway replica answers alone, with the same view (stateless: either one serves the API).
     seen = [sorted(e["executor_id"] for e in (await cluster.get_from(url, "/v1/executors")).json())
             for url in cluster.gateway_urls]
@@ -92,8 +88,9 @@ async def test_sigkill_of_the_nats_member_leading_the_command_stream(cluster: Cl
     watch: dict[str, asyncio.Task] = {}
 
     async def inject():
+        observer = await cluster.observer(avoid=member)
         killed_at = cluster.kill(f"nats-{member}")
-        watch["task"] = asyncio.create_task(cluster.watch(member, killed_at))
+        watch["task"] = asyncio.create_task(cluster.watch(observer, member, killed_at))
         return None
 
     row = await round_of(cluster, matrix, f"SIGKILL NATS {member}", inject, timeout=180)

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from nats.aio.client import Client
 
+from libs.runtime import bus
 from tests.e2e.stack import Stack, start_stack
 from tests.support.faultstack import SERVICES, TIMINGS
 from tests.support.fleet import kill_orphaned_workloads
@@ -87,9 +89,7 @@ class ClusterStack(StackClient):
     killed: dict[str, int] = field(default_factory=dict)  # part -> the pid the test killed
     first_pids: dict[str, int] = field(default_factory=dict)
 
-    @classmethod
-    def start(cls, root: Path) -> ClusterStack:
-        self = cls(root)
+    def start(self) -> None:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.runs_dir, 0o777)
         env = {**TIMINGS, "TETO_WORKLOAD_UID_RANGE": ""}
@@ -97,7 +97,6 @@ class ClusterStack(StackClient):
                                  args=("--nats-cluster", str(MEMBERS), "--replicas", str(REPLICAS)))
         eventually_blocking(self.all_ready, 240, "every service replica ready")
         self.first_pids = {row["name"]: row["pid"] for row in self.processes()}
-        return self
 
     def all_ready(self) -> bool:
         """Every replica of every service has said it is ready (teto/stack/run.py logs ``<service> ready``)."""
@@ -207,15 +206,21 @@ class ClusterStack(StackClient):
         finally:
             await nc.close()
 
-    async def watch(self, member: str, killed_at: float, timeout: float = 90) -> ClusterWatch:
-        """From the kill: when some stream first shows the member's loss, then when every stream is back at
-        full strength (a leader and all members current). A stream info that does not answer (leaders being
-        elected) counts as a loss."""
+    async def observer(self, avoid: str) -> Client:
+        """The bus as its admin through a member other than ``avoid`` (the one about to be killed), connected
+        before the kill so that watching starts with it."""
+        urls = self.nats_url.split(",")
+        keep = [u for i, u in enumerate(urls) if f"node-{i + 1}" != avoid]
+        return await bus.connect(",".join(keep), "teto-test-observer", credentials_file=self.nats_credentials())
+
+    async def watch(self, nc: Client, member: str, killed_at: float, timeout: float = 90) -> ClusterWatch:
+        """From the kill, through ``nc`` (an observer, closed at the end): when some stream first shows the
+        member's loss, then when every stream is back at full strength (a leader and all members current). A
+        stream listing that does not answer (leaders being elected) counts as a loss."""
         seen = ClusterWatch(member)
         members = {f"node-{i}" for i in range(1, MEMBERS + 1)}
-        nc = await self.bus()
         try:
-            js = nc.jetstream(timeout=3)
+            js = nc.jetstream(timeout=2)
             while time.monotonic() - killed_at < timeout:
                 try:
                     state = behind(await self.views(js), members, MEMBERS)
@@ -233,21 +238,6 @@ class ClusterStack(StackClient):
         finally:
             await nc.close()
         raise AssertionError(f"the cluster did not return to full strength within {timeout:.0f}s: {seen}")
-
-    async def consumers(self) -> list[tuple[str, str, int]]:
-        """(stream, durable, members holding it) for every durable consumer."""
-        nc = await self.bus()
-        try:
-            js = nc.jetstream(timeout=10)
-            out = []
-            for stream in await js.streams_info():
-                for ci in await js.consumers_info(stream.config.name):
-                    if ci.config.durable_name:
-                        peers = 1 + len(ci.cluster.replicas or []) if ci.cluster and ci.cluster.leader else 0
-                        out.append((stream.config.name, ci.config.durable_name, peers))
-            return out
-        finally:
-            await nc.close()
 
     def close(self) -> None:
         if self.stack is not None:
