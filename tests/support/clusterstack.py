@@ -93,7 +93,7 @@ class ClusterStack(StackClient):
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.runs_dir, 0o777)
         env = {**TIMINGS, "TETO_WORKLOAD_UID_RANGE": ""}
-        self.stack = start_stack(root / "teto", executors=EXECUTORS, extra_env=env, ready_timeout=240,
+        self.stack = start_stack(self.root / "teto", executors=EXECUTORS, extra_env=env, ready_timeout=240,
                                  args=("--nats-cluster", str(MEMBERS), "--replicas", str(REPLICAS)))
         eventually_blocking(self.all_ready, 240, "every service replica ready")
         self.first_pids = {row["name"]: row["pid"] for row in self.processes()}
