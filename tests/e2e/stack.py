@@ -82,7 +82,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbeat: float = 1,
-                extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (), ready_timeout: float = 120) -> Stack:
+                extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                ready_timeout: float = 120) -> Stack:
     port = free_port()
     env = _clean_env()
     env.update(extra_env or {})
