@@ -101,7 +101,8 @@ def _bus_declare(args: argparse.Namespace) -> int:
         try:
             while True:
                 try:
-                    await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix), replicas=args.replicas)
+                    await bus.ensure_streams(nc.jetstream(), Subjects(settings.subject_prefix),
+                                             replicas=args.replicas or settings.stream_replicas)
                     return
                 except Exception as exc:  # noqa: BLE001 - a cluster still electing its leader: asked again
                     if time.monotonic() >= deadline:
@@ -116,7 +117,8 @@ def _bus_declare(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - said plainly, with a status
         print(f"teto bus declare: {exc!r}", file=sys.stderr)
         return 3
-    print(f"streams of prefix {settings.subject_prefix!r} declared on {settings.nats_url}")
+    print(f"streams of prefix {settings.subject_prefix!r} declared on {settings.nats_url} "
+          f"(R{args.replicas or settings.stream_replicas})")
     return 0
 
 
@@ -136,8 +138,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bus_cmd = sub.add_parser("bus", help="the bus itself")
     bsub = bus_cmd.add_subparsers(dest="bus_command", required=True)
     d = bsub.add_parser("declare", help="create or update the streams (as the NATS admin: TETO_NATS_CREDENTIALS_FILE)")
-    d.add_argument("--replicas", type=int, default=1, choices=(1, 3, 5),
-                   help="copies of each stream on a NATS cluster (3: survives the loss of any one node)")
+    d.add_argument("--replicas", type=int, default=None, choices=(1, 3, 5),
+                   help="copies of each stream on a NATS cluster (3: survives the loss of any one node; default TETO_STREAM_REPLICAS)")
     d.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
                    help="keep asking this long while JetStream is not ready (a cluster electing its leader)")
     d.set_defaults(func=_bus_declare)

@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--lease-seconds", type=float, default=None)
     up.add_argument("--heartbeat-seconds", type=float, default=None)
     up.add_argument("--log-level", default="INFO")
+    up.add_argument("--nats-cluster", type=int, default=1, metavar="N",
+                    help="embedded NATS members clustered on loopback (3: JetStream streams R3; docs/reliability.md)")
+    up.add_argument("--replicas", type=int, default=1, metavar="M", help="processes of each service")
     up.set_defaults(func=_up)
 
     svc = sub.add_parser("service", help="run one service in the foreground (what deploy/compose.yml does)")
@@ -43,7 +46,7 @@ def _up(args: argparse.Namespace) -> int:
     return up(UpOptions(data_dir=args.data_dir, http_port=args.http_port, executors=args.executors,
                         group=args.group, demo=args.demo, exit_after_demo=args.exit_after_demo,
                         lease_seconds=args.lease_seconds, heartbeat_seconds=args.heartbeat_seconds,
-                        log_level=args.log_level))
+                        log_level=args.log_level, nats_cluster=args.nats_cluster, replicas=args.replicas))
 
 
 def _service(args: argparse.Namespace) -> int:

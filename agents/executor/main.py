@@ -43,7 +43,8 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     listener = None
     try:
         await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role="executor",
-                                  executor_id=settings.executor_id, node_id=settings.node_id)
+                                  executor_id=settings.executor_id, node_id=settings.node_id,
+                                  replicas=settings.stream_replicas)
         listener, port = await reach.start_listener()
         agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
         agent.collective_port = reach.free_port()

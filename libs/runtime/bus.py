@@ -7,6 +7,7 @@ makes the outbox relay's "publish, then mark published" safe to repeat after a c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -19,7 +20,7 @@ import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError, ServiceUnavailableError
 from opentelemetry.trace import SpanKind
 
 from libs.contracts.envelope import Envelope
@@ -69,6 +70,26 @@ async def _report_error(exc: Exception) -> None:
         log.warning("NATS error: %r", exc)
 
 
+class _Client(Client):
+    """nats-py's client, made connected when the server's post-CONNECT INFO arrives before its PONG.
+
+    nats-py 2.16 reads exactly one line after its connect PING and counts the connection made only if it is
+    the PONG. nats-server 2.15 follows a CONNECT with an INFO (``connect_info``); when the CONNECT and the PING
+    reach the server in two reads (a loaded machine: the password check alone takes seconds), that INFO comes
+    first, and the client stays "connecting" for good: its flusher stops at once and no subscription, publish
+    or request is ever sent. The server took the CONNECT (it answers a refused one with -ERR, which the read
+    loop handles), so the connection is marked made here, before the flusher first looks
+    (tests/integration/test_bus_connect_info.py; docs/reliability.md). Reconnections are marked by nats-py.
+    """
+
+    async def _process_connect_init(self) -> None:
+        await super()._process_connect_init()
+        if self._status == Client.CONNECTING:
+            self._status = Client.CONNECTED
+            if self._flusher_task is None or self._flusher_task.done():
+                self._flusher_task = asyncio.get_running_loop().create_task(self._flusher())
+
+
 async def connect(url: str, name: str, *, credentials_file: Path | str | None = None, connect_timeout: float = 5.0,
                   attempts: int = 30) -> Client:
     """Connect, retrying the first connection (services may start before the server is ready). With a
@@ -77,7 +98,8 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            return await nats.connect(
+            nc = _Client()
+            await nc.connect(
                 servers=[u.strip() for u in url.split(",")],
                 name=name,
                 connect_timeout=connect_timeout,
@@ -89,36 +111,61 @@ async def connect(url: str, name: str, *, credentials_file: Path | str | None = 
                 error_cb=_report_error,
                 **creds,
             )
+            try:
+                await nc.flush(timeout=connect_timeout)  # a round trip: the server took the CONNECT
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await nc.close()
+                raise
+            return nc
         except Exception as exc:  # noqa: BLE001 - any failure to connect is retried, then reported
             last = exc
             await asyncio.sleep(0.5)
     raise ConnectionError(f"cannot connect to NATS at {url}: {last}")
 
 
-async def check_streams(js: JetStreamContext, names: list[str]) -> None:
+# While a NATS cluster elects a stream's leader (a member lost, or all starting together), JetStream API calls time
+# out or find no responder for some seconds (about 10 s measured, shared/PLATFORM.md): asked again, not fatal.
+TRANSIENT_JS_ERRORS = (nats.errors.TimeoutError, nats.errors.NoRespondersError, ServiceUnavailableError,
+                       asyncio.TimeoutError)
+
+
+async def check_streams(js: JetStreamContext, names: list[str], *, patience: float = 90.0,
+                        every: float = 1.0) -> None:
     """Under least privilege only the admin declares streams (``teto up``, ``teto secrets``' deployment does it
-    once); a part only checks that the ones it uses exist, and says which is missing."""
+    once); a part only checks that the ones it uses exist, and says which is missing. A call that gets no answer
+    (a leader election) is asked again for up to ``patience`` seconds."""
+    deadline = asyncio.get_running_loop().time() + patience
     for name in names:
-        try:
-            await js.stream_info(name)
-        except NotFoundError:
-            raise RuntimeError(f"stream {name} does not exist: declare the streams as the NATS admin first "
-                               "(teto up does; see docs/security/bus.md)") from None
+        while True:
+            try:
+                await js.stream_info(name)
+                break
+            except NotFoundError:
+                raise RuntimeError(f"stream {name} does not exist: declare the streams as the NATS admin first "
+                                   "(teto up does; see docs/security/bus.md)") from None
+            except TRANSIENT_JS_ERRORS as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("stream %s: no answer yet (%r); asking again", name, exc)
+                await asyncio.sleep(every)
 
 
 async def prepare_streams(js: JetStreamContext, subjects: Subjects, *, authenticated: bool,
-                          role: str, executor_id: str | None = None, node_id: str | None = None) -> None:
-    """Declare the streams when connected anonymously (a development server, the test fixtures); with a part's
-    own credentials only check the ones that part uses (it may not declare them)."""
+                          role: str, executor_id: str | None = None, node_id: str | None = None,
+                          replicas: int = 1) -> None:
+    """Declare the streams (with ``replicas``) when connected anonymously (a development server, the test
+    fixtures); with a part's own credentials only check the ones that part uses (it may not declare them)."""
     if not authenticated:
-        await ensure_streams(js, subjects)
+        await ensure_streams(js, subjects, replicas=replicas)
         return
     perms = natsauth.permissions(role, subjects.prefix, executor_id=executor_id, node_id=node_id)
     await check_streams(js, natsauth.checked_streams(perms))
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, *, replicas: int = 1) -> None:
-    """Create or update every Teto stream (idempotent; run by every service at start)."""
+    """Create or update every Teto stream (idempotent; run by every service at start). ``replicas`` is the
+    stream's replication on a NATS cluster (``stream_replicas``); an update may raise or lower it."""
     for spec in subjects.streams():
         config = StreamConfig(
             name=spec.name,

@@ -57,7 +57,8 @@ class Runtime:
         creds = settings.nats_credentials_file
         nc = await bus.connect(settings.nats_url, f"teto-{name}", credentials_file=creds)
         js = nc.jetstream(timeout=15.0)
-        await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role=name)
+        await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role=name,
+                                  replicas=settings.stream_replicas)
         return cls(name=name, settings=settings, pool=pool, nc=nc, js=js)
 
     def singleton(self, lock_name: str, body: Callable[[], Awaitable[None]], retry_seconds: float = 1.0) -> None:

@@ -66,6 +66,9 @@ class CommonSettings(Settings):
     nats_credentials_file: Path | None = Field(
         None, description="This part's NATS credentials, a 0600 JSON file {user, password, inbox_prefix, ca_file} "
         "(docs/security/bus.md); unset: connect without credentials, and declare the streams")
+    stream_replicas: int = Field(
+        1, ge=1, le=5, description="Replicas of each JetStream stream a part declares: 1 on a single server, 3 on "
+        "a NATS cluster of three or more (teto up --nats-cluster sets it; docs/reliability.md)")
     data_dir: Path = Field(Path(".teto"), description="Local state: embedded servers, tokens, checkpoints")
     checkpoint_dir: Path | None = Field(None, description="Checkpoint storage, a directory (a shared filesystem in a deployment); default data_dir/checkpoints")
 

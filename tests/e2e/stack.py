@@ -82,14 +82,15 @@ def _clean_env() -> dict[str, str]:
 
 
 def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbeat: float = 1,
-                extra_env: dict[str, str] | None = None) -> Stack:
+                extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                ready_timeout: float = 120) -> Stack:
     port = free_port()
     env = _clean_env()
     env.update(extra_env or {})
     log = open(data_dir.parent / f"up-{port}.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "teto.cli", "up", "--data-dir", str(data_dir), "--http-port", str(port),
-         "--executors", str(executors), "--lease-seconds", str(lease), "--heartbeat-seconds", str(heartbeat)],
+         "--executors", str(executors), "--lease-seconds", str(lease), "--heartbeat-seconds", str(heartbeat), *args],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     stack_file = data_dir / "stack.json"
 
@@ -102,7 +103,7 @@ def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbe
         info = json.loads(stack_file.read_text())
         return info["gateway_url"].endswith(f":{port}")
 
-    eventually(ready, 120, "teto up to write stack.json")
+    eventually(ready, ready_timeout, "teto up to write stack.json")
     info = json.loads(stack_file.read_text())
     stack = Stack(proc, data_dir, info["gateway_url"], info["admin_token"])
     eventually(lambda: len(stack.get("/v1/executors").json()) >= executors, 60, "executors to register")

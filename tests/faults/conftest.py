@@ -5,7 +5,6 @@ written as JSON to ``$TETO_FAULTS_REPORT`` (default /tmp/teto-faults-report.json
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,7 +13,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.support.faultstack import FaultStack, remove_root, stack_root
+from tests.faults.rounds import stack_place, write_report
+from tests.support.faultstack import FaultStack
 
 EXECUTORS = ("ex-a", "ex-b", "ex-c")
 PROXIED = ("ex-c",)  # the one a partition cuts off
@@ -22,26 +22,17 @@ PROXIED = ("ex-c",)  # the one a partition cuts off
 
 @pytest_asyncio.fixture(scope="module")
 async def stack() -> AsyncIterator[FaultStack]:
-    root = stack_root()
-    s = FaultStack(root)
-    try:
-        await s.start(EXECUTORS, proxied=PROXIED)
-        yield s
-    finally:
-        s.close()
-        if os.environ.get("TETO_FAULTS_KEEP"):
-            print(f"\n[faults] stack kept at {root}")
-        else:
-            remove_root(root)
+    with stack_place("faults") as root:
+        s = FaultStack(root)
+        try:
+            await s.start(EXECUTORS, proxied=PROXIED)
+            yield s
+        finally:
+            s.close()
 
 
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[list[dict[str, Any]]]:
     rows: list[dict[str, Any]] = []
     yield rows
-    path = Path(os.environ.get("TETO_FAULTS_REPORT", "/tmp/teto-faults-report.json"))
-    path.write_text(json.dumps(rows, indent=2))
-    print(f"\n[faults] matrix ({path}):")
-    for r in rows:
-        figures = ", ".join(f"{k} {v:.1f}s" for k, v in r.items() if k.endswith("_s") and v is not None)
-        print(f"  {r['fault']:<28} {'PASS' if r['passed'] else 'FAIL'}  {figures}  {r.get('failure') or ''}")
+    write_report(rows, Path(os.environ.get("TETO_FAULTS_REPORT", "/tmp/teto-faults-report.json")), "faults matrix")

@@ -1,4 +1,5 @@
-"""The invariants every fault must leave true, checked on the live stack (tests/support/faultstack.py).
+"""The invariants every fault must leave true, checked on the live stack (tests/support/faultstack.py, or the
+clustered one of tests/support/clusterstack.py).
 
 - no accepted command lost: every submit a gateway answered 201/202 is a job, and in the audit log;
 - no job ran in two places: no run found its job's lock held (the workload's ``overlap`` line), each lease
@@ -24,7 +25,8 @@ from typing import Any
 import nats
 
 from services.budget.domain.ledger import gpu_seconds
-from tests.support.faultstack import PREFIX, FaultStack
+from tests.support.faultstack import PREFIX
+from tests.support.stackclient import StackClient
 from tests.support.fleet import eventually
 
 # Heartbeats flow all the time: a consumer checked at an instant may hold a few in flight. A poison message
@@ -40,14 +42,15 @@ class ConsumerState:
     num_ack_pending: int
     num_redelivered: int
     oldest_unacked: str = ""  # subject and start of the message at the ack floor, when one is held
+    members: int = 0  # on a NATS cluster: the members holding it (leader and replicas); 0 when none leads
 
     @property
     def settled(self) -> bool:
         return self.num_redelivered == 0 and self.num_pending + self.num_ack_pending <= IN_FLIGHT_SLACK
 
 
-async def durable_consumers(stack: FaultStack) -> list[ConsumerState]:
-    nc = await nats.connect(stack.nats.url, connect_timeout=5, max_reconnect_attempts=0)
+async def durable_consumers(stack: StackClient) -> list[ConsumerState]:
+    nc = await stack.bus()
     try:
         js = nc.jetstream(timeout=10)
         out = []
@@ -58,8 +61,9 @@ async def durable_consumers(stack: FaultStack) -> list[ConsumerState]:
                     if ci.num_redelivered:  # the first of its messages past the ack floor is unacked: name it
                         filters = ci.config.filter_subjects or [ci.config.filter_subject or ">"]
                         held = await _first_after(js, stream.config.name, ci.ack_floor.stream_seq, filters)
+                    members = 1 + len(ci.cluster.replicas or []) if ci.cluster and ci.cluster.leader else 0
                     out.append(ConsumerState(stream.config.name, ci.config.durable_name, ci.num_pending or 0,
-                                             ci.num_ack_pending or 0, ci.num_redelivered or 0, held))
+                                             ci.num_ack_pending or 0, ci.num_redelivered or 0, held, members))
         return out
     finally:
         await nc.close()
@@ -88,9 +92,9 @@ async def _first_after(js: Any, stream: str, floor: int, filters: list[str], loo
     return f"none of #{floor + 1}..#{floor + look} matches {filters}"
 
 
-async def stream_bodies(stack: FaultStack, stream_base: str) -> list[tuple[str, Any]]:
+async def stream_bodies(stack: StackClient, stream_base: str) -> list[tuple[str, Any]]:
     """(subject, decoded JSON or None) for every message a stream holds, read by an ephemeral consumer."""
-    nc = await nats.connect(stack.nats.url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await stack.bus()
     try:
         js = nc.jetstream(timeout=10)
         name = f"{PREFIX.upper()}_{stream_base}"
@@ -122,9 +126,9 @@ async def stream_bodies(stack: FaultStack, stream_base: str) -> list[tuple[str, 
         await nc.close()
 
 
-async def stream_counts(stack: FaultStack, bases: tuple[str, ...]) -> dict[str, int]:
+async def stream_counts(stack: StackClient, bases: tuple[str, ...]) -> dict[str, int]:
     """How many messages each stream holds now (0 for a stream not declared)."""
-    nc = await nats.connect(stack.nats.url, connect_timeout=5, max_reconnect_attempts=0)
+    nc = await stack.bus()
     try:
         js = nc.jetstream(timeout=10)
         out = {}
@@ -166,13 +170,13 @@ def usage_sent(bodies: list[tuple[str, Any]], job_ids: set[str]) -> dict[str, fl
     return dict(totals)
 
 
-async def ledger_sums(stack: FaultStack, job_ids: set[str]) -> dict[str, float]:
+async def ledger_sums(stack: StackClient, job_ids: set[str]) -> dict[str, float]:
     rows = await stack.sql("SELECT job_id, sum(gpu_seconds) AS s FROM budget.ledger WHERE job_id = ANY($1::text[])"
                            " GROUP BY job_id", sorted(job_ids))
     return {r["job_id"]: r["s"] for r in rows}
 
 
-async def ledger_mismatch(stack: FaultStack, job_ids: set[str]) -> dict[str, tuple[float, float]]:
+async def ledger_mismatch(stack: StackClient, job_ids: set[str]) -> dict[str, tuple[float, float]]:
     """Jobs whose ledger sum differs from the usage sent: job -> (sent, ledger). Empty when they agree."""
     bodies = await stream_bodies(stack, "HB") + await stream_bodies(stack, "USAGE")
     sent = usage_sent(bodies, job_ids)
@@ -198,7 +202,7 @@ def run_overlaps(runs: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-async def assert_no_double_runs(stack: FaultStack, job_ids: set[str]) -> None:
+async def assert_no_double_runs(stack: StackClient, job_ids: set[str]) -> None:
     for job_id in sorted(job_ids):
         problems = run_overlaps(stack.runs(job_id))
         assert not problems, f"job {job_id} ran in two places: {problems}"
@@ -206,7 +210,7 @@ async def assert_no_double_runs(stack: FaultStack, job_ids: set[str]) -> None:
         assert leased == sorted(set(leased)), f"job {job_id} leased epochs out of order: {leased}"
 
 
-async def _accepted_everywhere(stack: FaultStack) -> list[str] | None:
+async def _accepted_everywhere(stack: StackClient) -> list[str] | None:
     """Accepted submits missing as a job or from the audit log (None when none is missing)."""
     ids = [s.job_id for s in stack.accepted]
     jobs = {r["id"] for r in await stack.sql("SELECT id FROM queue.jobs WHERE id = ANY($1::text[])", ids)}
@@ -224,14 +228,14 @@ async def _check(problems: list[str], what: str, check: Awaitable[Any]) -> None:
         problems.append(f"{what}: {str(exc)[:6000]}")
 
 
-async def _all_done(stack: FaultStack, job_ids: set[str], timeout: float, expect: str) -> None:
+async def _all_done(stack: StackClient, job_ids: set[str], timeout: float, expect: str) -> None:
     t0 = time.monotonic()
     for job_id in sorted(job_ids):
         job = await stack.wait_done(job_id, timeout=max(5.0, timeout - (time.monotonic() - t0)))
         assert job["state"] == expect, f"job {job_id} ended {job['state']}: {job.get('error') or job.get('reason')}"
 
 
-async def _nothing_missing(stack: FaultStack) -> None:
+async def _nothing_missing(stack: StackClient) -> None:
     async def check() -> bool:
         return await _accepted_everywhere(stack) is None
     try:
@@ -240,16 +244,26 @@ async def _nothing_missing(stack: FaultStack) -> None:
         raise AssertionError(f"accepted but missing (job or audit): {await _accepted_everywhere(stack)}") from None
 
 
-async def _ledger_agrees(stack: FaultStack, job_ids: set[str]) -> None:
+async def _unless_unanswered(read: Awaitable[Any]) -> Any:
+    """A JetStream read that got no answer in time (a loaded cluster, leaders being elected) is "not yet", to be
+    asked again, not a broken invariant; None then."""
+    try:
+        return await read
+    except nats.errors.TimeoutError:
+        return None
+
+
+async def _ledger_agrees(stack: StackClient, job_ids: set[str]) -> None:
     async def check() -> bool:
-        return not await ledger_mismatch(stack, job_ids)
+        return await _unless_unanswered(ledger_mismatch(stack, job_ids)) == {}
     try:
         await eventually(check, 20, "the ledger to equal the usage sent", every=1.0)
     except AssertionError:
-        raise AssertionError(f"job: (sent, ledger) {await ledger_mismatch(stack, job_ids)}") from None
+        mismatch = await _unless_unanswered(ledger_mismatch(stack, job_ids))
+        raise AssertionError(f"job: (sent, ledger) {mismatch}") from None
 
 
-async def _audit_verifies(stack: FaultStack) -> None:
+async def _audit_verifies(stack: StackClient) -> None:
     # The audit service answers verify (it holds the key); a replica restarted by the fault may still be subscribing.
     async def answered() -> Any:
         r = await stack.http("GET", "/v1/audit/verify")
@@ -258,17 +272,18 @@ async def _audit_verifies(stack: FaultStack) -> None:
     assert r.status_code == 200 and r.json()["ok"], f"{r.status_code} {r.text}"
 
 
-async def _consumers_settle(stack: FaultStack) -> None:
+async def _consumers_settle(stack: StackClient) -> None:
     async def check() -> bool:
-        return all(c.settled for c in await durable_consumers(stack))
+        states = await _unless_unanswered(durable_consumers(stack))
+        return states is not None and all(c.settled for c in states)
     try:
         await eventually(check, 30, "every durable consumer to settle", every=1.0)
     except AssertionError:
-        stuck = [c for c in await durable_consumers(stack) if not c.settled]
+        stuck = [c for c in await _unless_unanswered(durable_consumers(stack)) or [] if not c.settled]
         raise AssertionError(f"left redelivering or behind: {stuck}") from None
 
 
-async def _live_executors_signalling(stack: FaultStack) -> None:
+async def _live_executors_signalling(stack: StackClient) -> None:
     """Health's view of every executor still running shows it heartbeating (not a false ``no_signal``)."""
     async def check() -> list[str] | None:
         r = await stack.http("GET", "/v1/executors")
@@ -284,7 +299,7 @@ async def _live_executors_signalling(stack: FaultStack) -> None:
                              f"{[(e['executor_id'], e.get('signal')) for e in r.json()]}") from None
 
 
-async def settle(stack: FaultStack, job_ids: set[str], *, timeout: float = 90,
+async def settle(stack: StackClient, job_ids: set[str], *, timeout: float = 90,
                  expect: str = "succeeded") -> float:
     """Wait until every invariant holds (seconds taken); fail listing every one that does not."""
     t0 = time.monotonic()

@@ -13,69 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
 import pytest
 
 from tests.faults.invariants import settle, stream_counts
+from tests.faults.rounds import round_of as _round
+from tests.faults.rounds import running as _running
 from tests.support.faultstack import PREFIX, SERVICES, FaultStack
 from tests.support.fleet import eventually
 from tests.support.hostile import hostile_messages
 
 pytestmark = pytest.mark.faults
 
-BACKGROUND_STEPS = 60  # x 0.05 s: long enough to be mid-run when the fault lands, short on 2 cores
-Inject = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]  # returns the heal, if the fault has one
-
-
-async def _running(stack: FaultStack, job_ids: list[str], n: int) -> list[dict[str, Any]] | None:
-    jobs = [await stack.job(j) for j in job_ids]
-    running = [j for j in jobs if j and j["state"] == "running"]
-    return running if len(running) >= n else None
-
 
 async def _running_off_proxy(stack: FaultStack) -> list[dict[str, Any]] | None:
     jobs = [await stack.job(s.job_id) for s in stack.accepted[-2:]]
     found = [j for j in jobs if j and j["state"] == "running" and j["executor_id"] not in stack.proxies]
     return found or None
-
-
-async def _round(stack: FaultStack, matrix: list[dict[str, Any]], fault: str, inject: Inject, *,
-                 background: int = 2, steps: int = BACKGROUND_STEPS, timeout: float = 120) -> dict[str, Any]:
-    row: dict[str, Any] = {"fault": fault, "passed": False, "probe_submit_s": None, "probe_done_s": None,
-                           "recovered_s": None}
-    matrix.append(row)
-    try:
-        first = len(stack.accepted)
-        jobs = [await stack.submit(stack.spec(f"{fault}-bg{i}", steps=steps)) for i in range(background)]
-        await eventually(lambda: _running(stack, jobs, min(background, 2)), 60, "background jobs running")
-        t0 = time.monotonic()
-        heal = await inject()
-        probe_task = asyncio.create_task(stack.submit(stack.spec(f"{fault}-probe", steps=20), timeout=timeout))
-        if heal is not None:
-            await heal()
-        probe = await probe_task
-        row["probe_submit_s"] = next(s.answered_at for s in stack.accepted if s.job_id == probe) - t0
-        await stack.wait_done(probe, timeout=timeout)
-        row["probe_done_s"] = time.monotonic() - t0
-        problems = []
-        try:
-            # Every job accepted in this round, including any the fault's injection submitted itself.
-            await settle(stack, {s.job_id for s in stack.accepted[first:]}, timeout=timeout)
-        except AssertionError as exc:
-            problems.append(str(exc))
-        crashed = [n for n, p in stack.procs.items() if p.poll() is not None and n not in stack.killed]
-        if crashed:
-            problems.append(f"parts died on their own: {crashed}: {[stack.log_of(n, 800) for n in crashed]}")
-        assert not problems, "\n".join(problems)
-        row["recovered_s"] = time.monotonic() - t0
-        row["passed"] = True
-        return row
-    except BaseException as exc:
-        row["failure"] = f"{type(exc).__name__}: {str(exc)[:8000]}"
-        raise
 
 
 async def test_baseline_a_probe_job_on_the_healthy_stack(stack, matrix):

@@ -21,21 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import asyncpg
-import httpx
 
 from services.gateway.auth import create_token
 from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
-from tests.support.fleet import WORKLOAD, eventually, kill_orphaned_workloads, read_runs, stop_processes
+from tests.support.fleet import eventually, kill_orphaned_workloads, stop_processes
 from tests.support.proxy import TcpProxy
+from tests.support.stackclient import StackClient, Submitted
 
 SERVICES = ("audit", "budget", "health", "queue", "gateway")  # consumers of commands first, gateway last
-TERMINAL = {"succeeded", "failed", "cancelled"}
 PREFIX = "teto"
 TIMINGS = {"TETO_LEASE_SECONDS": "6", "TETO_HEARTBEAT_SECONDS": "1", "TETO_STOP_MARGIN_SECONDS": "1.5",
            "TETO_SCAN_INTERVAL_SECONDS": "0.5", "TETO_SCHEDULE_INTERVAL_SECONDS": "0.2",
@@ -45,16 +40,7 @@ TIMINGS = {"TETO_LEASE_SECONDS": "6", "TETO_HEARTBEAT_SECONDS": "1", "TETO_STOP_
 
 
 @dataclass
-class Submitted:
-    """A submit the gateway accepted (201 or 202): from then on it must never be lost."""
-
-    job_id: str
-    answered_at: float  # time.monotonic()
-    status: int
-
-
-@dataclass
-class FaultStack:
+class FaultStack(StackClient):
     root: Path
     replicas: int = 2
     nats: EmbeddedNats = field(init=False)
@@ -84,6 +70,14 @@ class FaultStack:
     @property
     def database_url(self) -> str:
         return self.pg.url
+
+    @property
+    def nats_url(self) -> str:
+        return self.nats.url
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.gateway_ports]
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
@@ -189,6 +183,10 @@ class FaultStack:
             return set(ids) <= {r["executor_id"] for r in rows}
         await eventually(seen, timeout, f"executors {ids} to heartbeat", every=0.2)
 
+    def crashed(self) -> list[str]:
+        """Parts that exited without the test killing them."""
+        return [n for n, p in self.procs.items() if p.poll() is not None and n not in self.killed]
+
     def executor_ids(self) -> list[str]:
         return [n.split(":", 1)[1] for n, p in self.procs.items() if n.startswith("executor:") and p.poll() is None]
 
@@ -199,76 +197,6 @@ class FaultStack:
             proxy.close()
         self.pg.stop(destroy=True)
         self.nats.stop()
-
-    # -- PostgreSQL, read-only inspection (a fresh connection each time: the server may have restarted) ------
-
-    async def sql(self, query: str, *args: Any) -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(self.database_url, timeout=5)
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-
-    # -- HTTP through whichever gateway replica answers (a load balancer's job) ------------------------------
-
-    async def http(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        last: Exception | None = None
-        headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
-        for port in self.gateway_ports:
-            try:
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-                    return await client.request(method, path, headers=headers, **kw)
-            except httpx.TransportError as exc:  # that replica is down: try the next
-                last = exc
-        raise ConnectionError(f"no gateway replica answered {method} {path}: {last}")
-
-    def spec(self, name: str, *, steps: int = 30, step_seconds: float = 0.05, every: int = 10,
-             max_attempts: int = 3, **env: str) -> dict[str, Any]:
-        wl_env = {"RUNS_DIR": str(self.runs_dir), "STEPS": str(steps), "STEP_SECONDS": str(step_seconds), **env}
-        return {"name": name, "workload": {"kind": "command", "command": [sys.executable, WORKLOAD], "env": wl_env},
-                "checkpoint_every_steps": every, "max_attempts": max_attempts}
-
-    async def submit(self, spec: dict[str, Any], *, timeout: float = 60) -> str:
-        """Submit with an idempotency key, retrying through outages until a replica accepts (201/202)."""
-        key = uuid.uuid4().hex
-
-        async def attempt() -> Submitted | None:
-            try:
-                r = await self.http("POST", "/v1/jobs", json=spec, headers={"Idempotency-Key": key})
-            except ConnectionError:
-                return None
-            if r.status_code in (201, 202):
-                body = r.json()  # 201: the job; 202: pending, naming the (actor-scoped) job id
-                return Submitted(body.get("id") or body["job_id"], time.monotonic(), r.status_code)
-            assert r.status_code >= 500, f"submit refused: {r.status_code} {r.text}"
-            return None  # the gateway could not reach its dependencies: retry the same key
-        sub = await eventually(attempt, timeout, f"submit {spec.get('name')} to be accepted", every=0.5)
-        self.accepted.append(sub)
-        return sub.job_id
-
-    async def job(self, job_id: str) -> dict[str, Any] | None:
-        try:
-            r = await self.http("GET", f"/v1/jobs/{job_id}")
-        except ConnectionError:
-            return None
-        return r.json() if r.status_code == 200 else None
-
-    async def events(self, job_id: str) -> list[dict[str, Any]]:
-        r = await self.http("GET", f"/v1/jobs/{job_id}/events")
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    async def wait_job(self, job_id: str, check, timeout: float, what: str) -> dict[str, Any]:
-        async def probe() -> dict[str, Any] | None:
-            job = await self.job(job_id)
-            return job if job is not None and check(job) else None
-        return await eventually(probe, timeout, f"job {job_id}: {what}", every=0.25)
-
-    async def wait_done(self, job_id: str, timeout: float = 90) -> dict[str, Any]:
-        return await self.wait_job(job_id, lambda j: j["state"] in TERMINAL, timeout, "a terminal state")
-
-    def runs(self, job_id: str) -> list[dict[str, Any]]:
-        return read_runs(self.runs_dir, job_id)
 
 
 def stack_root() -> Path:

@@ -75,6 +75,10 @@ class LocalBus:
     prefix: str = "teto"
     server_pid: Callable[[], int | None] = lambda: None
     monitor_url: str | None = None
+    # A NATS cluster (teto/stack/cluster.py): each member's running pid (None while down) and monitor URL, and
+    # each member's own config (its cluster block) written next to the users as ``<name>.conf``.
+    members: Callable[[], list[tuple[int | None, str]]] | None = None
+    node_configs: dict[str, dict] = field(default_factory=dict)
     _users: dict[str, tuple[natsauth.User, str, str]] = field(default_factory=dict)  # name -> user, password, hash
 
     def __post_init__(self) -> None:
@@ -106,8 +110,14 @@ class LocalBus:
         write_private(path, json.dumps(credentials(user, password)))
         return path
 
+    def node_config_path(self, name: str) -> Path:
+        return self.nats_dir / f"{name}.conf"
+
     def write(self) -> None:
-        write_private(self.config_path, server_config((u, h) for u, _, h in self._users.values()))
+        users = [(u, h) for u, _, h in self._users.values()]
+        write_private(self.config_path, server_config(users))
+        for name, extra in self.node_configs.items():  # the same users on every member of a cluster
+            write_private(self.node_config_path(name), server_config(users, extra=extra))
 
     def own(self) -> dict[str, dict[str, str]]:
         """What each service alone gets (``part_env``'s ``own``): the path of its credentials file."""
@@ -132,26 +142,35 @@ class LocalBus:
         self.reload()
         return {"TETO_NATS_CREDENTIALS_FILE": str(path), "TETO_NODE_ID": node_id}
 
-    def reload(self, timeout: float = 10.0) -> None:
-        """SIGHUP the server and wait until it has loaded the new config (its config_load_time changes)."""
-        pid = self.server_pid()
-        if pid is None:
-            return
-        before = self._load_time()
-        os.kill(pid, signal.SIGHUP)
-        deadline = time.monotonic() + timeout
-        while self.monitor_url and time.monotonic() < deadline:
-            if self._load_time() not in (before, None):
-                return
-            time.sleep(0.05)
-        if self.monitor_url:
-            raise TimeoutError(f"nats-server did not reload {self.config_path} within {timeout:.0f}s")
+    def _servers(self) -> list[tuple[int | None, str | None]]:
+        return self.members() if self.members is not None else [(self.server_pid(), self.monitor_url)]
 
-    def _load_time(self) -> str | None:
-        if not self.monitor_url:
-            return None
+    def reload(self, timeout: float = 10.0) -> None:
+        """SIGHUP every running server and wait until each has loaded the new config (its config_load_time
+        changes). A cluster member down meanwhile is skipped: it reads the new file when it starts again."""
+        before: dict[str, str | None] = {}
+        for pid, url in self._servers():
+            if pid is None:
+                continue
+            if url:
+                before[url] = self._load_time(url)
+            try:
+                os.kill(pid, signal.SIGHUP)
+            except ProcessLookupError:
+                before.pop(url, None)
+        deadline = time.monotonic() + timeout
+        while before and time.monotonic() < deadline:
+            running = {url for pid, url in self._servers() if pid is not None}
+            before = {url: t for url, t in before.items() if url in running and self._load_time(url) in (t, None)}
+            if before:
+                time.sleep(0.05)
+        if before:
+            raise TimeoutError(f"nats-server at {sorted(before)} did not reload its config within {timeout:.0f}s")
+
+    @staticmethod
+    def _load_time(monitor_url: str) -> str | None:
         try:
-            with urllib.request.urlopen(f"{self.monitor_url}/varz", timeout=1) as r:
+            with urllib.request.urlopen(f"{monitor_url}/varz", timeout=1) as r:
                 return json.loads(r.read()).get("config_load_time")
         except (OSError, ValueError):
             return None
@@ -159,11 +178,17 @@ class LocalBus:
 
 # -- teto up ------------------------------------------------------------------------------------------------
 
-def start_embedded(nats_dir: Path, prefix: str):
-    """The embedded NATS server with every part's user and permissions; returns (LocalBus, EmbeddedNats)."""
+def start_embedded(nats_dir: Path, prefix: str, members: int = 1, sup=None):
+    """The embedded NATS server with every part's user and permissions; returns (LocalBus, EmbeddedNats), or
+    with ``members`` > 1 (LocalBus, NatsCluster): that many clustered servers with the same users, run as parts
+    of the supervisor ``sup``."""
     from teto.stack.embedded import EmbeddedNats
 
     bus_auth = LocalBus(nats_dir, prefix)
+    if members > 1:
+        from teto.stack import cluster
+
+        return bus_auth, cluster.start(nats_dir, bus_auth, members, sup)
     nats = EmbeddedNats(nats_dir, config=bus_auth.config_path).start()
     bus_auth.server_pid = lambda: nats.proc.pid if nats.proc is not None and nats.proc.poll() is None else None
     bus_auth.monitor_url = nats.monitor_url

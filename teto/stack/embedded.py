@@ -71,25 +71,33 @@ class EmbeddedNats:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> EmbeddedNats:
+        self.launch()
+        self.wait_healthy(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process (on the ports of an earlier start, if any) without waiting for it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.data_dir / "nats-server.log", "ab") as log:
+            self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def argv(self) -> list[str]:
+        """The server's command line (ports chosen on first use)."""
         self.port = self.port or free_port()
         self.monitor_port = self.monitor_port or free_port()
-        log = open(self.data_dir / "nats-server.log", "ab")
-        self.proc = subprocess.Popen(
-            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor_port),
-             "-js", "-sd", str(self.data_dir / "jetstream"), *(["-c", str(self.config)] if self.config else [])],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        return [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor_port),
+                "-js", "-sd", str(self.data_dir / "jetstream"), *(["-c", str(self.config)] if self.config else [])]
 
+    def wait_healthy(self, timeout: float, query: str = "?js-enabled-only=true") -> None:
+        """Until ``/healthz`` answers 200; with no ``query`` that needs JetStream current (on a cluster: a meta
+        leader elected and this member caught up)."""
         def healthy() -> bool:
-            if self.proc.poll() is not None:
+            if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited with {self.proc.returncode}; see {self.data_dir}")
-            url = f"http://127.0.0.1:{self.monitor_port}/healthz?js-enabled-only=true"
-            with urllib.request.urlopen(url, timeout=1) as r:
+            with urllib.request.urlopen(f"{self.monitor_url}/healthz{query}", timeout=1) as r:
                 return r.status == 200
 
         _wait(healthy, timeout, "nats-server")
-        return self
 
     @property
     def monitor_url(self) -> str:

@@ -20,22 +20,34 @@ def configure_logging(level: str = "INFO") -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
+async def _until_signalled(serve: Callable[..., Awaitable[None]], name: str | None = None) -> None:
+    """Run ``serve`` until SIGTERM/SIGINT; with a service ``name``, log ``<name> ready`` once it says it is (its
+    consumers bound, its singletons running: what a supervisor or a test waits for)."""
     loop = asyncio.get_running_loop()
-    task = asyncio.create_task(serve())
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve(ready=ready) if name else serve())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    announce = asyncio.create_task(_announce(ready, name)) if name else None
     try:
         await task
     except asyncio.CancelledError:
         pass
+    finally:
+        if announce is not None:
+            announce.cancel()
+
+
+async def _announce(ready: asyncio.Event, name: str) -> None:
+    await ready.wait()
+    logging.getLogger("teto.service").info("%s ready", name)
 
 
 def run_service(name: str) -> int:
     if name not in SERVICES:
         raise SystemExit(f"unknown service {name!r}; one of {', '.join(SERVICES)}")
     module = importlib.import_module(f"services.{name}.app")
-    asyncio.run(_until_signalled(module.serve))
+    asyncio.run(_until_signalled(module.serve, name))
     return 0
 
 

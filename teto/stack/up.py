@@ -26,7 +26,7 @@ import httpx
 
 from libs.runtime.dbroles import redact_url
 from teto.stack import isolation as jobs_isolation
-from teto.stack import busauth
+from teto.stack import busauth, cluster
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -46,6 +46,8 @@ class UpOptions:
     heartbeat_seconds: float | None = None
     log_level: str = "INFO"
     demo_spec: dict | None = None
+    nats_cluster: int = 1  # embedded NATS members (3: a cluster with R3 streams; teto/stack/cluster.py)
+    replicas: int = 1  # processes of each service
 
 
 class _Stop(Exception):
@@ -53,7 +55,7 @@ class _Stop(Exception):
 
 
 def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: bool = True,
-                    nats_credentials: Path | None = None) -> None:
+                    nats_credentials: Path | None = None, stream_replicas: int = 1) -> None:
     """Apply every service's migrations (unless done already, as the owners) and declare the streams (as the
     bus's admin) before anything starts."""
     from libs.contracts.subjects import Subjects
@@ -69,7 +71,7 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: b
                 await pool.close()
         nc = await bus.connect(nats_url, "teto-up", credentials_file=nats_credentials)
         try:
-            await bus.ensure_streams(nc.jetstream(), Subjects(prefix))
+            await bus.ensure_streams(nc.jetstream(), Subjects(prefix), replicas=stream_replicas)
         finally:
             await nc.close()
 
@@ -119,6 +121,14 @@ def up(opts: UpOptions) -> int:
     if opts.heartbeat_seconds is not None:
         lease_env["TETO_HEARTBEAT_SECONDS"] = str(opts.heartbeat_seconds)
     _check_settings({**os.environ, **lease_env})  # refuse an unsafe lease contract before starting anything
+    try:
+        cluster.check_topology(opts.nats_cluster, opts.replicas)
+        if opts.nats_cluster > 1 and os.environ.get("TETO_NATS_URL"):
+            raise cluster.TopologyError("--nats-cluster starts embedded servers: unset TETO_NATS_URL (with an "
+                                        "external cluster, set TETO_STREAM_REPLICAS instead)")
+    except cluster.TopologyError as exc:
+        print(f"teto up: {exc}", file=sys.stderr)
+        return 2
     data_dir = opts.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     jobs_isolation.harden_data_dir(data_dir)
@@ -148,9 +158,12 @@ def up(opts: UpOptions) -> int:
         nats_admin = Path(os.environ["TETO_NATS_CREDENTIALS_FILE"]) if os.environ.get(
             "TETO_NATS_CREDENTIALS_FILE") else None
         if not nats_url:
-            bus_auth, nats = busauth.start_embedded(data_dir / "nats", prefix)
+            bus_auth, nats = busauth.start_embedded(data_dir / "nats", prefix, members=opts.nats_cluster,
+                                                  sup=sup)
             nats_url, nats_admin = nats.url, bus_auth.admin_creds
             log.info("embedded NATS (JetStream) at %s, every part with its own credentials", nats_url)
+        stream_replicas = (cluster.stream_replicas(opts.nats_cluster) if opts.nats_cluster > 1
+                           else int(os.environ.get("TETO_STREAM_REPLICAS") or 1))
         if not database_url:
             pg = EmbeddedPostgres(data_dir / "postgres").start()
             database_url = pg.url
@@ -160,14 +173,15 @@ def up(opts: UpOptions) -> int:
         from teto.stack import dbsetup
 
         least = dbsetup.setup(database_url, data_dir, own, own_cluster=pg is not None)
-        _prepare_schema(nats_url, database_url, prefix, migrate=not least, nats_credentials=nats_admin)
+        _prepare_schema(nats_url, database_url, prefix, migrate=not least, nats_credentials=nats_admin,
+                        stream_replicas=stream_replicas)
 
         tokens_file = data_dir / "tokens.json"
         token = _admin_token(data_dir, tokens_file)
         env = dict(os.environ)
         env.update(TETO_NATS_URL=nats_url, TETO_DATABASE_URL=database_url, TETO_DATA_DIR=str(data_dir),
                    TETO_HTTP_PORT=str(opts.http_port), TETO_TOKENS_FILE=str(tokens_file),
-                   TETO_SUBJECT_PREFIX=prefix, PYTHONUNBUFFERED="1")
+                   TETO_SUBJECT_PREFIX=prefix, TETO_STREAM_REPLICAS=str(stream_replicas), PYTHONUNBUFFERED="1")
         env.update(lease_env)
         # The local provisioner: a replaced node becomes a request file the loop below turns into a fresh agent.
         env.setdefault("TETO_PROVISIONER_COMMAND", provisioner_command(data_dir))
@@ -184,8 +198,11 @@ def up(opts: UpOptions) -> int:
         prepare_executor = busauth.give_credentials(bus_auth, own,
                                                     lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
+        ports = cluster.gateway_ports(opts.http_port, opts.replicas)
         for name in SERVICE_ORDER:
-            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
+            for i, part in enumerate(cluster.replica_names(name, opts.replicas)):
+                part_vars = {**part_env(env, own, name), "TETO_HTTP_PORT": str(ports[i])}
+                sup.add(Part(part, [*py, "service", name, "--log-level", opts.log_level], part_vars))
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
                                 "--log-level", opts.log_level], part_env(env, own, "executor"),
@@ -194,15 +211,20 @@ def up(opts: UpOptions) -> int:
 
         for i in range(1, opts.executors + 1):
             add_executor(f"executor-{i}", opts.group)
-        url = f"http://127.0.0.1:{opts.http_port}"
-        _wait_http(f"{url}/healthz", 90.0, sup)
-        _write_private(data_dir / "stack.json", {"gateway_url": url, "admin_token": token, "nats_url": nats_url,
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        url = urls[0]
+        for gateway in urls:
+            _wait_http(f"{gateway}/healthz", 90.0, sup)
+        _write_private(data_dir / "stack.json", {"gateway_url": url, "gateway_urls": urls, "admin_token": token,
+                                                 "nats_url": nats_url, "stream_replicas": stream_replicas,
                                                  "database_url": database_url, "data_dir": str(data_dir),
                                                  "subject_prefix": prefix,
                                                  "nats_credentials_file": str(nats_admin) if nats_admin else None})
         jobs_isolation.harden_data_dir(data_dir)  # runs enter it, never read what is not theirs
-        print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {url}  (OpenAPI: {url}/docs)\n"
-              f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}\n"
+        print(f"\nTeto is up in {time.monotonic() - started:.1f}s\n  gateway:     {', '.join(urls)}  "
+              f"(OpenAPI: {url}/docs)\n"
+              f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}"
+              f"{cluster.note(nats, stream_replicas)}\n"
               f"  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
@@ -224,7 +246,7 @@ def up(opts: UpOptions) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sup.stop([n for n in sup.parts if n.startswith("executor")])
-        sup.stop(["gateway", "queue", "health", "budget", "audit"])
+        sup.stop([p for name in reversed(SERVICE_ORDER) for p in cluster.replica_names(name, opts.replicas)])
         if pg is not None:
             pg.stop()
         if nats is not None:
