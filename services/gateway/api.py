@@ -35,6 +35,7 @@ from .openapi import document_statuses
 from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .routes import admin, jobs, policies, nodes
+from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
 
@@ -181,5 +182,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    panel.mount(app, runtime)  # the operator panel under / (services/gateway/panel)
     document_statuses(app)
     return app
