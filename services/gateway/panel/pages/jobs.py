@@ -30,6 +30,7 @@ def register(router: APIRouter) -> None:
     async def jobs(request: Request, state: str | None = None, signal: str | None = None,
                    owner: str | None = Query(None, max_length=200), name: str | None = Query(None, max_length=200),
                    cursor: str | None = Query(None, max_length=400), fragment: bool = False,
+                   limit: int = Query(PAGE_SIZE, ge=1, le=200),
                    principal: Principal = Depends(signed_in(Permission.READ))) -> Response:
         states = [s.value for s in JobState]
         f = JobFilter(state=state if state in states else None, signal=signal if signal in SIGNALS else None,
@@ -38,9 +39,9 @@ def register(router: APIRouter) -> None:
         rows, next_cursor = [], None
         if not nothing:
             f = JobFilter(f.state, f.signal, scoped_owner, f.name)
-            rows, next_cursor = await job_page(reads_of(request), f, cursor=cursor, limit=PAGE_SIZE)
+            rows, next_cursor = await job_page(reads_of(request), f, cursor=cursor, limit=limit)
         template = "jobs_table.html" if fragment else "jobs.html"
         return render(request, principal, template, "jobs", messages=("jobs.",), jobs=rows, states=states,
                       signals=SIGNALS, filters={"state": f.state, "signal": f.signal, "owner": owner or "",
                                                 "name": f.name or ""},
-                      next_cursor=next_cursor, first_page=cursor is None)
+                      next_cursor=next_cursor, first_page=cursor is None, limit=limit)
