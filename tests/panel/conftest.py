@@ -55,6 +55,7 @@ def open_as(chromium, stack: Stack, secret: str, locale: str):
     page.set_default_timeout(20_000)
     page.goto(f"{stack.url}/jobs")
     assert "/signin" in page.url
+    shoot(page, "signin", locale)
     page.get_by_label("Token de API" if locale == "pt-BR" else "API token").fill(secret)
     page.get_by_role("button", name="Entrar" if locale == "pt-BR" else "Sign in").click()
     page.wait_for_url(f"{stack.url}/jobs")
