@@ -21,7 +21,8 @@ class NavItem:
 def pages() -> list:
     # One line per page; the order of the navigation is NavItem.order.
     from . import account, job, jobs
-    return [account, jobs, job]
+    from . import audit, executors, nodes, policy  # the operations pages
+    return [account, jobs, job, executors, nodes, policy, audit]
 
 
 def navigation() -> list[NavItem]:
