@@ -28,12 +28,16 @@ FOUND: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def stack():
     yield from stack_for_module(executors=2, lease=30, heartbeat=1,
-                                extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": "1", "TETO_STUCK_AFTER_SECONDS": "3"})
+                                extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": "1", "TETO_STUCK_AFTER_SECONDS": "3",
+                                           # figures on a loaded 2-core machine move 2x between runs
+                                           "TETO_MIN_RATIO": "0.05"})
 
 
 @pytest.fixture(scope="module")
 def tokens(stack):
-    return {role: token_for(stack, f"{role}-pessoa", role) for role in ("operator", "viewer", "admin")}
+    # Names that are no catalogue word in either language (the language walk looks for those).
+    return {role: token_for(stack, actor, role) for actor, role in (("olga", "operator"), ("vera", "viewer"),
+                                                                     ("adm", "admin"))}
 
 
 def ready_nodes(stack) -> int:
@@ -63,12 +67,14 @@ def test_an_on_demand_check_of_a_group_shows_each_node_and_test_to_completion_wi
         assert "Aprovado" in node.locator("h3").inner_text()
         tests = set(node.locator("tr[data-test]").evaluate_all("rows => rows.map(r => r.dataset.test)"))
         assert {"matmul", "membw", "memtest", "allreduce", "connectivity", "nvml"} <= tests, tests
-        matmul = words(node.locator("tr[data-test='matmul']").first)
+        matmul = " ".join(node.locator("tr[data-test='matmul']").all_inner_texts()).split()
+        matmul = " ".join(matmul)
         assert re.search(r"Vazão \(float32\) [\d.,]+ TFLOP/s [\d.,]+ \((mediana|referência)", matmul), matmul
+        assert not re.search(r" 0,0+ TFLOP/s", matmul), matmul  # three significant digits, however small
         assert re.search(r"\d+ %", matmul), matmul
-        allreduce = words(node.locator("tr[data-test='allreduce']").first)
+        allreduce = " ".join(" ".join(node.locator("tr[data-test='allreduce']").all_inner_texts()).split())
         assert re.search(r"Banda de barramento do all-reduce [\d.,]+ GB/s", allreduce), allreduce
-        assert "Não se aplica" in words(node.locator("tr[data-test='nvml']"))  # CPU-only: said, not a silent pass
+        assert "Não se aplica" in node.locator("tr[data-test='nvml']").first.inner_text()  # CPU-only: said, not a silent pass
     shoot(page, "nodes-check", "pt-BR")
     page.get_by_role("link", name="English").click()
     page.wait_for_selector("#run-status[data-done='true']")
@@ -134,7 +140,7 @@ def test_the_gang_policy_is_checked_as_typed_and_saved_with_the_admins_name(stac
     page.get_by_role("button", name="Salvar a política").click()
     page.wait_for_url(re.compile(r"/policy\?saved=1"))
     assert "Política salva" in page.locator("#policy-saved").inner_text()
-    assert "Alterada por último por admin-pessoa em" in page.locator("#policy-changed").inner_text()
+    assert "Alterada por último por adm em" in page.locator("#policy-changed").inner_text()
     policy = stack.get("/v1/policies/gang").json()
     assert (policy["ready_timeout_seconds"], policy["backoff_max_seconds"], policy["backoff_limit"],
             policy["node_failure_strategy"]) == (90, 300, None, "fail_job")

@@ -64,7 +64,8 @@ RUN = {"state": "running", "nodes": [
         {"test": "membw", "status": "passed", "figures": {"copy_gbps": 30.0}, "verdict": {"comparisons": []}},
         {"test": "allreduce", "status": "running", "figures": {}, "verdict": {}}]},
     {"node_id": "n3", "status": "failed", "tests": [
-        {"test": "membw", "status": "failed", "figures": {"copy_gbps": 20.0, "note": "x"}, "verdict": None}]}]}
+        {"test": "membw", "status": "failed", "figures": {"copy_gbps": 20.0, "note": "x", "a_errors": 0},
+         "verdict": None}]}]}
 
 
 def test_figures_are_shown_against_the_verdicts_reference_else_this_runs_median():
@@ -72,11 +73,12 @@ def test_figures_are_shown_against_the_verdicts_reference_else_this_runs_median(
     assert medians == {("matmul", "tflops_float32"): 2.0, ("membw", "copy_gbps"): 20.0}
     (judged,) = fleet.figure_rows(RUN["nodes"][0]["tests"][0], medians)
     assert judged == {"metric": "tflops_float32", "value": 2.0, "reference": 4.0, "source": "group", "peers": 3,
-                      "ratio": 0.5, "ok": False}
+                      "ratio": 0.5, "ok": False, "compared": True, "decimals": 0}
     (first,) = fleet.figure_rows(RUN["nodes"][0]["tests"][1], medians)
     assert (first["reference"], first["source"], first["ratio"], first["ok"]) == (20.0, "run", 0.5, None)
     rows = fleet.figure_rows(RUN["nodes"][2]["tests"][0], medians)
-    assert [r["metric"] for r in rows] == ["copy_gbps"]  # a figure that is not a number is left out
+    # compared figures first; a figure that is not a number is left out; one not compared has no reference
+    assert [(r["metric"], r["reference"]) for r in rows] == [("copy_gbps", 20.0), ("a_errors", None)]
     assert fleet.figure_rows(RUN["nodes"][1]["tests"][1], medians) == []
     assert fleet.figure_rows({"test": "matmul", "figures": {"tflops_x": 1.0}}, {})[0]["reference"] is None
 
@@ -86,6 +88,18 @@ def test_figures_are_shown_against_the_verdicts_reference_else_this_runs_median(
     ("run median", ("run", None)), ("none", (None, None)), (None, (None, None))])
 def test_the_reference_source_is_named_for_the_catalogue(source, expected):
     assert fleet.source_kind(source) == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [(0.00412, 5), (0.5, 3), (12.3, 1), (700.25, 0), (4194304.0, 0),
+                                                 (3.0, 0), (-0.25, 3), (1e-12, 8)])
+def test_figures_keep_three_significant_digits(value, expected):
+    assert fleet.significant_decimals(value) == expected
+
+
+@pytest.mark.parametrize(("metric", "expected"), [("tflops_float32", True), ("busbw_gbps", True),
+                                                  ("rel_error_float32", False), ("rtt_ms", False)])
+def test_only_throughput_and_bandwidth_are_compared(metric, expected):
+    assert fleet.compared(metric) is expected
 
 
 def test_run_progress_counts_final_nodes_and_tests():

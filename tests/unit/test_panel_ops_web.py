@@ -155,13 +155,17 @@ def test_a_check_run_shows_per_node_per_test_progress_and_figures_against_the_me
     page = client.get("/nodes?run=r1", headers={"Accept-Language": "en"}).text
     text = text_of(page)
     assert "Done" in text and "nodes 1 of 1 finished, tests 2 of 2 finished" in text and "1 passed, 0 failed" in text
-    assert "Throughput (float32)" in text and "0.004 TFLOP/s" in text
-    assert "0.005 (group median of 1 node(s))" in text and "80 %" in text
+    assert "Throughput (float32)" in text and "0.00400 TFLOP/s" in text
+    assert "0.00500 (group median of 1 node(s))" in text and "80 %" in text
     assert "All-reduce bus bandwidth" in text and "0.680 GB/s" in text and "no reference yet" not in text
     assert "0.680 (median of this run)" in text
+    # The language switch comes back to this very run.
+    assert 'href="/lang/pt-BR?next=/nodes%3Frun%3Dr1"' in page
+    switched = client.get("/lang/pt-BR?next=/nodes%3Frun%3Dr1", follow_redirects=False)
+    assert switched.headers["location"] == "/nodes?run=r1"
     run = client.get("/nodes?run=r1&fragment=run").text
     assert "<html" not in run and 'data-run-node="n1"' in run
-    assert "No check run nope" in text_of(client.get("/nodes?run=nope").text)
+    assert "Nenhuma execução de verificação nope (ainda)" in text_of(client.get("/nodes?run=nope").text)  # switched
     tables = client.get("/nodes?fragment=tables").text
     assert "<html" not in tables and 'data-node-id="n2"' in tables
 

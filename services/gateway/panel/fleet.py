@@ -78,13 +78,19 @@ def state_counts(states: Mapping[str, Any] | None) -> list[tuple[str, int]]:
 # -- check runs --------------------------------------------------------------------------------------------
 
 
+def compared(metric: str) -> bool:
+    """Figures judged against the group, where more is better: throughput and bandwidth (the health service's
+    rule, services/health/domain/verdicts.py); the others (errors, temperatures, latencies) are shown as measured."""
+    return metric.startswith("tflops_") or metric.endswith("_gbps")
+
+
 def run_medians(run: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    """Median of every figure over the nodes of this run that measured it: ``{(test, metric): median}``."""
+    """Median of every compared figure over the nodes of this run that measured it: ``{(test, metric): median}``."""
     values: dict[tuple[str, str], list[float]] = {}
     for node in run.get("nodes") or []:
         for test in node.get("tests") or []:
             for metric, value in (test.get("figures") or {}).items():
-                if isinstance(value, int | float) and math.isfinite(value):
+                if compared(metric) and isinstance(value, int | float) and math.isfinite(value):
                     values.setdefault((test["test"], metric), []).append(float(value))
     return {key: statistics.median(found) for key, found in values.items()}
 
@@ -97,19 +103,28 @@ def figure_rows(test: Mapping[str, Any], medians: Mapping[tuple[str, str], float
     verdict = test.get("verdict") if isinstance(test.get("verdict"), Mapping) else {}
     judged = {c.get("metric"): c for c in verdict.get("comparisons") or [] if isinstance(c, Mapping)}
     out = []
-    for metric, value in sorted((test.get("figures") or {}).items()):
+    for metric, value in sorted((test.get("figures") or {}).items(), key=lambda kv: (not compared(kv[0]), kv[0])):
         if not isinstance(value, int | float):
             continue
         seen = judged.get(metric) or {}
         reference, source = seen.get("reference"), seen.get("source")
-        if reference is None:
+        if reference is None and compared(metric):
             reference = medians.get((test["test"], metric))
             source = "run median" if reference is not None else None
         ratio = float(value) / float(reference) if reference else None
         kind, peers = source_kind(source)
         out.append({"metric": metric, "value": float(value), "reference": reference, "source": kind,
-                    "peers": peers, "ratio": ratio, "ok": seen.get("ok")})
+                    "peers": peers, "ratio": ratio, "ok": seen.get("ok"), "compared": compared(metric),
+                    "decimals": significant_decimals(float(value))})
     return out
+
+
+def significant_decimals(value: float, digits: int = 3) -> int:
+    """Decimals that show ``digits`` significant digits (0.00412 -> 5, 12.3 -> 1, 4194304 -> 0): a CPU's
+    0.004 TFLOP/s and a GPU's 700 TFLOP/s both read; a whole number gets none."""
+    if not math.isfinite(value) or value == int(value):
+        return 0
+    return min(max(digits - 1 - math.floor(math.log10(abs(value))), 0), 8)
 
 
 def source_kind(source: str | None) -> tuple[str | None, int | None]:
