@@ -4,6 +4,7 @@ runs against the group's median, the gang policy's bounds read from its contract
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -160,6 +161,11 @@ def test_the_typed_check_names_its_numbers():
         GangPolicy(backoff_base_seconds=30, backoff_max_seconds=20)
 
 
+def test_numbers_go_into_fields_plainly():
+    assert (fleet.plain(90.0), fleet.plain(2.5), fleet.plain(1234567), fleet.plain(0.1)) == ("90", "2.5", "1234567",
+                                                                                             "0.1")
+
+
 def test_policy_js_applies_the_same_messages():
     """Every message the typed check can name has its words, and the page's script uses each of them."""
     script = (Path(i18n.__file__).parent / "static" / "policy.js").read_text()
@@ -189,3 +195,17 @@ def test_every_state_status_test_and_phase_the_pages_show_has_its_words():
               | {f"nodes.metric_{m}" for m in ("tflops", "membw", "busbw", "algbw")}
               | {f"nodes.outcome_{o}" for o in ("passed", "failed", "not_applicable", "unknown")})
     assert wanted <= keys, sorted(wanted - keys)
+
+
+def test_the_operations_stylesheet_meets_wcag_aa():
+    from tests.unit.test_panel_contrast import contrast
+
+    css = (Path(i18n.__file__).parent / "static" / "ops.css").read_text()
+    checked = 0
+    for selector, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
+        props = dict((k.strip(), v.strip()) for k, v in re.findall(r"(?:^|;)\s*([\w-]+)\s*:\s*([^;]+)",
+                                                                                  body))
+        if "color" in props and "background" in props:
+            assert contrast(props["color"], props["background"]) >= 4.5, selector
+            checked += 1
+    assert checked >= 5

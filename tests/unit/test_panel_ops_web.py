@@ -189,7 +189,7 @@ def test_gang_policy_is_for_admins_and_says_who_changed_it(ops):
     as_(client, secrets, "adm")
     page = client.get("/policy", headers={"Accept-Language": "en"}).text
     assert "Last changed by root &lt;x&gt; on 2026-12-01 09:00:00 UTC." in page
-    assert 'id="p-ready_timeout_seconds"' in page and 'value="90.0"' in page
+    assert 'id="p-ready_timeout_seconds"' in page and 'value="90"' in page
     assert 'id="p-backoff_limit" name="backoff_limit" inputmode="decimal" value=""' in page
     assert '<option value="fail_job" selected>' in page and 'id="policy-bounds"' in page
     assert "More than 0, at most 86,400." in page and "Empty: unlimited." in page

@@ -202,6 +202,11 @@ def policy_problem(name: str, text: str, bounds: Mapping[str, Mapping[str, Any]]
     return None
 
 
+def plain(value: float | int) -> str:
+    """A number as a form field holds it for the page's script (no grouping, ``.`` decimals): 90.0 -> ``90``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 def backoff_problem(base: float | None, cap: float | None) -> tuple[str, dict] | None:
     """The contract's cross-field rule: the back-off maximum is not below its base."""
     if base is not None and cap is not None and cap < base:

@@ -28,4 +28,5 @@ def register(router: APIRouter) -> None:
                      principal: Principal = Depends(signed_in(Permission.POLICY_ADMIN))) -> Response:
         current = await reads_of(request).gang_policy()
         return render(request, principal, "policy.html", "policy", messages=("policy.",), policy=current,
-                      bounds=fleet.policy_bounds(), numbers=NUMBERS, saved=saved)
+                      bounds=fleet.policy_bounds(), numbers=NUMBERS, saved=saved,
+                      plain=fleet.plain)
