@@ -1,5 +1,5 @@
 """Browser stories of the operations pages on a real stack (two executors): an on-demand check of a group followed
-live per node and per test to completion with its figures; a hung training shows "Travado" on its executor's row
+live per node and per test to completion with its figures, then of one selected node, drain and undrain; a hung training shows "Travado" on its executor's row
 (and on its job's badge), a killed executor "Sem sinal"; the gang policy checked as typed and saved with the
 admin's name; every page of the panel walked in both languages; a viewer sees no action and a forged POST with
 its session gets 403. Screenshots of each operations page in both languages go to docs/panel/."""
@@ -38,6 +38,10 @@ def tokens(stack):
     # Names that are no catalogue word in either language (the language walk looks for those).
     return {role: token_for(stack, actor, role) for actor, role in (("olga", "operator"), ("vera", "viewer"),
                                                                      ("adm", "admin"))}
+
+
+def node_state(stack, node_id: str) -> str | None:
+    return next((n["state"] for n in stack.get("/v1/nodes").json() if n["node_id"] == node_id), None)
 
 
 def ready_nodes(stack) -> int:
@@ -83,7 +87,29 @@ def test_an_on_demand_check_of_a_group_shows_each_node_and_test_to_completion_wi
     page.context.close()
 
 
+@pytest.mark.timeout(480)
+def test_a_selected_node_is_checked_alone_then_drained_and_undrained(stack, chromium, tokens):
+    page = open_as(chromium, stack, tokens["operator"], "en")
+    page.goto(f"{stack.url}/nodes")
+    pick = page.locator("input.node-pick").first
+    picked = pick.get_attribute("value")
+    pick.check()
+    page.get_by_role("button", name="Check selected nodes").click()
+    page.wait_for_url(lambda url: "run=" in url and FOUND.get("run", "-") not in url)
+    page.wait_for_selector("#run-status[data-done='true']", timeout=240_000)
+    assert page.locator("[data-run-node]").evaluate_all("ns => ns.map(n => n.dataset.runNode)") == [picked]
+    # Drain and undrain: the row follows live (node events); an undrained node is checked before it is ready.
+    row = page.locator(f"tr[data-node-id='{picked}']")
+    row.get_by_role("button", name="Drain").click()
+    eventually(lambda: "Drained" in row.inner_text() and "No" in row.inner_text(), 60, "the node to show Drained")
+    row.get_by_role("button", name="Undrain").click()
+    eventually(lambda: node_state(stack, picked) == "ready", 240, "the undrained node to be checked and ready")
+    eventually(lambda: "Ready" in row.inner_text(), 20, "the row to show Ready without a reload")
+    page.context.close()
+
+
 def test_executor_rows_show_stuck_and_no_signal_like_their_jobs(stack, chromium, tokens):
+    eventually(lambda: ready_nodes(stack) == 2, 180, "both nodes ready")
     hung = submit(stack, command("trava", HANG_SCRIPT))
     eventually(lambda: signal_of(stack, hung) == "stuck", 90, "the hung training to be stuck")
     hung_executor = stack.job(hung)["executor_id"]
@@ -113,6 +139,7 @@ def test_executor_rows_show_stuck_and_no_signal_like_their_jobs(stack, chromium,
     # The job and its executor agree: the same word on the job's badge.
     page.goto(f"{stack.url}/jobs")
     assert "Travado" in page.locator(f"tr[data-job-id='{hung}']").inner_text()
+    assert "Sem sinal" in page.locator(f"tr[data-job-id='{lost}']").inner_text()
     page.get_by_role("link", name="English").click()
     page.goto(f"{stack.url}/executors")
     assert "Stuck" in page.locator(f"tr[data-executor-id='{hung_executor}']").inner_text()
