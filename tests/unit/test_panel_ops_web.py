@@ -27,7 +27,9 @@ EXECUTORS = [
      "detail": {"no_signal_after_seconds": 5.0, "seconds_since_heartbeat": 42.0}},
 ]
 STALE = {"ex-2": 3}
-NODES = [{"node_id": "n1", "group_name": "g", "executor_id": "ex-1", "state": "ready", "schedulable": True,
+NODES = [{"node_id": "n3", "group_name": "g", "executor_id": None, "state": "checking", "schedulable": False,
+          "reason": None, "job_id": None},
+         {"node_id": "n1", "group_name": "g", "executor_id": "ex-1", "state": "ready", "schedulable": True,
           "reason": None, "job_id": "j2", "last_check_run_id": "r1", "last_check_outcome": "passed",
           "last_check_at": "2026-12-01T10:00:00+00:00"},
          {"node_id": "n2", "group_name": "g", "executor_id": "ex-2", "state": "drained", "schedulable": False,
@@ -168,6 +170,8 @@ def test_a_check_run_shows_per_node_per_test_progress_and_figures_against_the_me
     assert "Nenhuma execução de verificação nope (ainda)" in text_of(client.get("/nodes?run=nope").text)  # switched
     tables = client.get("/nodes?fragment=tables").text
     assert "<html" not in tables and 'data-node-id="n2"' in tables
+    n3 = text_of(tables[tables.index('data-node-id="n3"'):tables.index('data-node-id="n1"')])
+    assert "Não : estado em verificação" in n3  # not schedulable, and why even when the view gives no reason
 
 
 def test_node_reasons_and_audit_strings_are_escaped(ops):
