@@ -124,7 +124,7 @@ def stack_dir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-_LAYERS = ("unit", "integration", "e2e", "faults", "security")
+_LAYERS = ("unit", "integration", "e2e", "faults", "security", "panel")
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001

@@ -93,6 +93,9 @@ class Subjects:
     def progress(self, job_id: str, executor_id: str) -> str:
         return f"{self.prefix}.progress.{_token(job_id)}.{_token(executor_id)}"
 
+    def progress_of(self, job_id: str) -> str:
+        return f"{self.prefix}.progress.{_token(job_id)}.*"
+
     @property
     def progress_all(self) -> str:
         return f"{self.prefix}.progress.*.*"

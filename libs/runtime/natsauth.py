@@ -104,6 +104,20 @@ def _consume(s: Subjects, d: Durable) -> list[str]:
             f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{d.name}", f"$JS.ACK.{stream}.{d.name}.>"]
 
 
+# Streams the gateway watches for the panel's live feed and step history (libs/runtime/tail.py).
+WATCHED_BY_GATEWAY = ("JOB", "PROGRESS", "HB", "BUDGET", "NODE")
+
+
+def _watch(s: Subjects, bases: tuple[str, ...]) -> list[str]:
+    """Read-only looks at streams: create an *ephemeral* consumer (the API subject without a consumer name, so
+    no durable can be created or changed), read its info, answer flow control. No pull, no ack, no delete."""
+    out: list[str] = []
+    for base in bases:
+        stream = s.stream_name(base)
+        out += [f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.API.CONSUMER.INFO.{stream}.*", f"$JS.FC.{stream}.>"]
+    return out
+
+
 def _stream_info(s: Subjects, bases: list[str]) -> list[str]:
     return [f"$JS.API.STREAM.INFO.{s.stream_name(b)}" for b in sorted(set(bases))]
 
@@ -129,7 +143,8 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
         # Reads the dead-letter stream and jobs' output (LOGS), one message at a time, never consuming.
         dead, logs = s.stream_name("DEAD"), s.stream_name("LOGS")
         return _service(s, "gateway", [f"{p}.cmd.*", f"{p}.outcome.*.*", f"$JS.API.STREAM.MSG.GET.{dead}",
-                                       f"$JS.API.STREAM.MSG.GET.{logs}", s.rpc_audit_verify],
+                                       f"$JS.API.STREAM.MSG.GET.{logs}", s.rpc_audit_verify,
+                                       *_watch(s, WATCHED_BY_GATEWAY)],
                         streams=["CMD", "OUTCOME", "LOGS"], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",

@@ -36,6 +36,7 @@ from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .logs import JobLogs
 from .routes import admin, jobs, logs, policies, nodes
+from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
 
@@ -184,5 +185,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    panel.mount(app, runtime)  # the operator panel under / (services/gateway/panel)
     document_statuses(app)
     return app

@@ -238,6 +238,9 @@ def authenticate(request: Request) -> Principal:
     if cached is not None:
         return cached
     secret = bearer_secret(request)
+    session_hook = getattr(request.app.state, "session_secret", None)  # the panel's cookie (panel/__init__.py)
+    if secret is None and session_hook is not None:
+        secret = session_hook(request)
     if secret is None:
         raise AuthError(401, "missing bearer token (Authorization: Bearer <token>)")
     principal = request.app.state.tokens.authenticate(secret)

@@ -180,3 +180,17 @@ def test_the_audit_service_alone_anchors_and_answers_verify_and_the_gateway_alon
     for destroy in (f"$JS.API.STREAM.PURGE.{anchors}", f"$JS.API.STREAM.MSG.DELETE.{anchors}",
                     f"$JS.API.STREAM.DELETE.{anchors}", f"$JS.API.STREAM.UPDATE.{anchors}"):
         assert publishers(destroy) == set(), destroy
+
+
+def test_the_gateway_watches_streams_for_the_panel_only_through_ephemeral_read_only_consumers():
+    gateway = perms("gateway").publish
+    for base in natsauth.WATCHED_BY_GATEWAY:
+        stream = S.stream_name(base)
+        assert allows(gateway, f"$JS.API.CONSUMER.CREATE.{stream}")  # an ephemeral consumer: no name
+        assert allows(gateway, f"$JS.API.CONSUMER.INFO.{stream}.abc")
+        for durable in natsauth.durables("queue", S) + natsauth.durables("health", S):
+            # No named consumer: the gateway can neither create, change, pull from nor delete another's durable.
+            assert not allows(gateway, f"$JS.API.CONSUMER.CREATE.{stream}.{durable.name}.{durable.filter}")
+            assert not allows(gateway, f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable.name}")
+            assert not allows(gateway, f"$JS.API.CONSUMER.DELETE.{stream}.{durable.name}")
+            assert not allows(gateway, f"$JS.ACK.{stream}.{durable.name}.1.1.1.1.1")

@@ -1,0 +1,30 @@
+"""The panel's pages: each module here has ``NAV`` (its entry in the navigation, or None) and
+``register(router)`` (its routes). A new page is one module plus one line in ``PAGES`` (docs/panel.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...auth import Permission
+
+
+@dataclass(frozen=True)
+class NavItem:
+    """A link in the layout's navigation, shown only to principals holding ``permission``."""
+
+    href: str
+    label: str  # a catalogue key, e.g. "common.nav_jobs"
+    permission: Permission = Permission.READ
+    order: int = 100
+
+
+def pages() -> list:
+    # One line per page; the order of the navigation is NavItem.order.
+    from . import account, job, jobs
+    from . import audit, executors, nodes, policy  # the operations pages
+    return [account, jobs, job, executors, nodes, policy, audit]
+
+
+def navigation() -> list[NavItem]:
+    items = [page.NAV for page in pages() if getattr(page, "NAV", None) is not None]
+    return sorted(items, key=lambda item: (item.order, item.href))

@@ -1,0 +1,85 @@
+"""Sign-in with an API token, sign-out, and the language switch.
+
+Sign-in is a plain HTML form (it works before any script runs): the form carries a one-off CSRF token that must
+equal the ``teto_signin`` cookie (login CSRF: another site cannot sign a browser into its own account). A token
+the tokens file accepts becomes a sealed session cookie (session.py); a wrong one is answered 401 with the form
+again. The body is read as a form whatever its Content-Type (the gateway labels every body JSON, limits.py).
+"""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from .. import i18n, session
+from ..web import render, safe_next
+
+NAV = None
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """An url-encoded form body as a dict of first values."""
+    raw = await request.body()
+    fields = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
+    return {k: v[0] for k, v in fields.items()}
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def sign_in_form(request: Request, *, next_path: str, error: str | None = None, status: int = 200) -> Response:
+    csrf = session.new_csrf()
+    response = render(request, None, "signin.html", "signin", status=status, form_csrf=csrf, next_path=next_path,
+                      error=error)
+    response.set_cookie(session.PRE_COOKIE, csrf, **session.cookie_options(secure=_secure(request), max_age=3600))
+    return response
+
+
+def register(router: APIRouter) -> None:
+
+    @router.get("/", include_in_schema=False)
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/jobs", status_code=303)
+
+    @router.get("/signin", response_class=HTMLResponse)
+    async def signin_page(request: Request, next: str | None = None) -> Response:  # noqa: A002 - the query name
+        return sign_in_form(request, next_path=safe_next(next))
+
+    @router.post("/signin")
+    async def signin(request: Request) -> Response:
+        form = await form_of(request)
+        next_path = safe_next(form.get("next"))
+        if not session.csrf_ok(request.cookies.get(session.PRE_COOKIE), form.get("csrf")):
+            return sign_in_form(request, next_path=next_path, error="signin.error_csrf", status=403)
+        principal = request.app.state.tokens.authenticate(form.get("token", "").strip())
+        if principal is None:
+            return sign_in_form(request, next_path=next_path, error="signin.error_token", status=401)
+        value, _ = session.seal(request.app.state.panel_key, form["token"].strip(), now=time.time())
+        response = RedirectResponse(next_path, status_code=303)
+        response.set_cookie(session.COOKIE, value, **session.cookie_options(secure=_secure(request)))
+        response.delete_cookie(session.PRE_COOKIE, path="/")
+        return response
+
+    @router.post("/signout")
+    async def signout(request: Request) -> Response:
+        form = await form_of(request)
+        found = session.unseal(request.app.state.panel_key, request.cookies.get(session.COOKIE), now=time.time())
+        if found is not None and not session.csrf_ok(found.csrf, form.get("csrf")):
+            return Response("missing or wrong CSRF token", status_code=403, media_type="text/plain")
+        response = RedirectResponse("/signin", status_code=303)
+        response.delete_cookie(session.COOKIE, path="/")
+        return response
+
+    @router.get("/lang/{locale}")
+    async def switch_language(request: Request, locale: str, next: str | None = None) -> Response:  # noqa: A002
+        """The visible switch: remembers the choice in a cookie (a preference, not a change of state)."""
+        response = RedirectResponse(safe_next(next), status_code=303)
+        if locale in i18n.LOCALES:
+            response.set_cookie(i18n.LANG_COOKIE, locale, max_age=365 * 86400, path="/", samesite="strict",
+                                httponly=True, secure=_secure(request))
+        return response
+

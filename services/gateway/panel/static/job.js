@@ -1,0 +1,185 @@
+/* The follow-up page: loss and step-time plots (SVG, from /jobs/<id>/steps and live step events), the requeue
+   form (validated as typed; the server stays the judge), cancel, and the output view when the API has one. */
+(function () {
+  "use strict";
+  var P = window.TetoPanel;
+  var SVG = "http://www.w3.org/2000/svg";
+  var points = [];
+  var live, jobId;
+
+  function numberText(value, decimals) {
+    return new Intl.NumberFormat(P.locale, {maximumFractionDigits: decimals === undefined ? 1 : decimals}).format(value);
+  }
+
+  function el(name, attrs, text) {
+    var node = document.createElementNS(SVG, name);
+    Object.keys(attrs).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+
+  /* A line plot of (step, value) into an SVG of viewBox 600x200, with min/max labels on both axes. */
+  function plot(svg, series, secondDecimals) {
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    var pts = series.filter(function (p) { return p[1] !== null && p[1] !== undefined && isFinite(p[1]); });
+    if (!pts.length) {
+      svg.appendChild(el("text", {x: 300, y: 100, "text-anchor": "middle"}, P.t("job.plots_empty")));
+      return;
+    }
+    var left = 60, right = 590, top = 10, bottom = 175;
+    var xs = pts.map(function (p) { return p[0]; }), ys = pts.map(function (p) { return p[1]; });
+    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
+    if (x1 === x0) { x1 = x0 + 1; }
+    if (y1 === y0) { y1 = y0 + Math.max(Math.abs(y0) * 0.1, 1e-6); }
+    function sx(x) { return left + (x - x0) / (x1 - x0) * (right - left); }
+    function sy(y) { return bottom - (y - y0) / (y1 - y0) * (bottom - top); }
+    svg.appendChild(el("line", {x1: left, y1: bottom, x2: right, y2: bottom, "class": "axis"}));
+    svg.appendChild(el("line", {x1: left, y1: top, x2: left, y2: bottom, "class": "axis"}));
+    svg.appendChild(el("text", {x: left - 4, y: top + 8, "text-anchor": "end"}, numberText(y1, secondDecimals)));
+    svg.appendChild(el("text", {x: left - 4, y: bottom, "text-anchor": "end"}, numberText(y0, secondDecimals)));
+    svg.appendChild(el("text", {x: left, y: 193}, numberText(x0, 0)));
+    svg.appendChild(el("text", {x: right, y: 193, "text-anchor": "end"}, P.t("job.axis_step") + " " + numberText(x1, 0)));
+    var d = pts.map(function (p, i) { return (i ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1); }).join(" ");
+    svg.appendChild(el("path", {d: d, "class": "line"}));
+    var last = pts[pts.length - 1];
+    svg.appendChild(el("circle", {cx: sx(last[0]), cy: sy(last[1]), r: 3, "class": "line"}));
+    svg.setAttribute("data-points", String(pts.length));
+    svg.setAttribute("data-last-step", String(last[0]));
+  }
+
+  function draw() {
+    points.sort(function (a, b) { return a.step - b.step; });
+    plot(document.getElementById("plot-loss"), points.map(function (p) { return [p.step, p.loss]; }), 3);
+    plot(document.getElementById("plot-time"), points.map(function (p) { return [p.step, p.step_seconds]; }), 3);
+  }
+
+  function addPoint(p) {
+    var same = points.filter(function (q) { return q.step === p.step; });
+    if (same.length) { same[0].loss = p.loss; same[0].step_seconds = p.step_seconds; } else { points.push(p); }
+  }
+
+  function loadSteps() {
+    fetch("/jobs/" + encodeURIComponent(jobId) + "/steps", {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : []; })
+      .then(function (list) { list.forEach(addPoint); draw(); });
+  }
+
+  /* -- requeue: validated as typed against consumed + 60; the server's refusal shown with its numbers -- */
+  function requeueForm() {
+    var form = document.getElementById("requeue-form");
+    if (!form) { return; }
+    var input = document.getElementById("requeue-ceiling"), check = document.getElementById("requeue-check");
+    var button = document.getElementById("requeue-submit"), result = document.getElementById("requeue-result");
+    function validate() {
+      var minimum = parseFloat(input.getAttribute("data-minimum")), consumed = parseFloat(input.getAttribute("data-consumed"));
+      var raw = input.value.trim().replace(",", ".");
+      var given = parseFloat(raw);
+      if (!raw || !isFinite(given)) {
+        check.textContent = P.t("job.requeue_invalid"); input.setAttribute("aria-invalid", "true"); button.disabled = true;
+        return false;
+      }
+      if (given < minimum) {
+        check.textContent = P.t("job.requeue_too_low", {given: numberText(given), minimum: numberText(minimum), consumed: numberText(consumed)});
+        check.className = "error"; input.setAttribute("aria-invalid", "true"); button.disabled = true;
+        return false;
+      }
+      check.textContent = P.t("job.requeue_ok_value", {given: numberText(given), left: numberText(given - consumed)});
+      check.className = "help"; input.removeAttribute("aria-invalid"); button.disabled = false;
+      return true;
+    }
+    input.addEventListener("input", validate);
+    button.disabled = true;
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      /* Submitted even when the page thinks it is too low only if forced through the API: the page asks the
+         server with exactly what was typed, and shows its answer. */
+      var given = parseFloat(input.value.trim().replace(",", "."));
+      if (!isFinite(given)) { validate(); return; }
+      button.disabled = true;
+      P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/requeue", {gpu_ceiling_seconds: given})
+        .then(function (answer) {
+          result.hidden = false;
+          if (answer.status >= 200 && answer.status < 300) {
+            result.className = "help";
+            result.textContent = P.t("job.requeue_done", {ceiling: numberText(given)});
+            return;
+          }
+          var body = answer.body || {}, d = body.detail || {};
+          result.className = "error";
+          var text = P.t("job.requeue_refused", {reason: body.reason || answer.status});
+          if (d.minimum_seconds !== undefined) {
+            text += " " + P.t("job.requeue_refused_numbers", {consumed: numberText(d.consumed_seconds),
+              minimum: numberText(d.minimum_seconds), given: numberText(d.given_seconds)});
+          }
+          result.textContent = text;
+          button.disabled = false;
+        });
+    });
+    form.forceSubmit = function (value) { input.value = String(value); button.disabled = false; form.requestSubmit(); };
+  }
+
+  function cancelForm() {
+    var form = document.getElementById("cancel-form");
+    if (!form) { return; }
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var reason = document.getElementById("cancel-reason").value.trim(), result = document.getElementById("cancel-result");
+      P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/cancel", reason ? {reason: reason} : {})
+        .then(function (answer) {
+          result.hidden = false;
+          var ok = answer.status >= 200 && answer.status < 300;
+          result.className = ok ? "help" : "error";
+          result.textContent = ok ? P.t("job.cancel_done") : P.t("job.action_failed", {status: answer.status, reason: (answer.body || {}).reason || ""});
+        });
+    });
+  }
+
+  /* After each refresh of the live part: the forms follow the job's state and figures. */
+  function syncForms() {
+    var root = live.querySelector("[data-state]");
+    if (!root) { return; }
+    var requeue = document.getElementById("requeue");
+    if (requeue) {
+      requeue.hidden = root.getAttribute("data-may-requeue") !== "true";
+      var input = document.getElementById("requeue-ceiling");
+      input.setAttribute("data-minimum", root.getAttribute("data-minimum"));
+      input.setAttribute("data-consumed", root.getAttribute("data-consumed"));
+      document.getElementById("requeue-figures").textContent = root.getAttribute("data-requeue-text");
+      if (input.value) { input.dispatchEvent(new Event("input")); }
+    }
+    var cancel = document.getElementById("cancel");
+    if (cancel && root.getAttribute("data-may-cancel") !== "true") { cancel.hidden = true; }
+  }
+
+  /* Hook for the job's output (GET /v1/jobs/{id}/logs): shown only where the gateway serves it. */
+  function logs() {
+    var box = document.getElementById("logs");
+    if (!box) { return; }
+    fetch(box.getAttribute("data-logs") + "?limit=200", {credentials: "same-origin", headers: {"Accept": "application/json"}})
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (body) {
+        if (!body) { return; }
+        var lines = Array.isArray(body) ? body : (body.lines || body.items || []);
+        document.getElementById("logs-text").textContent = lines.map(function (l) { return typeof l === "string" ? l : (l.text || l.line || JSON.stringify(l)); }).join("\n");
+        box.hidden = false;
+      })
+      .catch(function () { /* no log endpoint on this gateway */ });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    live = document.getElementById("job-live");
+    jobId = live.getAttribute("data-job");
+    loadSteps();
+    requeueForm();
+    cancelForm();
+    logs();
+    P.on("step", function (ev) {
+      if (ev.job_id === jobId && ev.step !== undefined) {
+        addPoint({step: ev.step, loss: ev.loss, step_seconds: ev.step_seconds});
+        draw();
+      }
+    });
+    P.on("fragment", function (ev) { if (ev.element === live) { syncForms(); } });
+  });
+})();

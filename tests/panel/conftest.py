@@ -1,0 +1,85 @@
+"""Fixtures of the panel's browser tests: one real stack (``teto up``) per module, the system's Chromium driven by
+Playwright, people with their own tokens, and screenshots written to docs/panel/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.stack import Stack, start_stack
+
+from .browser import ensure_chromium
+
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "panel"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    path = ensure_chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield browser
+        browser.close()
+
+
+def stack_for_module(**kw) -> Iterator[Stack]:
+    root = Path(tempfile.mkdtemp(prefix="teto-panel-"))
+    os.chmod(root, 0o755)
+    stack = start_stack(root / "teto", **kw)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def token_for(stack: Stack, actor: str, role: str) -> str:
+    r = httpx.post(f"{stack.url}/v1/tokens", json={"actor": actor, "role": role}, headers=stack.headers, timeout=30)
+    assert r.status_code == 201, r.text
+    return r.json()["secret"]
+
+
+def open_as(chromium, stack: Stack, secret: str, locale: str):
+    """A new browser context (its own cookies) with ``Accept-Language: locale``, signed in through the form."""
+    context = chromium.new_context(locale=locale, extra_http_headers={"Accept-Language": locale},
+                                   viewport={"width": 1360, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(f"{stack.url}/jobs")
+    assert "/signin" in page.url
+    shoot(page, "signin", locale)
+    page.get_by_label("Token de API" if locale == "pt-BR" else "API token").fill(secret)
+    page.get_by_role("button", name="Entrar" if locale == "pt-BR" else "Sign in").click()
+    page.wait_for_url(f"{stack.url}/jobs")
+    return page
+
+
+def shoot(page, name: str, locale: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}-{locale}.png"), full_page=True)
+
+
+UNTRANSLATED = r"\b(common|jobs|job|signin|executors|nodes|audit|policy)\.[a-z][a-z0-9_-]+\b"
+
+
+def untranslated(page) -> list[str]:
+    """Catalogue keys shown as such (a string without a translation) in the page's visible text."""
+    import re
+
+    return re.findall(UNTRANSLATED, page.locator("body").inner_text())
+
+
+class Dialogs:
+    """Records any JavaScript dialog a page opens (an escaping failure would open alert(1))."""
+
+    def __init__(self, page) -> None:
+        self.seen: list[str] = []
+        page.on("dialog", lambda d: (self.seen.append(d.message), d.dismiss()))

@@ -1,0 +1,158 @@
+"""Browser stories on a real stack: an operator follows a running training live (pt-BR and English), a job
+named like a script renders as text under a CSP, and a job interrupted at a tiny ceiling is requeued from the
+page (inline refusal with the numbers, the server's refusal, a valid ceiling) while a submitter sees no requeue
+control and a forged POST with the submitter's session is refused."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.stack import JOB_PYTHON, eventually
+
+from .conftest import Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
+
+pytestmark = pytest.mark.panel
+
+TRAIN_SCRIPT = str(Path(__file__).resolve().parents[2] / "examples" / "train_script.py")
+HOSTILE = "<script>alert(1)</script>"
+CEILING = 30.0
+
+
+@pytest.fixture(scope="module")
+def stack():
+    yield from stack_for_module(executors=2, lease=6, heartbeat=1,
+                                extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": "1", "TETO_STOP_GRACE_SECONDS": "5"})
+
+
+def step_shown(page) -> int:
+    text = page.locator("#job-step").inner_text().split("/")[0]
+    digits = re.sub(r"\D", "", text)
+    return int(digits) if digits else 0
+
+
+def test_an_operator_follows_a_running_training_live(stack, chromium):
+    r = stack.post("/v1/jobs", {"name": HOSTILE, "checkpoint_every_steps": 25,
+                                "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
+                                             "env": {"STEPS": "100000", "STEP_SECONDS": "0.25"}}})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    stack.wait_state(job_id, {"running"}, 90)
+    olga = token_for(stack, "olga", "operator")
+    page = open_as(chromium, stack, olga, "pt-BR")
+    dialogs = Dialogs(page)
+
+    # The jobs list: the hostile name is text, the page carries a CSP without inline scripts.
+    answer = page.goto(f"{stack.url}/jobs")
+    csp = answer.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    row = page.locator(f"tr[data-job-id='{job_id}']")
+    assert row.get_by_role("link", name=HOSTILE).is_visible()
+    assert row.get_by_text("Executando").is_visible()
+    assert not untranslated(page)
+    shoot(page, "jobs", "pt-BR")
+
+    # Its page: the step advances without a reload, the loss curve fills, the ETA and the cost are shown.
+    row.get_by_role("link", name=HOSTILE).click()
+    page.wait_for_url(f"{stack.url}/jobs/{job_id}")
+    assert page.locator("h1").inner_text().startswith(HOSTILE)
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_function("document.getElementById('live-state').dataset.state === 'on'")
+    first = step_shown(page)
+    eventually(lambda: step_shown(page) > first + 2, 60, "the step to advance on the page")
+    assert page.evaluate("window.__sameDocument === true")  # live, not reloaded
+    page.wait_for_function("Number(document.getElementById('plot-loss').dataset.points || 0) >= 3")
+    eta = page.locator("#ckpt-eta").inner_text()
+    assert re.search(r"\d+(,\d+)? (s|min)", eta), eta
+    cost = page.locator("#interruption-cost").inner_text()
+    assert re.search(r"\d+ passos e [\d,.]+ GPU-(s|min)", cost), cost
+    assert not untranslated(page)
+    shoot(page, "job", "pt-BR")
+
+    # The English switch changes every visible string.
+    page.get_by_role("link", name="English").click()
+    page.wait_for_url(f"{stack.url}/jobs/{job_id}")
+    assert page.get_by_text("Time to next checkpoint").is_visible()
+    assert "Executando" not in page.locator("body").inner_text()
+    assert not untranslated(page)
+    shoot(page, "job", "en")
+    page.goto(f"{stack.url}/jobs")
+    assert page.locator(f"tr[data-job-id='{job_id}']").get_by_text("Running").is_visible()
+    shoot(page, "jobs", "en")
+    page.goto(f"{stack.url}/jobs/{job_id}")
+    assert not dialogs.seen
+    assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
+    page.context.close()
+
+
+def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
+    sam = token_for(stack, "sam", "submitter")
+    # The built-in fine-tune, charged from its process start (loading torch included): 30 GPU-s leave it a few
+    # steps on a busy 2-core machine, with a checkpoint every 2 of them.
+    spec = {"name": "teto-pequeno", "gpu_ceiling_seconds": CEILING, "checkpoint_every_steps": 2,
+            "workload": {"kind": "finetune", "params": {"steps": 100000, "batch_size": 4, "seq_len": 16}}}
+    r = httpx.post(f"{stack.url}/v1/jobs", json=spec, headers={"Authorization": f"Bearer {sam}"}, timeout=30)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    stopped = stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 240)
+    assert stopped["state"] == "interrupted", stopped
+    assert stopped["last_checkpoint"], stopped
+    k = stopped["last_checkpoint"]["step"]
+    consumed = eventually(lambda: (b := stack.job(job_id)["budget"]) and b["consumed_seconds"] >= CEILING and b, 30,
+                          "the last usage sample")["consumed_seconds"]
+
+    # The submitter's own page: no requeue control; a forged POST with the session is refused by the server.
+    sams = open_as(chromium, stack, sam, "pt-BR")
+    sams.goto(f"{stack.url}/jobs/{job_id}")
+    assert sams.get_by_text("Interrompido").first.is_visible()
+    assert sams.locator("#requeue").count() == 0
+    assert sams.get_by_role("button", name="Recolocar na fila").count() == 0
+    forged = sams.evaluate("""async (id) => {
+        const csrf = document.querySelector('meta[name=csrf-token]').content;
+        const r = await fetch('/v1/jobs/' + id + '/requeue', {method: 'POST', credentials: 'same-origin',
+            headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf},
+            body: JSON.stringify({gpu_ceiling_seconds: 100000})});
+        return [r.status, await r.json()];
+    }""", job_id)
+    assert forged[0] == 403 and forged[1]["permission"] == "finetune:manage"
+    shoot(sams, "job-submitter", "pt-BR")
+    sams.context.close()
+
+    # The operator: a ceiling below consumed + 60 is refused as it is typed, with the numbers.
+    olga = open_as(chromium, stack, token_for(stack, "olga2", "operator"), "pt-BR")
+    olga.goto(f"{stack.url}/jobs/{job_id}")
+    field = olga.get_by_label("Novo teto total de GPU (GPU-segundos)")
+    field.fill(str(round(consumed + 30, 1)))
+    check = olga.locator("#requeue-check")
+    assert "abaixo do mínimo" in check.inner_text()
+    assert re.search(r"mínimo de \d+(,\d)? GPU-s \(consumido \d+(,\d)? \+ 60 s\)", check.inner_text()), check.inner_text()
+    assert olga.get_by_role("button", name="Recolocar na fila").is_disabled()
+    shoot(olga, "requeue", "pt-BR")
+
+    # A page whose figures were stale lets it through: the server refuses, and the page shows its numbers.
+    olga.evaluate("document.getElementById('requeue-ceiling').dataset.minimum = '0'")
+    field.fill(str(round(consumed + 30, 1)))
+    olga.get_by_role("button", name="Recolocar na fila").click()
+    refusal = olga.locator("#requeue-result")
+    refusal.wait_for(state="visible")
+    assert "O servidor recusou" in refusal.inner_text() and "mínimo" in refusal.inner_text()
+    assert re.search(r"Consumido [\d,]+ GPU-s, mínimo [\d,]+ GPU-s, informado [\d,]+ GPU-s", refusal.inner_text())
+
+    # A valid ceiling: accepted; the history shows it with the operator's name, live; the job resumes from k.
+    olga.evaluate(f"document.getElementById('requeue-ceiling').dataset.minimum = '{consumed + 60}'")
+    field.fill(str(round(consumed + 600)))
+    assert "é suficiente" in check.inner_text()
+    olga.get_by_role("button", name="Recolocar na fila").click()
+    olga.locator("#requeue-result").get_by_text("Recolocado na fila").wait_for()
+    olga.locator("#ceiling-history").get_by_text("olga2").wait_for(timeout=30_000)
+    started = eventually(lambda: [e for e in stack.get(f"/v1/jobs/{job_id}/events").json()
+                                  if e["event"] == "started"][1:], 120, "the second run")
+    assert started[0]["detail"]["resumed_from_step"] >= k
+    olga.locator("#job-state").get_by_text("Executando").wait_for(timeout=30_000)
+    assert olga.locator("#requeue").is_hidden()
+    shoot(olga, "job-requeued", "pt-BR")
+    assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
+    olga.context.close()

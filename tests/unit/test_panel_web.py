@@ -1,0 +1,215 @@
+"""The panel in the gateway, without servers: sign-in, the session cookie and its CSRF token, security
+headers, escaping, the language switch, and that pages and the API refuse the same people."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+
+from libs.contracts.commands import CommandOutcome
+from services.gateway import auth
+from services.gateway.api import create_app
+from services.gateway.commands import Sent
+from services.gateway.domain import views
+from services.gateway.panel.web import signed_in
+from services.gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.unit
+
+HOSTILE = '<script>alert(1)</script>'
+JOBS = [
+    {"id": "j1", "name": HOSTILE, "owner": "ana", "state": "interrupted", "last_step": 40, "total_steps": 100,
+     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 20, "gpu_ceiling_seconds": 30},
+     "created_at": "2026-12-01T10:00:00+00:00", "error": '<img src=x onerror="alert(2)">'},
+    {"id": "j2", "name": "bob's", "owner": "bob", "state": "running", "last_step": 3, "total_steps": 10,
+     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 300},
+     "created_at": "2026-12-01T09:00:00+00:00"},
+]
+
+
+class FakeReads:
+    """The public views as rows; ``_fetch`` applies the jobs page's owner filter (argument 2)."""
+
+    async def _fetch(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        owner = args[1] if len(args) > 1 else None
+        return [dict(j) for j in JOBS if owner is None or j["owner"] == owner]
+
+    async def _decorate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [views.job_view(r) for r in rows]
+
+    async def job_row(self, job_id: str) -> dict[str, Any] | None:
+        return next((dict(j) for j in JOBS if j["id"] == job_id), None)
+
+    async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
+        row = await self.job_row(job_id)
+        return None if row is None else {**views.job_view(row), "events": []}
+
+    async def job_owners(self, ids: list[str]) -> dict[str, str]:
+        return {j["id"]: j["owner"] for j in JOBS if j["id"] in ids}
+
+
+class FakeCommands:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send(self, cmd: Any) -> Sent:
+        self.sent.append(cmd)
+        return Sent(cmd.command_id, CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True,
+                                                   by="queue", job_id=getattr(cmd, "job_id", None)))
+
+    async def refuse(self, *a: Any, **kw: Any) -> str:
+        return "x"
+
+
+@pytest.fixture
+def panel(tmp_path):
+    settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
+    secrets = {actor: auth.create_token(settings.effective_tokens_file, actor, role)
+               for actor, role in (("olga", "operator"), ("ana", "submitter"), ("vera", "viewer"))}
+    commands = FakeCommands()
+    app = create_app(settings, reads=FakeReads(), commands=commands)
+    with TestClient(app, base_url="https://panel.test") as client:
+        yield app, client, secrets, commands
+
+
+def sign_in(client: TestClient, secret: str) -> str:
+    """Signs in through the form; returns the session's CSRF token as the page shows it."""
+    form = client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    answer = client.post("/signin", data={"token": secret, "csrf": csrf, "next": "/jobs"}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/jobs"
+    page = client.get("/jobs")
+    return re.search(r'<meta name="csrf-token" content="([^"]+)"', page.text).group(1)
+
+
+def test_pages_without_a_session_redirect_to_sign_in(panel):
+    _, client, _, _ = panel
+    answer = client.get("/jobs/j1?x=1", follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/signin?next=/jobs/j1%3Fx%3D1"
+
+
+def test_sign_in_sets_an_http_only_strict_cookie_that_holds_no_token(panel):
+    _, client, secrets, _ = panel
+    form = client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    answer = client.post("/signin", data={"token": secrets["olga"], "csrf": csrf}, follow_redirects=False)
+    cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("teto_session="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" in cookie
+    assert secrets["olga"] not in cookie
+    assert "olga" in client.get("/jobs").text
+
+
+def test_a_wrong_token_or_a_forged_sign_in_form_is_refused(panel):
+    _, client, secrets, _ = panel
+    form = client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    wrong = client.post("/signin", data={"token": "teto_nope", "csrf": csrf})
+    assert wrong.status_code == 401 and 'role="alert"' in wrong.text
+    client.cookies.clear()
+    forged = client.post("/signin", data={"token": secrets["olga"], "csrf": "guess"})
+    assert forged.status_code == 403 and "teto_session" not in forged.headers.get("set-cookie", "")
+
+
+@pytest.mark.parametrize("target", ["//evil.example/x", "https://evil.example", "/\\evil", "jobs"])
+def test_sign_in_never_redirects_off_site(panel, target):
+    _, client, secrets, _ = panel
+    form = client.get("/signin")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    answer = client.post("/signin", data={"token": secrets["olga"], "csrf": csrf, "next": target},
+                         follow_redirects=False)
+    assert answer.headers["location"] == "/jobs"
+
+
+def test_every_page_has_a_csp_without_inline_scripts_and_no_inline_script(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+    for path in ("/signin", "/jobs", "/jobs/j1"):
+        answer = client.get(path)
+        csp = answer.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "style-src 'self'" in csp
+        scripts = re.findall(r"<script([^>]*)>(.*?)</script>", answer.text, re.S)
+        assert all('src="' in attrs or 'type="application/json"' in attrs for attrs, _ in scripts), path
+        assert ' style="' not in answer.text
+        assert not re.search(r"<[^>]+\son[a-z]+\s*=", answer.text), path  # no inline event handlers
+
+
+def test_user_strings_are_escaped(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+    for path in ("/jobs", "/jobs/j1", "/jobs?name=%3Cb%3E"):
+        text = client.get(path).text
+        assert HOSTILE not in text and "<b>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get("/jobs").text
+
+
+def test_the_api_takes_the_session_cookie_only_with_its_csrf_token(panel):
+    _, client, secrets, commands = panel
+    csrf = sign_in(client, secrets["olga"])
+    assert client.get("/v1/whoami").json()["actor"] == "olga"
+    refused = client.post("/v1/jobs/j1/requeue", json={"gpu_ceiling_seconds": 500})
+    assert refused.status_code == 403 and "CSRF" in refused.json()["reason"]
+    wrong = client.post("/v1/jobs/j1/requeue", json={"gpu_ceiling_seconds": 500}, headers={"X-CSRF-Token": "x"})
+    assert wrong.status_code == 403 and not commands.sent
+    accepted = client.post("/v1/jobs/j1/requeue", json={"gpu_ceiling_seconds": 500}, headers={"X-CSRF-Token": csrf})
+    assert accepted.status_code == 200 and commands.sent[0].actor == "olga"
+
+
+def test_a_submitters_forged_requeue_is_refused_by_the_server(panel):
+    _, client, secrets, commands = panel
+    csrf = sign_in(client, secrets["ana"])
+    answer = client.post("/v1/jobs/j1/requeue", json={"gpu_ceiling_seconds": 500}, headers={"X-CSRF-Token": csrf})
+    assert answer.status_code == 403 and answer.json()["permission"] == "finetune:manage"
+    assert not commands.sent
+
+
+def test_a_tenant_lists_only_its_own_jobs_and_cannot_open_anothers(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["ana"])
+    listing = client.get("/jobs").text
+    assert "/jobs/j1" in listing and "/jobs/j2" not in listing
+    assert client.get("/jobs/j2").status_code == 404
+
+
+def test_sign_out_needs_the_csrf_token_and_ends_the_session(panel):
+    _, client, secrets, _ = panel
+    csrf = sign_in(client, secrets["olga"])
+    assert client.post("/signout", data={"csrf": "wrong"}).status_code == 403
+    answer = client.post("/signout", data={"csrf": csrf}, follow_redirects=False)
+    assert answer.status_code == 303
+    client.cookies.delete("teto_session")
+    assert client.get("/jobs", follow_redirects=False).status_code == 303
+
+
+def test_a_revoked_token_ends_its_sessions(panel):
+    app, client, secrets, _ = panel
+    sign_in(client, secrets["vera"])
+    path = app.state.tokens.path
+    token_id = next(t["id"] for t in auth.list_tokens(path) if t["actor"] == "vera")
+    auth.revoke_token(path, token_id)
+    assert client.get("/jobs", follow_redirects=False).status_code == 303
+
+
+def test_the_language_follows_accept_language_and_the_switch(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+    assert 'lang="pt-BR"' in client.get("/jobs", headers={"Accept-Language": "pt-BR"}).text.split(">")[1]
+    assert "Interrompido" in client.get("/jobs", headers={"Accept-Language": "pt-BR"}).text
+    client.get("/lang/en?next=/jobs")
+    page = client.get("/jobs", headers={"Accept-Language": "pt-BR"}).text
+    assert "Interrupted" in page and "Interrompido" not in page
+
+
+def test_every_panel_route_is_public_by_design_or_needs_a_session(panel):
+    app = panel[0]
+    public = {"/", "/signin", "/signout", "/lang/{locale}"}
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or route.path.startswith("/v1/") or route.path in public:
+            continue
+        if route.path in {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}:
+            continue
+        calls = [d.call for d in route.dependant.dependencies]
+        assert any(isinstance(c, (signed_in, auth.require)) for c in calls), route.path
