@@ -37,6 +37,7 @@ from .scoping import AllowListError, load_allow_list
 from .routes import admin, jobs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
 from .settings import GatewaySettings
+from .timing import RouteTimer
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
     max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
                                                                           settings.max_body_bytes)
+    # Inside JsonBodies (which hands on a copy of the scope): it must see the route the router writes there.
+    app.add_middleware(RouteTimer)
     app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, max_body_bytes=max_body)  # added last: runs first
     app.state.settings = settings

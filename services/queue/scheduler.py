@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+from libs.runtime import metrics
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
@@ -40,6 +41,7 @@ class Scheduler:
 
     async def place_once(self) -> int:
         lease = timedelta(seconds=self.settings.lease_seconds)
+        waited: list[float] = []  # queued -> granted, of each grant (observed once committed)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
             # The time is the database's, read once the lock is held: lease deadlines and executor freshness
@@ -78,9 +80,13 @@ class Scheduler:
                 await store.write(conn, self.settings.subjects, t, now,
                                   messages_for(t.job, t, self.settings, left.get(job.id)))
                 log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(a.workers), t.job.lease_epoch)
+                waited.append(max(0.0, (now - job.updated_at).total_seconds()))
         if assignments:
             self.placed += len(assignments)
             self.kick()
+        metrics.GRANTS.inc(len(waited))
+        for seconds in waited:
+            metrics.PLACEMENT_LATENCY.observe(seconds)
         return len(assignments)
 
     async def scan_once(self) -> int:
@@ -96,5 +102,6 @@ class Scheduler:
                     n += 1
         if n:
             self.expired += n
+            metrics.LEASE_EXPIRIES.inc(n)
             self.kick()
         return n

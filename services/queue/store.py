@@ -258,3 +258,8 @@ async def running_gangs_of(conn: asyncpg.Connection, executor_id: str) -> list[s
     rows = await conn.fetch(f"SELECT id FROM {T}.jobs WHERE state = 'running' AND cardinality(workers) > 1"
                             " AND $1 = ANY(workers)", executor_id)
     return [r["id"] for r in rows]
+
+
+async def jobs_by_state(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
+    rows = await conn.fetch(f"SELECT state, count(*) AS n FROM {T}.jobs GROUP BY state")
+    return {r["state"]: r["n"] for r in rows}
