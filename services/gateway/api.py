@@ -36,6 +36,8 @@ from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .routes import admin, jobs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
+from .routes import status as status_routes
+from .status import StatusGatherer
 from .settings import GatewaySettings
 from .timing import RouteTimer
 
@@ -113,6 +115,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
+    app.state.status = (StatusGatherer(runtime, app.state.reads, settings.status_wait_seconds)
+                        if runtime is not None else None)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -184,5 +188,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    status_routes.register(app)
     document_statuses(app)
     return app

@@ -27,6 +27,7 @@ import httpx
 from libs.runtime.dbroles import redact_url
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth
+from teto.stack.observe import MetricsPorts
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -137,6 +138,7 @@ def up(opts: UpOptions) -> int:
 
     nats = pg = None
     sup = Supervisor(data_dir)
+    metrics_ports = MetricsPorts(data_dir)  # a /metrics port per process (docs/observability.md)
     started = time.monotonic()
     try:
         nats_url = os.environ.get("TETO_NATS_URL")
@@ -185,10 +187,12 @@ def up(opts: UpOptions) -> int:
                                                     lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
         for name in SERVICE_ORDER:
-            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level], part_env(env, own, name)))
+            sup.add(Part(name, [*py, "service", name, "--log-level", opts.log_level],
+                         metrics_ports.env(name, part_env(env, own, name))))
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
-                                "--log-level", opts.log_level], part_env(env, own, "executor"),
+                                "--log-level", opts.log_level],
+                         metrics_ports.env(name, part_env(env, own, "executor")),
                          new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}",
                          prepare=prepare_executor))
 
@@ -205,6 +209,7 @@ def up(opts: UpOptions) -> int:
               f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}\n"
               f"  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
+              f"  metrics:     {metrics_ports.summary()}\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
         for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:
             print(f"  job isolation: {line}", flush=True)
