@@ -328,7 +328,7 @@ class ConsumerLoop(Generic[M]):
 
 def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
     """What the log lines written while handling these messages are about (the ids they share)."""
-    return logs.shared_fields([item for _, item in decoded], [m.headers for m, _ in decoded])
+    return logs.shared_fields([item for _, item in decoded], [getattr(m, "headers", None) for m, _ in decoded])
 
 
 def _deliveries(m: Msg) -> int:
@@ -383,7 +383,7 @@ async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporte
             reply = responder.malformed(reason)
         else:
             try:
-                with logs.bound(**logs.shared_fields([request], [msg.headers])):
+                with logs.bound(**logs.shared_fields([request], [getattr(msg, "headers", None)])):
                     reply = await responder.handle(request)
             except Exception as exc:  # noqa: BLE001 - no answer is the honest answer; the requester retries
                 log.warning("%s: request on %s failed: %s", reporter.name, msg.subject, reason_of(exc))
