@@ -69,7 +69,7 @@ class StatusGatherer:
 
     async def _stream(self, name: str) -> StreamView | None:
         try:
-            info = await self.runtime.js.stream_info(name, timeout=PROBE_TIMEOUT_SECONDS)
+            info = await asyncio.wait_for(self.runtime.js.stream_info(name), PROBE_TIMEOUT_SECONDS)
         except NotFoundError:  # not declared (yet): not the bus being down
             return None
         cluster = info.cluster
