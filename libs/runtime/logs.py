@@ -71,12 +71,15 @@ def trace_id_of(headers: Mapping[str, str] | None) -> str | None:
 def shared_fields(items: Sequence[Any], headers: Sequence[Mapping[str, str] | None] = ()) -> dict[str, str]:
     """The ids every message of a batch has in common (a batch of one: its own), and their common trace id."""
     out: dict[str, str] = {}
+    if not items:
+        return out
+    # all() stops at the first message that differs: a batch from many senders costs a message or two.
     for name in ("job_id", "executor_id", "command_id"):
-        values = {getattr(item, name, None) for item in items}
-        if len(values) == 1 and (value := values.pop()) is not None:
-            out[name] = str(value)
-    traces = {trace_id_of(h) for h in headers}
-    if len(traces) == 1 and (trace := traces.pop()) is not None:
+        first = getattr(items[0], name, None)
+        if first is not None and all(getattr(item, name, None) == first for item in items):
+            out[name] = str(first)
+    trace = trace_id_of(headers[0]) if headers else None
+    if trace is not None and all(trace_id_of(h) == trace for h in headers):
         out["trace_id"] = trace
     return out
 
