@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .stack import Stack, eventually, start_stack
 
-pytestmark = pytest.mark.e2e
+# A whole `teto up`, two checked nodes and a fine-tune: minutes on 2 shared cores, past the suite's 300 s default.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 SERVICES = ("audit", "budget", "gateway", "health", "queue")
 
