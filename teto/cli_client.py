@@ -421,6 +421,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_logs(sub, common, _guard)
 
+    from .cli_status import add_parser as add_status
+
+    add_status(sub, common, _guard)
+
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])

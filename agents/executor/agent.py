@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
+from libs.runtime import logs, metrics
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
@@ -112,6 +113,7 @@ class Agent:
                              interval_seconds=s.heartbeat_seconds,
                              progress_interval_seconds=s.progress_interval_seconds, address=self.host)
             await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
+            metrics.EXECUTOR_HEARTBEATS.inc()
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
 
     # -- directives ----------------------------------------------------------------------------------------
@@ -280,6 +282,8 @@ class Agent:
     async def _serve_grant(self, run: Run) -> None:
         grant = run.grant
         s = self.settings
+        logs.bind_here(job_id=grant.job_id)  # this task's log lines are about the job
+        metrics.EXECUTOR_RUNNING.set(1)
         keeper = LeaseKeeper(self.nc, self.subjects.rpc_lease_renew_of(self.id), job_id=grant.job_id, epoch=grant.epoch,
                              executor_id=self.id, lease_seconds=grant.lease_seconds,
                              heartbeat_seconds=grant.heartbeat_seconds,
@@ -327,6 +331,7 @@ class Agent:
                     task.cancel()
             if self.run is run:
                 self.run = None
+                metrics.EXECUTOR_RUNNING.set(0)
 
     async def _launch(self, run: Run) -> bool:
         """Prepare and start the training process, and report it started; False when a stop came first (the
@@ -429,6 +434,7 @@ class Agent:
             # (briefly when contact was lost: the bus is likely away, and the end report matters more)
             await run.log.close(rc, timeout=1.0 if outcome is RunOutcome.ABANDONED else LOG_CLOSE_SECONDS)
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
+        metrics.EXECUTOR_RUNS.labels(outcome.value).inc()
         # Retried until the server acknowledges it; only then does the agent take new work.
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
                          resumed_from_step=run.resumed_from_step,

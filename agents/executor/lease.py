@@ -17,6 +17,7 @@ from nats.aio.client import Client
 
 from libs.contracts.envelope import ContractError
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+from libs.runtime import metrics
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,13 @@ class LeaseKeeper:
             reply = LeaseRenewReply.decode(msg.data)
         except ContractError as exc:
             log.error("unreadable lease renewal reply for %s: %s", self.request["job_id"], exc.reason)
+            metrics.EXECUTOR_RENEWALS.labels("no_answer").inc()
             return None
         except Exception as exc:  # noqa: BLE001 - timeouts, no responders, connection loss: all "no contact"
             log.debug("lease renewal for %s got no answer: %r", self.request["job_id"], exc)
+            metrics.EXECUTOR_RENEWALS.labels("no_answer").inc()
             return None
+        metrics.EXECUTOR_RENEWALS.labels("ok" if reply.ok else "refused").inc()
         if reply.ok:
             self.contact.acknowledged(sent_at)
             self.renewals += 1

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from libs.runtime import bus, tracing
+from libs.runtime import bus, logs, metrics, tracing
 
 from .agent import SHUTDOWN_GRACE_SECONDS, Agent
 from .checks import reach
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or ExecutorSettings.from_env()
     tracing.setup("executor")  # spans exported as the OTEL_* variables say (nothing when none is set)
+    logs.bind_here(executor_id=settings.executor_id)  # every line of this agent (its tasks inherit it)
+    metrics.Endpoint.start(settings.metrics_port, settings.metrics_host, settings.instance or settings.executor_id)
     gpus = await asyncio.to_thread(detect_gpus)
     creds = settings.nats_credentials_file
     nc = await bus.connect(settings.nats_url, f"teto-executor-{settings.executor_id}", credentials_file=creds)
@@ -136,8 +138,7 @@ def reboot_executor(settings: ExecutorSettings, reboot: Reboot, *, execv: Callab
 
 
 def main() -> None:
-    logging.basicConfig(level=os.environ.get("TETO_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(os.environ.get("TETO_LOG_LEVEL", "INFO"))
     raise SystemExit(run({}))
 
 

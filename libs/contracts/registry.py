@@ -14,6 +14,7 @@ from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
 from .logs import LogChunk
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
+from .status import ReplicaStatus, StatusRequest
 from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
 from .telemetry import (CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport,
                         WorkerReady)
@@ -72,4 +73,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(AuditVerifyRequest, "teto.rpc.audit.verify", None, "gateway", "Verify the audit log (chain, macs, anchors)"),
     Entry(AuditVerifyReply, "(reply inbox)", None, "audit",
           "The verdict: what was checked, the first bad row or anchor"),
+    Entry(StatusRequest, "teto.rpc.status", None, "gateway", "Ask every replica of every service for its status"),
+    Entry(ReplicaStatus, "(reply inbox)", None, "every service replica",
+          "A replica's singletons held and consumer lag (one reply per replica)"),
 )

@@ -204,6 +204,11 @@ class Subjects:
     def rpc_audit_verify(self) -> str:
         return f"{self.prefix}.rpc.audit.verify"
 
+    # -- the control plane's status: every replica of every service answers (no queue group)
+    @property
+    def rpc_status(self) -> str:
+        return f"{self.prefix}.rpc.status"
+
     # -- who sent it: subjects an executor publishes end with its id (the bus allows it no other)
     @staticmethod
     def sender_token(subject: str) -> str:

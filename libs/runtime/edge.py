@@ -44,7 +44,7 @@ from libs.contracts import senders
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
-from . import tracing
+from . import logs, metrics, tracing
 from .errors import is_permanent, reason_of
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,11 @@ class ConsumerLoop(Generic[M]):
     def durable(self) -> str:
         return self.consumer.durable
 
+    def _count(self, outcome: str, n: int = 1) -> None:
+        """One place for what the edge did: the in-process counters (tests) and the exported series."""
+        setattr(self.counters, outcome, getattr(self.counters, outcome) + n)
+        metrics.EDGE_MESSAGES.labels(self.reporter.name, self.durable, self.consumer.stream, outcome).inc(n)
+
     async def subscribe(self) -> None:
         """Create or bind the durable (before the service says it is ready)."""
         if self._sub is not None:
@@ -205,7 +210,7 @@ class ConsumerLoop(Generic[M]):
         for m in msgs:
             try:
                 if c.accepts is not None and not c.accepts(m.data):
-                    self.counters.skipped += 1
+                    self._count("skipped")
                     await _ack(m)
                     continue
                 if _deliveries(m) > c.max_deliver + CRASH_MARGIN:
@@ -222,7 +227,8 @@ class ConsumerLoop(Generic[M]):
         if not decoded:
             return
         try:
-            await self._handle_while_unavailable(decoded)
+            with logs.bound(**_fields(decoded)):
+                await self._handle_while_unavailable(decoded)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - judged below, never lost
@@ -236,7 +242,7 @@ class ConsumerLoop(Generic[M]):
             for m, item in decoded:
                 await self._alone(m, item)
             return
-        self.counters.handled += len(decoded)
+        self._count("handled", len(decoded))
         for m, _ in decoded:
             await _ack(m)
 
@@ -257,6 +263,7 @@ class ConsumerLoop(Generic[M]):
                     log.warning("%s: unavailable (%r); holding %d message(s), next try in %.1fs", self.durable,
                                 exc, len(decoded), delay)
                 self.counters.waits += 1
+                metrics.EDGE_WAITS.labels(self.reporter.name, self.durable).inc()
                 for m, _ in decoded:  # still ours: extend the ack deadline, spend no delivery
                     with contextlib.suppress(Exception):
                         await m.in_progress()
@@ -264,13 +271,14 @@ class ConsumerLoop(Generic[M]):
 
     async def _alone(self, m: Msg, item: M) -> None:
         try:
-            await self._handle_while_unavailable([(m, item)])
+            with logs.bound(**_fields([(m, item)])):
+                await self._handle_while_unavailable([(m, item)])
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - judged by _failed
             await self._failed(m, exc)
             return
-        self.counters.handled += 1
+        self._count("handled")
         await _ack(m)
 
     async def _failed(self, m: Msg, exc: BaseException) -> None:
@@ -287,13 +295,13 @@ class ConsumerLoop(Generic[M]):
         log.warning("%s: message on %s failed (delivery %d of %d), retrying: %s", self.durable, m.subject,
                     _deliveries(m), self.consumer.max_deliver, reason_of(exc),
                     exc_info=exc if _deliveries(m) == 1 else None)  # one traceback per message, not per delivery
-        self.counters.redelivered += 1
+        self._count("redelivered")
         with contextlib.suppress(MsgAlreadyAckdError, Exception):
             # Lost nak: AckWait redelivers it then.
             await m.nak(delay=self.consumer.delay(_deliveries(m)))
 
     async def _malformed(self, m: Msg, reason: str) -> None:
-        self.counters.malformed += 1
+        self._count("malformed")
         if self.consumer.on_malformed is not None:
             try:
                 await self.consumer.on_malformed(m.data, reason)
@@ -316,8 +324,13 @@ class ConsumerLoop(Generic[M]):
             with contextlib.suppress(MsgAlreadyAckdError, Exception):
                 await m.nak(delay=self.consumer.delay(_deliveries(m)))
             return
-        self.counters.dead += 1
+        self._count("dead")
         await _ack(m)
+
+
+def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
+    """What the log lines written while handling these messages are about (the ids they share)."""
+    return logs.shared_fields([item for _, item in decoded], [getattr(m, "headers", None) for m, _ in decoded])
 
 
 def _deliveries(m: Msg) -> int:
@@ -372,7 +385,8 @@ async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporte
             reply = responder.malformed(reason)
         else:
             try:
-                reply = await responder.handle(request)
+                with logs.bound(**logs.shared_fields([request], [getattr(msg, "headers", None)])):
+                    reply = await responder.handle(request)
             except Exception as exc:  # noqa: BLE001 - no answer is the honest answer; the requester retries
                 log.warning("%s: request on %s failed: %s", reporter.name, msg.subject, reason_of(exc))
                 return

@@ -122,13 +122,14 @@ def _stream_info(s: Subjects, bases: list[str]) -> list[str]:
     return [f"$JS.API.STREAM.INFO.{s.stream_name(b)}" for b in sorted(set(bases))]
 
 
-def _service(s: Subjects, name: str, publish: list[str], *, streams: list[str], extra_sub: list[str] = (),
-             responds: bool = False) -> Permissions:
+def _service(s: Subjects, name: str, publish: list[str], *, streams: list[str], extra_sub: list[str] = ()
+             ) -> Permissions:
+    """Every service answers requests: at least the status request every replica answers (``teto status``)."""
     consumed = durables(name, s)
     pub = [*publish, s.rejected(name), s.dead(name),
            *(subject for d in consumed for subject in _consume(s, d)),
            *_stream_info(s, [*streams, *(d.stream for d in consumed), "REJECTED", "DEAD"])]
-    return Permissions(tuple(pub), (inbox_prefix(name) + ".>", *extra_sub), allow_responses=responds)
+    return Permissions(tuple(pub), (inbox_prefix(name) + ".>", *extra_sub, s.rpc_status), allow_responses=True)
 
 
 def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = None,
@@ -139,20 +140,20 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
     if role == "admin":
         return Permissions((">",), (">",), allow_responses=True)
     if role == "gateway":
-        # Commands of every kind; refusals decided at the edge (any kind); reads the dead-letter stream.
-        # Reads the dead-letter stream and jobs' output (LOGS), one message at a time, never consuming.
+        # Commands of every kind; refusals decided at the edge (any kind); reads the dead-letter stream and jobs'
+        # output (LOGS), one message at a time, never consuming; asks every replica's status and reads every
+        # stream's info (replicas, leader) for ``GET /v1/status``; tails the panel's watched subjects.
         dead, logs = s.stream_name("DEAD"), s.stream_name("LOGS")
         return _service(s, "gateway", [f"{p}.cmd.*", f"{p}.outcome.*.*", f"$JS.API.STREAM.MSG.GET.{dead}",
-                                       f"$JS.API.STREAM.MSG.GET.{logs}", s.rpc_audit_verify,
+                                       f"$JS.API.STREAM.MSG.GET.{logs}", s.rpc_audit_verify, s.rpc_status,
                                        *_watch(s, WATCHED_BY_GATEWAY)],
-                        streams=["CMD", "OUTCOME", "LOGS"], extra_sub=[s.outcome_all])
+                        streams=[base_name(spec.name, s) for spec in s.streams()], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",
                                      *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status],
-                        streams=["AGENT", "LEASE", "JOB", "OUTCOME"], extra_sub=[s.rpc_lease_renew], responds=True)
+                        streams=["AGENT", "LEASE", "JOB", "OUTCOME"], extra_sub=[s.rpc_lease_renew])
     if role == "budget":
-        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"], extra_sub=[s.rpc_budget_status],
-                        responds=True)
+        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"], extra_sub=[s.rpc_budget_status])
     if role == "health":
         return _service(s, "health", [f"{p}.agent.*.check", f"{p}.agent.*.reboot", f"{p}.node.*.*",
                                       f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS)],
@@ -165,7 +166,7 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                                      f"$JS.API.CONSUMER.CREATE.{anchors}", f"$JS.API.CONSUMER.CREATE.{anchors}.>",
                                      f"$JS.API.CONSUMER.DELETE.{anchors}.>", f"$JS.FC.{anchors}.>",
                                      f"$JS.ACK.{anchors}.>"],
-                        streams=["AUDIT_ANCHOR"], extra_sub=[s.rpc_audit_verify], responds=True)
+                        streams=["AUDIT_ANCHOR"], extra_sub=[s.rpc_audit_verify])
     if role == "executor":
         if not executor_id or not node_id:
             raise ValueError("an executor's permissions need its executor id and node id")
@@ -184,6 +185,11 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                *_stream_info(s, ["AGENT", "HB", "USAGE", "NODE", "PROGRESS", "REJECTED", "LOGS"])]
         return Permissions(tuple(pub), (inbox_prefix(me) + ".>",))
     raise ValueError(f"unknown role {role!r} (one of {', '.join(ROLES)})")
+
+
+def base_name(stream: str, s: Subjects) -> str:
+    """``TETO_CMD`` -> ``CMD`` (the inverse of ``Subjects.stream_name``)."""
+    return stream[len(s.stream_name("")):]
 
 
 def checked_streams(perms: Permissions) -> list[str]:

@@ -19,9 +19,10 @@ from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 
-from . import bus, db, tracing
+from . import bus, db, metrics, tracing
 from .clock import Clock
 from .edge import Consumer, ConsumerLoop, EdgeCounters, Responder, serve_responder
+from .observe import Observer
 from .settings import CommonSettings
 from .singleton import SingletonLoop
 from .tasks import stop_tasks
@@ -42,6 +43,8 @@ class Runtime:
     dead: int = 0
     edge: EdgeCounters = field(default_factory=EdgeCounters)
     loops: list[ConsumerLoop] = field(default_factory=list)
+    singletons: list[SingletonLoop] = field(default_factory=list)
+    observer: Observer | None = None
 
     @property
     def subjects(self) -> Subjects:
@@ -59,11 +62,16 @@ class Runtime:
         js = nc.jetstream(timeout=15.0)
         await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role=name,
                                   replicas=settings.stream_replicas)
-        return cls(name=name, settings=settings, pool=pool, nc=nc, js=js)
+        runtime = cls(name=name, settings=settings, pool=pool, nc=nc, js=js)
+        # Metrics endpoint, lag sampling and the answer to ``teto.rpc.status`` (docs/observability.md).
+        runtime.observer = Observer(runtime)
+        await runtime.observer.start()
+        return runtime
 
     def singleton(self, lock_name: str, body: Callable[[], Awaitable[None]], retry_seconds: float = 1.0) -> None:
         loop = SingletonLoop(self.settings.database_url, f"{self.settings.subject_prefix}:{lock_name}", body,
                              retry_seconds=retry_seconds)
+        self.singletons.append(loop)
         self.tasks.append(asyncio.create_task(loop.run(), name=lock_name))
 
     def background(self, coro: Awaitable[None], name: str) -> None:
@@ -86,9 +94,12 @@ class Runtime:
         msg_id = f"dead-{letter.consumer}-{letter.stream_seq}" if letter.stream_seq is not None else letter.id
         await bus.publish(self.js, self.subjects.dead(self.name), letter, msg_id=msg_id)
         self.dead += 1
+        metrics.DEAD_LETTERS.labels(self.name, letter.consumer, letter.cause.value).inc()
 
     async def close(self) -> None:
         await stop_tasks(self.tasks)
+        if self.observer is not None:
+            await self.observer.stop()
         with contextlib.suppress(Exception):
             await self.nc.drain()
         with contextlib.suppress(Exception):
@@ -98,6 +109,7 @@ class Runtime:
         """Log a refused message and publish it on ``teto.rejected.<service>`` where the audit log and operators
         see it (the consumer's edge terminates it: a malformed message is never redelivered)."""
         self.rejected += 1
+        metrics.REJECTED.labels(self.name).inc()
         log.error("%s refused a message on %s: %s", self.name, subject, reason)
         # The excerpt is what a person reads: NUL and other C0 controls become U+FFFD so the note itself is
         # always storable and sendable, whatever the hostile message held.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -71,6 +71,16 @@ class CommonSettings(Settings):
         "a NATS cluster of three or more (teto up --nats-cluster sets it; docs/reliability.md)")
     data_dir: Path = Field(Path(".teto"), description="Local state: embedded servers, tokens, checkpoints")
     checkpoint_dir: Path | None = Field(None, description="Checkpoint storage, a directory (a shared filesystem in a deployment); default data_dir/checkpoints")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics of this process on this HTTP port "
+                              "(/metrics); 0: off. `teto up` gives each process a free one (docs/observability.md)")
+    metrics_host: str = Field("127.0.0.1", max_length=255, description="Address the metrics endpoint listens on "
+                              "(0.0.0.0 in a container)")
+    instance: str = Field("", max_length=200, description="This process's `instance` label and its name in "
+                          "`teto status`; default <host>:<pid>")
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as text, or one JSON object a line "
+                                                "with job_id, executor_id, command_id, trace_id when known")
+    metrics_sample_seconds: float = Field(5.0, gt=0, le=3600, description="How often consumer lag (JetStream "
+                                          "num_pending) is sampled for metrics and `teto status`")
 
     @property
     def subjects(self) -> Subjects:

@@ -16,7 +16,7 @@ from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
 from libs.contracts.usage import UsageReport
-from libs.runtime import outbox
+from libs.runtime import metrics, outbox
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 from libs.runtime.edge import Consumer, Responder, from_sender
@@ -49,7 +49,12 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             for stale in effects.stale:
                 unit.stale(stale)
         counters.late += effects.late
-        counters.exhausted += sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
+        exhausted = sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
+        counters.exhausted += exhausted
+        # Committed: each GPU-second is counted by the replica whose transaction appended it.
+        metrics.GPU_SECONDS.inc(effects.charged)
+        metrics.OVERSHOOT.inc(effects.overshoot)
+        metrics.BUDGET_EXHAUSTED.inc(exhausted)
 
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
         # Agents before usage reports carried usage here; same identity, so charged once either way.

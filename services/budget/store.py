@@ -42,6 +42,8 @@ class Effects:
     inserted: int = 0
     late: int = 0  # usage records of an old lease epoch, charged all the same
     duplicates: int = 0  # usage records already charged
+    charged: float = 0.0  # GPU-seconds appended to the ledger
+    overshoot: float = 0.0  # growth of the jobs' overshoot (charged past a ceiling)
 
 
 async def lock_jobs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, asyncpg.Record]:
@@ -131,9 +133,11 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
     for r in inserted:
         added[r["job_id"]] = added.get(r["job_id"], 0.0) + r["gpu_seconds"]
         epochs[r["job_id"]] = max(epochs.get(r["job_id"], 0), r["epoch"])
+    effects.charged = sum(added.values())
     decisions = {job_id: ledger.on_usage(account_of(rows[job_id]), added[job_id]) for job_id in sorted(added)}
     await _save_charged(conn, decisions, epochs)
     for job_id, d in decisions.items():
+        effects.overshoot += max(0.0, d.account.overshoot - account_of(rows[job_id]).overshoot)
         if d.exhausted:
             effects.events.append(_exhausted(subjects, job_id, d.account))
     return effects

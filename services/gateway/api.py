@@ -38,7 +38,10 @@ from .logs import JobLogs
 from .routes import admin, jobs, logs, policies, nodes
 from . import panel
 from .routes import dead_letters as dead_letter_routes
+from .routes import status as status_routes
+from .status import StatusGatherer
 from .settings import GatewaySettings
+from .timing import RouteTimer
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
     max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,
                                                                           settings.max_body_bytes)
+    # Inside JsonBodies (which hands on a copy of the scope): it must see the route the router writes there.
+    app.add_middleware(RouteTimer)
     app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, max_body_bytes=max_body)  # added last: runs first
     app.state.settings = settings
@@ -113,6 +118,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
     app.state.job_logs = job_logs if job_logs is not None else (JobLogs(runtime) if runtime else None)
+    app.state.status = (StatusGatherer(runtime, app.state.reads, settings.status_wait_seconds)
+                        if runtime is not None else None)
 
     @app.exception_handler(ApiError)
     async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -186,5 +193,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     nodes.register(app)
     dead_letter_routes.register(app)
     panel.mount(app, runtime)  # the operator panel under / (services/gateway/panel)
+    status_routes.register(app)
     document_statuses(app)
     return app

@@ -30,6 +30,8 @@ class GatewaySettings(CommonSettings):
         "(teto up makes one); unset: a job with a secret value is refused")
     tls_cert_file: Path | None = Field(None, description="Serve HTTPS with this certificate chain (PEM)")
     tls_key_file: Path | None = Field(None, description="The private key of tls_cert_file (PEM)")
+    status_wait_seconds: float = Field(1.0, gt=0, le=30, description="How long GET /v1/status collects the "
+                                       "replicas' answers (a replica slower than this shows as missing)")
 
     def check(self) -> None:
         super().check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from libs.runtime import metrics
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
@@ -29,7 +30,9 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
         await runtime.consume(consumers(runtime, Counters(), checks))
 
         async def evaluate() -> None:
-            await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())
+            result = await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())
+            for kind, signal in result.changes:  # committed
+                metrics.SIGNAL_CHANGES.labels(kind, signal).inc()
 
         tick = periodic(evaluate, settings.evaluate_interval_seconds, "health evaluator")
         runtime.singleton("health-evaluator", tick)

@@ -13,6 +13,7 @@ from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import CheckReport, NodeRegistered, SignalChanged
 from libs.contracts.telemetry import Heartbeat
 from libs.contracts import senders
+from libs.runtime import metrics
 from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
@@ -20,6 +21,7 @@ from libs.runtime.unit import Units
 
 from . import store
 from .checks import Checks
+from .domain.observed import results_of
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,10 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
             for rep in sorted(reports, key=lambda r: r.time):
                 provision += await checks.on_report(conn, rep)
         checks.kick()
+        for result in results_of(reports):  # committed: the node's results and latest figures
+            metrics.CHECK_RESULTS.labels(result.node_id, result.test, result.status).inc()
+            for name, value in result.figures:
+                metrics.CHECK_FIGURE.labels(result.node_id, result.test, name).set(value)
         for request in provision:  # after the commit: the node is replaced whatever the hook does
             await checks.provision(request)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import asyncpg
@@ -136,6 +136,7 @@ async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent) -> None:
 class Evaluation:
     executors_changed: int = 0
     jobs_changed: int = 0
+    changes: list[tuple[str, str]] = field(default_factory=list)  # (job | executor, new signal or "none")
 
 
 def _phase(value: str | None) -> Phase | None:
@@ -184,6 +185,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
             )
             if changed:
                 result.jobs_changed += 1
+                result.changes.append(("job", str(reading.signal or "none")))
                 events.append((subjects.job_event(row["job_id"], "signal"), SignalChanged(
                     job_id=row["job_id"], executor_id=row["executor_id"], signal=reading.signal,
                     previous=_signal(row["signal"]), since=since,
@@ -207,6 +209,8 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
                 _thresholds(reading), row["last_heartbeat"], row["step_changed_at"],
             )
             result.executors_changed += bool(changed)
+            if changed:
+                result.changes.append(("executor", str(reading.signal or "none")))
     return result
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from libs.contracts.jobs import JobState
+from libs.runtime import metrics
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
@@ -22,6 +24,7 @@ from .policy import Policies
 from .runs import Runs
 from .scheduler import Scheduler
 from .settings import QueueSettings
+from . import store
 from .store import SCHEMA
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,9 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         # Published outbox rows are kept a day (for inspection after an incident), then dropped.
         runtime.singleton(f"{NAME}-outbox-purge", periodic(
             lambda: purge_published(runtime.pool, SCHEMA), OUTBOX_PURGE_SECONDS, "outbox purge"))
+        # Jobs by state for the metrics endpoint: every replica samples (a gauge, not a count of facts).
+        runtime.background(periodic(lambda: sample_jobs(runtime), settings.metrics_sample_seconds, "jobs sampler")(),
+                           "jobs-sampler")
         log.info("queue service ready (prefix %s)", settings.subject_prefix)
         if ready is not None:
             ready.set()
@@ -68,3 +74,7 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         await runtime.close()
 
 
+async def sample_jobs(runtime: Runtime) -> None:
+    counts = await store.jobs_by_state(runtime.pool)
+    for state in JobState:
+        metrics.JOBS.labels(state.value).set(counts.get(state.value, 0))

@@ -22,6 +22,7 @@ from libs.contracts.telemetry import (
     StepReport,
     WorkerReady,
 )
+from libs.runtime import metrics
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
 from libs.runtime import wake
@@ -99,6 +100,7 @@ class Runs:
             elif job is not None and is_stale(req.epoch, job.lease_epoch):
                 await store.note_stale(unit.conn, unit.stale(StaleEpoch(
                     req.executor_id, req.job_id, req.epoch, job.lease_epoch, "renewal")), now)
+        metrics.LEASE_RENEWALS.labels("refused" if isinstance(result, lc.Refusal) else "ok").inc()
         if isinstance(result, lc.Refusal):
             return LeaseRenewReply(ok=False, reason=result.reason)
         return LeaseRenewReply(ok=True, expires_at=fact.expires_at)

@@ -17,7 +17,7 @@ import asyncpg
 
 from opentelemetry.trace import SpanKind
 
-from libs.runtime import tracing
+from libs.runtime import metrics, tracing
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
@@ -50,6 +50,7 @@ class Scheduler:
         async with self.runtime.pool.acquire() as conn:
             again = await store.queued_jobs_placed_before(conn, self.settings.max_jobs_per_pass)
         used = await remaining.ask(self.runtime, again, self.settings.budget_rpc_timeout_seconds) if again else {}
+        waited: list[float] = []  # queued -> granted, of each grant (observed once committed)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
             # The time is the database's, read once the lock is held: lease deadlines and executor freshness
@@ -79,24 +80,29 @@ class Scheduler:
             for a in assignments:
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
                                        job_id=a.job_id, executors=list(a.workers)):
-                    await self._grant(conn, by_id[a.job_id], a, gangs, now, now + lease, left.get(a.job_id))
+                    if await self._grant(conn, by_id[a.job_id], a, gangs, now, now + lease, left.get(a.job_id)):
+                        waited.append(max(0.0, (now - by_id[a.job_id].updated_at).total_seconds()))
         if assignments:
             self.placed += len(assignments)
             self.kick()
+        metrics.GRANTS.inc(len(waited))
+        for seconds in waited:
+            metrics.PLACEMENT_LATENCY.observe(seconds)
         return len(assignments)
 
     async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Assignment, gangs: GangGrants,
-                     now: datetime, expires: datetime, remaining: float | None) -> None:
+                     now: datetime, expires: datetime, remaining: float | None) -> bool:
         """Grant one placed job (its gang's leases, the transition, RunJob and LeaseEvent into the outbox)."""
         granted = await gangs.grant(conn, job, assignment.workers, expires, now)
         if granted is None:
-            return
+            return False
         t = lc.decide(job, granted, now)
         if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
             log.error("placement of %s refused: %s", job.id, t.reason)
-            return
+            return False
         await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings, remaining))
         log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(assignment.workers), t.job.lease_epoch)
+        return True
 
     async def scan_once(self) -> int:
         n = 0
@@ -111,5 +117,6 @@ class Scheduler:
                     n += 1
         if n:
             self.expired += n
+            metrics.LEASE_EXPIRIES.inc(n)
             self.kick()
         return n

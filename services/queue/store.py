@@ -301,3 +301,8 @@ async def record_step(conn: asyncpg.Connection, report: StepReport) -> None:
         " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7) ON CONFLICT DO NOTHING",
         report.job_id, report.epoch, report.step, report.loss, report.step_seconds, json.dumps(report.metrics),
         report.time)
+
+
+async def jobs_by_state(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
+    rows = await conn.fetch(f"SELECT state, count(*) AS n FROM {T}.jobs GROUP BY state")
+    return {r["state"]: r["n"] for r in rows}

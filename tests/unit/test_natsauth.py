@@ -71,7 +71,17 @@ def test_the_queue_alone_answers_lease_renewals_and_the_budget_alone_budget_stat
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_lease_renew_of(EX))} == {"queue"}
     assert publishers(S.rpc_lease_renew_of(EX)) == {"executor"} and not publishers(S.rpc_lease_renew_of(OTHER))
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_budget_status)} == {"budget"}
-    assert {r for r in NON_ADMIN if perms(r).allow_responses} == {"queue", "budget", "audit"}  # audit: verify
+    # Every service answers the status request (teto status); an executor answers nothing.
+    assert {r for r in NON_ADMIN if perms(r).allow_responses} == set(natsauth.SERVICES)
+
+
+def test_every_service_answers_status_and_the_gateway_alone_asks():
+    assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_status)} == set(natsauth.SERVICES)
+    assert publishers(S.rpc_status) == {"gateway"}
+    # The gateway reads every stream's info (replicas, leader) and no consumer's state but its own.
+    gateway = perms("gateway").publish
+    assert all(allows(gateway, f"$JS.API.STREAM.INFO.{spec.name}") for spec in S.streams())
+    assert not allows(gateway, "$JS.API.CONSUMER.INFO.TETO_HB.queue-heartbeats")
 
 
 @pytest.mark.parametrize("subject", [S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX),

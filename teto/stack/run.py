@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import logging
 import signal
 from collections.abc import Awaitable, Callable
+
+from libs.runtime.settings import SettingsError
 
 SERVICES = ("queue", "budget", "health", "audit", "gateway")
 
 
 def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Text lines by default; TETO_LOG_FORMAT=json writes one JSON object a line (libs/runtime/logs.py)."""
+    from libs.runtime import logs
+
+    try:
+        logs.configure(level)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 async def _until_signalled(serve: Callable[..., Awaitable[None]], name: str | None = None) -> None:

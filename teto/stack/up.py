@@ -27,6 +27,7 @@ import httpx
 from libs.runtime.dbroles import redact_url
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster
+from teto.stack.observe import MetricsPorts
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -147,6 +148,7 @@ def up(opts: UpOptions) -> int:
 
     nats = pg = None
     sup = Supervisor(data_dir)
+    metrics_ports = MetricsPorts(data_dir)  # a /metrics port per process (docs/observability.md)
     started = time.monotonic()
     try:
         nats_url = os.environ.get("TETO_NATS_URL")
@@ -201,11 +203,14 @@ def up(opts: UpOptions) -> int:
         ports = cluster.gateway_ports(opts.http_port, opts.replicas)
         for name in SERVICE_ORDER:
             for i, part in enumerate(cluster.replica_names(name, opts.replicas)):
-                part_vars = {**part_env(env, own, name), "TETO_HTTP_PORT": str(ports[i])}
-                sup.add(Part(part, [*py, "service", name, "--log-level", opts.log_level], part_vars))
+                part_vars = {**part_env(env, own, name), "TETO_HTTP_PORT": str(ports[i]), "TETO_INSTANCE": part}
+                sup.add(Part(part, [*py, "service", name, "--log-level", opts.log_level],
+                             metrics_ports.env(part, part_vars)))
+
         def add_executor(name: str, group: str) -> None:
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
-                                "--log-level", opts.log_level], part_env(env, own, "executor"),
+                                "--log-level", opts.log_level],
+                         metrics_ports.env(name, part_env(env, own, "executor")),
                          new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}",
                          prepare=prepare_executor))
 
@@ -227,6 +232,7 @@ def up(opts: UpOptions) -> int:
               f"{cluster.note(nats, stream_replicas)}\n"
               f"  PostgreSQL:  {redact_url(database_url)}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
+              f"  metrics:     {metrics_ports.summary()}\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
         for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:
             print(f"  job isolation: {line}", flush=True)

@@ -1,0 +1,44 @@
+"""Metrics ports for ``teto up``: every process it starts gets a free port of its own for ``/metrics``
+(``TETO_METRICS_PORT``), kept across that process's restarts, listed in ``<data-dir>/metrics.json`` and printed.
+``TETO_METRICS_PORT=0`` in ``teto up``'s environment turns every endpoint off."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from teto.stack.embedded import free_port
+
+
+class MetricsPorts:
+    def __init__(self, data_dir: Path, environ: Mapping[str, str] | None = None, host: str = "127.0.0.1") -> None:
+        environ = os.environ if environ is None else environ
+        self.path = data_dir / "metrics.json"
+        self.host = environ.get("TETO_METRICS_HOST") or host
+        self.off = environ.get("TETO_METRICS_PORT", "").strip() == "0"
+        self.ports: dict[str, int] = {}
+
+    def env(self, part: str, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this part's metrics port (the same one each time the same part is asked for)."""
+        if self.off:
+            return {**env, "TETO_METRICS_PORT": "0"}
+        if part not in self.ports:
+            self.ports[part] = free_port()
+            self._write()
+        return {**env, "TETO_METRICS_PORT": str(self.ports[part]), "TETO_METRICS_HOST": self.host}
+
+    def urls(self) -> dict[str, str]:
+        return {part: f"http://{self.host}:{port}/metrics" for part, port in self.ports.items()}
+
+    def summary(self) -> str:
+        if self.off:
+            return "off (TETO_METRICS_PORT=0)"
+        ports = ", ".join(f"{part} :{port}" for part, port in self.ports.items())
+        return f"http://{self.host}:<port>/metrics  ({ports}; list in {self.path})"
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.urls(), indent=2))
+        os.replace(tmp, self.path)
