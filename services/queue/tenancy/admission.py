@@ -1,0 +1,298 @@
+"""One admission pass under tenancy, on a snapshot, as a pure function: which queued jobs take which free
+executors, which running jobs are preempted to give an organisation its nominal share back, and why every job
+left waiting waits.
+
+The pass (numbered as in ``plan``):
+1. Devices held per (organisation, node group) from the running jobs; capacity per group from ready nodes.
+2. Each organisation's queue in priority order, then age (then id, so the order is total).
+3. Repeatedly take the head job of the organisation that comes first: jobs within their organisation's nominal
+   share before borrowing ones, then the lowest weighted dominant share (``fairshare``). The job is admitted
+   when its organisation's budget can reserve its remaining ceiling, its quota fits in one node group, and that
+   group has enough free nodes (a gang: all its workers in one group, all or nothing). Otherwise it waits with
+   the reason and its organisation's next job is considered (a small job may pass a big one that cannot start).
+4. A job that waits for capacity within its own nominal share, in a cohort that allows it, reclaims borrowed
+   capacity: running jobs of borrowing members are chosen, lowest priority and newest first, only as many as
+   make the job fit, and only when enough does (a preemption that would not let it start is not made).
+5. Jobs waiting for a free node learn how many jobs are ahead of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from . import budget as budgets
+from . import quota as quotas
+from .fairshare import Share, dominant_share, explain_order, order_key
+from .model import Cohort, Organisation, Pending, Preemption, Running
+
+
+@dataclass(frozen=True)
+class Node:
+    """A schedulable executor (ready, not cordoned), busy or free."""
+
+    executor_id: str
+    group: str
+    gpus: int
+    free: bool = True
+
+
+class WaitCode(StrEnum):
+    NO_ORGANISATION = "no_organisation"  # the job's organisation does not exist (any more)
+    NO_QUOTA = "no_quota"  # its organisation has no share of any group that could run it
+    QUOTA = "quota"  # at nominal + borrowing limit, or the cohort's shared devices are in use
+    BUDGET = "budget"  # the organisation's period budget cannot reserve its remaining ceiling
+    NO_READY_NODE = "no_ready_node"  # no ready node has the GPUs one worker needs
+    GANG_CANNOT_FIT = "gang_cannot_fit"  # no node group has as many ready nodes as the gang has workers
+    BEHIND = "behind"  # quota and budget allow it; the nodes it fits are taken by jobs ahead of it
+    RECLAIMING = "reclaiming"  # borrowed capacity is being preempted for it
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: str
+    code: WaitCode
+    reason: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Admit:
+    job_id: str
+    org: str
+    group: str
+    workers: tuple[str, ...]  # executor ids, rank order
+    borrowing: int  # devices its organisation holds above nominal once it runs (0: within nominal)
+    rank: int  # its place in this pass's order, from 1
+    why: str  # its organisation's share when it was chosen
+    reserved_gpu_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job_id: str
+    org: str
+    for_job: str
+    for_org: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    orgs: Mapping[str, Organisation]
+    nodes: Sequence[Node]
+    pending: Sequence[Pending]
+    running: Sequence[Running] = ()
+    cohorts: Mapping[str, Cohort] = field(default_factory=dict)
+    budgets: Mapping[str, budgets.BudgetAccount] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    admitted: list[Admit]
+    waiting: dict[str, Wait]
+    preempted: list[Preempt]
+    order: list[str]  # the organisations' fair-share order at the start of the pass, explained
+    usage: dict[str, dict[str, int]]  # devices held per org and group once the admitted jobs run
+    budgets: dict[str, budgets.BudgetAccount]
+
+
+def _job_order(job: Pending) -> tuple:
+    return (-job.priority, job.created_at, job.job_id)
+
+
+class _Pass:
+    """The mutable state of one pass; ``plan`` is its only user."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.usage: dict[str, dict[str, int]] = {}
+        for run in snap.running:
+            quotas.add(self.usage, run.org, run.group, run.devices)
+        self.capacity: dict[str, int] = {}
+        self.ready: dict[str, list[int]] = {}  # group -> gpus of each ready node
+        self.free: dict[str, list[Node]] = {}  # group -> free nodes, smallest first
+        for node in snap.nodes:
+            self.capacity[node.group] = self.capacity.get(node.group, 0) + max(1, node.gpus)
+            self.ready.setdefault(node.group, []).append(node.gpus)
+            if node.free:
+                self.free.setdefault(node.group, []).append(node)
+        for nodes in self.free.values():
+            nodes.sort(key=lambda n: (n.gpus, n.executor_id))
+        self.budgets = dict(snap.budgets)
+        self.groups = sorted(self.ready)
+
+    def within_nominal(self, org: Organisation, job: Pending) -> bool:
+        if not org.metered:
+            return True
+        return any(quotas.held(self.usage, org.name, g) + job.devices <= org.quota(g).nominal for g in self.groups)
+
+    def shape_wait(self, job: Pending) -> Wait | None:
+        """Waits no capacity can end: no node has the GPUs, or no group has enough such nodes."""
+        fitting = {g: sum(1 for gpus in self.ready[g] if gpus >= job.gpus_per_worker) for g in self.groups}
+        if not any(fitting.values()):
+            return Wait(job.job_id, WaitCode.NO_READY_NODE,
+                        f"no ready node has {job.gpus_per_worker} GPUs", {"gpus_per_worker": job.gpus_per_worker})
+        if max(fitting.values()) < job.workers:
+            most = max(fitting.values())
+            return Wait(job.job_id, WaitCode.GANG_CANNOT_FIT,
+                        f"gang cannot fit: {job.workers} workers of {job.gpus_per_worker} GPUs, at most {most} "
+                        "such ready nodes in one node group", {"workers": job.workers, "fitting_nodes": most})
+        return None
+
+    def try_admit(self, org: Organisation, job: Pending, rank: int, share: Share) -> Admit | Wait:
+        shape = self.shape_wait(job)
+        if shape is not None:
+            return shape
+        account = self.budgets.get(org.name)
+        if account is not None:
+            refused = budgets.refusal(account, job.needs_gpu_seconds)
+            if refused is not None:
+                return Wait(job.job_id, WaitCode.BUDGET, refused.reason, refused.numbers)
+        refusals: list[quotas.QuotaCheck] = []
+        fitted_quota = False
+        # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
+        candidates = []
+        for group in self.groups:
+            result = quotas.check(org, group, job.devices, self.usage, self.snap.orgs)
+            if result.fits:
+                candidates.append((result.borrowing, group, result))
+            else:
+                refusals.append(result)
+        for borrowing, group, _ in sorted(candidates, key=lambda c: (c[0], c[1])):
+            fitting = [n for n in self.free.get(group, ()) if n.gpus >= job.gpus_per_worker]
+            if sum(1 for gpus in self.ready[group] if gpus >= job.gpus_per_worker) < job.workers:
+                continue
+            fitted_quota = True
+            if len(fitting) < job.workers:
+                continue
+            chosen = fitting[:job.workers]
+            taken = {n.executor_id for n in chosen}
+            self.free[group] = [n for n in self.free[group] if n.executor_id not in taken]
+            quotas.add(self.usage, org.name, group, job.devices)
+            if account is not None:
+                reserved = budgets.reserve(account, job.job_id, job.needs_gpu_seconds)
+                assert isinstance(reserved, budgets.BudgetAccount)  # refusal() said it fits
+                self.budgets[org.name] = reserved
+            return Admit(job.job_id, org.name, group, tuple(n.executor_id for n in chosen), borrowing, rank,
+                         share.explain(), job.needs_gpu_seconds)
+        if fitted_quota or not refusals:
+            return Wait(job.job_id, WaitCode.BEHIND, "", {"devices": job.devices})
+        # A limit reached says more than a group the organisation has no share of.
+        refusal = ([r for r in refusals if r.verdict is not quotas.QuotaVerdict.NO_QUOTA] or refusals)[0]
+        code = WaitCode.NO_QUOTA if refusal.verdict is quotas.QuotaVerdict.NO_QUOTA else WaitCode.QUOTA
+        return Wait(job.job_id, code, refusal.reason, refusal.numbers)
+
+
+def plan(snap: Snapshot) -> Plan:
+    # 1. Usage, capacity and free nodes.
+    state = _Pass(snap)
+    shares = [dominant_share(o, state.usage, state.capacity) for o in snap.orgs.values()]
+    order_text = explain_order(shares)
+    # 2. Each organisation's queue: priority, then age.
+    queues: dict[str, list[Pending]] = {}
+    waiting: dict[str, Wait] = {}
+    for job in snap.pending:
+        if job.org not in snap.orgs:
+            waiting[job.job_id] = Wait(job.job_id, WaitCode.NO_ORGANISATION, f"organisation {job.org} does not exist")
+            continue
+        queues.setdefault(job.org, []).append(job)
+    for q in queues.values():
+        q.sort(key=_job_order, reverse=True)  # popped from the end
+    # 3. Head of the organisation that comes first, one job at a time.
+    admitted: list[Admit] = []
+    decided: list[Pending] = []
+    while queues:
+        best = None
+        for name, q in queues.items():
+            org = snap.orgs[name]
+            share = dominant_share(org, state.usage, state.capacity)
+            key = order_key(share, not state.within_nominal(org, q[-1]))
+            if best is None or key < best[0]:
+                best = (key, name, share)
+        assert best is not None
+        _, name, share = best
+        job = queues[name].pop()
+        if not queues[name]:
+            del queues[name]
+        decided.append(job)
+        result = state.try_admit(snap.orgs[name], job, len(decided), share)
+        if isinstance(result, Admit):
+            admitted.append(result)
+        else:
+            waiting[job.job_id] = result
+    # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
+    # it holds back for them is not yet held).
+    usage = quotas.copy(state.usage)
+    preempted = _reclaim(state, decided, waiting)
+    state.usage = usage
+    # 5. How many jobs are ahead of each one waiting for a node.
+    for ahead, job in enumerate(decided):
+        wait = waiting.get(job.job_id)
+        if wait is not None and wait.code is WaitCode.BEHIND:
+            waiting[job.job_id] = Wait(job.job_id, WaitCode.BEHIND,
+                                       f"behind {ahead} jobs of higher priority or fair share: no free node of "
+                                       f"{job.gpus_per_worker} GPUs for {job.workers} worker(s) now",
+                                       {"ahead": ahead, **wait.numbers})
+    return Plan(admitted, waiting, preempted, order_text, state.usage, state.budgets)
+
+
+def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> list[Preempt]:
+    snap = state.snap
+    out: list[Preempt] = []
+    gone: set[str] = set()
+    nodes = {n.executor_id: n for n in snap.nodes}
+    for job in decided:
+        wait = waiting.get(job.job_id)
+        if wait is None or wait.code not in (WaitCode.QUOTA, WaitCode.BEHIND):
+            continue
+        org = snap.orgs[job.org]
+        cohort = snap.cohorts.get(org.cohort) if org.cohort else None
+        policy = cohort.preemption if cohort else Preemption.NEVER
+        if not org.metered or policy is Preemption.NEVER:
+            continue
+        for group in state.groups:
+            if quotas.held(state.usage, org.name, group) + job.devices > org.quota(group).nominal:
+                continue  # reclaiming gives back a nominal share, never more
+            victims = _victims(state, org, job, group, policy, gone, nodes)
+            if victims is None:
+                continue
+            for run in victims:
+                gone.add(run.job_id)
+                quotas.add(state.usage, run.org, group, -run.devices)
+                out.append(Preempt(run.job_id, run.org, job.job_id, org.name,
+                                   f"preempted: organisation {run.org} borrowed {run.devices} devices of node group "
+                                   f"{group}; organisation {org.name} reclaims its nominal share for job "
+                                   f"{job.job_id}"))
+            quotas.add(state.usage, org.name, group, job.devices)  # held for it: later jobs see it taken
+            waiting[job.job_id] = Wait(job.job_id, WaitCode.RECLAIMING,
+                                       f"reclaiming {sum(v.devices for v in victims)} borrowed devices of node group "
+                                       f"{group} from {', '.join(sorted({v.org for v in victims}))} by preemption",
+                                       {"preempted_jobs": len(victims)})
+            break
+    return out
+
+
+def _victims(state: _Pass, org: Organisation, job: Pending, group: str, policy: Preemption, gone: set[str],
+             nodes: Mapping[str, Node]) -> list[Running] | None:
+    """The fewest borrowed jobs, lowest priority and newest first, whose end lets ``job`` fit; None if none do."""
+    snap = state.snap
+    usage = quotas.copy(state.usage)
+    free = sum(1 for n in state.free.get(group, ()) if n.gpus >= job.gpus_per_worker)
+    candidates = [r for r in snap.running if r.group == group and r.job_id not in gone and r.org != org.name
+                  and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
+                  and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)]
+    candidates.sort(key=lambda r: (r.priority, -(r.admitted_at.timestamp() if r.admitted_at else 0.0), r.job_id))
+    chosen: list[Running] = []
+    for run in candidates:
+        if quotas.check(org, group, job.devices, usage, snap.orgs).fits and free >= job.workers:
+            break
+        if quotas.borrowed(snap.orgs[run.org], group, usage) <= 0:
+            continue  # that organisation is back within its nominal share: its jobs stay
+        chosen.append(run)
+        quotas.add(usage, run.org, group, -run.devices)
+        free += sum(1 for e in run.executors if e in nodes and nodes[e].gpus >= job.gpus_per_worker)
+    if chosen and quotas.check(org, group, job.devices, usage, snap.orgs).fits and free >= job.workers:
+        return chosen
+    return None
