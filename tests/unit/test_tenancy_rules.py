@@ -126,7 +126,7 @@ def test_within_an_organisation_priority_then_age():
 def test_jobs_within_nominal_come_before_borrowing_ones():
     # b holds nothing but wants to borrow; a is within nominal even though it already holds more.
     a, b = org("a", 3), org("b", 0, borrow=None)
-    running = [Running("r", "a", G, 1, 1, executors=(f"{G}-0",))]
+    running = [Running("r", "a", G, 1, executors=(f"{G}-0",))]
     result = plan(Snapshot(orgs(a, b), nodes(4, busy=1), [job("b1", "b"), job("a1", "a", at=5)], running))
     assert result.admitted[0].job_id == "a1" and result.admitted[0].borrowing == 0
     assert result.admitted[1].job_id == "b1" and result.admitted[1].borrowing == 1
@@ -212,7 +212,7 @@ def test_an_unknown_organisation_waits():
 def borrowed_fleet(policy: Preemption, victim_priority: int = 0):
     """4 nodes; b's nominal is 2 but it runs 4 jobs (2 borrowed from a); a now wants its 2 back."""
     a, b = org("a", 2), org("b", 2, borrow=None)
-    running = [Running(f"b{i}", "b", G, 1, 1, priority=victim_priority, admitted_at=T0 + timedelta(seconds=i),
+    running = [Running(f"b{i}", "b", G, 1, priority=victim_priority, admitted_at=T0 + timedelta(seconds=i),
                        executors=(f"{G}-{i}",)) for i in range(4)]
     pending = [job("a1", "a", at=10, priority=1), job("a2", "a", at=11, priority=1)]
     return Snapshot(orgs(a, b), nodes(4, busy=4), pending, running, cohorts={"c": Cohort("c", policy)})
@@ -239,9 +239,9 @@ def test_by_priority_reclaims_only_lower_priority_jobs(victim_priority, count):
 
 def test_no_preemption_that_would_not_let_the_job_start():
     a, b = org("a", 2), org("b", 2, borrow=None)
-    running = [Running("b0", "b", G, 1, 1, executors=(f"{G}-0",)), Running("b1", "b", G, 1, 1,
+    running = [Running("b0", "b", G, 1, executors=(f"{G}-0",)), Running("b1", "b", G, 1,
                                                                           executors=(f"{G}-1",)),
-               Running("b2", "b", G, 1, 1, executors=(f"{G}-2",))]
+               Running("b2", "b", G, 1, executors=(f"{G}-2",))]
     # a's job needs 3 nodes of 1 GPU within its nominal 2: it cannot be reclaimed for
     result = plan(Snapshot(orgs(a, b), nodes(3, busy=3), [job("a1", "a", workers=3)], running,
                            cohorts={"c": Cohort("c")}))

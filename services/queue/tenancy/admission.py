@@ -55,6 +55,7 @@ class Wait:
     code: WaitCode
     reason: str
     numbers: dict[str, float] = field(default_factory=dict)
+    group: str | None = None  # reclaiming: the node group it will run in
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Admit:
     rank: int  # its place in this pass's order, from 1
     why: str  # its organisation's share when it was chosen
     reserved_gpu_seconds: float = 0.0
+    devices: int = 0  # what it holds against its organisation's quota (its nodes' devices)
 
 
 @dataclass(frozen=True)
@@ -120,13 +122,26 @@ class _Pass:
                 self.free.setdefault(node.group, []).append(node)
         for nodes in self.free.values():
             nodes.sort(key=lambda n: (n.gpus, n.executor_id))
+        for gpus in self.ready.values():
+            gpus.sort()
         self.budgets = dict(snap.budgets)
         self.groups = sorted(self.ready)
+        self._demand: dict[tuple[str, int, int], int | None] = {}
+
+    def demand(self, group: str, job: Pending) -> int | None:
+        """Devices the job would hold in a group: a worker holds its whole node (one job per executor), so the
+        smallest ready nodes that fit, counted as the budget counts them; None when too few nodes fit."""
+        key = (group, job.workers, job.gpus_per_worker)
+        if key not in self._demand:
+            fitting = [max(1, g) for g in self.ready.get(group, ()) if g >= job.gpus_per_worker][:job.workers]
+            self._demand[key] = sum(fitting) if len(fitting) == job.workers else None
+        return self._demand[key]
 
     def within_nominal(self, org: Organisation, job: Pending) -> bool:
         if not org.metered:
             return True
-        return any(quotas.held(self.usage, org.name, g) + job.devices <= org.quota(g).nominal for g in self.groups)
+        return any(need is not None and quotas.held(self.usage, org.name, g) + need <= org.quota(g).nominal
+                   for g in self.groups for need in (self.demand(g, job),))
 
     def shape_wait(self, job: Pending) -> Wait | None:
         """Waits no capacity can end: no node has the GPUs, or no group has enough such nodes."""
@@ -155,28 +170,33 @@ class _Pass:
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
         candidates = []
         for group in self.groups:
-            result = quotas.check(org, group, job.devices, self.usage, self.snap.orgs)
+            need = self.demand(group, job)
+            if need is None:
+                continue
+            result = quotas.check(org, group, need, self.usage, self.snap.orgs)
             if result.fits:
-                candidates.append((result.borrowing, group, result))
+                candidates.append((result.borrowing, group))
             else:
                 refusals.append(result)
-        for borrowing, group, _ in sorted(candidates, key=lambda c: (c[0], c[1])):
-            fitting = [n for n in self.free.get(group, ()) if n.gpus >= job.gpus_per_worker]
-            if sum(1 for gpus in self.ready[group] if gpus >= job.gpus_per_worker) < job.workers:
-                continue
+        for _, group in sorted(candidates):
             fitted_quota = True
-            if len(fitting) < job.workers:
+            chosen = [n for n in self.free.get(group, ()) if n.gpus >= job.gpus_per_worker][:job.workers]
+            if len(chosen) < job.workers:
                 continue
-            chosen = fitting[:job.workers]
+            held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
+            result = quotas.check(org, group, held, self.usage, self.snap.orgs)
+            if not result.fits:
+                refusals.append(result)
+                continue
             taken = {n.executor_id for n in chosen}
             self.free[group] = [n for n in self.free[group] if n.executor_id not in taken]
-            quotas.add(self.usage, org.name, group, job.devices)
+            quotas.add(self.usage, org.name, group, held)
             if account is not None:
                 reserved = budgets.reserve(account, job.job_id, job.needs_gpu_seconds)
                 assert isinstance(reserved, budgets.BudgetAccount)  # refusal() said it fits
                 self.budgets[org.name] = reserved
-            return Admit(job.job_id, org.name, group, tuple(n.executor_id for n in chosen), borrowing, rank,
-                         share.explain(), job.needs_gpu_seconds)
+            return Admit(job.job_id, org.name, group, tuple(n.executor_id for n in chosen), result.borrowing, rank,
+                         share.explain(), job.needs_gpu_seconds, held)
         if fitted_quota or not refusals:
             return Wait(job.job_id, WaitCode.BEHIND, "", {"devices": job.devices})
         # A limit reached says more than a group the organisation has no share of.
@@ -200,28 +220,31 @@ def plan(snap: Snapshot) -> Plan:
         queues.setdefault(job.org, []).append(job)
     for q in queues.values():
         q.sort(key=_job_order, reverse=True)  # popped from the end
-    # 3. Head of the organisation that comes first, one job at a time.
+    # 3. Head of the organisation that comes first, one job at a time: first every job that stays within its
+    # organisation's nominal share (the others are deferred), then the deferred ones, which would borrow.
     admitted: list[Admit] = []
     decided: list[Pending] = []
-    while queues:
-        best = None
-        for name, q in queues.items():
+    deferred: dict[str, list[Pending]] = {}
+    for borrowing in (False, True):
+        source = queues if not borrowing else {n: q[::-1] for n, q in deferred.items()}
+        # An organisation's place changes only when it admits (its own usage): keep the others' keys.
+        shares = {n: dominant_share(snap.orgs[n], state.usage, state.capacity) for n in source}
+        while source:
+            name = min(source, key=lambda n: order_key(shares[n], borrowing))
             org = snap.orgs[name]
-            share = dominant_share(org, state.usage, state.capacity)
-            key = order_key(share, not state.within_nominal(org, q[-1]))
-            if best is None or key < best[0]:
-                best = (key, name, share)
-        assert best is not None
-        _, name, share = best
-        job = queues[name].pop()
-        if not queues[name]:
-            del queues[name]
-        decided.append(job)
-        result = state.try_admit(snap.orgs[name], job, len(decided), share)
-        if isinstance(result, Admit):
-            admitted.append(result)
-        else:
-            waiting[job.job_id] = result
+            job = source[name].pop()
+            if not source[name]:
+                del source[name]
+            if not borrowing and not state.within_nominal(org, job):
+                deferred.setdefault(name, []).append(job)
+                continue
+            decided.append(job)
+            result = state.try_admit(org, job, len(decided), shares[name])
+            if isinstance(result, Admit):
+                admitted.append(result)
+                shares[name] = dominant_share(org, state.usage, state.capacity)
+            else:
+                waiting[job.job_id] = result
     # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
     # it holds back for them is not yet held).
     usage = quotas.copy(state.usage)
@@ -243,6 +266,8 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
     out: list[Preempt] = []
     gone: set[str] = set()
     nodes = {n.executor_id: n for n in snap.nodes}
+    # Nodes a reclaiming job may count on: the free ones, then those its victims free; each is counted once.
+    spare = {g: sorted(n.gpus for n in free) for g, free in state.free.items()}
     for job in decided:
         wait = waiting.get(job.job_id)
         if wait is None or wait.code not in (WaitCode.QUOTA, WaitCode.BEHIND):
@@ -253,9 +278,10 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
         if not org.metered or policy is Preemption.NEVER:
             continue
         for group in state.groups:
-            if quotas.held(state.usage, org.name, group) + job.devices > org.quota(group).nominal:
+            need = state.demand(group, job)
+            if need is None or quotas.held(state.usage, org.name, group) + need > org.quota(group).nominal:
                 continue  # reclaiming gives back a nominal share, never more
-            victims = _victims(state, org, job, group, policy, gone, nodes)
+            victims = _victims(state, org, job, need, group, policy, gone, spare.setdefault(group, []), nodes)
             if victims is None:
                 continue
             for run in victims:
@@ -265,34 +291,53 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
                                    f"preempted: organisation {run.org} borrowed {run.devices} devices of node group "
                                    f"{group}; organisation {org.name} reclaims its nominal share for job "
                                    f"{job.job_id}"))
-            quotas.add(state.usage, org.name, group, job.devices)  # held for it: later jobs see it taken
+            quotas.add(state.usage, org.name, group, need)  # held for it: later jobs see it taken
             waiting[job.job_id] = Wait(job.job_id, WaitCode.RECLAIMING,
                                        f"reclaiming {sum(v.devices for v in victims)} borrowed devices of node group "
                                        f"{group} from {', '.join(sorted({v.org for v in victims}))} by preemption",
-                                       {"preempted_jobs": len(victims)})
+                                       {"preempted_jobs": len(victims), "devices": need}, group)
             break
     return out
 
 
-def _victims(state: _Pass, org: Organisation, job: Pending, group: str, policy: Preemption, gone: set[str],
-             nodes: Mapping[str, Node]) -> list[Running] | None:
-    """The fewest borrowed jobs, lowest priority and newest first, whose end lets ``job`` fit; None if none do."""
+def _take(spare: list[int], workers: int, gpus: int) -> list[int] | None:
+    """``spare`` without the ``workers`` smallest nodes that have ``gpus``; None when there are not enough."""
+    fitting = [i for i, g in enumerate(spare) if g >= gpus][:workers]
+    if len(fitting) < workers:
+        return None
+    drop = set(fitting)
+    return [g for i, g in enumerate(spare) if i not in drop]
+
+
+def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: str, policy: Preemption, gone: set[str],
+             spare: list[int], nodes: Mapping[str, Node]) -> list[Running] | None:
+    """The fewest borrowed jobs, lowest priority and newest first, whose end lets ``job`` fit; None if none do.
+    On success ``spare`` loses the nodes the job will take and gains the rest of what its victims free."""
     snap = state.snap
     usage = quotas.copy(state.usage)
-    free = sum(1 for n in state.free.get(group, ()) if n.gpus >= job.gpus_per_worker)
+    pool = list(spare)
     candidates = [r for r in snap.running if r.group == group and r.job_id not in gone and r.org != org.name
                   and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
                   and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)]
     candidates.sort(key=lambda r: (r.priority, -(r.admitted_at.timestamp() if r.admitted_at else 0.0), r.job_id))
     chosen: list[Running] = []
+
+    def enough() -> list[int] | None:
+        if not quotas.check(org, group, need, usage, snap.orgs).fits:
+            return None
+        return _take(pool, job.workers, job.gpus_per_worker)
+
     for run in candidates:
-        if quotas.check(org, group, job.devices, usage, snap.orgs).fits and free >= job.workers:
+        if enough() is not None:
             break
         if quotas.borrowed(snap.orgs[run.org], group, usage) <= 0:
             continue  # that organisation is back within its nominal share: its jobs stay
         chosen.append(run)
         quotas.add(usage, run.org, group, -run.devices)
-        free += sum(1 for e in run.executors if e in nodes and nodes[e].gpus >= job.gpus_per_worker)
-    if chosen and quotas.check(org, group, job.devices, usage, snap.orgs).fits and free >= job.workers:
-        return chosen
-    return None
+        pool.extend(nodes[e].gpus for e in run.executors if e in nodes)
+        pool.sort()
+    rest = enough()
+    if not chosen or rest is None:
+        return None
+    spare[:] = rest
+    return chosen

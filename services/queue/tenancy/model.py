@@ -126,12 +126,7 @@ class Running:
     job_id: str
     org: str
     group: str
-    workers: int = 1
-    gpus_per_worker: int = 0
+    devices: int  # its nodes' devices: a worker holds its whole node
     priority: int = 0
     admitted_at: datetime | None = None
     executors: tuple[str, ...] = ()  # where it runs: a preemption frees these
-
-    @property
-    def devices(self) -> int:
-        return devices(self.workers, self.gpus_per_worker)
