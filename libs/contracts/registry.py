@@ -8,7 +8,7 @@ from .agents import RunJob, StopJob
 from .audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
 from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
 from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck,
-                       SetGangPolicy, SubmitJob, UndrainNode)
+                       SetCohort, SetGangPolicy, SetOrganisation, SetProject, SubmitJob, UndrainNode)
 from .dead import DeadLetter
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
@@ -33,6 +33,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(CancelJob, "teto.cmd.cancel", "CMD", "gateway", "Cancel a job"),
     Entry(RequeueJob, "teto.cmd.requeue", "CMD", "gateway", "Requeue an interrupted job with a new total ceiling"),
     Entry(SetGangPolicy, "teto.cmd.set_policy", "CMD", "gateway", "Replace the gang admission policy"),
+    Entry(SetOrganisation, "teto.cmd.set_org", "CMD", "gateway", "Create or replace an organisation and its quotas"),
+    Entry(SetProject, "teto.cmd.set_project", "CMD", "gateway", "Create or replace a project of an organisation"),
+    Entry(SetCohort, "teto.cmd.set_cohort", "CMD", "gateway", "Create or replace a cohort's preemption policy"),
     Entry(RunHealthCheck, "teto.cmd.run_health_check", "CMD", "gateway", "Run deep checks on a group or nodes"),
     Entry(DrainNode, "teto.cmd.drain_node", "CMD", "gateway", "Take a node out of scheduling"),
     Entry(UndrainNode, "teto.cmd.undrain_node", "CMD", "gateway", "Return a drained node (re-checked first)"),

@@ -27,7 +27,7 @@ ROLES = (*SERVICES, "executor", "admin")
 
 # Which service decides the outcome of which command kind (the gateway also refuses any kind at the edge);
 # tests/unit/test_natsauth.py holds these lists equal to libs/contracts/commands.COMMANDS.
-QUEUE_COMMANDS = ("submit", "cancel", "requeue", "set_policy")
+QUEUE_COMMANDS = ("submit", "cancel", "requeue", "set_policy", "set_org", "set_project", "set_cohort")
 HEALTH_COMMANDS = ("run_health_check", "drain_node", "undrain_node", "clear_group_alert")
 
 

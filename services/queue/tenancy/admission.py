@@ -18,6 +18,7 @@ The pass (numbered as in ``plan``):
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -127,6 +128,12 @@ class _Pass:
         self.budgets = dict(snap.budgets)
         self.groups = sorted(self.ready)
         self._demand: dict[tuple[str, int, int], int | None] = {}
+        self._fitting: dict[tuple[int, int], dict[str, int]] = {}
+        # A job that cannot be placed waits for the same reason as the previous one of its organisation and
+        # shape until something is admitted (usage and free nodes change only then): 15,000 queued jobs cost
+        # one quota check per shape, not one each.
+        self.admissions = 0
+        self._waits: dict[tuple[str, int, int], tuple[int, Wait]] = {}
 
     def demand(self, group: str, job: Pending) -> int | None:
         """Devices the job would hold in a group: a worker holds its whole node (one job per executor), so the
@@ -145,7 +152,11 @@ class _Pass:
 
     def shape_wait(self, job: Pending) -> Wait | None:
         """Waits no capacity can end: no node has the GPUs, or no group has enough such nodes."""
-        fitting = {g: sum(1 for gpus in self.ready[g] if gpus >= job.gpus_per_worker) for g in self.groups}
+        key = (job.workers, job.gpus_per_worker)
+        if key not in self._fitting:
+            self._fitting[key] = {g: sum(1 for gpus in self.ready[g] if gpus >= job.gpus_per_worker)
+                                  for g in self.groups}
+        fitting = self._fitting[key]
         if not any(fitting.values()):
             return Wait(job.job_id, WaitCode.NO_READY_NODE,
                         f"no ready node has {job.gpus_per_worker} GPUs", {"gpus_per_worker": job.gpus_per_worker})
@@ -165,6 +176,19 @@ class _Pass:
             refused = budgets.refusal(account, job.needs_gpu_seconds)
             if refused is not None:
                 return Wait(job.job_id, WaitCode.BUDGET, refused.reason, refused.numbers)
+        memo_key = (org.name, job.workers, job.gpus_per_worker)
+        memo = self._waits.get(memo_key)
+        if memo is not None and memo[0] == self.admissions:
+            return Wait(job.job_id, memo[1].code, memo[1].reason, memo[1].numbers, memo[1].group)
+        found = self._place(org, job, rank, share, account)
+        if isinstance(found, Wait):
+            self._waits[memo_key] = (self.admissions, found)
+        else:
+            self.admissions += 1
+        return found
+
+    def _place(self, org: Organisation, job: Pending, rank: int, share: Share,
+               account: budgets.BudgetAccount | None) -> Admit | Wait:
         refusals: list[quotas.QuotaCheck] = []
         fitted_quota = False
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
@@ -227,24 +251,26 @@ def plan(snap: Snapshot) -> Plan:
     deferred: dict[str, list[Pending]] = {}
     for borrowing in (False, True):
         source = queues if not borrowing else {n: q[::-1] for n, q in deferred.items()}
-        # An organisation's place changes only when it admits (its own usage): keep the others' keys.
+        # An organisation's place changes only when it admits (its own usage): a heap of the others' keys holds.
         shares = {n: dominant_share(snap.orgs[n], state.usage, state.capacity) for n in source}
-        while source:
-            name = min(source, key=lambda n: order_key(shares[n], borrowing))
+        heap = [(order_key(shares[n], borrowing), n) for n in source]
+        heapq.heapify(heap)
+        while heap:
+            _, name = heapq.heappop(heap)
             org = snap.orgs[name]
             job = source[name].pop()
-            if not source[name]:
-                del source[name]
             if not borrowing and not state.within_nominal(org, job):
                 deferred.setdefault(name, []).append(job)
-                continue
-            decided.append(job)
-            result = state.try_admit(org, job, len(decided), shares[name])
-            if isinstance(result, Admit):
-                admitted.append(result)
-                shares[name] = dominant_share(org, state.usage, state.capacity)
             else:
-                waiting[job.job_id] = result
+                decided.append(job)
+                result = state.try_admit(org, job, len(decided), shares[name])
+                if isinstance(result, Admit):
+                    admitted.append(result)
+                    shares[name] = dominant_share(org, state.usage, state.capacity)
+                else:
+                    waiting[job.job_id] = result
+            if source[name]:
+                heapq.heappush(heap, (order_key(shares[name], borrowing), name))
     # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
     # it holds back for them is not yet held).
     usage = quotas.copy(state.usage)
@@ -293,8 +319,8 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
                                    f"{job.job_id}"))
             quotas.add(state.usage, org.name, group, need)  # held for it: later jobs see it taken
             waiting[job.job_id] = Wait(job.job_id, WaitCode.RECLAIMING,
-                                       f"reclaiming {sum(v.devices for v in victims)} borrowed devices of node group "
-                                       f"{group} from {', '.join(sorted({v.org for v in victims}))} by preemption",
+                                       f"reclaiming {need} devices of node group {group} by preemption of borrowed "
+                                       f"capacity ({len(victims)} job(s) preempted for it)",
                                        {"preempted_jobs": len(victims), "devices": need}, group)
             break
     return out
@@ -337,7 +363,7 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
         pool.extend(nodes[e].gpus for e in run.executors if e in nodes)
         pool.sort()
     rest = enough()
-    if not chosen or rest is None:
-        return None
+    if rest is None:
+        return None  # an empty choice that is enough: nodes an earlier reclaim in this pass freed beyond its need
     spare[:] = rest
     return chosen

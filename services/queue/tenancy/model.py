@@ -11,18 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
-DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
-DEFAULT_PROJECT = "default"
-
-
-class Preemption(StrEnum):
-    """What a cohort may do when a member wants back capacity another member borrowed."""
-
-    NEVER = "never"  # the lender waits until borrowed work ends by itself
-    RECLAIM_BORROWED = "reclaim_borrowed"  # jobs running on borrowed capacity are preempted, newest first
-    BY_PRIORITY = "by_priority"  # as above, but only borrowed jobs of lower priority than the job reclaiming
+from libs.contracts.tenancy import DEFAULT_ORG, DEFAULT_PROJECT, Preemption  # noqa: F401 - the words, re-exported
 
 
 @dataclass(frozen=True)
