@@ -31,7 +31,7 @@ _JOB_COLUMNS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_num
                 "workers", "lease_expires_at", "last_step", "total_steps", "step_seconds", "step_samples",
                 "last_checkpoint", "reason", "error", "stop_requested", "ceiling_history", "event_seq",
                 "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "admitted_at", "backoff_count",
-                "next_admission_at", "on_node_failure")
+                "next_admission_at", "on_node_failure", "org", "project", "priority", "node_group", "devices")
 _JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history", "gang"}
 _SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
 
@@ -53,6 +53,8 @@ def job_from_row(row: asyncpg.Record) -> Job:
         gang=gang_from_json(_loads(row["gang"])), rendezvous=row["rendezvous"], ready_deadline=row["ready_deadline"],
         admitted_at=row["admitted_at"], backoff_count=row["backoff_count"],
         next_admission_at=row["next_admission_at"], on_node_failure=row["on_node_failure"],
+        org=row["org"], project=row["project"], priority=row["priority"], node_group=row["node_group"],
+        devices=row["devices"],
     )
 
 
