@@ -16,14 +16,21 @@ from datetime import timedelta
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
-from . import remaining, store
+from . import remaining, store, tenancy_edge
 from .domain import lifecycle as lc
-from .domain.placement import QueuedJob, place
+from .domain.placement import QueuedJob
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
+from .tenancy.admission import Snapshot, Wait, WaitCode, plan
+from .tenancy.model import Pending
 
 log = logging.getLogger(__name__)
+
+
+def pending_of(job: lc.Job) -> Pending:
+    return Pending(job.id, job.org, job.created_at, job.spec.workers, job.spec.gpus_per_worker, job.priority,
+                   job.project)
 
 
 class Scheduler:
@@ -33,6 +40,7 @@ class Scheduler:
         self.kick = kick  # wakes the outbox relay: a grant should reach the executor at once
         self.placed = 0
         self.expired = 0
+        self.preempted = 0
 
     @property
     def silent_after(self) -> float:
@@ -47,25 +55,28 @@ class Scheduler:
             await conn.execute("SELECT pg_advisory_xact_lock($1)",
                                lock_key(f"{self.settings.subject_prefix}:queue:placement"))
             now = await store.db_now(conn)
-            # 2. Snapshot: queued jobs (locked) and executors free per heartbeats and the jobs table.
+            # 2. Snapshot: queued jobs (locked); schedulable executors, free or busy; running jobs; organisations.
             jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
             if not jobs:
                 return 0
-            free = await store.free_executors(conn, now, self.silent_after,
-                                              require_checked=self.settings.require_checked_nodes)
-            if not free:
-                return 0
-            # 3. Decide on the snapshot; gangs only as the gang policy admits them (one at a time if sequential).
+            nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
+                                                         require_checked=self.settings.require_checked_nodes)
             by_id = {j.id: j for j in jobs}
-            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
             gangs = await GangGrants.snapshot(conn, self.settings)
-            wanted = await gangs.admissible(conn, wanted)
-            assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
+            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
+            snapshot = Snapshot(await tenancy_edge.organisations(conn), nodes,
+                                [pending_of(j) for j in jobs if j.id in allowed], await tenancy_edge.running(conn),
+                                await tenancy_edge.cohorts(conn))
+            # 3. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
+            result = plan(snapshot)
+            assignments = result.admitted
             # What each grant carries of its ceiling; only jobs placed again need the budget's answer (bounded).
             left = await remaining.remaining_for(self.runtime, [by_id[a.job_id] for a in assignments],
                                                  self.settings.budget_rpc_timeout_seconds)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
-            # same transaction.
+            # same transaction; the node group and devices its organisation's quota counts.
+            placed: dict[str, tuple[str, int]] = {}
             for a in assignments:
                 job = by_id[a.job_id]
                 granted = await gangs.grant(conn, job, a.workers, now + lease, now)
@@ -77,11 +88,28 @@ class Scheduler:
                     continue
                 await store.write(conn, self.settings.subjects, t, now,
                                   messages_for(t.job, t, self.settings, left.get(job.id)))
-                log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(a.workers), t.job.lease_epoch)
-        if assignments:
-            self.placed += len(assignments)
+                placed[job.id] = (a.group, a.devices)
+                log.info("job %s of %s placed on %s (epoch %d, rank %d: %s)", job.id, job.org, ", ".join(a.workers),
+                         t.job.lease_epoch, a.rank, a.why)
+            await tenancy_edge.note_run(conn, placed)
+            # 5. Borrowed capacity reclaimed: checkpoint first, requeued for free (domain/preemption.py).
+            for p in result.preempted:
+                victim = await store.load_job(conn, p.job_id, lock=True)
+                t = lc.decide(victim, lc.Preempt(p.for_org, p.for_job, p.reason), now)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))
+                    self.preempted += 1
+                    log.warning("job %s of %s preempted for %s of %s: %s", p.job_id, p.org, p.for_job, p.for_org,
+                                p.reason)
+            # 6. Why every job still queued waits.
+            waits = [*result.waiting.values(),
+                     *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
+                            "admitting or queued before this one") for j in jobs if j.id not in allowed)]
+            await tenancy_edge.note_waits(conn, waits, now)
+        if placed or result.preempted:
+            self.placed += len(placed)
             self.kick()
-        return len(assignments)
+        return len(placed)
 
     async def scan_once(self) -> int:
         n = 0

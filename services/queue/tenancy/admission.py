@@ -48,6 +48,7 @@ class WaitCode(StrEnum):
     GANG_CANNOT_FIT = "gang_cannot_fit"  # no node group has as many ready nodes as the gang has workers
     BEHIND = "behind"  # quota and budget allow it; the nodes it fits are taken by jobs ahead of it
     RECLAIMING = "reclaiming"  # borrowed capacity is being preempted for it
+    GANG_SEQUENTIAL = "gang_sequential"  # gangs are admitted one at a time and another is first
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,7 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
     usage = quotas.copy(state.usage)
     pool = list(spare)
     candidates = [r for r in snap.running if r.group == group and r.job_id not in gone and r.org != org.name
+                  and r.preemptible
                   and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
                   and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)]
     candidates.sort(key=lambda r: (r.priority, -(r.admitted_at.timestamp() if r.admitted_at else 0.0), r.job_id))

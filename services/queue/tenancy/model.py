@@ -120,3 +120,4 @@ class Running:
     priority: int = 0
     admitted_at: datetime | None = None
     executors: tuple[str, ...] = ()  # where it runs: a preemption frees these
+    preemptible: bool = True  # the queue preempts running single workers only (a gang keeps its own rules)
