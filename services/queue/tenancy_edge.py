@@ -23,6 +23,7 @@ from libs.runtime.unit import Units
 
 from . import store
 from .domain.lifecycle import Refusal
+from .domain.preemption import PREEMPTED
 from .tenancy.admission import Node, Wait
 from .tenancy.model import Cohort, GroupQuota, Organisation, Running
 
@@ -81,11 +82,13 @@ async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_afte
 async def running(conn: asyncpg.Connection) -> list[Running]:
     """Jobs holding nodes, with what they hold against their organisation's quota (runs granted before tenancy
     have no node group and count for nobody)."""
-    rows = await conn.fetch(f"SELECT id, state, org, node_group, devices, priority, admitted_at, updated_at, workers"
+    rows = await conn.fetch(f"SELECT id, state, org, node_group, devices, priority, admitted_at, updated_at, workers,"
+                            " stop_requested"
                             f" FROM {T}.jobs WHERE state IN ('running', 'admitting') AND node_group IS NOT NULL")
     return [Running(r["id"], r["org"], r["node_group"], r["devices"], r["priority"],
                     r["admitted_at"] or r["updated_at"], tuple(r["workers"]),
-                    preemptible=r["state"] == "running" and len(r["workers"]) == 1) for r in rows]
+                    preemptible=r["state"] == "running" and len(r["workers"]) == 1,
+                    stopping=r["stop_requested"] == PREEMPTED) for r in rows]
 
 
 async def note_waits(conn: asyncpg.Connection, waits: Iterable[Wait], now: datetime) -> None:

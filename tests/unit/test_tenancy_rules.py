@@ -246,3 +246,12 @@ def test_no_preemption_that_would_not_let_the_job_start():
     result = plan(Snapshot(orgs(a, b), nodes(3, busy=3), [job("a1", "a", workers=3)], running,
                            cohorts={"c": Cohort("c")}))
     assert result.preempted == []
+
+
+def test_a_job_already_stopping_for_a_reclaim_is_not_preempted_again_and_its_node_is_counted():
+    snap = borrowed_fleet(Preemption.RECLAIM_BORROWED)
+    running = [r if r.job_id != "b3" else Running("b3", "b", G, 1, admitted_at=r.admitted_at, executors=r.executors,
+                                                   stopping=True) for r in snap.running]
+    result = plan(Snapshot(snap.orgs, snap.nodes, snap.pending, running, snap.cohorts))
+    assert [p.job_id for p in result.preempted] == ["b2"]  # one more for the second job, b3 already counted
+    assert {result.waiting["a1"].code, result.waiting["a2"].code} == {WaitCode.RECLAIMING}

@@ -134,7 +134,7 @@ class _Pass:
         # shape until something is admitted (usage and free nodes change only then): 15,000 queued jobs cost
         # one quota check per shape, not one each.
         self.admissions = 0
-        self._waits: dict[tuple[str, int, int], tuple[int, Wait]] = {}
+        self._waits: dict[tuple[str, int, int, bool], tuple[int, Wait]] = {}
 
     def demand(self, group: str, job: Pending) -> int | None:
         """Devices the job would hold in a group: a worker holds its whole node (one job per executor), so the
@@ -168,7 +168,10 @@ class _Pass:
                         "such ready nodes in one node group", {"workers": job.workers, "fitting_nodes": most})
         return None
 
-    def try_admit(self, org: Organisation, job: Pending, rank: int, share: Share) -> Admit | Wait:
+    def try_admit(self, org: Organisation, job: Pending, rank: int, share: Share, *,
+                  within_nominal: bool = False) -> Admit | Wait:
+        """Admit the job now, or say why it waits. ``within_nominal``: only where its organisation would stay
+        within its nominal share (the first phase of a pass)."""
         shape = self.shape_wait(job)
         if shape is not None:
             return shape
@@ -177,11 +180,11 @@ class _Pass:
             refused = budgets.refusal(account, job.needs_gpu_seconds)
             if refused is not None:
                 return Wait(job.job_id, WaitCode.BUDGET, refused.reason, refused.numbers)
-        memo_key = (org.name, job.workers, job.gpus_per_worker)
+        memo_key = (org.name, job.workers, job.gpus_per_worker, within_nominal)
         memo = self._waits.get(memo_key)
         if memo is not None and memo[0] == self.admissions:
             return Wait(job.job_id, memo[1].code, memo[1].reason, memo[1].numbers, memo[1].group)
-        found = self._place(org, job, rank, share, account)
+        found = self._place(org, job, rank, share, account, within_nominal)
         if isinstance(found, Wait):
             self._waits[memo_key] = (self.admissions, found)
         else:
@@ -189,7 +192,7 @@ class _Pass:
         return found
 
     def _place(self, org: Organisation, job: Pending, rank: int, share: Share,
-               account: budgets.BudgetAccount | None) -> Admit | Wait:
+               account: budgets.BudgetAccount | None, within_nominal: bool) -> Admit | Wait:
         refusals: list[quotas.QuotaCheck] = []
         fitted_quota = False
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
@@ -199,7 +202,7 @@ class _Pass:
             if need is None:
                 continue
             result = quotas.check(org, group, need, self.usage, self.snap.orgs)
-            if result.fits:
+            if result.fits and not (within_nominal and result.borrowing):
                 candidates.append((result.borrowing, group))
             else:
                 refusals.append(result)
@@ -210,7 +213,7 @@ class _Pass:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
             result = quotas.check(org, group, held, self.usage, self.snap.orgs)
-            if not result.fits:
+            if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
             taken = {n.executor_id for n in chosen}
@@ -263,13 +266,16 @@ def plan(snap: Snapshot) -> Plan:
             if not borrowing and not state.within_nominal(org, job):
                 deferred.setdefault(name, []).append(job)
             else:
-                decided.append(job)
-                result = state.try_admit(org, job, len(decided), shares[name])
+                result = state.try_admit(org, job, len(decided) + 1, shares[name], within_nominal=not borrowing)
                 if isinstance(result, Admit):
+                    decided.append(job)
                     admitted.append(result)
                     shares[name] = dominant_share(org, state.usage, state.capacity)
-                else:
+                elif borrowing:
+                    decided.append(job)
                     waiting[job.job_id] = result
+                else:  # not within its nominal share now: it may still borrow in the second phase
+                    deferred.setdefault(name, []).append(job)
             if source[name]:
                 heapq.heappush(heap, (order_key(shares[name], borrowing), name))
     # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
@@ -295,6 +301,14 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
     nodes = {n.executor_id: n for n in snap.nodes}
     # Nodes a reclaiming job may count on: the free ones, then those its victims free; each is counted once.
     spare = {g: sorted(n.gpus for n in free) for g, free in state.free.items()}
+    # Jobs preempted by an earlier pass and still stopping: what they hold is already being given back.
+    for run in snap.running:
+        if run.stopping:
+            gone.add(run.job_id)
+            quotas.add(state.usage, run.org, run.group, -run.devices)
+            spare.setdefault(run.group, []).extend(nodes[e].gpus for e in run.executors if e in nodes)
+    for group_spare in spare.values():
+        group_spare.sort()
     for job in decided:
         wait = waiting.get(job.job_id)
         if wait is None or wait.code not in (WaitCode.QUOTA, WaitCode.BEHIND):

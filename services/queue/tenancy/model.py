@@ -121,3 +121,4 @@ class Running:
     admitted_at: datetime | None = None
     executors: tuple[str, ...] = ()  # where it runs: a preemption frees these
     preemptible: bool = True  # the queue preempts running single workers only (a gang keeps its own rules)
+    stopping: bool = False  # already preempted and stopping: its nodes are coming free for whoever reclaims

@@ -1,0 +1,108 @@
+"""Tenancy on the real queue (NATS and PostgreSQL), the test playing four executors: two organisations in one
+cohort; one borrows the idle share of the other, the other then submits and gets its share back by preemption
+(checkpoint first), the preempted job is queued again with no attempt spent and resumes from its checkpoint; every
+queued job shows why it waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.contracts.agents import StopJob
+from libs.contracts.commands import SetCohort, SetOrganisation, SetProject, SubmitJob
+from libs.contracts.jobs import JobSpec
+from libs.contracts.telemetry import CheckpointReport, RunOutcome, RunStarted
+from libs.contracts.tenancy import CohortSpec, OrgSpec, QuotaSpec
+from services.queue.settings import QueueSettings
+
+from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+
+pytestmark = pytest.mark.integration
+
+
+def spec(**kw) -> JobSpec:
+    return JobSpec(workload={"kind": "finetune", "params": {"steps": 100}}, **kw)
+
+
+def org(nominal: int) -> OrgSpec:
+    return OrgSpec(cohort="hospitals", quotas={"default": QuotaSpec(nominal=nominal)})
+
+
+async def test_an_organisation_gets_its_share_back_from_a_borrower_by_preemption(env):
+    settings = env.settings(QueueSettings, schedule_interval_seconds=0.1)
+    async with queue_service(settings), client(settings) as c:
+        executors = [await FakeExecutor(c, f"ex-{i}").start() for i in range(4)]
+        try:
+            for cmd in (SetCohort(actor="admin", name="hospitals", spec=CohortSpec(preemption="reclaim_borrowed")),
+                        SetOrganisation(actor="admin", name="north", spec=org(2)),
+                        SetOrganisation(actor="admin", name="south", spec=org(2)),
+                        SetProject(actor="admin", org="south", name="radiology")):
+                assert (await c.command(cmd)).accepted, cmd
+            refused = await c.command(SubmitJob(actor="bob", org="south", spec=spec(project="nope")))
+            assert not refused.accepted and "project nope does not exist" in refused.reason
+
+            # 1. south borrows north's idle share: its four jobs run on the four executors.
+            south = [SubmitJob(actor="bob", org="south", spec=spec(name=f"s{i}", project="radiology"))
+                     for i in range(4)]
+            for cmd in south:
+                assert (await c.command(cmd)).accepted
+            runs = {}
+            for ex in executors:
+                run = await ex.take()
+                runs[run.job_id] = ex
+                await ex.report(RunStarted(job_id=run.job_id, epoch=run.epoch, executor_id=ex.id, device="cpu"))
+            assert set(runs) == {cmd.job_id for cmd in south}
+            for job_id in runs:
+                job = await c.wait_state(job_id, "running")
+                assert job["org"] == "south" and job["project"] == "radiology" and job["devices"] == 1
+
+            # 2. north submits: nothing is free, and north is under its nominal share: a borrowed job is preempted.
+            ann = SubmitJob(actor="ann", org="north", spec=spec(name="n0"))
+            assert (await c.command(ann)).accepted
+            stops = {}
+            for job_id, ex in runs.items():
+                try:
+                    stops[job_id] = (await ex.next_directive(timeout=1.0 if stops else 15.0), ex)
+                except TimeoutError:
+                    continue
+            assert len(stops) == 1, stops
+            (victim, (stop, ex)), = stops.items()
+            assert isinstance(stop, StopJob) and stop.checkpoint_first and stop.reason == "preempted"
+            north_job = await c.job(ann.job_id)
+            assert north_job["state"] == "queued" and north_job["waiting"]["code"] == "reclaiming"
+            events = [dict(r) for r in await c.event_rows(victim)]
+            stop_event = next(e for e in events if e["event"] == "stop_requested")
+            assert "reclaims its nominal share" in stop_event["reason"]
+
+            # 3. The victim checkpoints, stops; it is queued again for free, and north's job takes the executor.
+            await ex.report(CheckpointReport(job_id=victim, epoch=stop.epoch, executor_id=ex.id, step=40,
+                                             path="/ck/step-40.pt", sha256="ab", bytes=5))
+            await eventually(lambda: _checkpointed(c, victim), 10)
+            await ex.finish(RunOutcome.STOPPED, last_step=43)
+            job = await c.wait_state(victim, "queued")
+            assert job["attempts"]["preempted"] == 1 and job["attempts"]["training_error"] == 0
+            assert job["last_checkpoint"]["step"] == 40
+            run = await ex.take()
+            assert run.job_id == ann.job_id
+            await c.wait_state(ann.job_id, "running")
+            # South now holds its nominal 2 + the borrowed ones still running; its requeued job waits, saying why.
+            async def reason():
+                j = await c.job(victim)
+                return j["waiting"] if j["waiting"] and j["waiting"]["code"] in ("quota", "behind") else None
+            waiting = await eventually(reason, 10)
+            assert waiting["reason"]
+
+            # 4. A borrowed job ends: the preempted one resumes (a new epoch, from its checkpoint's step).
+            other = next(j for j in runs if j != victim)
+            await runs[other].finish(RunOutcome.SUCCEEDED, exit_code=0, last_step=100)
+            resumed = await runs[other].take()
+            assert resumed.job_id == victim and resumed.epoch == 2 and resumed.attempt == 2
+            job = await c.wait_state(victim, "running")
+            assert job["attempts"]["training_error"] == 0 and job["last_checkpoint"]["step"] == 40
+        finally:
+            for ex in executors:
+                await ex.stop()
+
+
+async def _checkpointed(c, job_id: str) -> bool:
+    job = await c.job(job_id)
+    return bool(job and job["last_checkpoint"])
