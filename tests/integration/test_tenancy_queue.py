@@ -5,6 +5,9 @@ queued job shows why it waits."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 
 from libs.contracts.agents import StopJob
@@ -31,6 +34,7 @@ async def test_an_organisation_gets_its_share_back_from_a_borrower_by_preemption
     settings = env.settings(QueueSettings, schedule_interval_seconds=0.1)
     async with queue_service(settings), client(settings) as c:
         executors = [await FakeExecutor(c, f"ex-{i}").start() for i in range(4)]
+        renewing = asyncio.create_task(_renew(executors))
         try:
             for cmd in (SetCohort(actor="admin", name="hospitals", spec=CohortSpec(preemption="reclaim_borrowed")),
                         SetOrganisation(actor="admin", name="north", spec=org(2)),
@@ -99,8 +103,19 @@ async def test_an_organisation_gets_its_share_back_from_a_borrower_by_preemption
             job = await c.wait_state(victim, "running")
             assert job["attempts"]["training_error"] == 0 and job["last_checkpoint"]["step"] == 40
         finally:
+            renewing.cancel()
             for ex in executors:
                 await ex.stop()
+
+
+async def _renew(executors) -> None:
+    """The agents keep their leases (the test's executors run until told otherwise)."""
+    while True:
+        for ex in executors:
+            if ex.job_id is not None:
+                with contextlib.suppress(Exception):  # a lease just lost is refused: that is the test's business
+                    await ex.renew()
+        await asyncio.sleep(0.2)
 
 
 async def _checkpointed(c, job_id: str) -> bool:
