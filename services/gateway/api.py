@@ -36,6 +36,7 @@ from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .routes import admin, jobs, policies, nodes
 from .routes import dead_letters as dead_letter_routes
+from .routes import tenancy as tenancy_routes
 from .settings import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -181,5 +182,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    tenancy_routes.register(app)
     document_statuses(app)
     return app

@@ -53,6 +53,10 @@ class Reads:
                 log.warning("view %s does not exist yet; reading it as empty", view)
             return []
 
+    async def public(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        """Rows of a query on one public view (or a join of public views named first by ``view``)."""
+        return await self._fetch(view, sql, *args)
+
     async def _by_job(self, view: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
         rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)
         return {r["job_id"]: r for r in rows}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from services.queue.tenancy import budget as budgets
 from services.queue.tenancy import quota as quotas
-from services.queue.tenancy import usage as usages
+from services.gateway.domain import usage as usages
 from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Preemption, Running
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 
@@ -141,3 +141,57 @@ def to_csv_rows(result: UsageReport) -> list[list[str]]:
                     str(row.interruptions), f"{row.lost_gpu_seconds:.3f}", f"{row.queue_wait_seconds:.3f}",
                     "" if cadence is None else f"{cadence:.3f}"])
     return out
+
+
+INTERRUPTION_CAUSES = ("transport_lost", "node_failure", "preempted", "gang_timeout")
+ENDED = {"succeeded", "failed", "cancelled", "interrupted"}
+
+
+def job_facts(job: dict, events: list[dict]) -> JobFacts:
+    """A job's facts for the report from its public row and its events in order: queue wait is the time from
+    each ``submitted``/``requeued`` (or back-off end) to the next ``leased``; checkpoints due are the steps run
+    over ``checkpoint_every_steps``."""
+    attempts = job.get("attempts") or {}
+    waited, since = 0.0, None
+    checkpoints = 0
+    for event in events:
+        kind, at = event["event"], event["time"]
+        if kind in ("submitted", "requeued"):
+            since = at
+        elif kind == "leased" and since is not None:
+            waited += max(0.0, (at - since).total_seconds())
+            since = None
+        elif kind == "checkpointed":
+            checkpoints += 1
+    every = (job.get("spec") or {}).get("checkpoint_every_steps") or 0
+    due = (job.get("last_step") or 0) // every if every else 0
+    state = job.get("state")
+    return JobFacts(job["id"], job.get("org") or "default", job.get("project") or "default", job.get("owner") or "",
+                    outcome=state if state in ENDED else "active",
+                    interruptions=sum(int(attempts.get(c, 0)) for c in INTERRUPTION_CAUSES),
+                    queue_wait_seconds=waited, checkpoints_due=due, checkpoints_made=checkpoints)
+
+
+def period_window(period: str | None, now: datetime) -> tuple[datetime, datetime]:
+    """``YYYY-MM`` (a calendar month), ``YYYY-MM-DD`` (a day), or None: the current month, all in UTC."""
+    if period is None:
+        start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    elif len(period) == 7:
+        start = datetime.strptime(period, "%Y-%m").replace(tzinfo=UTC)
+    elif len(period) == 10:
+        day = datetime.strptime(period, "%Y-%m-%d").replace(tzinfo=UTC)
+        return day, day + timedelta(days=1)
+    else:
+        raise ValueError(f"a period is YYYY-MM or YYYY-MM-DD, not {period!r}")
+    end = (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return start, end
+
+
+def as_json(result: UsageReport) -> dict:
+    return {"group_by": result.group_by.value, "start": result.start.isoformat(), "end": result.end.isoformat(),
+            "total_gpu_seconds": result.total_gpu_seconds, "total_gpu_hours": result.total_gpu_seconds / 3600.0,
+            "unattributed_gpu_seconds": result.unattributed_gpu_seconds,
+            "rows": [{"key": r.key, "gpu_seconds": r.gpu_seconds, "gpu_hours": r.gpu_hours, "jobs": r.jobs,
+                      "interruptions": r.interruptions, "lost_gpu_seconds": r.lost_gpu_seconds,
+                      "queue_wait_seconds": r.queue_wait_seconds, "mean_queue_wait_seconds": r.mean_queue_wait_seconds,
+                      "checkpoint_cadence_met": r.checkpoint_cadence_met} for r in result.rows]}
