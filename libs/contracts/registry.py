@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
 from .audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
-from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
+from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest, OrgBudgetReply, OrgBudgetRequest
 from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck,
                        SetCohort, SetGangPolicy, SetOrganisation, SetProject, SubmitJob, UndrainNode)
 from .dead import DeadLetter
@@ -65,6 +65,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(BudgetEvent, "teto.budget.<job_id>.<event>", "BUDGET", "budget", "Ceiling warning / exhausted"),
     Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),
+    Entry(OrgBudgetRequest, "teto.rpc.budget.orgs", None, "queue",
+          "Organisations' GPU-seconds this period and jobs' consumption (budget reservation)"),
+    Entry(OrgBudgetReply, "(reply inbox)", None, "budget", "GPU-seconds per organisation since a time, per job"),
     Entry(RejectedMessage, "teto.rejected.<service>", "REJECTED", "any consumer", "A malformed message refused"),
     Entry(DeadLetter, "teto.dead.<service>", "DEAD", "any consumer", "A message given up on, with the reason"),
     Entry(AuditAnchor, "teto.audit.anchor", "AUDIT_ANCHOR", "audit", "The audit chain head, kept where no "

@@ -131,11 +131,12 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                         streams=["CMD", "OUTCOME"], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",
-                                     *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status],
+                                     *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status,
+                                     s.rpc_budget_orgs],
                         streams=["AGENT", "LEASE", "JOB", "OUTCOME"], extra_sub=[s.rpc_lease_renew], responds=True)
     if role == "budget":
-        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"], extra_sub=[s.rpc_budget_status],
-                        responds=True)
+        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"],
+                        extra_sub=[s.rpc_budget_status, s.rpc_budget_orgs], responds=True)
     if role == "health":
         return _service(s, "health", [f"{p}.agent.*.check", f"{p}.agent.*.reboot", f"{p}.node.*.*",
                                       f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS)],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 from libs.runtime.db import lock_key
@@ -65,9 +66,16 @@ class Scheduler:
             gangs = await GangGrants.snapshot(conn, self.settings)
             wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
             allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
-            snapshot = Snapshot(await tenancy_edge.organisations(conn), nodes,
-                                [pending_of(j) for j in jobs if j.id in allowed], await tenancy_edge.running(conn),
-                                await tenancy_edge.cohorts(conn))
+            orgs = await tenancy_edge.organisations(conn)
+            # Budgeted organisations: consumed this period and running jobs' remaining ceilings, from the budget.
+            accounts, needs, answered = await tenancy_edge.budget_accounts(
+                self.runtime, conn, orgs, jobs, now, self.settings.budget_rpc_timeout_seconds)
+            unanswered = {j.id for j in jobs if not answered and orgs.get(j.org) is not None
+                          and orgs[j.org].budget_gpu_seconds is not None}
+            pending = [replace(pending_of(j), needs_gpu_seconds=needs.get(j.id, 0.0)) for j in jobs
+                       if j.id in allowed and j.id not in unanswered]
+            snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
+                                await tenancy_edge.cohorts(conn), accounts)
             # 3. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
             result = plan(snapshot)
             assignments = result.admitted
@@ -104,7 +112,8 @@ class Scheduler:
             # 6. Why every job still queued waits.
             waits = [*result.waiting.values(),
                      *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
-                            "admitting or queued before this one") for j in jobs if j.id not in allowed)]
+                            "admitting or queued before this one") for j in jobs if j.id not in allowed),
+                     *(Wait(j, WaitCode.BUDGET, tenancy_edge.BUDGET_UNANSWERED) for j in unanswered)]
             await tenancy_edge.note_waits(conn, waits, now)
         if placed or result.preempted:
             self.placed += len(placed)

@@ -121,3 +121,63 @@ async def _renew(executors) -> None:
 async def _checkpointed(c, job_id: str) -> bool:
     job = await c.job(job_id)
     return bool(job and job["last_checkpoint"])
+
+
+async def test_an_organisation_budget_reserves_remaining_ceilings_and_releases_the_unused_part(env):
+    """Budget 100 GPU-seconds, ceilings 60: one job runs (60 reserved), the second waits with the numbers; the
+    first ends having used 30 (charged by the real budget service): 70 left, the second runs."""
+    from libs.contracts.usage import UsageRecord, UsageReport
+    from libs.runtime import bus
+    from services.budget.app import serve as serve_budget
+    from services.budget.settings import BudgetSettings
+    from tests.support.services import running
+
+    settings = env.settings(QueueSettings, schedule_interval_seconds=0.1)
+    async with running(serve_budget, env.settings(BudgetSettings)), queue_service(settings), client(settings) as c:
+        ex = await FakeExecutor(c, "ex-0").start()
+        other = await FakeExecutor(c, "ex-1").start()
+        renewing = asyncio.create_task(_renew([ex, other]))
+        try:
+            spec_ = OrgSpec(budget_gpu_seconds=100.0)
+            assert (await c.command(SetOrganisation(actor="admin", name="lab", spec=spec_))).accepted
+            first, second = (SubmitJob(actor="ann", org="lab", spec=spec(name=n, gpu_ceiling_seconds=60))
+                             for n in ("first", "second"))
+            assert (await c.command(first)).accepted
+            taker = await _first_run([ex, other])
+            run = taker.run
+            assert run.job_id == first.job_id
+            assert (await c.command(second)).accepted
+
+            async def budget_wait():
+                j = await c.job(second.job_id)
+                return j["waiting"] if j["waiting"] and j["waiting"]["code"] == "budget" else None
+            wait = await eventually(budget_wait, 15)
+            assert wait["reason"] == "organisation budget: 40 GPU-s left, job needs 60 GPU-s"
+            assert wait["numbers"]["reserved_gpu_seconds"] == 60
+
+            record = UsageRecord(job_id=run.job_id, epoch=run.epoch, seq=1, devices=1, wall_seconds=30.0, last=True)
+            await bus.publish(c.js, c.s.usage(taker.ex.id), UsageReport(executor_id=taker.ex.id,
+                                                                      node_id=f"node-{taker.ex.id}",
+                                                                      records=[record]))
+            await taker.ex.finish(RunOutcome.SUCCEEDED, exit_code=0, last_step=100)
+            await c.wait_state(first.job_id, "succeeded")
+            await c.wait_state(second.job_id, "running", timeout=20)
+        finally:
+            renewing.cancel()
+            await ex.stop()
+            await other.stop()
+
+
+class _Taken:
+    def __init__(self, ex, run) -> None:  # noqa: ANN001
+        self.ex, self.run = ex, run
+
+
+async def _first_run(executors) -> _Taken:  # noqa: ANN001
+    """Whichever executor gets the grant."""
+    tasks = {asyncio.create_task(ex.take()): ex for ex in executors}
+    done, pending = await asyncio.wait(tasks, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+    for t in pending:
+        t.cancel()
+    (task,) = done
+    return _Taken(tasks[task], task.result())

@@ -255,3 +255,7 @@ def test_a_job_already_stopping_for_a_reclaim_is_not_preempted_again_and_its_nod
     result = plan(Snapshot(snap.orgs, snap.nodes, snap.pending, running, snap.cohorts))
     assert [p.job_id for p in result.preempted] == ["b2"]  # one more for the second job, b3 already counted
     assert {result.waiting["a1"].code, result.waiting["a2"].code} == {WaitCode.RECLAIMING}
+
+
+def test_small_budgets_read_in_gpu_seconds():
+    assert budgets.gpu_hours(3.2 * 3600) == "3.2 GPU-h" and budgets.gpu_hours(40) == "40 GPU-s"

@@ -17,7 +17,8 @@ HOUR = 3600.0
 
 
 def gpu_hours(seconds: float) -> str:
-    return f"{seconds / HOUR:.1f} GPU-h"
+    """GPU-hours to a tenth; under six minutes, GPU-seconds (a tenth of an hour would read as nothing)."""
+    return f"{seconds / HOUR:.1f} GPU-h" if seconds >= HOUR / 10 else f"{seconds:.0f} GPU-s"
 
 
 @dataclass(frozen=True)
