@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload", "figures", "states", "nodes", "gang", "alert"})
+                           "payload", "figures", "states", "nodes", "gang", "alert", "waiting"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:

@@ -66,16 +66,13 @@ async def submit_refusal(pool: asyncpg.Pool, cmd: SubmitJob) -> Refusal | None:
 async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
                             require_checked: bool = True) -> list[Node]:
     """Every executor placement may use, busy or free, with its node group: the fleet's capacity per group.
-    Free means what ``store.free_executors`` means (accepting, reporting no job, holding none)."""
+    Free: accepting, reporting no job, and holding none per the jobs table (authoritative: a heartbeat sent
+    before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping)."""
     rows = await conn.fetch(
         f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL"
         f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
         "   AND e.executor_id = ANY(j.workers)) AS free"
-        f" FROM {T}.executors e WHERE e.last_seen >= $1"
-        f" AND (EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
-        "   AND n.executor_id = e.executor_id)"
-        f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
-        "   AND n.state = ANY($3::text[]))))"
+        f" FROM {T}.executors e WHERE e.last_seen >= $1 AND {store.SCHEDULABLE_NODE}"
         " ORDER BY e.executor_id",
         now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
     return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]

@@ -69,7 +69,8 @@ def test_job_facts_queue_wait_outcome_interruptions_and_cadence():
 def test_usage_rows_group_by_project_and_user_with_csv():
     jobs = [usages.JobFacts("a", "north", "rad", "ann", "succeeded", queue_wait_seconds=10),
             usages.JobFacts("b", "north", "gen", "bob", "failed", queue_wait_seconds=30)]
-    charges = [usages.Charge("a", 3600.0, T0), usages.Charge("b", 1800.0, T0), usages.Charge("a", 5.0, T0 - timedelta(days=40))]
+    charges = [usages.Charge("a", 3600.0, T0), usages.Charge("b", 1800.0, T0),
+               usages.Charge("a", 5.0, T0 - timedelta(days=40))]
     start, end = usages.period_window("2026-12", T0)
     by_project = usages.report(charges, jobs, usages.GroupBy.PROJECT, start, end)
     assert [(r.key, r.gpu_seconds) for r in by_project.rows] == [("north/rad", 3600.0), ("north/gen", 1800.0)]
@@ -109,3 +110,12 @@ def test_the_org_spec_the_cli_sends():
     assert spec["quotas"] == {"a100": {"nominal": 4, "borrowing_limit": 2, "lending_limit": None}}
     assert spec["budget_gpu_seconds"] == 36000.0
     assert org_spec(argparse.Namespace(**{**vars(args), "unmetered": True}))["quotas"] is None
+
+
+def test_the_job_view_shows_the_organisation_and_why_a_queued_job_waits():
+    from services.gateway.domain.views import job_view
+
+    waiting = {"code": "budget", "reason": "organisation budget: 40 GPU-s left, job needs 60 GPU-s", "numbers": {}}
+    view = job_view({"id": "j", "state": "queued", "spec": {}, "attempts": {}, "org": "lab", "project": "default",
+                     "priority": 2, "waiting": waiting})
+    assert view["waiting"] == waiting and view["org"] == "lab" and view["priority"] == 2
