@@ -100,6 +100,8 @@ class Scheduler:
                 log.info("job %s of %s placed on %s (epoch %d, rank %d: %s)", job.id, job.org, ", ".join(a.workers),
                          t.job.lease_epoch, a.rank, a.why)
             await tenancy_edge.note_run(conn, placed)
+            if placed:
+                log.info("fair-share order of this pass: %s", "; ".join(result.order))
             # 5. Borrowed capacity reclaimed: checkpoint first, requeued for free (domain/preemption.py).
             for p in result.preempted:
                 victim = await store.load_job(conn, p.job_id, lock=True)
