@@ -309,10 +309,10 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
 
     path = args.tokens_file or args.data_dir / "tokens.json"
     try:
-        token_id, secret = issue_token(path, args.actor, args.role)
+        token_id, secret = issue_token(path, args.actor, args.role, org=args.org)
     except ValueError as exc:
         raise CliError(str(exc), 2) from None
-    body = {"id": token_id, "actor": args.actor, "role": args.role, "secret": secret}
+    body = {"id": token_id, "actor": args.actor, "role": args.role, "org": args.org, "secret": secret}
     _print(args, body, f"token {token_id} for {args.actor} ({args.role}); shown once, keep it:\n{secret}")
     return 0
 
@@ -432,6 +432,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser("create", help="create a token; prints the secret once", parents=[tcommon])
     p.add_argument("--actor", required=True)
     p.add_argument("--role", required=True, choices=["viewer", "submitter", "operator", "auditor", "admin"])
+    p.add_argument("--org", help="organisation the token acts in (default: fleet-wide for operator, auditor, admin; "
+                   "'default' for the others)")
     p.set_defaults(func=_guard(cmd_tokens_create))
     tsub.add_parser("list", help="list tokens", parents=[tcommon]).set_defaults(func=_guard(cmd_tokens_list))
     p = tsub.add_parser("revoke", help="revoke a token", parents=[tcommon])
@@ -444,6 +446,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_secrets(sub, common, _guard)
 
     add_budget(sub, common, _guard)
+
+    from .cli_orgs import add_parser as add_orgs
+
+    add_orgs(sub, common, _guard)
 
     contracts = sub.add_parser("contracts", help="wire contracts for downstream consumers")
     csub = contracts.add_subparsers(dest="contracts_command", required=True)

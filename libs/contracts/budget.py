@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from .bounds import Finite, Id, MetricName, Reason
+from .bounds import Finite, Id, MetricName, Reason, Time
 from .envelope import Envelope
 
 GpuSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of bounded samples: finite
@@ -45,3 +45,21 @@ class BudgetStatusReply(Envelope):
     known: bool
     ceiling_seconds: GpuSeconds | None = None
     consumed_seconds: GpuSeconds = 0.0
+
+
+class OrgBudgetRequest(Envelope):
+    """What placement needs to reserve against organisations' period budgets (tenancy): each organisation's
+    GPU-seconds charged since its period began, and what each named job has consumed in all."""
+
+    SCHEMA = "teto.rpc.budget.orgs/1"
+
+    orgs: list[Id] = Field(max_length=10_000)
+    since: Time
+    jobs: list[Id] = Field(default_factory=list, max_length=100_000)
+
+
+class OrgBudgetReply(Envelope):
+    SCHEMA = "teto.rpc.budget.orgs.reply/1"
+
+    org_consumed: dict[Id, GpuSeconds] = Field(default_factory=dict, max_length=10_000)
+    job_consumed: dict[Id, GpuSeconds] = Field(default_factory=dict, max_length=100_000)

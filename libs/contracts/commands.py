@@ -16,6 +16,7 @@ from .envelope import Envelope, new_id, utcnow
 from .jobs import JobSpec
 from .policies import GangPolicy
 from .nodes import CheckTest
+from .tenancy import DEFAULT_ORG, CohortSpec, OrgSpec, ProjectSpec
 
 
 class Command(Envelope):
@@ -32,6 +33,7 @@ class SubmitJob(Command):
 
     job_id: Id = Field(default_factory=new_id)
     spec: JobSpec
+    org: Id = Field(DEFAULT_ORG, description="The organisation the job belongs to (the token's)")
 
 
 class CancelJob(Command):
@@ -98,9 +100,40 @@ class SetGangPolicy(Command):
     policy: GangPolicy
 
 
+class SetOrganisation(Command):
+    """Create or replace an organisation (``policy:admin``); the queue applies it from its next admission."""
+
+    SCHEMA = "teto.cmd.set_org/1"
+    KIND = "set_org"
+
+    name: Id
+    spec: OrgSpec
+
+
+class SetProject(Command):
+    """Create or replace a project of an organisation (``policy:admin``)."""
+
+    SCHEMA = "teto.cmd.set_project/1"
+    KIND = "set_project"
+
+    org: Id
+    name: Id
+    spec: ProjectSpec = Field(default_factory=ProjectSpec)
+
+
+class SetCohort(Command):
+    """Create or replace a cohort's preemption policy (``policy:admin``)."""
+
+    SCHEMA = "teto.cmd.set_cohort/1"
+    KIND = "set_cohort"
+
+    name: Id
+    spec: CohortSpec
+
+
 COMMANDS: dict[str, type[Command]] = {c.KIND: c for c in (SubmitJob, CancelJob, RequeueJob, RunHealthCheck,
                                                           DrainNode, UndrainNode, SetGangPolicy,
-                                                          ClearGroupAlert)}
+                                                          ClearGroupAlert, SetOrganisation, SetProject, SetCohort)}
 
 
 class CommandOutcome(Envelope):

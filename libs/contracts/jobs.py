@@ -37,6 +37,7 @@ class AttemptCause(StrEnum):
     NODE_FAILURE = "node_failure"  # node failed its health check: free
     GANG_TIMEOUT = "gang_timeout"  # gang not ready in time: free
     HANDED_BACK = "handed_back"  # the executor gave the grant back unstarted (busy, checking its node): free
+    PREEMPTED = "preempted"  # checkpointed and stopped to give borrowed capacity back (tenancy): free
 
 
 class FinetuneParams(Model):
@@ -91,6 +92,8 @@ class JobSpec(Model):
         None, gt=0, le=86_400,
         description="Gangs: time for every worker to be ready; shorter than the gang policy's, never longer"
     )
+    project: Id = Field("default", description="Project of the submitter's organisation the job belongs to")
+    priority: int = Field(0, ge=-1000, le=1000, description="Within its organisation: higher is admitted first")
 
 
 class JobEventKind(StrEnum):

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from .agents import RunJob, StopJob
 from .audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
-from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest
+from .budget import BudgetEvent, BudgetStatusReply, BudgetStatusRequest, OrgBudgetReply, OrgBudgetRequest
 from .commands import (CancelJob, ClearGroupAlert, CommandOutcome, DrainNode, RequeueJob, RunHealthCheck,
-                       SetGangPolicy, SubmitJob, UndrainNode)
+                       SetCohort, SetGangPolicy, SetOrganisation, SetProject, SubmitJob, UndrainNode)
 from .dead import DeadLetter
 from .envelope import Envelope, RejectedMessage
 from .jobs import JobEvent
@@ -35,6 +35,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(CancelJob, "teto.cmd.cancel", "CMD", "gateway", "Cancel a job"),
     Entry(RequeueJob, "teto.cmd.requeue", "CMD", "gateway", "Requeue an interrupted job with a new total ceiling"),
     Entry(SetGangPolicy, "teto.cmd.set_policy", "CMD", "gateway", "Replace the gang admission policy"),
+    Entry(SetOrganisation, "teto.cmd.set_org", "CMD", "gateway", "Create or replace an organisation and its quotas"),
+    Entry(SetProject, "teto.cmd.set_project", "CMD", "gateway", "Create or replace a project of an organisation"),
+    Entry(SetCohort, "teto.cmd.set_cohort", "CMD", "gateway", "Create or replace a cohort's preemption policy"),
     Entry(RunHealthCheck, "teto.cmd.run_health_check", "CMD", "gateway", "Run deep checks on a group or nodes"),
     Entry(DrainNode, "teto.cmd.drain_node", "CMD", "gateway", "Take a node out of scheduling"),
     Entry(UndrainNode, "teto.cmd.undrain_node", "CMD", "gateway", "Return a drained node (re-checked first)"),
@@ -66,6 +69,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(BudgetEvent, "teto.budget.<job_id>.<event>", "BUDGET", "budget", "Ceiling warning / exhausted"),
     Entry(BudgetStatusRequest, "teto.rpc.budget.status", None, "queue, gateway", "Ask consumed GPU-seconds"),
     Entry(BudgetStatusReply, "(reply inbox)", None, "budget", "Ceiling and consumed GPU-seconds"),
+    Entry(OrgBudgetRequest, "teto.rpc.budget.orgs", None, "queue",
+          "Organisations' GPU-seconds this period and jobs' consumption (budget reservation)"),
+    Entry(OrgBudgetReply, "(reply inbox)", None, "budget", "GPU-seconds per organisation since a time, per job"),
     Entry(RejectedMessage, "teto.rejected.<service>", "REJECTED", "any consumer", "A malformed message refused"),
     Entry(DeadLetter, "teto.dead.<service>", "DEAD", "any consumer", "A message given up on, with the reason"),
     Entry(AuditAnchor, "teto.audit.anchor", "AUDIT_ANCHOR", "audit", "The audit chain head, kept where no "

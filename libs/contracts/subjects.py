@@ -136,6 +136,10 @@ class Subjects:
     def rpc_budget_status(self) -> str:
         return f"{self.prefix}.rpc.budget.status"
 
+    @property
+    def rpc_budget_orgs(self) -> str:
+        return f"{self.prefix}.rpc.budget.orgs"
+
     # -- directives to one executor agent: teto.agent.<executor_id>.<kind> (run, stop, check, reboot)
     def agent(self, executor_id: str, kind: str) -> str:
         return f"{self.prefix}.agent.{_token(executor_id)}.{_token(kind)}"

@@ -28,7 +28,7 @@ ROLES = (*SERVICES, "executor", "admin")
 
 # Which service decides the outcome of which command kind (the gateway also refuses any kind at the edge);
 # tests/unit/test_natsauth.py holds these lists equal to libs/contracts/commands.COMMANDS.
-QUEUE_COMMANDS = ("submit", "cancel", "requeue", "set_policy")
+QUEUE_COMMANDS = ("submit", "cancel", "requeue", "set_policy", "set_org", "set_project", "set_cohort")
 HEALTH_COMMANDS = ("run_health_check", "drain_node", "undrain_node", "clear_group_alert")
 
 
@@ -150,10 +150,12 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                         streams=[base_name(spec.name, s) for spec in s.streams()], extra_sub=[s.outcome_all])
     if role == "queue":
         return _service(s, "queue", [f"{p}.agent.*.run", f"{p}.agent.*.stop", f"{p}.lease.*.*", f"{p}.job.*.*",
-                                     *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status],
+                                     *(f"{p}.outcome.{k}.*" for k in QUEUE_COMMANDS), s.rpc_budget_status,
+                                     s.rpc_budget_orgs],
                         streams=["AGENT", "LEASE", "JOB", "OUTCOME"], extra_sub=[s.rpc_lease_renew])
     if role == "budget":
-        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"], extra_sub=[s.rpc_budget_status])
+        return _service(s, "budget", [f"{p}.budget.*.*"], streams=["BUDGET"],
+                        extra_sub=[s.rpc_budget_status, s.rpc_budget_orgs])
     if role == "health":
         return _service(s, "health", [f"{p}.agent.*.check", f"{p}.agent.*.reboot", f"{p}.node.*.*",
                                       f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS)],

@@ -22,7 +22,7 @@ from libs.runtime.unit import Units
 from libs.runtime.edge import Consumer, Responder, from_sender
 from libs.runtime.fencing import StaleCounter
 
-from . import store
+from . import orgs, store
 from .settings import BudgetSettings
 
 log = logging.getLogger(__name__)
@@ -101,4 +101,5 @@ def responders(runtime: Runtime, settings: BudgetSettings) -> list[Responder]:
         return BudgetStatusReply(job_id=req.job_id, known=known, ceiling_seconds=ceiling, consumed_seconds=consumed)
 
     return [Responder(runtime.subjects.rpc_budget_status, settings.rpc_queue_group, BudgetStatusRequest.decode,
-                      status, lambda reason: BudgetStatusReply(job_id="", known=False))]
+                      status, lambda reason: BudgetStatusReply(job_id="", known=False)),
+            orgs.responder(runtime, settings)]

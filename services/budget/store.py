@@ -231,8 +231,8 @@ async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subj
         devices = ledger.gang_devices(spec.workers, spec.gpus_per_worker)
         await conn.execute(
             "UPDATE budget.jobs SET owner = COALESCE(owner, $2), devices = $3, checkpoint_every_steps = $4,"
-            " estimated_step_seconds = $5 WHERE job_id = $1",
-            ev.job_id, actor, devices, spec.checkpoint_every_steps, spec.estimated_step_seconds)
+            " estimated_step_seconds = $5, org = COALESCE($6, org) WHERE job_id = $1",
+            ev.job_id, actor, devices, spec.checkpoint_every_steps, spec.estimated_step_seconds, ev.detail.get("org"))
         if row["warning"] is None:
             w = ledger.first_checkpoint_warning(spec.checkpoint_every_steps, spec.estimated_step_seconds, devices,
                                                 decision.account.ceiling, "estimate")

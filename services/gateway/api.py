@@ -40,6 +40,7 @@ from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .routes import status as status_routes
 from .status import StatusGatherer
+from .routes import tenancy as tenancy_routes
 from .settings import GatewaySettings
 from .timing import RouteTimer
 
@@ -194,5 +195,6 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     dead_letter_routes.register(app)
     panel.mount(app, runtime)  # the operator panel under / (services/gateway/panel)
     status_routes.register(app)
+    tenancy_routes.register(app)
     document_statuses(app)
     return app

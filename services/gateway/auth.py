@@ -105,9 +105,21 @@ class Principal:
     token_id: str
     actor: str
     role: Role
+    org: str | None = "default"  # the organisation it acts in; None: fleet-wide (an admin's or operator's token)
 
     def can(self, permission: Permission | str) -> bool:
         return allows(self.role, permission)
+
+
+FLEET_WIDE_ROLES = frozenset({Role.OPERATOR, Role.AUDITOR, Role.ADMIN})
+
+
+def token_org(role: Role, org: str | None) -> str | None:
+    """A token's organisation: the one given, else fleet-wide for operators, auditors and admins and the
+    default organisation for viewers and submitters (tokens from before tenancy read the same way)."""
+    if org is not None:
+        return org
+    return None if role in FLEET_WIDE_ROLES else "default"
 
 
 # -- the tokens file ---------------------------------------------------------------------------------------
@@ -146,12 +158,13 @@ def _write(path: Path, tokens: list[dict[str, Any]]) -> None:
     os.replace(tmp, path)  # atomic: a reader never sees half a file
 
 
-def create_token(path: Path | str, actor: str, role: Role | str) -> str:
+def create_token(path: Path | str, actor: str, role: Role | str, org: str | None = None) -> str:
     """Add a token and return its secret (used by ``teto up`` and ``teto tokens create``)."""
-    return issue_token(path, actor, role)[1]
+    return issue_token(path, actor, role, org=org)[1]
 
 
-def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime | None = None) -> tuple[str, str]:
+def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime | None = None,
+                org: str | None = None) -> tuple[str, str]:
     """Add a token and return ``(token_id, secret)``; the secret is not stored and cannot be shown again."""
     role = Role(role)
     actor = check_actor(actor)
@@ -160,6 +173,8 @@ def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime
     token_id = secrets.token_hex(6)
     record = {"id": token_id, "actor": actor, "role": role.value, "sha256": hash_secret(secret),
               "created_at": (now or datetime.now(UTC)).isoformat(), "revoked": False}
+    if org is not None:
+        record["org"] = org
     with _locked(path):
         tokens = _read(path)
         tokens.append(record)
@@ -220,7 +235,9 @@ class TokenStore:
             if hmac.compare_digest(str(t.get("sha256", "")), digest) and not t.get("revoked"):
                 # ValueError also covers an actor written by hand that the contracts refuse: no access then.
                 with contextlib.suppress(ValueError, KeyError, TypeError):
-                    found = Principal(token_id=t["id"], actor=check_actor(t["actor"]), role=Role(t["role"]))
+                    role = Role(t["role"])
+                    found = Principal(token_id=t["id"], actor=check_actor(t["actor"]), role=role,
+                                      org=token_org(role, t.get("org")))
         return found
 
 

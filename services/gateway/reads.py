@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
-                           "payload", "figures", "states", "nodes", "gang", "alert", "metrics"})
+                           "payload", "figures", "states", "nodes", "gang", "alert", "metrics",
+                           "waiting"})
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -52,6 +53,10 @@ class Reads:
                 self._warned.add(view)
                 log.warning("view %s does not exist yet; reading it as empty", view)
             return []
+
+    async def public(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        """Rows of a query on one public view (or a join of public views named first by ``view``)."""
+        return await self._fetch(view, sql, *args)
 
     async def _by_job(self, view: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
         rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)

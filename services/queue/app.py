@@ -21,6 +21,7 @@ from .effects import quarantine_hook
 from .gangs import GangScanner
 from .handlers import consumers, responders
 from .policy import Policies
+from .tenancy_edge import Tenancy
 from .runs import Runs
 from .scheduler import Scheduler
 from .settings import QueueSettings
@@ -44,7 +45,7 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         runs = Runs(runtime, settings, units)
         scheduler = Scheduler(runtime, settings, kick=relay.kick)
         gangs = GangScanner(runtime, settings, kick=relay.kick)
-        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units)))
+        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units), Tenancy(runtime, units)))
         await runtime.respond(responders(runtime, runs))
         runtime.singleton(f"{NAME}-outbox", relay.run)
         # Placement runs when a job is queued or an executor offers itself (a notification from the committing

@@ -19,6 +19,7 @@ from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
 from . import policy, store
+from . import tenancy_edge
 from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
 from .effects import apply
 from .settings import QueueSettings
@@ -38,7 +39,8 @@ class Commands:
         # A gang may ask for a shorter ready timeout than the gang policy's, never a longer one.
         refusal = await policy.refusal_for(self.runtime.pool, cmd.spec)
         return await self._decide(cmd, cmd.job_id,
-                                  refusal or Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec))
+                                  refusal or await tenancy_edge.submit_refusal(self.runtime.pool, cmd)
+                                  or Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec, cmd.org))
 
     async def cancel(self, cmd: CancelJob) -> CommandOutcome:
         return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))

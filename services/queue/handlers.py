@@ -16,7 +16,8 @@ from typing import Any
 
 from libs.contracts import senders
 from libs.contracts.budget import BudgetEvent
-from libs.contracts.commands import CancelJob, Command, RequeueJob, SetGangPolicy, SubmitJob
+from libs.contracts.commands import (CancelJob, Command, RequeueJob, SetCohort, SetGangPolicy, SetOrganisation,
+                                     SetProject, SubmitJob)
 from libs.contracts.envelope import ContractError, schema_of
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
@@ -28,11 +29,13 @@ from libs.runtime.service import Runtime
 from .commands import Commands
 from .policy import Policies
 from .runs import Runs
+from .tenancy_edge import Tenancy
 
 log = logging.getLogger(__name__)
 
 
-def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None) -> list[Consumer]:
+def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None,
+              tenancy: Tenancy | None = None) -> list[Consumer]:
     s = runtime.subjects
 
     def command(model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> Consumer:
@@ -81,6 +84,9 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
     ]
     if policies is not None:
         declared.append(command(SetGangPolicy, policies.set))
+    if tenancy is not None:
+        declared += [command(SetOrganisation, tenancy.set_org), command(SetProject, tenancy.set_project),
+                     command(SetCohort, tenancy.set_cohort)]
     return declared
 
 

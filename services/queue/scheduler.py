@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -21,14 +22,21 @@ from libs.runtime import metrics, tracing
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
-from . import remaining, store
+from . import remaining, store, tenancy_edge
 from .domain import lifecycle as lc
-from .domain.placement import Assignment, QueuedJob, place
+from .domain.placement import QueuedJob
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
+from .tenancy.admission import Admit, Snapshot, Wait, WaitCode, plan
+from .tenancy.model import Pending
 
 log = logging.getLogger(__name__)
+
+
+def pending_of(job: lc.Job) -> Pending:
+    return Pending(job.id, job.org, job.created_at, job.spec.workers, job.spec.gpus_per_worker, job.priority,
+                   job.project)
 
 
 class Scheduler:
@@ -38,6 +46,7 @@ class Scheduler:
         self.kick = kick  # wakes the outbox relay: a grant should reach the executor at once
         self.placed = 0
         self.expired = 0
+        self.preempted = 0
 
     @property
     def silent_after(self) -> float:
@@ -58,39 +67,71 @@ class Scheduler:
             await conn.execute("SELECT pg_advisory_xact_lock($1)",
                                lock_key(f"{self.settings.subject_prefix}:queue:placement"))
             now = await store.db_now(conn)
-            # 2. Snapshot: queued jobs (locked) and executors free per heartbeats and the jobs table.
+            # 2. Snapshot: queued jobs (locked); schedulable executors, free or busy; running jobs; organisations.
             jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
             if not jobs:
                 return 0
-            free = await store.free_executors(conn, now, self.silent_after,
-                                              require_checked=self.settings.require_checked_nodes)
-            if not free:
-                return 0
-            # 3. Decide on the snapshot; gangs only as the gang policy admits them (one at a time if sequential).
+            nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
+                                                         require_checked=self.settings.require_checked_nodes)
             by_id = {j.id: j for j in jobs}
-            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
             gangs = await GangGrants.snapshot(conn, self.settings)
-            wanted = await gangs.admissible(conn, wanted)
-            assignments = place(wanted, free, now, silent_after_seconds=self.silent_after)
+            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
+            orgs = await tenancy_edge.organisations(conn)
+            # Budgeted organisations: consumed this period and running jobs' remaining ceilings, from the budget.
+            accounts, needs, answered = await tenancy_edge.budget_accounts(
+                self.runtime, conn, orgs, jobs, now, self.settings.budget_rpc_timeout_seconds)
+            unanswered = {j.id for j in jobs if not answered and orgs.get(j.org) is not None
+                          and orgs[j.org].budget_gpu_seconds is not None}
+            pending = [replace(pending_of(j), needs_gpu_seconds=needs.get(j.id, 0.0)) for j in jobs
+                       if j.id in allowed and j.id not in unanswered]
+            snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
+                                await tenancy_edge.cohorts(conn), accounts)
+            # 3. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
+            result = plan(snapshot)
+            assignments = result.admitted
             # What each grant carries of its ceiling (the budget's answers asked in step 0).
             left = remaining.remaining_of([by_id[a.job_id] for a in assignments], used)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
-            # same transaction; each grant continues its job's trace (its messages carry it to the executors).
+            # same transaction; the node group and devices its organisation's quota counts. Each grant continues
+            # its job's trace (its messages carry it to the executors).
             traces = await store.traces_of(conn, [a.job_id for a in assignments])
+            placed: dict[str, tuple[str, int]] = {}
             for a in assignments:
+                job = by_id[a.job_id]
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
                                        job_id=a.job_id, executors=list(a.workers)):
-                    if await self._grant(conn, by_id[a.job_id], a, gangs, now, now + lease, left.get(a.job_id)):
-                        waited.append(max(0.0, (now - by_id[a.job_id].updated_at).total_seconds()))
-        if assignments:
-            self.placed += len(assignments)
+                    if not await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id)):
+                        continue
+                placed[job.id] = (a.group, a.devices)
+                waited.append(max(0.0, (now - job.updated_at).total_seconds()))
+            await tenancy_edge.note_run(conn, placed)
+            if placed:
+                log.info("fair-share order of this pass: %s", "; ".join(result.order))
+            # 5. Borrowed capacity reclaimed: checkpoint first, requeued for free (domain/preemption.py).
+            for p in result.preempted:
+                victim = await store.load_job(conn, p.job_id, lock=True)
+                t = lc.decide(victim, lc.Preempt(p.for_org, p.for_job, p.reason), now)
+                if isinstance(t, lc.Transition) and t.changed:
+                    await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))
+                    self.preempted += 1
+                    log.warning("job %s of %s preempted for %s of %s: %s", p.job_id, p.org, p.for_job, p.for_org,
+                                p.reason)
+            # 6. Why every job still queued waits.
+            waits = [*result.waiting.values(),
+                     *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
+                            "admitting or queued before this one") for j in jobs if j.id not in allowed),
+                     *(Wait(j, WaitCode.BUDGET, tenancy_edge.BUDGET_UNANSWERED) for j in unanswered)]
+            await tenancy_edge.note_waits(conn, waits, now)
+        if placed or result.preempted:
+            self.placed += len(placed)
             self.kick()
         metrics.GRANTS.inc(len(waited))
         for seconds in waited:
             metrics.PLACEMENT_LATENCY.observe(seconds)
-        return len(assignments)
+        return len(placed)
 
-    async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Assignment, gangs: GangGrants,
+    async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Admit, gangs: GangGrants,
                      now: datetime, expires: datetime, remaining: float | None) -> bool:
         """Grant one placed job (its gang's leases, the transition, RunJob and LeaseEvent into the outbox)."""
         granted = await gangs.grant(conn, job, assignment.workers, expires, now)
@@ -101,7 +142,8 @@ class Scheduler:
             log.error("placement of %s refused: %s", job.id, t.reason)
             return False
         await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings, remaining))
-        log.info("job %s placed on %s (epoch %d)", job.id, ", ".join(assignment.workers), t.job.lease_epoch)
+        log.info("job %s of %s placed on %s (epoch %d, rank %d: %s)", job.id, job.org, ", ".join(assignment.workers),
+                 t.job.lease_epoch, assignment.rank, assignment.why)
         return True
 
     async def scan_once(self) -> int:

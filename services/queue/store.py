@@ -9,21 +9,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
-from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
 from .domain.lifecycle import GangWorker, Job, Transition
-from .domain.placement import FreeExecutor
 from .domain.wakes import PLACEMENT, queues_a_job
 
 SCHEMA = "queue"
@@ -33,7 +31,7 @@ _JOB_COLUMNS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_num
                 "workers", "lease_expires_at", "last_step", "total_steps", "step_seconds", "step_samples",
                 "last_checkpoint", "reason", "error", "stop_requested", "ceiling_history", "event_seq",
                 "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "admitted_at", "backoff_count",
-                "next_admission_at", "on_node_failure")
+                "next_admission_at", "on_node_failure", "org", "project", "priority", "node_group", "devices")
 _JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history", "gang"}
 _SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
 
@@ -55,6 +53,8 @@ def job_from_row(row: asyncpg.Record) -> Job:
         gang=gang_from_json(_loads(row["gang"])), rendezvous=row["rendezvous"], ready_deadline=row["ready_deadline"],
         admitted_at=row["admitted_at"], backoff_count=row["backoff_count"],
         next_admission_at=row["next_admission_at"], on_node_failure=row["on_node_failure"],
+        org=row["org"], project=row["project"], priority=row["priority"], node_group=row["node_group"],
+        devices=row["devices"],
     )
 
 
@@ -192,27 +192,14 @@ async def db_now(conn: asyncpg.Connection) -> datetime:
     return await conn.fetchval("SELECT clock_timestamp()")
 
 
-async def free_executors(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
-                         require_checked: bool = True) -> list[FreeExecutor]:
-    """Executors seen lately, accepting, reporting no job, and holding none per the jobs table.
-
-    The jobs table is authoritative (a heartbeat sent before a grant lags it); the reported job covers the
-    other lag: a job cancelled a moment ago whose process is still stopping."""
-    rows = await conn.fetch(
-        f"SELECT e.executor_id, e.gpus, e.last_seen, e.group_name FROM {T}.executors e"
-        " WHERE e.accepting AND e.job_id IS NULL AND e.last_seen >= $1"
-        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
-        " AND e.executor_id = ANY(j.workers))"
-        # Only nodes that passed their checks (health's node events): ready and not cordoned. Without that
-        # requirement a node not yet judged (joining, checking) may take work too, but never one the health
-        # service or an operator has ruled out.
-        f" AND (EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
-        "   AND n.executor_id = e.executor_id)"
-        f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
-        "   AND n.state = ANY($3::text[]))))"
-        " ORDER BY e.executor_id",
-        now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
-    return [FreeExecutor(r["executor_id"], r["gpus"], r["last_seen"], r["group_name"]) for r in rows]
+# Only nodes that passed their checks (health's node events): ready and not cordoned. Without that requirement
+# ($2 true) a node not yet judged (joining, checking) may take work too, but never one the health service or an
+# operator has ruled out ($3: those states). Executor alias ``e``.
+SCHEDULABLE_NODE = (
+    f"(EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
+    "   AND n.executor_id = e.executor_id)"
+    f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
+    "   AND n.state = ANY($3::text[]))))")
 
 
 async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:

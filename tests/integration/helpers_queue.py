@@ -58,8 +58,9 @@ class Client_:
         if row is None:
             return None
         out = dict(row)
-        for k in ("spec", "attempts", "last_checkpoint", "ceiling_history"):
-            out[k] = None if out[k] is None else json.loads(out[k])
+        for k in ("spec", "attempts", "last_checkpoint", "ceiling_history", "waiting"):
+            if k in out:
+                out[k] = None if out[k] is None else json.loads(out[k])
         return out
 
     async def state(self, job_id: str) -> str | None:

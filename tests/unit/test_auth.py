@@ -68,6 +68,9 @@ class FakeReads:
     async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
         return {(1, 0): "e1"}
 
+    async def public(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        return []
+
     async def gang_policy(self) -> dict[str, Any]:
         return {"ready_timeout_seconds": 120.0}
 
@@ -133,6 +136,11 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/executors"): ("/v1/executors", None),
     ("GET", "/v1/policies/gang"): ("/v1/policies/gang", None),
     ("PUT", "/v1/policies/gang"): ("/v1/policies/gang", {"ready_timeout_seconds": 60, "backoff_limit": None}),
+    ("GET", "/v1/orgs"): ("/v1/orgs", None),
+    ("PUT", "/v1/orgs/{name}"): ("/v1/orgs/north", {"cohort": "h", "quotas": {"default": {"nominal": 2}}}),
+    ("PUT", "/v1/orgs/{org}/projects/{name}"): ("/v1/orgs/north/projects/radiology", {}),
+    ("PUT", "/v1/cohorts/{name}"): ("/v1/cohorts/h", {"preemption": "never"}),
+    ("GET", "/v1/usage"): ("/v1/usage?period=2026-12", None),
     ("POST", "/v1/tokens"): ("/v1/tokens", {"actor": "bob", "role": "viewer"}),
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/{viewer_token_id}", None),

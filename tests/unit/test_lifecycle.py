@@ -160,10 +160,10 @@ def test_submit_makes_a_queued_job_and_a_submitted_event_with_spec_owner_and_nam
     t = decide(None, Submitted("j9", "mine", "bob", spec), T0)
     assert t.job.state is JobState.QUEUED and t.job.owner == "bob" and t.job.lease_epoch == 0
     assert t.job.attempts == {"training_error": 0, "transport_lost": 0, "node_failure": 0, "gang_timeout": 0,
-                              "handed_back": 0}
+                              "handed_back": 0, "preempted": 0}
     (ev,) = t.events
     assert ev.event is JobEventKind.SUBMITTED and ev.previous_state is None
-    assert ev.detail == {"spec": spec.model_dump(mode="json"), "owner": "bob", "name": "mine"}
+    assert ev.detail == {"spec": spec.model_dump(mode="json"), "owner": "bob", "name": "mine", "org": "default"}
     assert t.job.ceiling_history[0]["ceiling_seconds"] == 900 and t.job.ceiling_history[0]["actor"] == "bob"
 
 

@@ -19,7 +19,7 @@ GRANTED = frozenset({"running", "admitting"})
 JOB_FIELDS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_number", "executor_id", "lease_epoch",
               "lease_expires_at", "last_step", "total_steps", "step_seconds", "last_checkpoint", "reason", "error",
               "ceiling_history", "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "backoff_count",
-              "next_admission_at")
+              "next_admission_at", "org", "project", "priority", "node_group", "devices", "waiting")
 BUDGET_FIELDS = ("ceiling_seconds", "consumed_seconds", "remaining_seconds", "overshoot_seconds", "warning",
                  "ceiling_history")
 EVENT_FIELDS = ("job_id", "seq", "event", "state", "previous_state", "reason", "epoch", "executor_id", "detail",

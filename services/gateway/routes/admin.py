@@ -27,6 +27,8 @@ class TokenRequest(Model):
     actor: Actor = Field(pattern=r"^\S(.*\S)?$",
                          description="Who the token acts as: 1-200 characters, no control characters, not padded")
     role: Role = Field(description="viewer, submitter, operator, auditor or admin")
+    org: Id | None = Field(None, description="Organisation it acts in (default: fleet-wide for operator, auditor "
+                                             "and admin, 'default' for the others)")
 
 
 async def _record(request: Request, kind: str, principal: Principal, **detail: Any) -> None:
@@ -42,10 +44,11 @@ def register(app: FastAPI) -> None:
     async def create_token(request: Request, body: TokenRequest,
                            principal: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> dict[str, Any]:
         path = request.app.state.tokens.path
-        token_id, secret = auth.issue_token(path, body.actor, body.role)
+        token_id, secret = auth.issue_token(path, body.actor, body.role, org=body.org)
+        org = auth.token_org(body.role, body.org)
         await _record(request, "token_create", principal, token_id=token_id, token_actor=body.actor,
-                      role=body.role.value)
-        return {"id": token_id, "actor": body.actor, "role": body.role.value, "secret": secret,
+                      role=body.role.value, org=org)
+        return {"id": token_id, "actor": body.actor, "role": body.role.value, "org": org, "secret": secret,
                 "permissions": sorted(p.value for p in auth.ROLE_PERMISSIONS[body.role])}
 
     @app.get("/v1/tokens", tags=["access"], summary="Tokens (never their secrets or hashes)")

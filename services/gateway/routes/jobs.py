@@ -27,6 +27,7 @@ from ..commands import Sent
 from ..domain import paging, steps
 from ..domain.outcomes import status_for
 from ..errors import ApiError, not_found
+from ..orgs import acting_org
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
 from ..secret_env import SecretRefused, seal_spec
 from . import COMMAND_KEY, commands_of, reads_of, scoped_fleet
@@ -109,9 +110,12 @@ def register(app: FastAPI) -> None:
     async def submit(request: Request, spec: JobSpec,
                      principal: Principal = Depends(require(Permission.FINETUNE_SUBMIT)),
                      idempotency_key: str | None = Header(None, pattern=ID_PATTERN,
-                                                          description="Reuse to retry without submitting twice")
+                                                          description="Reuse to retry without submitting twice"),
+                     org: str | None = Query(None, pattern=ID_PATTERN,
+                                             description="Organisation (fleet-wide tokens only; default: the "
+                                                         "token's)")
                      ) -> JSONResponse:
-        cmd = SubmitJob(actor=principal.actor, spec=spec)
+        cmd = SubmitJob(actor=principal.actor, spec=spec, org=acting_org(principal, org))
         if idempotency_key:
             # The same key by the same actor always names the same command and job, so a retried request acts
             # once; another actor's same key names another job (scoping.job_id_for_key).

@@ -61,6 +61,12 @@ class Job:
     backoff_count: int = 0  # ready timeouts so far
     next_admission_at: datetime | None = None  # backoff: when it is queued again
     on_node_failure: str = "requeue_gang"  # the policy's strategy when the run was admitted
+    # -- tenancy (services/queue/tenancy)
+    org: str = "default"
+    project: str = "default"
+    priority: int = 0  # within its organisation: higher first
+    node_group: str | None = None  # the node group of its current (or last) run's nodes
+    devices: int = 0  # what its current run holds against its organisation's quota
 
 
 # -- facts ------------------------------------------------------------------------------------------------
@@ -71,6 +77,7 @@ class Submitted:
     name: str
     owner: str
     spec: JobSpec
+    org: str = "default"
 
 
 @dataclass(frozen=True)

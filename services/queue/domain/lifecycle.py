@@ -18,6 +18,8 @@ from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
 
 from . import gang as gang_rules
+from . import preemption
+from .preemption import Preempt  # noqa: F401 - re-exported with the other facts
 from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is imported from here
     RUN_FACTS,
     AdmissionDue,
@@ -86,15 +88,18 @@ def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
         return gang_rules.on_node_failed(job, fact, now)
     if isinstance(fact, Undeliverable):
         return on_undeliverable(job, fact, now)
+    if isinstance(fact, preemption.Preempt):
+        return preemption.on_preempt(job, fact, now)
     raise TypeError(f"not a lifecycle fact: {fact!r}")
 
 
 def submit(fact: Submitted, now: datetime) -> Transition:
     job = Job(id=fact.job_id, name=fact.name or fact.spec.name, owner=fact.owner, spec=fact.spec,
-              state=JobState.QUEUED, created_at=now, updated_at=now,
+              state=JobState.QUEUED, created_at=now, updated_at=now, org=fact.org, project=fact.spec.project,
+              priority=fact.spec.priority,
               ceiling_history=({"ceiling_seconds": fact.spec.gpu_ceiling_seconds, "actor": fact.owner,
                                 "at": now.isoformat()},))
-    detail = {"spec": fact.spec.model_dump(mode="json"), "owner": fact.owner, "name": job.name}
+    detail = {"spec": fact.spec.model_dump(mode="json"), "owner": fact.owner, "name": job.name, "org": fact.org}
     return Transition(job, (EventDraft(JobEventKind.SUBMITTED, JobState.QUEUED, None, detail=detail),))
 
 
@@ -290,6 +295,9 @@ def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
     if job.stop_requested == CEILING_STOP:
         # The ceiling is reached whatever way the process ended: requeueing it would only overshoot further.
         return _interrupt(job, fact.epoch, now, detail, _released(job, CEILING_STOP))
+    preempted = preemption.preempted_run_ended(job, fact, now, _leave_run)
+    if preempted is not None:
+        return preempted
     if fact.outcome is RunOutcome.FAILED:
         return _attempt_failed(job, fact, now, detail)
     if fact.outcome is RunOutcome.HANDED_BACK:

@@ -1,0 +1,57 @@
+"""Organisations, projects and cohorts (issue 14): what admins set through ``set_org``, ``set_project`` and
+``set_cohort``, owned by the queue (the single writer) and applied by its placement.
+
+Quotas count *devices* per node group (a CPU-only worker counts as one, as the budget charges it). Every limit
+is optional: ``quotas`` null is an unmetered organisation (bounded only by the fleet), a missing group is a
+nominal of 0, a null borrowing limit borrows without limit and a null lending limit lends the whole nominal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from .bounds import Id, Label
+from .envelope import Model
+
+DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
+DEFAULT_PROJECT = "default"
+MAX_DEVICES = 1_000_000
+
+
+class Preemption(StrEnum):
+    """What a cohort may do when a member wants back capacity another member borrowed."""
+
+    NEVER = "never"  # the lender waits until borrowed work ends by itself
+    RECLAIM_BORROWED = "reclaim_borrowed"  # jobs running on borrowed capacity are preempted, newest first
+    BY_PRIORITY = "by_priority"  # as above, but only borrowed jobs of lower priority than the job reclaiming
+
+
+class QuotaSpec(Model):
+    nominal: int = Field(0, ge=0, le=MAX_DEVICES, description="Devices guaranteed in the group")
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_DEVICES,
+                                        description="Most devices above nominal borrowed from the cohort (null: any)")
+    lending_limit: int | None = Field(None, ge=0, le=MAX_DEVICES,
+                                      description="Most of the idle nominal others may borrow (null: all of it)")
+
+
+class OrgSpec(Model):
+    """An organisation (``PUT /v1/orgs/{name}``)."""
+
+    cohort: Id | None = Field(None, description="Cohort it borrows from and lends to (null: none)")
+    weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight")
+    quotas: dict[Id, QuotaSpec] | None = Field(None, max_length=1000,
+                                               description="Per node group (null: unmetered)")
+    budget_gpu_seconds: float | None = Field(None, ge=0, le=10**12, description="GPU-seconds per period (null: none)")
+    period: Literal["month", "day"] = Field("month", description="The budget's period (calendar, UTC)")
+    description: Label = ""
+
+
+class ProjectSpec(Model):
+    description: Label = ""
+
+
+class CohortSpec(Model):
+    preemption: Preemption = Field(Preemption.RECLAIM_BORROWED, description="How borrowed capacity is reclaimed")

@@ -1,0 +1,112 @@
+"""Organisations, projects, cohorts (``policy:admin`` to change; read by anyone) and the usage report.
+
+Changes are the queue's commands ``set_org``, ``set_project`` and ``set_cohort`` (audited like every command);
+an accepted change answers with the row now in force, read back from the queue's public views. ``GET /v1/usage``
+reads the budget's ledger (``budget.ledger_public``) and the queue's jobs and events, and reports GPU time and
+jobs per organisation, project or user (services/gateway/domain/usage.py); ``format=csv`` gives CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from libs.contracts.bounds import ID_PATTERN
+from libs.contracts.commands import Command, SetCohort, SetOrganisation, SetProject
+from libs.contracts.tenancy import CohortSpec, OrgSpec, ProjectSpec
+
+from ..auth import Permission, Principal, require
+from ..domain import usage as usages
+from ..errors import ApiError
+from ..orgs import usage_org
+from . import COMMAND_KEY, commands_of, reads_of
+
+_REFUSALS = {202: {"description": "Accepted for processing; no outcome yet"}, 409: {"description": "Refused"}}
+
+
+async def _send(request: Request, cmd: Command, view: str, where: str, *args: Any) -> JSONResponse:
+    sent = await commands_of(request).send(cmd)
+    out = sent.outcome
+    if out is None:
+        return JSONResponse({"command_id": sent.command_id, "status": "pending"}, status_code=202)
+    if not out.accepted:
+        raise ApiError(409, "refused", out.reason or "refused", command_id=sent.command_id, by=out.by)
+    rows = await reads_of(request).public(view, f"SELECT * FROM {view} WHERE {where}", *args)
+    return JSONResponse(jsonable_encoder(rows[0] if rows else {}), status_code=200)
+
+
+def register(app: FastAPI) -> None:
+
+    @app.get("/v1/orgs", tags=["tenancy"], summary="Organisations with their quotas, and their projects")
+    async def list_orgs(request: Request, _: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+        reads = reads_of(request)
+        return jsonable_encoder({
+            "orgs": await reads.public("queue.orgs_public", "SELECT * FROM queue.orgs_public ORDER BY name"),
+            "projects": await reads.public("queue.projects_public",
+                                           "SELECT * FROM queue.projects_public ORDER BY org, name"),
+            "cohorts": await reads.public("queue.cohorts_public", "SELECT * FROM queue.cohorts_public ORDER BY name")})
+
+    @app.put("/v1/orgs/{name}", tags=["tenancy"], summary="Create or replace an organisation",
+             openapi_extra={COMMAND_KEY: "set_org"}, responses=_REFUSALS)
+    async def put_org(request: Request, name: str, body: OrgSpec,
+                      principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
+        cmd = SetOrganisation(actor=principal.actor, name=name, spec=body)
+        return await _send(request, cmd, "queue.orgs_public", "name = $1", name)
+
+    @app.put("/v1/orgs/{org}/projects/{name}", tags=["tenancy"], summary="Create or replace a project",
+             openapi_extra={COMMAND_KEY: "set_project"}, responses=_REFUSALS)
+    async def put_project(request: Request, org: str, name: str, body: ProjectSpec,
+                          principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
+        cmd = SetProject(actor=principal.actor, org=org, name=name, spec=body)
+        return await _send(request, cmd, "queue.projects_public", "org = $1 AND name = $2", org, name)
+
+    @app.put("/v1/cohorts/{name}", tags=["tenancy"], summary="Create or replace a cohort's preemption policy",
+             openapi_extra={COMMAND_KEY: "set_cohort"}, responses=_REFUSALS)
+    async def put_cohort(request: Request, name: str, body: CohortSpec,
+                         principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
+        cmd = SetCohort(actor=principal.actor, name=name, spec=body)
+        return await _send(request, cmd, "queue.cohorts_public", "name = $1", name)
+
+    @app.get("/v1/usage", tags=["tenancy"], summary="GPU time and jobs per organisation, project or user")
+    async def usage(request: Request, org: str | None = Query(None, pattern=ID_PATTERN),
+                    period: str | None = Query(None, pattern=r"^\d{4}-\d{2}(-\d{2})?$",
+                                               description="YYYY-MM or YYYY-MM-DD (UTC); default this month"),
+                    group_by: usages.GroupBy = usages.GroupBy.ORG, format: str = Query("json", pattern="^(json|csv)$"),
+                    principal: Principal = Depends(require(Permission.READ))) -> Any:
+        scope = usage_org(principal, org)
+        try:
+            start, end = usages.period_window(period, datetime.now(UTC))
+        except ValueError as exc:
+            raise ApiError(422, "invalid", str(exc)) from None
+        result = await _report(request, scope, start, end, group_by)
+        if format == "csv":
+            out = io.StringIO()
+            csv.writer(out).writerows(usages.to_csv_rows(result))
+            return PlainTextResponse(out.getvalue(), media_type="text/csv")
+        return {**usages.as_json(result), "org": scope}
+
+
+async def _report(request: Request, org: str | None, start: datetime, end: datetime,
+                  group_by: usages.GroupBy) -> usages.UsageReport:
+    reads = reads_of(request)
+    charges = await reads.public("budget.ledger_public", "SELECT job_id, gpu_seconds, at FROM budget.ledger_public"
+                                 " WHERE at >= $1 AND at < $2", start, end)
+    ids = sorted({c["job_id"] for c in charges})
+    jobs = await reads.public(
+        "queue.jobs_public", "SELECT id, org, project, owner, state, attempts, spec, last_step FROM queue.jobs_public"
+        " WHERE (id = ANY($1::text[]) OR (created_at >= $2 AND created_at < $3)) AND ($4::text IS NULL OR org = $4)",
+        ids, start, end, org)
+    events = await reads.public("queue.job_events_public", "SELECT job_id, event, time FROM queue.job_events_public"
+                                " WHERE job_id = ANY($1::text[]) ORDER BY job_id, seq", [j["id"] for j in jobs])
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for event in events:
+        by_job.setdefault(event["job_id"], []).append(event)
+    facts = [usages.job_facts(j, by_job.get(j["id"], [])) for j in jobs]
+    return usages.report([usages.Charge(c["job_id"], c["gpu_seconds"], c["at"]) for c in charges], facts, group_by,
+                         start, end, org=org)

@@ -1,0 +1,106 @@
+"""Quotas in a cohort, as arithmetic on devices held per (organisation, node group).
+
+Per group, each metered organisation has a nominal share, a borrowing limit and a lending limit. Its
+*guaranteed* part (nominal minus what it lends) is its own; the *lendable* parts of every member form the
+cohort's pool. Usage above an organisation's guaranteed part draws on the pool, so borrowing is possible
+exactly while others leave their lendable share idle. An organisation holds at most nominal + borrowing limit.
+An unmetered organisation (no quotas, the default organisation of an installation without tenancy) is bounded
+only by the fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .model import Organisation
+
+Usage = Mapping[str, Mapping[str, int]]  # org -> group -> devices held
+
+
+class QuotaVerdict(StrEnum):
+    FITS = "fits"  # within the quota (possibly borrowing)
+    NO_QUOTA = "no_quota"  # the organisation has no share of this group and cannot borrow one
+    AT_LIMIT = "at_limit"  # it would hold more than nominal + borrowing limit
+    COHORT_FULL = "cohort_full"  # the cohort's pool is used up (by borrowers: reclaimable)
+
+
+@dataclass(frozen=True)
+class QuotaCheck:
+    verdict: QuotaVerdict
+    borrowing: int = 0  # devices above nominal the organisation would hold
+    reason: str = ""
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict is QuotaVerdict.FITS
+
+
+def held(usage: Usage, org: str, group: str) -> int:
+    return usage.get(org, {}).get(group, 0)
+
+
+def members(orgs: Mapping[str, Organisation], cohort: str | None) -> list[Organisation]:
+    return [] if cohort is None else [o for o in orgs.values() if o.cohort == cohort and o.metered]
+
+
+def pool(orgs: Mapping[str, Organisation], cohort: str, group: str) -> int:
+    """Devices of a group the cohort's members lend: the most that may be held above guarantees."""
+    return sum(o.quota(group).lendable for o in members(orgs, cohort))
+
+
+def pool_used(orgs: Mapping[str, Organisation], cohort: str, group: str, usage: Usage) -> int:
+    return sum(max(0, held(usage, o.name, group) - o.quota(group).guaranteed) for o in members(orgs, cohort))
+
+
+def borrowed(org: Organisation, group: str, usage: Usage) -> int:
+    """Devices held above nominal: what reclaiming may take back."""
+    if not org.metered:
+        return 0
+    return max(0, held(usage, org.name, group) - org.quota(group).nominal)
+
+
+def check(org: Organisation, group: str, demand: int, usage: Usage,
+          orgs: Mapping[str, Organisation]) -> QuotaCheck:
+    """Whether ``org`` may hold ``demand`` more devices of ``group``, with the numbers of a refusal."""
+    if not org.metered:
+        return QuotaCheck(QuotaVerdict.FITS)
+    quota = org.quota(group)
+    now = held(usage, org.name, group)
+    after = now + demand
+    ceiling = org.ceiling(group)
+    if ceiling == 0:
+        return QuotaCheck(QuotaVerdict.NO_QUOTA,
+                          reason=f"no quota: organisation {org.name} has no share of node group {group}"
+                                 + ("" if org.cohort else " and is in no cohort to borrow from"),
+                          numbers={"nominal": 0, "job_devices": demand})
+    if ceiling is not None and after > ceiling:
+        return QuotaCheck(QuotaVerdict.AT_LIMIT,
+                          reason=f"quota: organisation {org.name} holds {now} of its {ceiling} devices in node group "
+                                 f"{group} (nominal {quota.nominal} + borrowing {ceiling - quota.nominal}), "
+                                 f"job needs {demand}",
+                          numbers={"held": now, "ceiling": ceiling, "nominal": quota.nominal, "job_devices": demand})
+    borrowing = max(0, after - quota.nominal)
+    if org.cohort is None or after <= quota.guaranteed:
+        return QuotaCheck(QuotaVerdict.FITS, borrowing=borrowing)
+    total = pool(orgs, org.cohort, group)
+    used = pool_used(orgs, org.cohort, group, usage)
+    extra = max(0, after - quota.guaranteed) - max(0, now - quota.guaranteed)
+    if used + extra > total:
+        return QuotaCheck(QuotaVerdict.COHORT_FULL,
+                          reason=f"cohort {org.cohort}: {used} of the {total} shared devices of node group {group} "
+                                 f"are in use, job needs {extra} of them",
+                          numbers={"pool": total, "pool_used": used, "job_devices": demand},
+                          borrowing=borrowing)
+    return QuotaCheck(QuotaVerdict.FITS, borrowing=borrowing)
+
+
+def add(usage: dict[str, dict[str, int]], org: str, group: str, amount: int) -> None:
+    by_group = usage.setdefault(org, {})
+    by_group[group] = by_group.get(group, 0) + amount
+
+
+def copy(usage: Usage) -> dict[str, dict[str, int]]:
+    return {org: dict(groups) for org, groups in usage.items()}

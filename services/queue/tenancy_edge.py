@@ -1,0 +1,213 @@
+"""Tenancy at the queue's edges: the organisations, projects and cohorts tables (single writer: the ``set_org``,
+``set_project`` and ``set_cohort`` commands, audited like every command), the submit check (the job's
+organisation and project must exist), and what a placement pass needs of them: a ``tenancy.admission.Snapshot``
+of organisations, cohorts, schedulable nodes (free or busy) and the running jobs' devices per organisation and
+node group. The waiting reason of each queued job is written back by the pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from libs.contracts.budget import OrgBudgetReply, OrgBudgetRequest
+from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject, SubmitJob
+from libs.contracts.nodes import RULED_OUT_STATES
+from libs.contracts.tenancy import CohortSpec, OrgSpec
+from libs.runtime.fencing import StaleCounter
+from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
+
+from . import store
+from .domain.lifecycle import Refusal
+from .domain.preemption import PREEMPTED
+from .tenancy import budget as budgets
+from .tenancy.admission import Node, Wait
+from .tenancy.model import Cohort, GroupQuota, Organisation, Running
+
+log = logging.getLogger(__name__)
+SERVICE = "queue"
+T = store.T
+
+
+def organisation(name: str, spec: OrgSpec) -> Organisation:
+    quotas = None if spec.quotas is None else {
+        g: GroupQuota(q.nominal, q.borrowing_limit, q.lending_limit) for g, q in spec.quotas.items()}
+    return Organisation(name, cohort=spec.cohort, weight=spec.weight, quotas=quotas,
+                        budget_gpu_seconds=spec.budget_gpu_seconds, period=spec.period)
+
+
+async def organisations(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, Organisation]:
+    rows = await conn.fetch(f"SELECT name, spec FROM {T}.orgs")
+    return {r["name"]: organisation(r["name"], OrgSpec.model_validate_json(r["spec"])) for r in rows}
+
+
+async def cohorts(conn: asyncpg.Connection) -> dict[str, Cohort]:
+    rows = await conn.fetch(f"SELECT name, preemption FROM {T}.cohorts")
+    return {r["name"]: Cohort(r["name"], CohortSpec(preemption=r["preemption"]).preemption) for r in rows}
+
+
+async def submit_refusal(pool: asyncpg.Pool, cmd: SubmitJob) -> Refusal | None:
+    """A job's organisation and project must exist (the default ones always do)."""
+    found = await pool.fetchrow(
+        f"SELECT EXISTS (SELECT 1 FROM {T}.orgs WHERE name = $1) AS org,"
+        f" EXISTS (SELECT 1 FROM {T}.projects WHERE org = $1 AND name = $2) AS project", cmd.org, cmd.spec.project)
+    if not found["org"]:
+        return Refusal(f"organisation {cmd.org} does not exist", {})
+    if not found["project"]:
+        return Refusal(f"project {cmd.spec.project} does not exist in organisation {cmd.org}", {})
+    return None
+
+
+async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
+                            require_checked: bool = True) -> list[Node]:
+    """Every executor placement may use, busy or free, with its node group: the fleet's capacity per group.
+    Free: accepting, reporting no job, and holding none per the jobs table (authoritative: a heartbeat sent
+    before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping)."""
+    rows = await conn.fetch(
+        f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
+        "   AND e.executor_id = ANY(j.workers)) AS free"
+        f" FROM {T}.executors e WHERE e.last_seen >= $1 AND {store.SCHEDULABLE_NODE}"
+        " ORDER BY e.executor_id",
+        now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
+    return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]
+
+
+async def running(conn: asyncpg.Connection) -> list[Running]:
+    """Jobs holding nodes, with what they hold against their organisation's quota (runs granted before tenancy
+    have no node group and count for nobody)."""
+    rows = await conn.fetch(f"SELECT id, state, org, node_group, devices, priority, admitted_at, updated_at, workers,"
+                            " stop_requested"
+                            f" FROM {T}.jobs WHERE state IN ('running', 'admitting') AND node_group IS NOT NULL")
+    return [Running(r["id"], r["org"], r["node_group"], r["devices"], r["priority"],
+                    r["admitted_at"] or r["updated_at"], tuple(r["workers"]),
+                    preemptible=r["state"] == "running" and len(r["workers"]) == 1,
+                    stopping=r["stop_requested"] == PREEMPTED) for r in rows]
+
+
+async def note_waits(conn: asyncpg.Connection, waits: Iterable[Wait], now: datetime) -> None:
+    """Each queued job's reason for waiting, for its view (one statement for the whole pass)."""
+    rows = [(w.job_id, json.dumps({"code": w.code.value, "reason": w.reason, "numbers": w.numbers,
+                                   "group": w.group, "at": now.isoformat()})) for w in waits]
+    if rows:
+        await conn.execute(
+            f"UPDATE {T}.jobs j SET waiting = w.waiting::jsonb FROM unnest($1::text[], $2::text[]) AS w(id, waiting)"
+            " WHERE j.id = w.id AND j.state = 'queued'", [r[0] for r in rows], [r[1] for r in rows])
+
+
+async def note_run(conn: asyncpg.Connection, placed: Mapping[str, tuple[str, int]]) -> None:
+    """The node group and devices of each job just granted (what its organisation's quota counts)."""
+    if placed:
+        await conn.execute(
+            f"UPDATE {T}.jobs j SET node_group = p.g, devices = p.d, waiting = NULL"
+            " FROM unnest($1::text[], $2::text[], $3::int[]) AS p(id, g, d) WHERE j.id = p.id",
+            list(placed), [g for g, _ in placed.values()], [d for _, d in placed.values()])
+
+
+# -- budget reservations (the budget service owns consumption) ---------------------------------------------
+
+BUDGET_UNANSWERED = ("organisation budget: the budget service did not answer; jobs of organisations with a budget "
+                     "wait until it does")
+
+
+async def budget_accounts(runtime: Runtime, conn: asyncpg.Connection, orgs: Mapping[str, Organisation],
+                          queued: list, now: datetime, timeout: float  # noqa: ANN001 - lifecycle Jobs
+                          ) -> tuple[dict[str, budgets.BudgetAccount], dict[str, float], bool]:
+    """Each budgeted organisation's account for this pass, each queued job's need, and whether the budget
+    service answered. ``consumed``: the organisation's charges since its period began; ``reservations``: the
+    remaining ceiling (ceiling - consumed) of each of its running jobs, so consumed + reserved is everything its
+    jobs may use. A queued job needs its remaining ceiling."""
+    budgeted = {n: o for n, o in orgs.items() if o.budget_gpu_seconds is not None}
+    if not budgeted:
+        return {}, {}, True
+    rows = await conn.fetch(f"SELECT id, org, (spec->>'gpu_ceiling_seconds')::float8 AS ceiling FROM {T}.jobs"
+                            " WHERE state IN ('running', 'admitting') AND org = ANY($1::text[])", list(budgeted))
+    waiting = [j for j in queued if j.org in budgeted]
+    ask = [r["id"] for r in rows] + [j.id for j in waiting if j.attempt_number > 0]
+    by_since: dict[datetime, list[str]] = {}
+    for org in budgeted.values():
+        by_since.setdefault(budgets.period_start(org.period, now), []).append(org.name)
+    org_consumed: dict[str, float] = {}
+    job_consumed: dict[str, float] = {}
+    try:
+        for since, names in by_since.items():
+            msg = await runtime.nc.request(runtime.subjects.rpc_budget_orgs,
+                                           OrgBudgetRequest(orgs=names, since=since, jobs=ask).encode(),
+                                           timeout=timeout)
+            reply = OrgBudgetReply.decode(msg.data)
+            org_consumed.update(reply.org_consumed)
+            job_consumed.update(reply.job_consumed)
+    except Exception as exc:  # noqa: BLE001 - no responders, timeout, contract: the same answer, never a guess
+        log.warning("budget status of organisations unavailable: %r", exc)
+        return {}, {}, False
+    reserved: dict[str, dict[str, float]] = {n: {} for n in budgeted}
+    for r in rows:
+        reserved[r["org"]][r["id"]] = max(0.0, (r["ceiling"] or 0.0) - job_consumed.get(r["id"], 0.0))
+    accounts = {n: budgets.BudgetAccount(n, o.budget_gpu_seconds, org_consumed.get(n, 0.0), reserved[n])
+                for n, o in budgeted.items()}
+    needs = {j.id: max(0.0, j.spec.gpu_ceiling_seconds - job_consumed.get(j.id, 0.0)) for j in waiting}
+    return accounts, needs, True
+
+
+# -- the admins' commands ---------------------------------------------------------------------------------
+
+class Tenancy:
+    def __init__(self, runtime: Runtime, units: Units | None = None) -> None:
+        self.runtime = runtime
+        self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
+
+    async def _once(self, cmd, act) -> CommandOutcome:  # noqa: ANN001 - any of the three commands
+        now = self.runtime.clock.now()
+        async with self.units.begin() as unit:
+            conn = unit.conn
+
+            async def decide() -> CommandOutcome:
+                refused = await act(conn, now)
+                if refused is not None:
+                    return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=False, by=SERVICE,
+                                          reason=refused)
+                log.info("%s by %s: %s", cmd.KIND, cmd.actor, cmd.model_dump(mode="json", exclude={"actor"}))
+                return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, by=SERVICE,
+                                      detail={k: v for k, v in cmd.model_dump(mode="json").items()
+                                              if k in ("name", "org", "spec")})
+
+            return (await unit.once(cmd, decide)).outcome
+
+    async def set_org(self, cmd: SetOrganisation) -> CommandOutcome:
+        async def act(conn: asyncpg.Connection, now: datetime) -> str | None:
+            await conn.execute(
+                f"INSERT INTO {T}.orgs (name, spec, updated_by, updated_at) VALUES ($1, $2::jsonb, $3, $4)"
+                " ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, updated_by = EXCLUDED.updated_by,"
+                " updated_at = EXCLUDED.updated_at", cmd.name, cmd.spec.model_dump_json(), cmd.actor, now)
+            # Every organisation has a default project, so a token of it can submit at once.
+            await conn.execute(
+                f"INSERT INTO {T}.projects (org, name, spec, updated_by, updated_at)"
+                " VALUES ($1, 'default', '{}'::jsonb, $2, $3) ON CONFLICT DO NOTHING", cmd.name, cmd.actor, now)
+            return None
+        return await self._once(cmd, act)
+
+    async def set_project(self, cmd: SetProject) -> CommandOutcome:
+        async def act(conn: asyncpg.Connection, now: datetime) -> str | None:
+            if not await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {T}.orgs WHERE name = $1)", cmd.org):
+                return f"organisation {cmd.org} does not exist"
+            await conn.execute(
+                f"INSERT INTO {T}.projects (org, name, spec, updated_by, updated_at) VALUES ($1, $2, $3::jsonb, $4, $5)"
+                " ON CONFLICT (org, name) DO UPDATE SET spec = EXCLUDED.spec, updated_by = EXCLUDED.updated_by,"
+                " updated_at = EXCLUDED.updated_at", cmd.org, cmd.name, cmd.spec.model_dump_json(), cmd.actor, now)
+            return None
+        return await self._once(cmd, act)
+
+    async def set_cohort(self, cmd: SetCohort) -> CommandOutcome:
+        async def act(conn: asyncpg.Connection, now: datetime) -> str | None:
+            await conn.execute(
+                f"INSERT INTO {T}.cohorts (name, preemption, updated_by, updated_at) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (name) DO UPDATE SET preemption = EXCLUDED.preemption,"
+                " updated_by = EXCLUDED.updated_by, updated_at = EXCLUDED.updated_at",
+                cmd.name, cmd.spec.preemption.value, cmd.actor, now)
+            return None
+        return await self._once(cmd, act)

@@ -1,0 +1,69 @@
+"""Preemption of borrowed capacity in the job lifecycle: checkpoint first, requeue with no attempt spent, the
+events say why and for whom."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from libs.contracts.jobs import JobEventKind, JobState
+from libs.contracts.telemetry import RunOutcome
+from services.queue.domain.lifecycle import Finished, LeaseExpired, Preempt, StopOn, decide
+from services.queue.domain.preemption import PREEMPTED
+from tests.unit.test_lifecycle import EPOCH, EX, LATER, make_job
+
+pytestmark = pytest.mark.unit
+
+FACT = Preempt("hospital-a", "a-job", "organisation b borrowed 1 device; hospital-a reclaims its share")
+
+
+def test_a_running_job_is_asked_to_checkpoint_and_stop_saying_for_whom():
+    job = make_job(JobState.RUNNING, org="b", devices=1, node_group="default")
+    t = decide(job, FACT, LATER)
+    assert t.job.state is JobState.RUNNING and t.job.stop_requested == PREEMPTED
+    assert t.effects == (StopOn((EX,), EPOCH, PREEMPTED, checkpoint_first=True),)
+    (event,) = t.events
+    assert event.event is JobEventKind.STOP_REQUESTED and event.reason == FACT.reason
+    assert event.detail["for_org"] == "hospital-a" and event.detail["for_job"] == "a-job"
+
+
+@pytest.mark.parametrize("outcome", [RunOutcome.STOPPED, RunOutcome.FAILED, RunOutcome.ABANDONED], ids=str)
+def test_the_end_of_a_preempted_run_requeues_it_spending_no_attempt(outcome):
+    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED, last_checkpoint={"step": 40, "path": "/c/40"})
+    t = decide(job, Finished(EPOCH, outcome, last_step=47), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.executor_id is None
+    assert t.job.attempts[PREEMPTED] == 1 and t.job.attempts["training_error"] == 0
+    assert t.job.last_checkpoint == {"step": 40, "path": "/c/40"}  # it resumes from there
+    (event,) = t.events
+    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED
+    assert event.detail["resume_from"] == 40
+
+
+def test_a_preempted_run_that_succeeded_first_is_a_success():
+    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED)
+    assert decide(job, Finished(EPOCH, RunOutcome.SUCCEEDED, exit_code=0), LATER).job.state is JobState.SUCCEEDED
+
+
+def test_a_lost_lease_while_preempting_is_still_free():
+    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED)
+    t = decide(job, LeaseExpired(EPOCH), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.attempts["training_error"] == 0
+
+
+@pytest.mark.parametrize("state", [JobState.QUEUED, JobState.SUCCEEDED, JobState.INTERRUPTED, JobState.CANCELLED],
+                         ids=str)
+def test_only_a_running_job_is_preempted(state):
+    job = make_job(state)
+    assert decide(job, FACT, LATER).job == job
+
+
+def test_a_job_already_stopping_is_not_asked_again():
+    job = replace(make_job(JobState.RUNNING), stop_requested="gpu_ceiling")
+    t = decide(job, FACT, LATER)
+    assert t.job == job and t.effects == ()
+
+
+def test_a_gang_is_not_preempted():
+    job = make_job(JobState.RUNNING, workers=(EX, "ex-2"))
+    assert decide(job, FACT, LATER).job == job
