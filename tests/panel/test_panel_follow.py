@@ -82,8 +82,15 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     page.goto(f"{stack.url}/jobs")
     assert page.locator(f"tr[data-job-id='{job_id}']").get_by_text("Running").is_visible()
     shoot(page, "jobs", "en")
-    page.goto(f"{stack.url}/jobs/{job_id}")
     assert not dialogs.seen
+
+    # Sign-out ends the session: the next page is the sign-in form, in the language chosen.
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(f"{stack.url}/signin")
+    assert page.get_by_role("heading", name="Sign in").is_visible() and not untranslated(page)
+    shoot(page, "signin", "en")
+    page.goto(f"{stack.url}/jobs/{job_id}")
+    assert "/signin" in page.url
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     page.context.close()
 
@@ -146,7 +153,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     field.fill(str(round(consumed + 600)))
     assert "é suficiente" in check.inner_text()
     olga.get_by_role("button", name="Recolocar na fila").click()
-    olga.locator("#requeue-result").get_by_text("Recolocado na fila").wait_for()
+    olga.locator("#action-status").get_by_text("Recolocado na fila com teto de").wait_for()
     olga.locator("#ceiling-history").get_by_text("olga2").wait_for(timeout=30_000)
     started = eventually(lambda: [e for e in stack.get(f"/v1/jobs/{job_id}/events").json()
                                   if e["event"] == "started"][1:], 120, "the second run")
