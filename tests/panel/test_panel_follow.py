@@ -105,7 +105,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     stopped = stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 240)
-    assert stopped["state"] == "interrupted", stopped
+    assert stopped["state"] == "interrupted", (stopped, stack.log_tail())
     assert stopped["last_checkpoint"], stopped
     k = stopped["last_checkpoint"]["step"]
     consumed = eventually(lambda: (b := stack.job(job_id)["budget"]) and b["consumed_seconds"] >= CEILING and b, 30,
