@@ -54,7 +54,7 @@ def open_as(chromium, stack: Stack, secret: str, locale: str):
     page = context.new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{stack.url}/jobs")
-    assert "/signin" in page.url
+    assert "/signin" in page.url and not untranslated(page)
     shoot(page, "signin", locale)
     page.get_by_label("Token de API" if locale == "pt-BR" else "API token").fill(secret)
     page.get_by_role("button", name="Entrar" if locale == "pt-BR" else "Sign in").click()

@@ -24,7 +24,7 @@ HOSTILE = '<script>alert(1)</script>'
 JOBS = [
     {"id": "j1", "name": HOSTILE, "owner": "ana", "state": "interrupted", "last_step": 40, "total_steps": 100,
      "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 20, "gpu_ceiling_seconds": 30},
-     "created_at": "2026-12-01T10:00:00+00:00", "error": '<img src=x onerror="alert(2)">'},
+     "created_at": "2026-12-01T10:00:00+00:00", "reason": "gpu_ceiling", "error": '<img src=x onerror="alert(2)">'},
     {"id": "j3", "name": "vera's", "owner": "vera", "state": "interrupted", "last_step": 4, "total_steps": 10,
      "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 30},
      "created_at": "2026-12-01T08:00:00+00:00"},
@@ -242,9 +242,9 @@ def test_the_follow_up_page_shows_the_budget_numbers_per_locale(panel):
     _, client, secrets, _ = panel
     sign_in(client, secrets["olga"])
     page = client.get("/jobs/j1", headers={"Accept-Language": "pt-BR"}).text
-    assert "Excedente além do teto" in page and "1,5 GPU-s" in page
+    assert "Excedente além do teto" in page and "1,5 GPU-s" in page and "teto de GPU atingido" in page
     assert "Consumido: 31,5 GPU-s" in page and "pelo menos 91,5 GPU-s (consumido + 60 s)" in page
     assert "precisar de 40 GPU-s, mais que o teto de 30 GPU-s" in page  # the first-checkpoint warning
-    assert "Perdido na interrupção" in page and "40 passos e — desde o checkpoint do passo 0" in page
+    assert "Perdido na interrupção" in page and "40 passos desde o checkpoint do passo 0 (tempo de GPU desconhecido" in page
     english = client.get("/jobs/j1", headers={"Accept-Language": "en"}).text
     assert "Overshoot past the ceiling" in english and "at least 91.5 GPU-s" in english
