@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.stack import JOB_PYTHON, eventually
 
-from .conftest import Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import visit, Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
 
 pytestmark = pytest.mark.panel
 
@@ -46,7 +46,7 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     dialogs = Dialogs(page)
 
     # The jobs list: the hostile name is text, the page carries a CSP without inline scripts.
-    answer = page.goto(f"{stack.url}/jobs")
+    answer = visit(page, f"{stack.url}/jobs")
     csp = answer.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     row = page.locator(f"tr[data-job-id='{job_id}']")
@@ -79,7 +79,7 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     assert "Executando" not in page.locator("body").inner_text()
     assert not untranslated(page)
     shoot(page, "job", "en")
-    page.goto(f"{stack.url}/jobs")
+    visit(page, f"{stack.url}/jobs")
     assert page.locator(f"tr[data-job-id='{job_id}']").get_by_text("Running").is_visible()
     shoot(page, "jobs", "en")
     assert not dialogs.seen
@@ -89,7 +89,7 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     page.wait_for_url(f"{stack.url}/signin")
     assert page.get_by_role("heading", name="Sign in").is_visible() and not untranslated(page)
     shoot(page, "signin", "en")
-    page.goto(f"{stack.url}/jobs/{job_id}")
+    visit(page, f"{stack.url}/jobs/{job_id}")
     assert "/signin" in page.url
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     page.context.close()
@@ -113,7 +113,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
 
     # The submitter's own page: no requeue control; a forged POST with the session is refused by the server.
     sams = open_as(chromium, stack, sam, "pt-BR")
-    sams.goto(f"{stack.url}/jobs/{job_id}")
+    visit(sams, f"{stack.url}/jobs/{job_id}")
     assert sams.get_by_text("Interrompido").first.is_visible()
     assert sams.locator("#requeue").count() == 0
     assert sams.get_by_role("button", name="Recolocar na fila").count() == 0
@@ -130,7 +130,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
 
     # The operator: a ceiling below consumed + 60 is refused as it is typed, with the numbers.
     olga = open_as(chromium, stack, token_for(stack, "olga2", "operator"), "pt-BR")
-    olga.goto(f"{stack.url}/jobs/{job_id}")
+    visit(olga, f"{stack.url}/jobs/{job_id}")
     field = olga.get_by_label("Novo teto total de GPU (GPU-segundos)")
     field.fill(str(round(consumed + 30, 1)))
     check = olga.locator("#requeue-check")
