@@ -44,6 +44,16 @@ def stack_for_module(**kw) -> Iterator[Stack]:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def submit(stack: Stack, spec: dict, secret: str | None = None) -> str:
+    """Submits a job and returns its id; 202 (the outcome not back within the gateway's wait, on a loaded
+    machine) names the job as well."""
+    headers = {"Authorization": f"Bearer {secret}"} if secret else stack.headers
+    r = httpx.post(f"{stack.url}/v1/jobs", json=spec, headers=headers, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    body = r.json()
+    return body["id"] if r.status_code == 201 else body["job_id"]
+
+
 def token_for(stack: Stack, actor: str, role: str) -> str:
     r = httpx.post(f"{stack.url}/v1/tokens", json={"actor": actor, "role": role}, headers=stack.headers, timeout=30)
     assert r.status_code == 201, r.text

@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.stack import JOB_PYTHON, eventually
 
-from .conftest import visit, Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import visit, submit, Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
 
 pytestmark = pytest.mark.panel
 
@@ -35,11 +34,9 @@ def step_shown(page) -> int:
 
 
 def test_an_operator_follows_a_running_training_live(stack, chromium):
-    r = stack.post("/v1/jobs", {"name": HOSTILE, "checkpoint_every_steps": 25,
-                                "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
-                                             "env": {"STEPS": "100000", "STEP_SECONDS": "0.25"}}})
-    assert r.status_code == 201, r.text
-    job_id = r.json()["id"]
+    job_id = submit(stack, {"name": HOSTILE, "checkpoint_every_steps": 25,
+                            "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
+                                         "env": {"STEPS": "100000", "STEP_SECONDS": "0.25"}}})
     stack.wait_state(job_id, {"running"}, 90)
     olga = token_for(stack, "olga", "operator")
     page = open_as(chromium, stack, olga, "pt-BR")
@@ -101,9 +98,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     # steps on a busy 2-core machine, with a checkpoint every 2 of them.
     spec = {"name": "teto-pequeno", "gpu_ceiling_seconds": CEILING, "checkpoint_every_steps": 2,
             "workload": {"kind": "finetune", "params": {"steps": 100000, "batch_size": 4, "seq_len": 16}}}
-    r = httpx.post(f"{stack.url}/v1/jobs", json=spec, headers={"Authorization": f"Bearer {sam}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    job_id = r.json()["id"]
+    job_id = submit(stack, spec, sam)
     stopped = stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 240)
     assert stopped["state"] == "interrupted", (stopped, stack.log_tail())
     assert stopped["last_checkpoint"], stopped

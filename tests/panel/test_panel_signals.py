@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.stack import JOB_PYTHON, eventually
 
-from .conftest import visit, open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import visit, open_as, submit, shoot, stack_for_module, token_for, untranslated
 
 pytestmark = pytest.mark.panel
 
@@ -33,12 +33,6 @@ def command(name: str, script: str, **extra) -> dict:
     env = extra.pop("env", {})
     return {"name": name, "checkpoint_every_steps": 10,
             "workload": {"kind": "command", "command": [JOB_PYTHON, script], "env": env}, **extra}
-
-
-def submit(stack, spec: dict) -> str:
-    r = stack.post("/v1/jobs", spec)
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
 
 
 def words(locator) -> str:
