@@ -38,7 +38,20 @@ def stack_for_module(**kw) -> Iterator[Stack]:
         yield stack
     finally:
         stack.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("TETO_PANEL_KEEP_STACK"):  # to read the parts' logs after a failure
+            print(f"\nthe stack's data and logs are kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def submit(stack: Stack, spec: dict, secret: str | None = None) -> str:
+    """Submits a job and returns its id; 202 (the outcome not back within the gateway's wait, on a loaded
+    machine) names the job as well."""
+    headers = {"Authorization": f"Bearer {secret}"} if secret else stack.headers
+    r = httpx.post(f"{stack.url}/v1/jobs", json=spec, headers=headers, timeout=60)
+    assert r.status_code in (201, 202), r.text
+    body = r.json()
+    return body["id"] if r.status_code == 201 else body["job_id"]
 
 
 def token_for(stack: Stack, actor: str, role: str) -> str:
@@ -53,13 +66,28 @@ def open_as(chromium, stack: Stack, secret: str, locale: str):
                                    viewport={"width": 1360, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(20_000)
-    page.goto(f"{stack.url}/jobs")
-    assert "/signin" in page.url
+    visit(page, f"{stack.url}/jobs")
+    assert "/signin" in page.url and not untranslated(page)
     shoot(page, "signin", locale)
     page.get_by_label("Token de API" if locale == "pt-BR" else "API token").fill(secret)
     page.get_by_role("button", name="Entrar" if locale == "pt-BR" else "Sign in").click()
     page.wait_for_url(f"{stack.url}/jobs")
     return page
+
+
+def visit(page, url: str, *, within: float = 60.0):
+    """``page.goto`` that waits out a gateway being restarted by ``teto up``'s supervisor (on a loaded machine a
+    part can fail its start-up and come back): connection refused is retried, anything else is not."""
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return page.goto(url)
+        except Exception as exc:  # noqa: BLE001 - playwright's Error; only a refused connection is retried
+            if "ERR_CONNECTION_REFUSED" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def shoot(page, name: str, locale: str) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.stack import JOB_PYTHON, eventually
 
-from .conftest import Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import visit, submit, Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
 
 pytestmark = pytest.mark.panel
 
@@ -35,18 +34,16 @@ def step_shown(page) -> int:
 
 
 def test_an_operator_follows_a_running_training_live(stack, chromium):
-    r = stack.post("/v1/jobs", {"name": HOSTILE, "checkpoint_every_steps": 25,
-                                "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
-                                             "env": {"STEPS": "100000", "STEP_SECONDS": "0.25"}}})
-    assert r.status_code == 201, r.text
-    job_id = r.json()["id"]
+    job_id = submit(stack, {"name": HOSTILE, "checkpoint_every_steps": 25,
+                            "workload": {"kind": "command", "command": [JOB_PYTHON, TRAIN_SCRIPT],
+                                         "env": {"STEPS": "100000", "STEP_SECONDS": "0.25"}}})
     stack.wait_state(job_id, {"running"}, 90)
     olga = token_for(stack, "olga", "operator")
     page = open_as(chromium, stack, olga, "pt-BR")
     dialogs = Dialogs(page)
 
     # The jobs list: the hostile name is text, the page carries a CSP without inline scripts.
-    answer = page.goto(f"{stack.url}/jobs")
+    answer = visit(page, f"{stack.url}/jobs")
     csp = answer.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
     row = page.locator(f"tr[data-job-id='{job_id}']")
@@ -79,11 +76,18 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     assert "Executando" not in page.locator("body").inner_text()
     assert not untranslated(page)
     shoot(page, "job", "en")
-    page.goto(f"{stack.url}/jobs")
+    visit(page, f"{stack.url}/jobs")
     assert page.locator(f"tr[data-job-id='{job_id}']").get_by_text("Running").is_visible()
     shoot(page, "jobs", "en")
-    page.goto(f"{stack.url}/jobs/{job_id}")
     assert not dialogs.seen
+
+    # Sign-out ends the session: the next page is the sign-in form, in the language chosen.
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(f"{stack.url}/signin")
+    assert page.get_by_role("heading", name="Sign in").is_visible() and not untranslated(page)
+    shoot(page, "signin", "en")
+    visit(page, f"{stack.url}/jobs/{job_id}")
+    assert "/signin" in page.url
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     page.context.close()
 
@@ -94,11 +98,9 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     # steps on a busy 2-core machine, with a checkpoint every 2 of them.
     spec = {"name": "teto-pequeno", "gpu_ceiling_seconds": CEILING, "checkpoint_every_steps": 2,
             "workload": {"kind": "finetune", "params": {"steps": 100000, "batch_size": 4, "seq_len": 16}}}
-    r = httpx.post(f"{stack.url}/v1/jobs", json=spec, headers={"Authorization": f"Bearer {sam}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    job_id = r.json()["id"]
+    job_id = submit(stack, spec, sam)
     stopped = stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 240)
-    assert stopped["state"] == "interrupted", stopped
+    assert stopped["state"] == "interrupted", (stopped, stack.log_tail())
     assert stopped["last_checkpoint"], stopped
     k = stopped["last_checkpoint"]["step"]
     consumed = eventually(lambda: (b := stack.job(job_id)["budget"]) and b["consumed_seconds"] >= CEILING and b, 30,
@@ -106,7 +108,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
 
     # The submitter's own page: no requeue control; a forged POST with the session is refused by the server.
     sams = open_as(chromium, stack, sam, "pt-BR")
-    sams.goto(f"{stack.url}/jobs/{job_id}")
+    visit(sams, f"{stack.url}/jobs/{job_id}")
     assert sams.get_by_text("Interrompido").first.is_visible()
     assert sams.locator("#requeue").count() == 0
     assert sams.get_by_role("button", name="Recolocar na fila").count() == 0
@@ -123,7 +125,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
 
     # The operator: a ceiling below consumed + 60 is refused as it is typed, with the numbers.
     olga = open_as(chromium, stack, token_for(stack, "olga2", "operator"), "pt-BR")
-    olga.goto(f"{stack.url}/jobs/{job_id}")
+    visit(olga, f"{stack.url}/jobs/{job_id}")
     field = olga.get_by_label("Novo teto total de GPU (GPU-segundos)")
     field.fill(str(round(consumed + 30, 1)))
     check = olga.locator("#requeue-check")
@@ -146,7 +148,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     field.fill(str(round(consumed + 600)))
     assert "é suficiente" in check.inner_text()
     olga.get_by_role("button", name="Recolocar na fila").click()
-    olga.locator("#requeue-result").get_by_text("Recolocado na fila").wait_for()
+    olga.locator("#action-status").get_by_text("Recolocado na fila com teto de").wait_for()
     olga.locator("#ceiling-history").get_by_text("olga2").wait_for(timeout=30_000)
     started = eventually(lambda: [e for e in stack.get(f"/v1/jobs/{job_id}/events").json()
                                   if e["event"] == "started"][1:], 120, "the second run")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.stack import JOB_PYTHON, eventually
 
-from .conftest import open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import visit, open_as, submit, shoot, stack_for_module, token_for, untranslated
 
 pytestmark = pytest.mark.panel
 
@@ -33,12 +33,6 @@ def command(name: str, script: str, **extra) -> dict:
     env = extra.pop("env", {})
     return {"name": name, "checkpoint_every_steps": 10,
             "workload": {"kind": "command", "command": [JOB_PYTHON, script], "env": env}, **extra}
-
-
-def submit(stack, spec: dict) -> str:
-    r = stack.post("/v1/jobs", spec)
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
 
 
 def words(locator) -> str:
@@ -77,15 +71,15 @@ def test_signal_badges_as_a_person_sees_them(stack, chromium):
     shoot(page, "jobs-signals", "pt-BR")
 
     # The job's own page carries the same badge.
-    page.goto(f"{stack.url}/jobs/{hung}")
+    visit(page, f"{stack.url}/jobs/{hung}")
     assert "Travado" in page.locator("#job-state").inner_text()
 
     # Filters: by signal, and by name; paging of two rows at a time reaches every job exactly once.
-    page.goto(f"{stack.url}/jobs?signal=stuck")
+    visit(page, f"{stack.url}/jobs?signal=stuck")
     assert page.locator("tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)") == [hung]
-    page.goto(f"{stack.url}/jobs?name=perd")
+    visit(page, f"{stack.url}/jobs?name=perd")
     assert page.locator("tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)") == [lost]
-    page.goto(f"{stack.url}/jobs?limit=2")
+    visit(page, f"{stack.url}/jobs?limit=2")
     seen: list[str] = []
     while True:
         seen += page.locator("tbody tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
@@ -97,7 +91,7 @@ def test_signal_badges_as_a_person_sees_them(stack, chromium):
     assert sorted(seen) == sorted({finished, queued, hung, lost}) and len(seen) == 4
 
     page.get_by_role("link", name="English").click()
-    page.goto(f"{stack.url}/jobs")
+    visit(page, f"{stack.url}/jobs")
     assert "Stuck" in rows[hung].inner_text() and "No signal" in rows[lost].inner_text()
     assert not untranslated(page)
     shoot(page, "jobs-signals", "en")

@@ -24,11 +24,19 @@ HOSTILE = '<script>alert(1)</script>'
 JOBS = [
     {"id": "j1", "name": HOSTILE, "owner": "ana", "state": "interrupted", "last_step": 40, "total_steps": 100,
      "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 20, "gpu_ceiling_seconds": 30},
-     "created_at": "2026-12-01T10:00:00+00:00", "error": '<img src=x onerror="alert(2)">'},
+     "created_at": "2026-12-01T10:00:00+00:00", "reason": "gpu_ceiling", "error": '<img src=x onerror="alert(2)">'},
+    {"id": "j3", "name": "vera's", "owner": "vera", "state": "interrupted", "last_step": 4, "total_steps": 10,
+     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 30},
+     "created_at": "2026-12-01T08:00:00+00:00"},
     {"id": "j2", "name": "bob's", "owner": "bob", "state": "running", "last_step": 3, "total_steps": 10,
      "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 300},
      "created_at": "2026-12-01T09:00:00+00:00"},
 ]
+
+
+BUDGETS = {"j1": {"ceiling_seconds": 30, "consumed_seconds": 31.5, "remaining_seconds": 0, "overshoot_seconds": 1.5,
+                  "warning": {"expected_seconds": 40, "ceiling_seconds": 30, "source": "estimate"},
+                  "ceiling_history": [{"ceiling_seconds": 30, "actor": "ana", "at": "2026-12-01T10:00:00+00:00"}]}}
 
 
 class FakeReads:
@@ -39,14 +47,14 @@ class FakeReads:
         return [dict(j) for j in JOBS if owner is None or j["owner"] == owner]
 
     async def _decorate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [views.job_view(r) for r in rows]
+        return [views.job_view(r, budget=BUDGETS.get(r["id"])) for r in rows]
 
     async def job_row(self, job_id: str) -> dict[str, Any] | None:
         return next((dict(j) for j in JOBS if j["id"] == job_id), None)
 
     async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
         row = await self.job_row(job_id)
-        return None if row is None else {**views.job_view(row), "events": []}
+        return None if row is None else {**views.job_view(row, budget=BUDGETS.get(job_id)), "events": []}
 
     async def job_owners(self, ids: list[str]) -> dict[str, str]:
         return {j["id"]: j["owner"] for j in JOBS if j["id"] in ids}
@@ -213,3 +221,30 @@ def test_every_panel_route_is_public_by_design_or_needs_a_session(panel):
             continue
         calls = [d.call for d in route.dependant.dependencies]
         assert any(isinstance(c, (signed_in, auth.require)) for c in calls), route.path
+
+
+def test_a_page_shows_only_the_actions_the_role_may_take(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])  # operator: requeue an interrupted job, cancel any
+    page = client.get("/jobs/j1").text
+    assert 'id="requeue"' in page and 'id="cancel"' in page
+    client.cookies.clear()
+    sign_in(client, secrets["ana"])  # submitter, owner of j1: cancel, no requeue
+    page = client.get("/jobs/j1").text
+    assert 'id="requeue"' not in page and 'id="cancel"' in page
+    client.cookies.clear()
+    sign_in(client, secrets["vera"])  # viewer, owner of j3: no button at all
+    page = client.get("/jobs/j3").text
+    assert 'id="requeue"' not in page and 'id="cancel"' not in page and "<button" not in page.split("</header>")[1]
+
+
+def test_the_follow_up_page_shows_the_budget_numbers_per_locale(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+    page = client.get("/jobs/j1", headers={"Accept-Language": "pt-BR"}).text
+    assert "Excedente além do teto" in page and "1,5 GPU-s" in page and "teto de GPU atingido" in page
+    assert "Consumido: 31,5 GPU-s" in page and "pelo menos 91,5 GPU-s (consumido + 60 s)" in page
+    assert "precisar de 40 GPU-s, mais que o teto de 30 GPU-s" in page  # the first-checkpoint warning
+    assert "Perdido na interrupção" in page and "40 passos desde o checkpoint do passo 0 (tempo de GPU desconhecido" in page
+    english = client.get("/jobs/j1", headers={"Accept-Language": "en"}).text
+    assert "Overshoot past the ceiling" in english and "at least 91.5 GPU-s" in english

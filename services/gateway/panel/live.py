@@ -66,14 +66,18 @@ class Hub:
             if self._started:
                 return
             subjects = self.runtime.subjects
-            for base, attribute in feed.WATCHED:
-                stream = subjects.stream_name(base)
+            try:
+                for base, attribute in feed.WATCHED:
+                    stream = subjects.stream_name(base)
 
-                async def on_message(subject: str, body: dict[str, Any], base: str = base) -> None:
-                    await self.publish(feed.to_event(base, subject, body))
+                    async def on_message(subject: str, body: dict[str, Any], base: str = base) -> None:
+                        await self.publish(feed.to_event(base, subject, body))
 
-                self._subs.append(await tail.follow(self.runtime.js, stream, getattr(subjects, attribute),
-                                                    on_message))
+                    self._subs.append(await tail.follow(self.runtime.js, stream, getattr(subjects, attribute),
+                                                        on_message))
+            except Exception:
+                await self.close()  # all or nothing: the next tab tries again from scratch
+                raise
             self._started = True
 
     async def owner_of(self, job_id: str) -> str | None:

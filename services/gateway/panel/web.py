@@ -86,7 +86,12 @@ def context(request: Request, principal: Principal | None, page: str) -> dict[st
     def t(key: str, **values: object) -> str:
         return i18n.translate(locale, key, **values)
 
+    def t_or(key: str, fallback: object) -> object:
+        """A known code's words (``job.reason_gpu_ceiling``), else the server's own text."""
+        return i18n.catalogue(locale).get(key, fallback)
+
     return {
+        "t_or": t_or,
         "request": request, "principal": principal, "page": page, "locale": locale, "locales": i18n.LOCALES,
         "t": t, "now": now,
         "number": lambda v, d=0: fmt.number(_v(v), locale, d), "duration": lambda s: fmt.duration(_v(s), locale),

@@ -65,6 +65,12 @@
       .then(function (list) { list.forEach(addPoint); draw(); });
   }
 
+  function announce(text) {
+    var status = document.getElementById("action-status");
+    status.textContent = text;
+    status.hidden = false;
+  }
+
   /* -- requeue: validated as typed against consumed + 60; the server's refusal shown with its numbers -- */
   function requeueForm() {
     var form = document.getElementById("requeue-form");
@@ -99,12 +105,13 @@
       button.disabled = true;
       P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/requeue", {gpu_ceiling_seconds: given})
         .then(function (answer) {
-          result.hidden = false;
           if (answer.status >= 200 && answer.status < 300) {
-            result.className = "help";
-            result.textContent = P.t("job.requeue_done", {ceiling: numberText(given)});
+            /* Outside the form, which hides itself once the job is no longer interrupted. */
+            result.hidden = true;
+            announce(P.t("job.requeue_done", {ceiling: numberText(given)}));
             return;
           }
+          result.hidden = false;
           var body = answer.body || {}, d = body.detail || {};
           result.className = "error";
           var text = P.t("job.requeue_refused", {reason: body.reason || answer.status});
@@ -116,7 +123,6 @@
           button.disabled = false;
         });
     });
-    form.forceSubmit = function (value) { input.value = String(value); button.disabled = false; form.requestSubmit(); };
   }
 
   function cancelForm() {
@@ -127,10 +133,14 @@
       var reason = document.getElementById("cancel-reason").value.trim(), result = document.getElementById("cancel-result");
       P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/cancel", reason ? {reason: reason} : {})
         .then(function (answer) {
+          if (answer.status >= 200 && answer.status < 300) {
+            result.hidden = true;
+            announce(P.t("job.cancel_done"));
+            return;
+          }
           result.hidden = false;
-          var ok = answer.status >= 200 && answer.status < 300;
-          result.className = ok ? "help" : "error";
-          result.textContent = ok ? P.t("job.cancel_done") : P.t("job.action_failed", {status: answer.status, reason: (answer.body || {}).reason || ""});
+          result.className = "error";
+          result.textContent = P.t("job.action_failed", {status: answer.status, reason: (answer.body || {}).reason || ""});
         });
     });
   }
