@@ -4,6 +4,8 @@ permission, or without a sample request here, fails this module)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import json
 from typing import Any
 
@@ -122,6 +124,13 @@ class FakeDeadLetters:
         return Replayed(seq, letter.subject, "replay-1")
 
 
+class FakeStatus:
+    """``GET /v1/status``'s gatherer (services/gateway/status.py) without a bus to ask."""
+
+    async def status(self) -> Any:
+        return SimpleNamespace(as_dict=lambda: {"ok": True, "problems": []})
+
+
 # One request per (method, route path); a new endpoint must add its sample here.
 SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/whoami"): ("/v1/whoami", None),
@@ -156,6 +165,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/dead-letters"): ("/v1/dead-letters?service=queue", None),
     ("GET", "/v1/dead-letters/{seq}"): ("/v1/dead-letters/1", None),
     ("POST", "/v1/dead-letters/{seq}/replay"): ("/v1/dead-letters/1/replay", None),
+    ("GET", "/v1/status"): ("/v1/status", None),
 }
 PUBLIC = {("GET", "/healthz")}  # no authentication by design (load balancer probes)
 
@@ -167,6 +177,7 @@ def gateway(tmp_path):
     commands = FakeCommands()
     app = create_app(settings, reads=FakeReads(), commands=commands, dead_letters=FakeDeadLetters(),
                      job_logs=FakeJobLogs())
+    app.state.status = FakeStatus()
     with TestClient(app) as client:
         yield app, client, tokens, commands
 

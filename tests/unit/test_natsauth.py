@@ -78,10 +78,12 @@ def test_the_queue_alone_answers_lease_renewals_and_the_budget_alone_budget_stat
 def test_every_service_answers_status_and_the_gateway_alone_asks():
     assert {r for r in NON_ADMIN if allows(perms(r).subscribe, S.rpc_status)} == set(natsauth.SERVICES)
     assert publishers(S.rpc_status) == {"gateway"}
-    # The gateway reads every stream's info (replicas, leader) and no consumer's state but its own.
+    # The gateway reads every stream's info (replicas, leader); consumers' state only on the streams the panel
+    # tails with its ephemeral consumers (their names are the server's, so any name there), none elsewhere.
     gateway = perms("gateway").publish
     assert all(allows(gateway, f"$JS.API.STREAM.INFO.{spec.name}") for spec in S.streams())
-    assert not allows(gateway, "$JS.API.CONSUMER.INFO.TETO_HB.queue-heartbeats")
+    assert not allows(gateway, "$JS.API.CONSUMER.INFO.TETO_CMD.queue-commands")
+    assert not allows(gateway, "$JS.API.CONSUMER.INFO.TETO_USAGE.budget-usage-reports")
 
 
 @pytest.mark.parametrize("subject", [S.heartbeat(EX), S.usage(EX), S.progress("j1", EX), S.check("r1", "passed", EX),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import signal
 from collections.abc import Awaitable, Callable
 
