@@ -7,7 +7,9 @@ no job in two places, the ledger equals the usage sent, the audit chain verifies
 On top of the matrix's figures each row has the cluster's own view of the loss and the recovery: for the NATS
 member, when a stream first showed it lost and when every stream was back at R3 with all three members current
 (``lost_seen_s``, ``restored_s``); for a replica, when teto up's supervisor had it running again
-(``replaced_s``). Figures go to ``$TETO_CLUSTER_REPORT`` (default /tmp/teto-cluster-report.json) for
+(``replaced_s``). ``teto status`` (``GET /v1/status``) is asked too: it must name the lost member among its
+problems and then none (``status_lost_s``, ``status_restored_s``), and list a killed replica again, as a new
+process, with every singleton of its service held once. Figures go to ``$TETO_CLUSTER_REPORT`` (default /tmp/teto-cluster-report.json) for
 docs/reliability.md. About 4 minutes on 2 shared cores, most of it starting 16 processes.
 """
 
@@ -91,10 +93,13 @@ async def test_sigkill_of_the_nats_member_leading_the_command_stream(cluster: Cl
         observer = await cluster.observer(avoid=member)
         killed_at = cluster.kill(f"nats-{member}")
         watch["task"] = asyncio.create_task(cluster.watch(observer, member, killed_at))
+        watch["status"] = asyncio.create_task(cluster.status_sees(member, killed_at))
         return None
 
     row = await round_of(cluster, matrix, f"SIGKILL NATS {member}", inject, timeout=180)
     seen = await watch["task"]
+    # teto status (GET /v1/status) showed the member's loss, then the streams whole again.
+    row["status_lost_s"], row["status_restored_s"] = await watch["status"]
     row.update(lost_seen_s=seen.lost_s, restored_s=seen.restored_s, worst=seen.worst)
     assert seen.lost_s is not None and seen.restored_s is not None, seen
     assert any(member in " ".join(p) or "no leader" in " ".join(p) or "no answer" in " ".join(p)
@@ -114,8 +119,13 @@ async def test_sigkill_of_one_replica_of_each_service(cluster: ClusterStack, mat
         replaced["t0"] = killed_at
         return None
 
+    wall = time.time()
     row = await round_of(cluster, matrix, f"SIGKILL {name}", inject, timeout=180)
     row["replaced_s"] = await replaced["task"] - replaced["t0"]
+    # teto status (GET /v1/status) lists both replicas again, the killed one as a new process, and no problem
+    # of this service (every singleton held by exactly one replica).
+    status = await _status_recovered(cluster, service, name, wall)
+    row["status_replicas"] = [r["instance"] for r in status["services"][service]["replicas"]]
     if before[name]:
         # Its singleton loops (outbox relay, lease scanner, ...) were taken over: a replica took the locks again.
         await eventually(lambda: sum(cluster.leader_lines(service).values()) > sum(before.values()), 30,
@@ -126,3 +136,23 @@ async def test_sigkill_of_one_replica_of_each_service(cluster: ClusterStack, mat
         url = cluster.gateway_urls[int(other.rsplit("-", 1)[1]) - 1]
         r = await cluster.get_from(url, f"/v1/jobs/{cluster.accepted[0].job_id}")
         assert r.status_code == 200 and r.json()["state"] == "succeeded", r.text
+
+
+async def _status_recovered(cluster: ClusterStack, service: str, name: str, killed_wall: float,
+                            timeout: float = 90) -> dict[str, Any]:
+    """``GET /v1/status`` until ``service`` shows its replicas again with ``name`` started after the kill and no
+    problem of its own; the status then."""
+    from datetime import datetime
+
+    deadline = time.monotonic() + timeout
+    st: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        st = await cluster.status()
+        if st is not None:
+            view = st["services"].get(service) or {}
+            replicas = {r["instance"]: r for r in view.get("replicas", [])}
+            fresh = name in replicas and datetime.fromisoformat(replicas[name]["started_at"]).timestamp() > killed_wall
+            if fresh and len(replicas) == REPLICAS and not any(p.startswith(f"{service}:") for p in st["problems"]):
+                return st
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"teto status never showed {name} back among {service}'s replicas: {st}")

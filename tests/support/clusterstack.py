@@ -184,6 +184,34 @@ class ClusterStack(StackClient):
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
             return await client.get(path, headers={"Authorization": f"Bearer {self.token}"})
 
+    async def status(self) -> dict[str, Any] | None:
+        """``GET /v1/status`` (what ``teto status`` prints) through whichever gateway answers; None: none did."""
+        for url in self.gateway_urls:
+            try:
+                r = await self.get_from(url, "/v1/status")
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                return r.json()
+        return None
+
+    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> tuple[float, float]:
+        """Seconds from the kill until ``GET /v1/status`` first names ``named`` in its problems (or says a stream
+        has no leader), then until it names it no more and every stream has a leader again."""
+        lost: float | None = None
+        while time.monotonic() - killed_at < timeout:
+            st = await self.status()
+            now = time.monotonic() - killed_at
+            if st is not None:
+                hit = any(named in p or "no leader" in p for p in st["problems"])
+                if hit and lost is None:
+                    lost = now
+                if lost is not None and not hit:
+                    return lost, now
+            await asyncio.sleep(0.5)
+        raise AssertionError(f"teto status did not show the loss and recovery of {named} within {timeout:.0f}s "
+                             f"(loss seen at {lost})")
+
     async def _answers(self, name: str) -> bool:
         if not name.startswith("gateway-"):
             return True
