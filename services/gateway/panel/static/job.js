@@ -222,6 +222,7 @@
         .then(function (r) {
           if (r.status === 404 || r.status === 503) { return null; }  /* no output here: the section stays hidden */
           if (!r.ok) { throw new Error(String(r.status)); }
+          box.hidden = false;
           var reader = r.body.getReader(), decoder = new TextDecoder(), rest = "";
           function pump() {
             return reader.read().then(function (step) {
@@ -239,6 +240,8 @@
           if (ended) {
             box.hidden = false;
             show(text.childNodes.length ? "job.logs_ended" : "job.logs_empty");
+            /* Its last output is all in: the live part again, for a failed job's log tail. */
+            P.emit("job", {job_id: jobId, logs_ended: true});
             return;
           }
           window.setTimeout(follow, 2000);  /* the stream was cut (a restart, a proxy): go on from afterSeq */
