@@ -99,10 +99,14 @@ UNTRANSLATED = r"\b(common|jobs|job|signin|executors|nodes|audit|policy|usage)\.
 
 
 def untranslated(page) -> list[str]:
-    """Catalogue keys shown as such (a string without a translation) in the page's visible text."""
+    """Catalogue keys shown as such (a string without a translation) in the page's visible text; a job's output
+    (``.log-lines``: what the job printed, ``job.py`` in a traceback say) is the job's text, not the panel's."""
     import re
 
-    return re.findall(UNTRANSLATED, page.locator("body").inner_text())
+    text = page.locator("body").inner_text()
+    for shown in page.locator(".log-lines").all_inner_texts():
+        text = text.replace(shown, "")
+    return re.findall(UNTRANSLATED, text)
 
 
 class Dialogs:
