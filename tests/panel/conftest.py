@@ -106,7 +106,7 @@ def untranslated(page) -> list[str]:
     text = page.locator("body").inner_text()
     for shown in page.locator(".log-lines").all_inner_texts():
         text = text.replace(shown, "")
-    return re.findall(UNTRANSLATED, text)
+    return [text[max(0, m.start() - 40):m.end() + 20] for m in re.finditer(UNTRANSLATED, text)]  # with context
 
 
 class Dialogs:
