@@ -170,7 +170,7 @@
     if (!box || !window.ReadableStream) { return; }
     var text = document.getElementById("logs-text"), status = document.getElementById("logs-status");
     var maxLines = parseInt(box.getAttribute("data-max-lines"), 10) || 2000;
-    var afterSeq = 0, open = {}, trimmed = false, ended = false;
+    var afterSeq = 0, open = {}, trimmed = false, ended = null;
 
     function addLine(source, stream, piece) {
       var line = document.createElement("div"), src = document.createElement("span"), body = document.createElement("span");
@@ -212,7 +212,7 @@
     function item(o) {
       if (typeof o.next_after_seq === "number") { afterSeq = o.next_after_seq; }
       if (o.type === "chunk") { afterSeq = Math.max(afterSeq, o.seq); chunk(o); }
-      else if (o.type === "end") { ended = true; }
+      else if (o.type === "end") { ended = o.state || "ended"; }
     }
 
     function follow() {
@@ -240,8 +240,8 @@
           if (ended) {
             box.hidden = false;
             show(text.childNodes.length ? "job.logs_ended" : "job.logs_empty");
-            /* Its last output is all in: the live part again, for a failed job's log tail. */
-            P.emit("job", {job_id: jobId, logs_ended: true});
+            /* A failed job's last output is all in: the live part again, for its log tail. */
+            if (ended === "failed") { P.emit("job", {job_id: jobId, logs_ended: true}); }
             return;
           }
           window.setTimeout(follow, 2000);  /* the stream was cut (a restart, a proxy): go on from afterSeq */
