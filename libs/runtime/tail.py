@@ -1,29 +1,23 @@
 """Reading a stream without a durable: ephemeral, read-only consumers for views that watch the bus.
 
 The edge (edge.py) is how a service *applies* messages: durable, shared by replicas, acknowledged. A view
-(the panel's live feed, a job's step history) only *looks*: it must not take messages from anyone, must not
+(the panel's live feed) only *looks*: it must not take messages from anyone, must not
 survive its reader, and must not be shared. So here:
 - ``follow``: an ordered push consumer from now on (``DeliverPolicy.NEW``), no acks, recreated by the client
   on a gap; the callback gets each message's subject and decoded JSON body (malformed bodies are skipped: the
   owners' consumers refuse them visibly, a viewer has nothing to add).
-- ``replay``: the same kind of consumer from the stream's start, read until the server says nothing is pending;
-  at most ``limit`` (the newest) are kept.
-Both need only what natsauth.py allows the gateway on the streams it watches: creating an *ephemeral* consumer
+It needs only what natsauth.py allows the gateway on the streams it watches: creating an *ephemeral* consumer
 (never a named one: no durable of another part can be touched), its info, and flow-control replies; nothing
 here acknowledges, pulls from a durable, or deletes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
@@ -55,29 +49,3 @@ async def follow(js: JetStreamContext, stream: str, subject: str, on_message: On
 
     return await js.subscribe(subject, stream=stream, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW,
                               cb=deliver, manual_ack=True, idle_heartbeat=5.0)
-
-
-async def replay(js: JetStreamContext, stream: str, subject: str, *, limit: int,
-                 timeout: float = 5.0) -> list[tuple[str, dict[str, Any]]]:
-    """The newest ``limit`` messages on ``subject`` as ``(subject, body)``, oldest first."""
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL,
-                             manual_ack=True)
-    kept: deque[tuple[str, dict[str, Any]]] = deque(maxlen=limit)
-    try:
-        info = await sub.consumer_info()
-        if not info.num_pending and not info.delivered.stream_seq:
-            return []
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=timeout)
-            except (NatsTimeout, asyncio.TimeoutError):
-                break  # the stream dropped messages to its age limit meanwhile: what was read is the answer
-            body = body_of(msg.data)
-            if body is not None:
-                kept.append((msg.subject, body))
-            if not msg.metadata.num_pending:
-                break
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return list(kept)

@@ -1,5 +1,5 @@
-"""The panel's bus reads on a real NATS server: a job's step history replayed from the progress stream (newest
-kept, other jobs left out), and the live hub fanning messages out to tabs scoped to what each principal may see."""
+"""The panel's bus reads on a real NATS server: the live hub fanning messages out to tabs scoped to what each
+principal may see (a job's step history is the API's, GET /v1/jobs/{id}/steps)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import asyncio
 import json
 from types import SimpleNamespace
 
-from libs.runtime import bus, tail
+from libs.runtime import bus
 from services.gateway.auth import Principal, Role
 from services.gateway.panel.live import Hub, Tab
-from services.gateway.panel.queries import step_history
 from tests.support.services import eventually
 
 
@@ -22,28 +21,6 @@ def step(job_id: str, n: int) -> bytes:
 class Owners:
     async def job_owners(self, ids):
         return {i: "ana" if i == "mine" else "bob" for i in ids}
-
-
-async def test_step_history_is_replayed_from_the_progress_stream(env):
-    settings = env.settings()
-    s = settings.subjects
-    nc = await bus.connect(settings.nats_url, "test")
-    try:
-        js = nc.jetstream()
-        await bus.ensure_streams(js, s)
-        runtime = SimpleNamespace(js=js, subjects=s)
-        assert await step_history(runtime, "j1") == []  # nothing yet: answered at once, not after a timeout
-        for n in range(1, 8):
-            await js.publish(s.progress("j1", "e1"), step("j1", n))
-            await js.publish(s.progress("j2", "e1"), step("j2", n))
-        await js.publish(s.progress("j1", "e1"), b"not json")
-        points = await step_history(runtime, "j1", limit=5)
-        assert [p["step"] for p in points] == [3, 4, 5, 6, 7]
-        assert points[-1]["loss"] == 1.0 / 7
-        raw = await tail.replay(js, s.stream_name("PROGRESS"), s.progress_of("j2"), limit=100)
-        assert len(raw) == 7 and all(subject.startswith(f"{s.prefix}.progress.j2.") for subject, _ in raw)
-    finally:
-        await nc.close()
 
 
 async def test_the_hub_sends_each_tab_what_its_principal_may_see(env):

@@ -95,14 +95,18 @@ def shoot(page, name: str, locale: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}-{locale}.png"), full_page=True)
 
 
-UNTRANSLATED = r"\b(common|jobs|job|signin|executors|nodes|audit|policy)\.[a-z][a-z0-9_-]+\b"
+UNTRANSLATED = r"\b(common|jobs|job|signin|executors|nodes|audit|policy|usage)\.[a-z][a-z0-9_-]+\b"
 
 
 def untranslated(page) -> list[str]:
-    """Catalogue keys shown as such (a string without a translation) in the page's visible text."""
+    """Catalogue keys shown as such (a string without a translation) in the page's visible text; a job's output
+    (``.log-lines``: what the job printed, ``job.py`` in a traceback say) is the job's text, not the panel's."""
     import re
 
-    return re.findall(UNTRANSLATED, page.locator("body").inner_text())
+    text = page.locator("body").inner_text()
+    for shown in page.locator(".log-lines").all_inner_texts():
+        text = text.replace(shown, "")
+    return [text[max(0, m.start() - 40):m.end() + 20] for m in re.finditer(UNTRANSLATED, text)]  # with context
 
 
 class Dialogs:

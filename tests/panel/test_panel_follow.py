@@ -158,3 +158,49 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     shoot(olga, "job-requeued", "pt-BR")
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     olga.context.close()
+
+
+CHATTY = """
+import sys, time
+for i in range(6):
+    print(f"out {i}", flush=True)
+    print(f"err {i}", file=sys.stderr, flush=True)
+    time.sleep(1.0)
+print("<script>alert(3)</script> boom", file=sys.stderr, flush=True)
+sys.exit(3)
+"""
+
+
+def test_the_output_is_followed_live_a_failure_shows_its_tail_and_usage_has_its_page(stack, chromium):
+    job_id = submit(stack, {"name": "falante", "max_attempts": 1,
+                            "workload": {"kind": "command", "command": [JOB_PYTHON, "-c", CHATTY]}})
+    olga = open_as(chromium, stack, token_for(stack, "olga3", "operator"), "pt-BR")
+    dialogs = Dialogs(olga)
+    visit(olga, f"{stack.url}/jobs/{job_id}")
+    # The output arrives while the job runs, a line per line, with its rank and stream; text only.
+    olga.locator("#logs-text .log-line").first.wait_for(timeout=90_000)
+    olga.locator("#logs-text").get_by_text("out 1").wait_for(timeout=60_000)
+    assert "rank 0 · stderr" in olga.locator("#logs-text").inner_text()
+    # It fails: the tail of the failed attempt appears in the live part, and the output says it has ended.
+    olga.locator("#log-tail").wait_for(timeout=90_000)
+    assert "<script>alert(3)</script> boom" in olga.locator("#log-tail").inner_text()
+    olga.locator("#logs-status").get_by_text("O job terminou").wait_for(timeout=60_000)
+    text = olga.locator("#logs-text").inner_text()
+    assert "out 5" in text and "<script>alert(3)</script> boom" in text
+    assert not untranslated(olga)
+    shoot(olga, "job-output", "pt-BR")
+
+    # The usage page: this month's report with the GPU-hours column, in both languages, and its CSV.
+    visit(olga, f"{stack.url}/usage")
+    table = olga.locator("#usage-table")
+    assert table.is_visible() and "GPU-horas" in table.inner_text() and table.locator("tbody tr").count() >= 1
+    csv = olga.evaluate("async () => (await fetch(document.getElementById('usage-csv').href)).text()")
+    assert csv.splitlines()[0].startswith("org,gpu_seconds,gpu_hours"), csv
+    assert not untranslated(olga)
+    shoot(olga, "usage", "pt-BR")
+    olga.get_by_role("link", name="English").click()
+    olga.locator("#usage-table").wait_for()
+    assert "GPU-hours" in olga.locator("#usage-table").inner_text() and not untranslated(olga)
+    shoot(olga, "usage", "en")
+    assert not dialogs.seen
+    olga.context.close()

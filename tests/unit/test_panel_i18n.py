@@ -67,3 +67,15 @@ def test_every_state_signal_role_and_locale_has_its_words():
     wanted = ({f"common.state_{s.value}" for s in JobState} | {f"common.role_{r.value}" for r in Role}
               | {"common.signal_stuck", "common.signal_no_signal"} | {f"common.locale_{loc}" for loc in i18n.LOCALES})
     assert wanted <= keys, sorted(wanted - keys)
+
+
+def test_every_waiting_reason_attempt_cause_usage_grouping_and_outcome_has_its_words():
+    from libs.contracts.jobs import AttemptCause
+    from services.gateway.domain.usage import OUTCOMES, GroupBy
+    from services.queue.tenancy.admission import WaitCode
+
+    for locale in i18n.LOCALES:
+        keys = set(i18n.catalogue(locale))
+        wanted = ({f"common.wait_{c.value}" for c in WaitCode} | {f"usage.group_{g.value}" for g in GroupBy}
+                  | {f"usage.outcome_{o}" for o in OUTCOMES} | {f"job.cause_{c.value}" for c in AttemptCause})
+        assert wanted <= keys, (locale, sorted(wanted - keys))

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.gateway.panel import jobview, queries
+from services.gateway.panel import jobview
 
 pytestmark = pytest.mark.unit
 
@@ -100,21 +100,3 @@ def test_requeue_only_of_an_interrupted_job_and_cancel_per_the_apis_rule(state):
 def test_attempts_keep_the_contract_order():
     counts = {"training_error": 1, "transport_lost": 2}
     assert jobview.attempts(job(attempts=counts)) == [("training_error", 1), ("transport_lost", 2)]
-
-
-def test_a_cursor_round_trips_and_anything_else_is_no_cursor():
-    moment = datetime(2026, 12, 1, 10, 0, 0, 123456, tzinfo=UTC)
-    assert queries.decode_cursor(queries.encode_cursor(moment, "j-1")) == (moment, "j-1")
-    for bad in (None, "", "!!!", "bm90IGEgY3Vyc29y", "x" * 500):
-        assert queries.decode_cursor(bad) is None
-
-
-def test_a_name_filter_takes_wildcards_literally():
-    assert queries.like_pattern("50%_a\\b") == "%50\\%\\_a\\\\b%"
-
-
-def test_only_step_reports_become_plot_points():
-    assert queries.step_point({"kind": "step", "step": 3, "loss": 1.5, "step_seconds": 0.2, "epoch": 1,
-                               "time": "t"}) == {"step": 3, "loss": 1.5, "step_seconds": 0.2, "time": "t",
-                                                 "epoch": 1}
-    assert queries.step_point({"kind": "checkpoint", "step": 3}) is None

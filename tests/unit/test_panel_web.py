@@ -40,11 +40,15 @@ BUDGETS = {"j1": {"ceiling_seconds": 30, "consumed_seconds": 31.5, "remaining_se
 
 
 class FakeReads:
-    """The public views as rows; ``_fetch`` applies the jobs page's owner filter (argument 2)."""
+    """The public views as rows; ``jobs_page`` applies the owner filter and records what it was asked."""
 
     async def _fetch(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
-        owner = args[1] if len(args) > 1 else None
-        return [dict(j) for j in JOBS if owner is None or j["owner"] == owner]
+        return [dict(j) for j in JOBS]
+
+    async def jobs_page(self, **asked: Any) -> tuple[list[dict[str, Any]], str | None]:
+        self.__dict__.setdefault("pages", []).append(asked)
+        rows = [dict(j) for j in JOBS if asked.get("owner") is None or j["owner"] == asked["owner"]]
+        return await self._decorate(rows), None
 
     async def _decorate(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [views.job_view(r, budget=BUDGETS.get(r["id"])) for r in rows]

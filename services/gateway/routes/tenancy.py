@@ -84,7 +84,7 @@ def register(app: FastAPI) -> None:
             start, end = usages.period_window(period, datetime.now(UTC))
         except ValueError as exc:
             raise ApiError(422, "invalid", str(exc)) from None
-        result = await _report(request, scope, start, end, group_by)
+        result = await usage_report(request, scope, start, end, group_by)
         if format == "csv":
             out = io.StringIO()
             csv.writer(out).writerows(usages.to_csv_rows(result))
@@ -92,7 +92,7 @@ def register(app: FastAPI) -> None:
         return {**usages.as_json(result), "org": scope}
 
 
-async def _report(request: Request, org: str | None, start: datetime, end: datetime,
+async def usage_report(request: Request, org: str | None, start: datetime, end: datetime,
                   group_by: usages.GroupBy) -> usages.UsageReport:
     reads = reads_of(request)
     charges = await reads.public("budget.ledger_public", "SELECT job_id, gpu_seconds, at FROM budget.ledger_public"

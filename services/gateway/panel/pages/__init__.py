@@ -22,7 +22,8 @@ def pages() -> list:
     # One line per page; the order of the navigation is NavItem.order.
     from . import account, job, jobs
     from . import audit, executors, nodes, policy  # the operations pages
-    return [account, jobs, job, executors, nodes, policy, audit]
+    from . import usage  # tenancy's usage report (issue 14)
+    return [account, jobs, job, executors, nodes, policy, audit, usage]
 
 
 def navigation() -> list[NavItem]:

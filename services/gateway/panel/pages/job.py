@@ -1,7 +1,8 @@
-"""One job's follow-up page (GET /jobs/{id}) and its step history (GET /jobs/{id}/steps, JSON for the plots).
+"""One job's follow-up page (GET /jobs/{id}).
 
-The facts come from the same view GET /v1/jobs/{id} answers (plus the executors, for a gang's nodes), the
-derived figures from jobview.py. The live part (``?fragment=1``) is fetched again when the feed reports a change
+The facts come from the same view GET /v1/jobs/{id} answers, its ``log_tail`` included (plus the executors, for a
+gang's nodes), the derived figures from jobview.py. The page's script reads the API for the rest: the step
+history of the plots (GET /v1/jobs/{id}/steps) and the output (GET /v1/jobs/{id}/logs, followed). The live part (``?fragment=1``) is fetched again when the feed reports a change
 of this job; the requeue and cancel forms live outside it (typing is never interrupted) and call the /v1 API.
 """
 
@@ -10,17 +11,16 @@ from __future__ import annotations
 import re
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from libs.contracts.bounds import ID_PATTERN
 from libs.contracts.secrets import redact
 
-from ...auth import Permission, Principal, require
-from ...errors import not_found, unavailable
+from ...auth import Permission, Principal
 from ...routes import reads_of, scoped_fleet
+from ...routes.logs import log_tail
 from ...scoping import may_see
 from .. import jobview
-from ..queries import step_history
 from ..web import render, signed_in
 
 NAV = None
@@ -48,20 +48,9 @@ def register(router: APIRouter) -> None:
         job = await reads.get_job(job_id, events=EVENTS_SHOWN) if _ID.fullmatch(job_id) else None
         if job is None or not may_see(principal, job.get("owner")):
             return render(request, principal, "not_found.html", "job", status=404, job_id=job_id)
+        job["log_tail"] = await log_tail(request, job)
         job = redact(job)
         executors = await scoped_fleet(request, principal, await reads.executors()) if job.get("gang") else []
         template = "job_live.html" if fragment else "job.html"
         return render(request, principal, template, "job", messages=("job.",), job=job,
                       f=figures(job, executors, principal))
-
-    @router.get("/jobs/{job_id}/steps")
-    async def job_steps(request: Request, job_id: str,
-                        principal: Principal = Depends(require(Permission.READ))) -> JSONResponse:
-        """The job's step reports still in the progress stream: ``[{step, loss, step_seconds, time, epoch}]``."""
-        job = await reads_of(request).job_row(job_id) if _ID.fullmatch(job_id) else None
-        if job is None or not may_see(principal, job.get("owner")):
-            raise not_found("job", job_id)
-        runtime = request.app.state.live.runtime
-        if runtime is None:
-            raise unavailable()
-        return JSONResponse(await step_history(runtime, job_id), headers={"Cache-Control": "no-store"})

@@ -1,5 +1,6 @@
-/* The follow-up page: loss and step-time plots (SVG, from /jobs/<id>/steps and live step events), the requeue
-   form (validated as typed; the server stays the judge), cancel, and the output view when the API has one. */
+/* The follow-up page: loss and step-time plots (SVG, from the API's step history GET /v1/jobs/<id>/steps and
+   live step events), the requeue form (validated as typed; the server stays the judge), cancel, and the job's
+   output followed live (GET /v1/jobs/<id>/logs?follow=true, NDJSON), bounded in the page, text only. */
 (function () {
   "use strict";
   var P = window.TetoPanel;
@@ -59,10 +60,11 @@
     if (same.length) { same[0].loss = p.loss; same[0].step_seconds = p.step_seconds; } else { points.push(p); }
   }
 
+  /* The API's points are in run order; a resumed run repeats steps from its checkpoint and replaces them. */
   function loadSteps() {
-    fetch("/jobs/" + encodeURIComponent(jobId) + "/steps", {credentials: "same-origin"})
-      .then(function (r) { return r.ok ? r.json() : []; })
-      .then(function (list) { list.forEach(addPoint); draw(); });
+    fetch("/v1/jobs/" + encodeURIComponent(jobId) + "/steps?max_points=2000", {credentials: "same-origin"})
+      .then(function (r) { return r.ok ? r.json() : {points: []}; })
+      .then(function (body) { (body.points || []).forEach(addPoint); draw(); });
   }
 
   function announce(text) {
@@ -162,19 +164,94 @@
     if (cancel && root.getAttribute("data-may-cancel") !== "true") { cancel.hidden = true; }
   }
 
-  /* Hook for the job's output (GET /v1/jobs/{id}/logs): shown only where the gateway serves it. */
+  /* -- output: followed while the job runs, one line element per line, at most data-max-lines kept -- */
   function logs() {
     var box = document.getElementById("logs");
-    if (!box) { return; }
-    fetch(box.getAttribute("data-logs") + "?limit=200", {credentials: "same-origin", headers: {"Accept": "application/json"}})
-      .then(function (r) { return r.ok ? r.json() : null; })
-      .then(function (body) {
-        if (!body) { return; }
-        var lines = Array.isArray(body) ? body : (body.lines || body.items || []);
-        document.getElementById("logs-text").textContent = lines.map(function (l) { return typeof l === "string" ? l : (l.text || l.line || JSON.stringify(l)); }).join("\n");
-        box.hidden = false;
-      })
-      .catch(function () { /* no log endpoint on this gateway */ });
+    if (!box || !window.ReadableStream) { return; }
+    var text = document.getElementById("logs-text"), status = document.getElementById("logs-status");
+    var maxLines = parseInt(box.getAttribute("data-max-lines"), 10) || 2000;
+    var afterSeq = 0, open = {}, trimmed = false, ended = null;
+
+    function addLine(source, stream, piece) {
+      var line = document.createElement("div"), src = document.createElement("span"), body = document.createElement("span");
+      line.className = "log-line log-" + (stream === "stderr" ? "stderr" : "stdout");
+      src.className = "log-src";
+      src.textContent = source;
+      body.className = "log-text";
+      body.textContent = piece;
+      line.appendChild(src);
+      line.appendChild(body);
+      text.appendChild(line);
+      while (text.childNodes.length > maxLines) { text.removeChild(text.firstChild); trimmed = true; }
+      return body;
+    }
+
+    function chunk(c) {
+      var key = c.attempt + "/" + c.rank + "/" + c.stream;
+      var source = P.t("job.logs_line_source", {rank: c.rank, stream: c.stream, attempt: c.attempt});
+      var pieces = (c.text || "").split("\n");
+      var atBottom = text.scrollTop + text.clientHeight >= text.scrollHeight - 4;
+      var last = null;
+      pieces.forEach(function (piece, i) {
+        if (i === 0 && open[key] && open[key].isConnected) { open[key].textContent += piece; last = open[key]; }
+        else if (i < pieces.length - 1 || piece !== "") { last = addLine(source, c.stream, piece); }
+      });
+      /* A chunk that does not end its line: the next chunk of the same source continues it. */
+      if (pieces[pieces.length - 1] !== "" && last) { open[key] = last; } else { delete open[key]; }
+      if (c.notice) { addLine(source, c.stream, c.notice); delete open[key]; }
+      if (atBottom) { text.scrollTop = text.scrollHeight; }
+      box.hidden = false;
+    }
+
+    function show(key, values) {
+      var words = P.t(key, values || {});
+      if (trimmed) { words += " — " + P.t("job.logs_trimmed", {lines: maxLines}); }
+      status.textContent = words;
+    }
+
+    function item(o) {
+      if (typeof o.next_after_seq === "number") { afterSeq = o.next_after_seq; }
+      if (o.type === "chunk") { afterSeq = Math.max(afterSeq, o.seq); chunk(o); }
+      else if (o.type === "end") { ended = o.state || "ended"; }
+    }
+
+    function follow() {
+      show("job.logs_following");
+      fetch(box.getAttribute("data-logs") + "?follow=true&after_seq=" + afterSeq,
+            {credentials: "same-origin", headers: {"Accept": "application/x-ndjson"}})
+        .then(function (r) {
+          if (r.status === 404 || r.status === 503) { return null; }  /* no output here: the section stays hidden */
+          if (!r.ok) { throw new Error(String(r.status)); }
+          box.hidden = false;
+          var reader = r.body.getReader(), decoder = new TextDecoder(), rest = "";
+          function pump() {
+            return reader.read().then(function (step) {
+              rest += decoder.decode(step.value || new Uint8Array(), {stream: !step.done});
+              var lines = rest.split("\n");
+              rest = lines.pop();
+              lines.forEach(function (l) { if (l.trim()) { try { item(JSON.parse(l)); } catch (e) { /* a cut line */ } } });
+              return step.done ? null : pump();
+            });
+          }
+          return pump().then(function () { return "done"; });
+        })
+        .then(function (how) {
+          if (how === null) { return; }
+          if (ended) {
+            box.hidden = false;
+            show(text.childNodes.length ? "job.logs_ended" : "job.logs_empty");
+            /* A failed job's last output is all in: the live part again, for its log tail. */
+            if (ended === "failed") { P.emit("job", {job_id: jobId, logs_ended: true}); }
+            return;
+          }
+          window.setTimeout(follow, 2000);  /* the stream was cut (a restart, a proxy): go on from afterSeq */
+        })
+        .catch(function (err) {
+          show("job.logs_unavailable", {reason: err.message});
+          window.setTimeout(follow, 5000);
+        });
+    }
+    follow();
   }
 
   document.addEventListener("DOMContentLoaded", function () {

@@ -84,6 +84,6 @@
     });
   }
 
-  window.TetoPanel = {data: data, t: t, on: on, api: api, locale: data.locale};
+  window.TetoPanel = {data: data, t: t, on: on, emit: emit, api: api, locale: data.locale};
   document.addEventListener("DOMContentLoaded", function () { wireFragments(); connect(); });
 })();
