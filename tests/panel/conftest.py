@@ -19,8 +19,10 @@ from .browser import ensure_chromium
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "panel"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
+    """One browser per module, stopped with it: Playwright's sync API runs an event loop in this thread while it
+    lives, and every asyncio test after it would find that loop running (asyncio.run refuses to start)."""
     from playwright.sync_api import sync_playwright
 
     path = ensure_chromium()
