@@ -104,9 +104,10 @@ class FakeExecutor:
     """Plays an executor agent: heartbeats (idle or busy), receives its directives from the AGENT stream, renews
     its lease over the RPC, and reports progress. The test decides what the 'training process' does."""
 
-    def __init__(self, c: Client_, executor_id: str, gpus: int = 0) -> None:
+    def __init__(self, c: Client_, executor_id: str, gpus: int = 0, group: str = "default") -> None:
         self.c = c
         self.id = executor_id
+        self.group = group  # a gang's workers are all of one node group
         self.gpus = gpus
         self.job_id: str | None = None
         self.epoch: int | None = None
@@ -125,7 +126,7 @@ class FakeExecutor:
     async def node_ready(self, schedulable: bool = True, seq: int = 1) -> None:
         """Play the health service: this executor's node passed its checks (placement needs that)."""
         event = NodeEvent(node_id=f"node-{self.id}", seq=seq, event="ready" if schedulable else "drained",
-                          state="ready" if schedulable else "drained", executor_id=self.id, group="default",
+                          state="ready" if schedulable else "drained", executor_id=self.id, group=self.group,
                           schedulable=schedulable)
         await bus.publish(self.c.js, self.c.s.node(event.node_id, event.event.value), event)
 
@@ -134,7 +135,7 @@ class FakeExecutor:
         assert not await stop_tasks(self._tasks), "the fake executor's tasks did not stop"
 
     async def heartbeat_once(self) -> None:
-        hb = Heartbeat(executor_id=self.id, node_id=f"node-{self.id}", group="default",
+        hb = Heartbeat(executor_id=self.id, node_id=f"node-{self.id}", group=self.group,
                        gpus=[{"index": i, "name": "fake"} for i in range(self.gpus)],
                        accepting=self.job_id is None, job_id=self.job_id, epoch=self.epoch,
                        phase=Phase.TRAINING if self.job_id else Phase.IDLE, sent_at=utcnow(),

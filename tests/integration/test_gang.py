@@ -117,7 +117,8 @@ async def test_a_gang_with_a_worker_never_ready_backs_off_on_schedule_then_fails
             usage.append(UsageReport.decode(msg.data))
 
         await nc.subscribe(f.queue_settings.subjects.usage_all, cb=on_usage)
-        hung = await FakeExecutor(Client_(f.queue_settings, nc, nc.jetstream(), f.db), "r-hung").start()
+        hung = await FakeExecutor(Client_(f.queue_settings, nc, nc.jetstream(), f.db), "r-hung",
+                                   group="faults").start()  # the real executors' group (tests/support/fleet.py)
         try:
             await f.wait_executors("r-a", "r-b", "r-hung")
             await set_policy(f, ready_timeout_seconds=60, backoff_base_seconds=1, backoff_max_seconds=1.5,

@@ -32,7 +32,8 @@ CREATE TABLE queue.jobs_public (
     id text PRIMARY KEY, name text, owner text, state text, spec jsonb, attempts jsonb, attempt_number int,
     executor_id text, lease_epoch int, lease_expires_at timestamptz, last_step int, total_steps int,
     step_seconds double precision, last_checkpoint jsonb, reason text, error text, ceiling_history jsonb,
-    created_at timestamptz DEFAULT now(), updated_at timestamptz DEFAULT now());
+    created_at timestamptz DEFAULT now(), updated_at timestamptz DEFAULT now(),
+    org text DEFAULT 'default', project text DEFAULT 'default');
 CREATE TABLE queue.job_events_public (
     job_id text, seq int, event text, state text, previous_state text, reason text, epoch int,
     executor_id text, detail jsonb, time timestamptz DEFAULT now());
@@ -47,6 +48,7 @@ CREATE TABLE health.executors_public (executor_id text, node_id text, group_name
 CREATE SCHEMA IF NOT EXISTS budget;
 CREATE TABLE budget.jobs_public (job_id text, ceiling_seconds double precision, consumed_seconds double precision,
     remaining_seconds double precision, overshoot_seconds double precision, warning jsonb, ceiling_history jsonb);
+CREATE TABLE budget.ledger_public (job_id text, gpu_seconds double precision, at timestamptz);
 """
 
 

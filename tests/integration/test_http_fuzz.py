@@ -212,9 +212,12 @@ def sweep_requests(doc: dict[str, Any], path: str, method: str, op: dict[str, An
     plain = {"path": path_ok, "query": {}, "headers": {}, "body": None, "auth": "admin",
              "content_type": "application/json"}
     out = []
+    # Without its required body the operation may name that first (POST /v1/jobs?org=-1 with no spec).
+    missing = ["body"] if (op.get("requestBody") or {}).get("required") else []
     for p in params:
         if p["in"] == "query":
-            out += [{**plain, "query": {p["name"]: v}, "names": [f"query.{p['name']}"]} for v in QUERY_SWEEP]
+            out += [{**plain, "query": {p["name"]: v}, "names": [f"query.{p['name']}", *missing]}
+                    for v in QUERY_SWEEP]
         elif p["in"] == "path":
             out += [{**plain, "path": {**path_ok, p["name"]: v}} for v in PATH_SWEEP]
         elif p["in"] == "header":

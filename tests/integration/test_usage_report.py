@@ -15,7 +15,7 @@ import pytest
 from libs.runtime import db
 from services.gateway.domain.usage import GroupBy, period_window
 from services.gateway.reads import Reads
-from services.gateway.routes.tenancy import _report
+from services.gateway.routes.tenancy import usage_report as _report
 
 pytestmark = pytest.mark.integration
 

@@ -41,3 +41,10 @@ def test_a_secret_spelled_with_escapes_or_in_utf16_is_still_redacted():
 def test_nul_and_nan_are_still_cleaned():
     payload, _ = parse_payload(b'{"name": "a\\u0000b", "loss": NaN}')
     assert payload == {"name": "a\ufffdb", "loss": "nan"}
+
+
+def test_a_number_too_large_for_a_float_is_kept_as_text_like_the_full_walk_keeps_it():
+    data = b'{"gpu_ceiling_seconds": 1e999, "small": -2.5e-3, "n": 7}'
+    payload, ok = parse_payload(data)
+    assert ok and payload == _walked(data) == {"gpu_ceiling_seconds": "inf", "small": -0.0025, "n": 7}
+    assert json.dumps(payload, allow_nan=False)  # storable: PostgreSQL's jsonb refuses infinities

@@ -60,6 +60,11 @@ def clean(value: Any) -> Any:
 _NEEDS_WALK = (b"\\u", b"NaN", b"Infinity", b"secret", b"sealed", b"\x00")
 
 
+def _finite(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else str(value)
+
+
 def _plain_json(data: bytes) -> bool:
     return not any(marker in data for marker in _NEEDS_WALK)
 
@@ -69,7 +74,9 @@ def parse_payload(data: bytes) -> tuple[Any, bool]:
     values (sealed by the gateway) are recorded as redacted: the log shows that a value was given, not it."""
     try:
         if _plain_json(data):
-            return json.loads(data), True
+            # A number too large for a float (1e999) parses to infinity without any marker: kept as text, as
+            # ``clean`` keeps it.
+            return json.loads(data, parse_float=_finite), True
         return redact(clean(json.loads(data))), True
     except (ValueError, RecursionError):
         excerpt = clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace"))

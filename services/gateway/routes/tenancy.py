@@ -13,7 +13,7 @@ import io
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, PlainTextResponse
 
@@ -54,21 +54,22 @@ def register(app: FastAPI) -> None:
 
     @app.put("/v1/orgs/{name}", tags=["tenancy"], summary="Create or replace an organisation",
              openapi_extra={COMMAND_KEY: "set_org"}, responses=_REFUSALS)
-    async def put_org(request: Request, name: str, body: OrgSpec,
+    async def put_org(request: Request, body: OrgSpec, name: str = Path(pattern=ID_PATTERN),
                       principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
         cmd = SetOrganisation(actor=principal.actor, name=name, spec=body)
         return await _send(request, cmd, "queue.orgs_public", "name = $1", name)
 
     @app.put("/v1/orgs/{org}/projects/{name}", tags=["tenancy"], summary="Create or replace a project",
              openapi_extra={COMMAND_KEY: "set_project"}, responses=_REFUSALS)
-    async def put_project(request: Request, org: str, name: str, body: ProjectSpec,
+    async def put_project(request: Request, body: ProjectSpec, org: str = Path(pattern=ID_PATTERN),
+                          name: str = Path(pattern=ID_PATTERN),
                           principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
         cmd = SetProject(actor=principal.actor, org=org, name=name, spec=body)
         return await _send(request, cmd, "queue.projects_public", "org = $1 AND name = $2", org, name)
 
     @app.put("/v1/cohorts/{name}", tags=["tenancy"], summary="Create or replace a cohort's preemption policy",
              openapi_extra={COMMAND_KEY: "set_cohort"}, responses=_REFUSALS)
-    async def put_cohort(request: Request, name: str, body: CohortSpec,
+    async def put_cohort(request: Request, body: CohortSpec, name: str = Path(pattern=ID_PATTERN),
                          principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
         cmd = SetCohort(actor=principal.actor, name=name, spec=body)
         return await _send(request, cmd, "queue.cohorts_public", "name = $1", name)
