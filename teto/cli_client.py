@@ -259,10 +259,6 @@ def cmd_executors(args: argparse.Namespace) -> int:
     return 0
 
 
-AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", "kind"), ("job", "job_id"),
-                 ("outcome", "outcome"), ("reason", "reason")]
-
-
 def print_page(args: argparse.Namespace, path: str, params: Mapping[str, Any], key: str,
                columns: Sequence[tuple[str, str]], empty: str) -> int:
     """GET a page of a sequence-paged list (``next_after_seq``) and print it as a table."""
@@ -272,66 +268,6 @@ def print_page(args: argparse.Namespace, path: str, params: Mapping[str, Any], k
     if body.get("next_after_seq"):
         human += f"\n(more: --after-seq {body['next_after_seq']})"
     _print(args, body, human)
-    return 0
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    return print_page(args, "/v1/audit", {"actor": args.actor, "job_id": args.job, "kind": args.kind,
-                                          "since": args.since, "until": args.until, "after_seq": args.after_seq,
-                                          "limit": args.limit}, "entries", AUDIT_COLUMNS, "no entries")
-
-
-def audit_verify_detail(body: dict) -> str:
-    """What the audit service checked besides the chain: macs (with its key) and anchors."""
-    if "anchors_checked" not in body:
-        return ""
-    macs = (f"{body.get('macs_checked')} macs checked, {body.get('pre_key_rows')} pre-key rows" if body.get("keyed")
-            else "NO KEY: macs not checked")
-    last = (f", last anchor seq {body['last_anchor_seq']} at {body.get('last_anchor_time')}"
-            if body.get("last_anchor_seq") is not None else ", no anchor yet")
-    bad = f"; first bad anchor: #{body['first_bad_anchor']}" if body.get("first_bad_anchor") is not None else ""
-    return f"\n  {macs}; {body.get('anchors_checked')} anchors checked{last}{bad}"
-
-
-def cmd_audit_verify(args: argparse.Namespace) -> int:
-    _, body = call(args, "GET", "/v1/audit/verify")
-    if body.get("ok"):
-        human = f"audit chain intact ({body.get('checked')} rows checked)"
-    else:
-        human = f"audit chain BROKEN at seq {body.get('first_bad_seq')}: {body.get('reason')}"
-    human += audit_verify_detail(body)
-    _print(args, body, human)
-    return 0 if body.get("ok") else EXIT_REFUSED
-
-
-def cmd_tokens_create(args: argparse.Namespace) -> int:
-    from services.gateway.auth import issue_token
-
-    path = args.tokens_file or args.data_dir / "tokens.json"
-    try:
-        token_id, secret = issue_token(path, args.actor, args.role, org=args.org)
-    except ValueError as exc:
-        raise CliError(str(exc), 2) from None
-    body = {"id": token_id, "actor": args.actor, "role": args.role, "org": args.org, "secret": secret}
-    _print(args, body, f"token {token_id} for {args.actor} ({args.role}); shown once, keep it:\n{secret}")
-    return 0
-
-
-def cmd_tokens_list(args: argparse.Namespace) -> int:
-    from services.gateway.auth import list_tokens
-
-    rows = list_tokens(args.tokens_file or args.data_dir / "tokens.json")
-    cols = [("id", "id"), ("actor", "actor"), ("role", "role"), ("created", "created_at"), ("revoked", "revoked")]
-    _print(args, rows, table(rows, cols) if rows else "no tokens")
-    return 0
-
-
-def cmd_tokens_revoke(args: argparse.Namespace) -> int:
-    from services.gateway.auth import revoke_token
-
-    if not revoke_token(args.tokens_file or args.data_dir / "tokens.json", args.token_id):
-        raise CliError(f"no such token: {args.token_id}")
-    _print(args, {"id": args.token_id, "revoked": True}, f"token {args.token_id} revoked")
     return 0
 
 
@@ -355,6 +291,8 @@ def _guard(fn: Any) -> Any:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from .cli_admin import cmd_audit, cmd_audit_verify, cmd_tokens_create, cmd_tokens_list, cmd_tokens_revoke
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help="gateway URL (TETO_URL; default from <data-dir>/stack.json)")
     common.add_argument("--token", help="API token (TETO_TOKEN; default: the local admin token of `teto up`)")

@@ -67,7 +67,9 @@ async def _watch(conn: asyncpg.Connection, every: float) -> None:
         await conn.fetchval("SELECT 1")
 
 
-def periodic(fn: Callable[[], Awaitable[object]], every: float, name: str) -> Callable[[], Awaitable[None]]:
+def periodic(fn: Callable[[], Awaitable[object]], every: float, name: str, *,
+             sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> Callable[[], Awaitable[None]]:
+    """``fn`` every ``every`` seconds; ``sleep`` may end a wait early (libs/runtime/wake.py)."""
     async def loop() -> None:
         while True:
             try:
@@ -76,6 +78,6 @@ def periodic(fn: Callable[[], Awaitable[object]], every: float, name: str) -> Ca
                 raise
             except Exception:  # noqa: BLE001 - a failing tick is logged and retried next tick
                 log.exception("%s tick failed", name)
-            await asyncio.sleep(every)
+            await sleep(every)
 
     return loop

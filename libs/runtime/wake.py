@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
+from .singleton import periodic
+
 log = logging.getLogger(__name__)
 
 
@@ -69,17 +71,12 @@ class Waker:
 
 def wakeable(fn: Callable[[], Awaitable[object]], every: float, name: str,
              waker: Waker) -> Callable[[], Awaitable[None]]:
-    """Like ``singleton.periodic``, but a wake starts the next pass at once."""
+    """Like ``singleton.periodic``, but a wake starts the next pass at once (one that came during a pass too:
+    ``Waker.sleep`` finds the event already set)."""
+    passes = periodic(fn, every, name, sleep=waker.sleep)
+
     async def loop() -> None:
         async with waker.listening():
-            while True:
-                waker.event.clear()  # what the pass is about to see needs no further pass
-                try:
-                    await fn()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # noqa: BLE001 - a failing pass is logged and retried next tick
-                    log.exception("%s pass failed", name)
-                await waker.sleep(every)
+            await passes()
 
     return loop
