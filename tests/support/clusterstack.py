@@ -195,9 +195,10 @@ class ClusterStack(StackClient):
                 return r.json()
         return None
 
-    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> tuple[float, float]:
+    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> tuple[float | None, float]:
         """Seconds from the kill until ``GET /v1/status`` first names ``named`` in its problems (or says a stream
-        has no leader), then until it names it no more and every stream has a leader again."""
+        has no leader; None when no answer came back whole while it was lost, as happens while the connections
+        move off the killed member), then until it answers with no such problem and nothing else wrong."""
         lost: float | None = None
         while time.monotonic() - killed_at < timeout:
             st = await self.status()
@@ -206,7 +207,7 @@ class ClusterStack(StackClient):
                 hit = any(named in p or "no leader" in p for p in st["problems"])
                 if hit and lost is None:
                     lost = now
-                if lost is not None and not hit:
+                if not hit and (lost is not None or st["ok"]):
                     return lost, now
             await asyncio.sleep(0.5)
         raise AssertionError(f"teto status did not show the loss and recovery of {named} within {timeout:.0f}s "
