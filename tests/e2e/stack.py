@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from teto.stack.embedded import free_port
+from teto.stack.embedded import free_port_block
 from teto.stack.isolation import workload_python
 from tests.support.services import eventually_blocking as eventually
 
@@ -84,7 +84,7 @@ def _clean_env() -> dict[str, str]:
 def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbeat: float = 1,
                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
                 ready_timeout: float = 120) -> Stack:
-    port = free_port()
+    port = free_port_block(3)  # the gateway replicas take --http-port and the ports after it
     env = _clean_env()
     env.update(extra_env or {})
     log = open(data_dir.parent / f"up-{port}.log", "ab")

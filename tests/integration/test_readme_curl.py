@@ -13,7 +13,7 @@ import pytest
 
 from services.gateway.app import serve
 from services.gateway.settings import GatewaySettings
-from teto.stack.embedded import free_port
+from teto.stack.embedded import free_port_block
 from tests.integration.test_gateway import gateway
 from tests.support.services import running
 
@@ -38,7 +38,7 @@ def test_the_readme_example_names_its_content_type():
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 @pytest.mark.parametrize("with_header", [True, False], ids=["as-written", "without-content-type"])
 async def test_the_readme_curl_example_submits_a_job(env, tmp_path, with_header):
-    script = readme_curl_block().replace("8080", str(port := free_port()))
+    script = readme_curl_block().replace("8080", str(port := free_port_block(1)))
     if not with_header:
         script = script.replace(HEADER, "")
         assert "Content-Type" not in script

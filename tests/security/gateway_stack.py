@@ -22,7 +22,7 @@ from services.gateway.auth import create_token
 from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
-from teto.stack.embedded import free_port
+from teto.stack.embedded import free_port_block
 from tests.support.fleet import stop_processes
 from tests.support.services import eventually, running
 
@@ -80,7 +80,7 @@ async def gateway_stack(env: Any, root: Path, *, audit: bool = True, health: boo
     tokens = {person: create_token(tokens_file, person, role) for person, role in PEOPLE.items()}
     qs = env.settings(QueueSettings, schedule_interval_seconds=0.2, scan_interval_seconds=0.5,
                       stop_grace_seconds=2.0, require_checked_nodes=False)
-    gs = env.settings(GatewaySettings, http_port=free_port(), tokens_file=tokens_file, **gateway)
+    gs = env.settings(GatewaySettings, http_port=free_port_block(1), tokens_file=tokens_file, **gateway)
     scheme = "https" if gs.tls_cert_file else "http"
     url = f"{scheme}://127.0.0.1:{gs.http_port}"
     async with contextlib.AsyncExitStack() as stack:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.gateway.auth import create_token
-from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port
+from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port_block
 from tests.support.fleet import eventually, kill_orphaned_workloads, stop_processes
 from tests.support.proxy import TcpProxy
 from tests.support.stackclient import StackClient, Submitted
@@ -121,7 +121,7 @@ class FaultStack(StackClient):
         # Migrations and streams once, before any replica: replicas then start in parallel without racing.
         await asyncio.to_thread(_prepare_schema, self.nats.url, self.database_url, PREFIX)
         self.token = create_token(self.root / "tokens.json", "fault-tester", "admin")
-        self.gateway_ports = [free_port() for _ in range(self.replicas)]
+        self.gateway_ports = [free_port_block(1) for _ in range(self.replicas)]
         for name in SERVICES:
             for i in range(1, self.replicas + 1):
                 self.start_replica(name, i)

@@ -29,7 +29,7 @@ from services.gateway.auth import create_token
 from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
-from teto.stack.embedded import free_port
+from teto.stack.embedded import free_port_block
 from tests.support.services import eventually, running  # noqa: F401 - eventually re-exported for the tests
 
 WORKLOAD = str(Path(__file__).with_name("fault_workload.py"))
@@ -211,7 +211,7 @@ async def fleet(env: Any, root: Path, *, nats_url: str | None = None, stuck_afte
                       stuck_after_seconds=stuck_after, join_batch_seconds=3600)
     tokens = root / "tokens.json"
     token = create_token(tokens, "fault-tester", "admin")
-    gs = env.settings(GatewaySettings, nats_url=nats_url, http_port=free_port(), tokens_file=tokens)
+    gs = env.settings(GatewaySettings, nats_url=nats_url, http_port=free_port_block(1), tokens_file=tokens)
     db = await asyncpg.connect(env.database_url)
     async with running(queue_serve, qs), running(health_serve, hs), running(gateway_serve, gs), \
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{gs.http_port}", timeout=30,

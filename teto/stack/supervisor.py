@@ -83,7 +83,8 @@ class Supervisor:
                     part.proc = None
                     continue
                 part.next_start = now + min(10.0, 0.5 * 2 ** (len(part.restarts) - 1))
-                log.warning("%s exited with %s; restarting", part.name, part.proc.returncode)
+                log.warning("%s exited with %s; restarting (its log ends: %s)", part.name, part.proc.returncode,
+                            last_line(self.logs / f"{part.name}.log"))
             if now >= part.next_start:
                 part.next_start = 0.0
                 self._start(part)
@@ -113,3 +114,14 @@ class _suppress:
 
     def __exit__(self, *exc) -> bool:
         return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
+
+
+def last_line(path: Path, limit: int = 4096) -> str:
+    """The last non-empty line of a part's log (why it exited, most often), or ``-``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limit))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "-"
+    return lines[-1][:300] if lines else "-"

@@ -27,6 +27,7 @@ import httpx
 from libs.runtime.dbroles import redact_url
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster
+from teto.stack.embedded import port_is_free
 from teto.stack.observe import MetricsPorts
 from teto.stack.supervisor import Part, Supervisor
 
@@ -129,6 +130,12 @@ def up(opts: UpOptions) -> int:
                                         "external cluster, set TETO_STREAM_REPLICAS instead)")
     except cluster.TopologyError as exc:
         print(f"teto up: {exc}", file=sys.stderr)
+        return 2
+    busy = [port for port in cluster.gateway_ports(opts.http_port, opts.replicas) if not port_is_free(port)]
+    if busy:  # refused up front: a gateway replica could never bind it and would restart until given up
+        others = f" and its other replicas on the {opts.replicas - 1} port(s) after it" if opts.replicas > 1 else ""
+        print(f"teto up: port {', '.join(map(str, busy))} is in use (the gateway listens on --http-port "
+              f"{opts.http_port}{others}); choose another --http-port", file=sys.stderr)
         return 2
     data_dir = opts.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
