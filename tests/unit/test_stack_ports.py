@@ -72,3 +72,14 @@ def test_last_line_reads_only_the_end_of_a_long_log(tmp_path):
     log = tmp_path / "big.log"
     log.write_text("x" * 100_000 + "\nthe end\n")
     assert last_line(log) == "the end"
+
+
+def test_cluster_members_get_distinct_consecutive_ports_outside_the_ephemeral_range():
+    from teto.stack.cluster import plan_members
+
+    low, _ = _ephemeral_range()
+    members = plan_members(5)
+    ports = [p for m in members for p in (m.port, m.monitor_port, m.cluster_port)]
+    assert len(set(ports)) == 15 and max(ports) < low
+    assert [m.name for m in members] == [f"node-{i}" for i in range(1, 6)]
+    assert all(m.monitor_port == m.port + 1 and m.cluster_port == m.port + 2 for m in members)

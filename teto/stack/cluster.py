@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from teto.stack.embedded import EmbeddedNats, free_port
+from teto.stack.embedded import EmbeddedNats, free_port_block
 from teto.stack.supervisor import Part, Supervisor
 
 
@@ -92,7 +92,17 @@ def member_config(member: Member, members: list[Member], route_password: str) ->
 
 
 def plan_members(size: int) -> list[Member]:
-    return [Member(f"node-{i}", free_port(), free_port(), free_port()) for i in range(1, size + 1)]
+    """Each member's client, monitor and route ports: three consecutive ports from below the kernel's ephemeral
+    range, because a killed member restarts on the same ones and an ephemeral port released by the kill could be
+    handed to any other process in the meantime."""
+    members: list[Member] = []
+    taken: set[int] = set()
+    while len(members) < size:
+        first = free_port_block(3)
+        if taken.isdisjoint(range(first, first + 3)):  # not yet bound: two blocks could meet
+            taken.update(range(first, first + 3))
+            members.append(Member(f"node-{len(members) + 1}", first, first + 1, first + 2))
+    return members
 
 
 @dataclass
