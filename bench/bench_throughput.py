@@ -13,12 +13,15 @@ Run: .venv/bin/python -m bench.bench_throughput [N] [EXECUTORS], or ``teto bench
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench import _cpu
 
 TARGET_JOBS_PER_SECOND = 16.0
 TRUE = shutil.which("true") or "/bin/true"
@@ -48,6 +51,7 @@ def through_teto(n: int, executors: int) -> tuple[float, dict]:
     try:
         _wait_schedulable(stack, executors)
         spec = {"workload": {"kind": "command", "command": [TRUE]}, "gpu_ceiling_seconds": 600}
+        cpu_before = _cpu.snapshot(stack.data_dir)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(16) as pool:  # submits as 16 concurrent clients would send them
             ids = list(pool.map(lambda i: _submit(stack, spec, i), range(n)))
@@ -63,6 +67,7 @@ def through_teto(n: int, executors: int) -> tuple[float, dict]:
             if failed:
                 raise AssertionError(f"{len(failed)} trivial jobs failed: {failed[0].get('error')}")
         took = time.perf_counter() - t0
+        states["cpu_ms_per_job"] = _cpu.per_job_ms(_cpu.spent(cpu_before, _cpu.snapshot(stack.data_dir)), n)
         states["submit_seconds"] = round(submitted, 2)
         return took, states
     finally:
@@ -92,13 +97,15 @@ def run(n: int, executors: int) -> dict:
     ref = asyncio.run(reference(n, executors))
     took, extra = through_teto(n, executors)
     figure, reference_rate = n / took, n / ref
-    return {"name": "throughput", "figure": round(figure, 2), "reference": round(reference_rate, 1),
+    cpu = extra["cpu_ms_per_job"]
+    return {"cpu_ms_per_job": cpu, "name": "throughput", "figure": round(figure, 2), "reference": round(reference_rate, 1),
             "ratio": round(figure / reference_rate, 4), "target": None, "unit": "jobs/s",
             "passed": figure >= TARGET_JOBS_PER_SECOND,
             "note": (f"{n} trivial command jobs (true) on {executors} local executors through teto up, HTTP submits "
                      f"from 16 threads (all submitted in {extra['submit_seconds']} s); reference: the same {n} "
                      f"processes from an asyncio pool with {executors} slots; target >= "
-                     f"{TARGET_JOBS_PER_SECOND:.0f} jobs/s absolute (issue 12 item 1)")}
+                     f"{TARGET_JOBS_PER_SECOND:.0f} jobs/s absolute (issue 12 item 1); CPU ms per job: "
+                     f"{sum(cpu.values()):.0f} in all, " + ", ".join(f"{k} {v}" for k, v in cpu.items()))}
 
 
 def main(quick: bool = False) -> dict:
@@ -111,3 +118,4 @@ if __name__ == "__main__":
     r = run(n, executors)
     print(f"throughput: {r['figure']} jobs/s, reference {r['reference']} processes/s, ratio {r['ratio']}; "
           f"target {TARGET_JOBS_PER_SECOND} jobs/s: {'pass' if r['passed'] else 'short'}\n{r['note']}")
+    print(json.dumps(r["cpu_ms_per_job"], indent=1))

@@ -145,7 +145,7 @@ class LocalBus:
     def _servers(self) -> list[tuple[int | None, str | None]]:
         return self.members() if self.members is not None else [(self.server_pid(), self.monitor_url)]
 
-    def reload(self, timeout: float = 10.0) -> None:
+    def reload(self, timeout: float = 30.0) -> None:  # a loaded machine answers /varz slowly
         """SIGHUP every running server and wait until each has loaded the new config (its config_load_time
         changes). A cluster member down meanwhile is skipped: it reads the new file when it starts again."""
         before: dict[str, str | None] = {}

@@ -1,0 +1,78 @@
+"""CPU seconds spent by a local stack's processes between two snapshots, per part (issue 12, item 1).
+
+A throughput on a shared machine moves with the load; the CPU a job costs each process does not, or much less.
+`snapshot(data_dir)` reads /proc: the parts ``teto up`` started (processes.json: gateway, queue, ...,
+executor-N), each with the children it has reaped (an executor's run guards and the jobs' own processes),
+the NATS server(s) whose command lines name the stack's data directory, and PostgreSQL (the postmaster of the
+data directory's postmaster.pid, and each backend, labelled by its login: ``pg:teto_queue``). Backends that exit
+between the snapshots are not counted (the services keep pooled connections, so few do)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float, float] | None:
+    """(ppid, own CPU s, reaped children's CPU s) of a live process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    ppid = int(fields[1])
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return ppid, (utime + stime) / TICK, (cutime + cstime) / TICK
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def snapshot(data_dir: Path) -> dict[int, tuple[str, float]]:
+    """pid -> (label, CPU seconds so far, own plus reaped children's)."""
+    parts = {p["pid"]: p["name"] for p in json.loads((data_dir / "processes.json").read_text()) if p.get("pid")}
+    stats = {pid: s for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()) if (s := _stat(pid))}
+    labels: dict[int, str] = {}
+    for pid in stats:
+        cmd = _cmdline(pid)
+        if pid in parts:
+            labels[pid] = parts[pid]
+        elif str(data_dir) in cmd and "nats-server" in cmd:
+            labels[pid] = "nats"
+    for pidfile in [*data_dir.glob("pgdata/postmaster.pid"), *data_dir.glob("*/pgdata/postmaster.pid")]:
+        try:  # the data directory may be a link elsewhere (as root: under /var/lib/teto), its pid file is not
+            labels[int(pidfile.read_text().split()[0])] = "pg:postmaster"
+        except (OSError, ValueError, IndexError):
+            pass
+    postmasters = {pid for pid, label in labels.items() if label == "pg:postmaster"}
+    for pid, (ppid, _own, _kids) in stats.items():
+        if ppid in postmasters and pid not in labels:
+            cmd = _cmdline(pid)  # "postgres: teto_queue teto 127.0.0.1(5432) idle"
+            words = cmd.split()
+            labels[pid] = f"pg:{words[1]}" if len(words) > 2 and words[0] == "postgres:" else "pg:background"
+    return {pid: (label, stats[pid][1] + stats[pid][2]) for pid, label in labels.items()}
+
+
+def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per label between the snapshots (a process new in ``after`` counts from zero)."""
+    out: dict[str, float] = defaultdict(float)
+    for pid, (label, cpu) in after.items():
+        start = before.get(pid, (label, 0.0))[1]
+        out[label] += max(0.0, cpu - start)
+    return dict(out)
+
+
+def per_job_ms(cpu: dict[str, float], jobs: int) -> dict[str, float]:
+    """Milliseconds of CPU per job, grouped: every executor-N as ``executors``, PostgreSQL backends per login."""
+    grouped: dict[str, float] = defaultdict(float)
+    for label, seconds in cpu.items():
+        grouped["executors" if label.startswith("executor") else label] += seconds
+    return {k: round(1000 * v / jobs, 1) for k, v in sorted(grouped.items(), key=lambda kv: -kv[1])}
