@@ -45,16 +45,36 @@ if sys.platform.startswith("linux"):
 
 def live_processes(proc: Path = Path("/proc")) -> list[tuple[int, int]]:
     """(pid, real uid) of every process that runs (a zombie runs nothing: it only waits to be reaped, which in a
-    container whose init does not reap may be never)."""
+    container whose init does not reap may be never).
+
+    Called twice per run (a uid taken, a uid swept), so it is kept cheap: one read of each ``status`` and only
+    its State and Uid lines looked at (a full parse of every line was most of an executor's CPU per trivial job:
+    77 ms against 18 ms for 180 processes)."""
     found = []
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = dict(line.split(":", 1) for line in (entry / "status").read_text().splitlines()
-                              if ":" in line)
-                if fields["State"].split()[0] not in ("Z", "X"):
-                    found.append((int(entry.name), int(fields["Uid"].split()[0])))
+    for name in os.listdir(proc):
+        if name.isdigit():
+            try:
+                with open(os.path.join(proc, name, "status"), "rb", buffering=0) as f:
+                    seen = state_and_uid(f.read(8192))
+            except OSError:
+                continue
+            if seen is not None and seen[0] not in (b"Z", b"X"):
+                found.append((int(name), seen[1]))
     return found
+
+
+def state_and_uid(status: bytes) -> tuple[bytes, int] | None:
+    """(state letter, real uid) from a /proc/<pid>/status text, or None when it has not both."""
+    state = None
+    for line in status.split(b"\n"):
+        if line.startswith(b"State:"):
+            state = (line[6:].split() or [b"?"])[0]
+        elif line.startswith(b"Uid:"):
+            uid = line[4:].split()
+            if state is None or not uid or not uid[0].isdigit():
+                return None
+            return state, int(uid[0])
+    return None
 
 
 def uids_with_processes(proc: Path = Path("/proc")) -> set[int]:
