@@ -26,7 +26,7 @@ from .secrets import open_env
 from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
-GUARD_MODULE = "agents.executor.guard"
+GUARD = Path(__file__).resolve().with_name("guard.py")  # run as a file: no package, no site (guard.py)
 # The installation this agent runs from, so that any python the user's command runs finds the SDK under its
 # public name, `teto.sdk` (which re-exports agents.executor.sdk).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def argv(grant: RunJob, settings: ExecutorSettings | None = None) -> list[str]:
     python = interpreter(settings)
     if isinstance(workload, CommandWorkload):
         # Through the guard, so that whatever the command starts dies with the agent (see guard.py).
-        return [python, "-m", GUARD_MODULE, "--", *workload.command]
+        return [python, "-I", "-S", str(GUARD), "--", *workload.command]
     return [python, "-m", FINETUNE_MODULE]
 
 
