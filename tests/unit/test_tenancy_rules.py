@@ -164,7 +164,10 @@ def test_a_requeue_whose_new_ceiling_can_never_fit_is_refused():
     account = budgets.BudgetAccount("a", 10 * 3600, consumed=8 * 3600, reservations={"j": 3600, "k": 3600})
     assert budgets.requeue_refusal(account, "j", 3600) is None
     refused = budgets.requeue_refusal(account, "j", 2 * 3600)
-    assert refused is not None and "1.0 GPU-h left" in refused.reason
+    assert refused is not None and refused.reason == ("organisation a budget: 1.0 GPU-h left, the new ceiling "
+                                                      "needs 2.0 GPU-h")
+    assert (refused.numbers["remaining_gpu_seconds"], refused.numbers["asked_gpu_seconds"],
+            refused.numbers["reserved_gpu_seconds"]) == (3600, 2 * 3600, 3600)  # k's reservation, not j's own
     assert budgets.requeue_refusal(budgets.BudgetAccount("a", None), "j", 10**9) is None
 
 
