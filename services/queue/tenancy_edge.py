@@ -85,7 +85,7 @@ async def running(conn: asyncpg.Connection) -> list[Running]:
                             f" FROM {T}.jobs WHERE state IN ('running', 'admitting') AND node_group IS NOT NULL")
     return [Running(r["id"], r["org"], r["node_group"], r["devices"], r["priority"],
                     r["admitted_at"] or r["updated_at"], tuple(r["workers"]),
-                    preemptible=r["state"] == "running" and len(r["workers"]) == 1,
+                    preemptible=r["state"] == "running",
                     stopping=r["stop_requested"] == PREEMPTED) for r in rows]
 
 

@@ -260,5 +260,19 @@ def test_a_job_already_stopping_for_a_reclaim_is_not_preempted_again_and_its_nod
     assert {result.waiting["a1"].code, result.waiting["a2"].code} == {WaitCode.RECLAIMING}
 
 
+def test_a_borrowing_gang_is_preempted_whole_for_a_job_within_its_nominal_share():
+    """b's nominal is 2 of 4 nodes; it holds 2 nodes with a gang still forming (never preempted) and runs a gang of 2 workers on the 2 it borrowed
+    from a.
+    a's gang of 2 wants its nominal back: b's gang is the victim (the newest), and its nodes are enough."""
+    a, b = org("a", 2), org("b", 2, borrow=None)
+    running = [Running("b-forming", "b", G, 2, admitted_at=T0, executors=(f"{G}-0", f"{G}-1"), preemptible=False),
+               Running("b-gang", "b", G, 2, admitted_at=T0 + timedelta(seconds=5), executors=(f"{G}-2", f"{G}-3"))]
+    result = plan(Snapshot(orgs(a, b), nodes(4, busy=4), [job("a-gang", "a", at=10, workers=2)], running,
+                           cohorts={"c": Cohort("c")}))
+    assert [p.job_id for p in result.preempted] == ["b-gang"]
+    assert result.waiting["a-gang"].code is WaitCode.RECLAIMING
+    assert result.waiting["a-gang"].numbers == {"preempted_jobs": 1, "devices": 2}
+
+
 def test_small_budgets_read_in_gpu_seconds():
     assert budgets.gpu_hours(3.2 * 3600) == "3.2 GPU-h" and budgets.gpu_hours(40) == "40 GPU-s"
