@@ -137,3 +137,18 @@ def test_lost_time_is_never_more_than_the_periods_charges_of_the_interrupted_run
     assert 0.0 <= lost <= charged * (1 + 1e-9) + 1e-9
     if not any("step" in (e.get("detail") or {}) for e in events):
         assert math.isclose(lost, charged, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_teto_usage_shows_the_gpu_hours_lost_per_row(monkeypatch, capsys):
+    from argparse import Namespace
+
+    from teto import cli_orgs
+    body = {"start": "2026-12-01T00:00:00+00:00", "end": "2027-01-01T00:00:00+00:00", "total_gpu_hours": 2.0,
+            "total_gpu_seconds": 7200.0,
+            "rows": [{"key": "north", "gpu_hours": 2.0, "jobs": {"succeeded": 1}, "interruptions": 1,
+                      "lost_gpu_seconds": 1800.0, "mean_queue_wait_seconds": 3.0, "checkpoint_cadence_met": 1.0}]}
+    monkeypatch.setattr(cli_orgs, "call", lambda *a, **kw: (200, body))
+    args = Namespace(org=None, period=None, group_by=None, csv=False, json=False)
+    assert cli_orgs.cmd_usage(args) == 0
+    header, row = capsys.readouterr().out.splitlines()[1:3]
+    assert header.split().index("LOST") == 4 and row.split()[4] == "0.5"  # 1800 GPU-s
