@@ -274,5 +274,21 @@ def test_a_borrowing_gang_is_preempted_whole_for_a_job_within_its_nominal_share(
     assert result.waiting["a-gang"].numbers == {"preempted_jobs": 1, "devices": 2}
 
 
+def test_a_borrower_admitted_in_the_same_pass_gives_back_the_node_a_reclaim_needs():
+    """a's nominal is 4 nodes, it holds 2 and wants a gang of 2; b (nominal 0) runs one job on a borrowed node and
+    queues another. The last free node would go to b's new job (it borrows) and the gang could then never fit;
+    instead b's new job is taken back (it has not started) and b's running job preempted: the gang reclaims."""
+    a, b = org("a", 4), org("b", 0, borrow=None)
+    running = [Running("a0", "a", G, 1, executors=(f"{G}-0",)), Running("a1", "a", G, 1, executors=(f"{G}-1",)),
+               Running("b0", "b", G, 1, executors=(f"{G}-2",))]
+    pending = [job("a-gang", "a", at=10, workers=2), job("b1", "b", at=11)]
+    result = plan(Snapshot(orgs(a, b), nodes(4, busy=3), pending, running, cohorts={"c": Cohort("c")}))
+    assert result.admitted == [] and [p.job_id for p in result.preempted] == ["b0"]
+    assert result.waiting["a-gang"].code is WaitCode.RECLAIMING
+    assert result.waiting["a-gang"].numbers == {"preempted_jobs": 1, "devices": 2}
+    assert result.waiting["b1"].code is WaitCode.QUOTA and "reclaimed by organisation a" in result.waiting["b1"].reason
+    assert quotas.held(result.usage, "b", G) == 1  # b1's admission is not counted
+
+
 def test_small_budgets_read_in_gpu_seconds():
     assert budgets.gpu_hours(3.2 * 3600) == "3.2 GPU-h" and budgets.gpu_hours(40) == "40 GPU-s"
