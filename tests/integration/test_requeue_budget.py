@@ -34,28 +34,30 @@ async def test_a_requeue_over_the_organisations_remaining_budget_is_refused_with
             assert (await c.command(job)).accepted
             run = await ex.take(timeout=15)
             await ex.report(RunStarted(job_id=run.job_id, epoch=run.epoch, executor_id=ex.id, device="cpu"))
-            record = UsageRecord(job_id=run.job_id, epoch=run.epoch, seq=1, devices=1, wall_seconds=100.0, last=True)
+            record = UsageRecord(job_id=run.job_id, epoch=run.epoch, seq=1, devices=1, wall_seconds=80.0, last=True)
             await bus.publish(c.js, c.s.usage(ex.id), UsageReport(executor_id=ex.id, node_id=f"node-{ex.id}",
                                                                  records=[record]))
+            # Stopped by the executor's own clock at the ceiling (80 s charged: below it, so no stop directive races
+            # the next grant to this executor).
             await ex.finish(RunOutcome.STOPPED, stop_reason="gpu_ceiling", last_step=10)
             await c.wait_state(job.job_id, "interrupted")
 
             async def charged() -> bool:
                 return await c.db.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = $1",
-                                           job.job_id) == 100.0
+                                           job.job_id) == 80.0
             await eventually(charged, 15)
 
-            # 100 of 200 consumed: 100 left. A ceiling of 300 asks for 200 more.
+            # 80 of 200 consumed: 120 left. A ceiling of 300 asks for 220 more.
             refused = await c.command(RequeueJob(actor="admin", job_id=job.job_id, gpu_ceiling_seconds=300))
             assert not refused.accepted
-            assert refused.reason == "organisation lab budget: 100 GPU-s left, the new ceiling needs 200 GPU-s"
+            assert refused.reason == "organisation lab budget: 120 GPU-s left, the new ceiling needs 220 GPU-s"
             numbers = refused.detail
-            assert (numbers["org"], numbers["remaining_gpu_seconds"], numbers["asked_gpu_seconds"]) == ("lab", 100, 200)
-            assert numbers["given_seconds"] == 300 and numbers["consumed_gpu_seconds"] == 100
+            assert (numbers["org"], numbers["remaining_gpu_seconds"], numbers["asked_gpu_seconds"]) == ("lab", 120, 220)
+            assert numbers["given_seconds"] == 300 and numbers["consumed_gpu_seconds"] == 80
             assert status_for("requeue", False, refused.reason, numbers) == 422  # what the gateway answers
             assert await c.state(job.job_id) == "interrupted"
 
-            # A ceiling of 190 asks for 90: it fits, and the job is queued (and runs) again.
+            # A ceiling of 190 asks for 110: it fits, and the job is queued (and runs) again.
             accepted = await c.command(RequeueJob(actor="admin", job_id=job.job_id, gpu_ceiling_seconds=190))
             assert accepted.accepted, accepted.reason
             again = await ex.take(timeout=15)
