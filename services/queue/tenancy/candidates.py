@@ -12,6 +12,7 @@ share then orders the chosen ones (``fairshare``, ``admission``); this only deci
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,5 +47,4 @@ def choose(queued: Iterable[Candidate], limit: int, held: Mapping[str, int] | No
         for job in sorted(jobs, key=within_org):
             total += max(1, job.devices)
             keyed.append((total / weight, job.created_at, job.job_id))
-    keyed.sort()
-    return [job_id for _, _, job_id in keyed[:max(0, limit)]]
+    return [job_id for _, _, job_id in heapq.nsmallest(max(0, limit), keyed)]
