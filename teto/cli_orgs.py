@@ -11,7 +11,8 @@ from .cli_client import CliError, _print, call, table
 ORG_COLUMNS = [("org", "name"), ("cohort", "cohort"), ("weight", "weight"), ("quotas", "quotas"),
                ("budget GPU-h", "budget"), ("period", "period")]
 USAGE_COLUMNS = [("key", "key"), ("GPU-h", "gpu_hours"), ("jobs", "jobs"), ("interruptions", "interruptions"),
-                 ("mean wait s", "mean_queue_wait_seconds"), ("ckpt cadence", "checkpoint_cadence_met")]
+                 ("lost GPU-h", "lost_gpu_hours"), ("mean wait s", "mean_queue_wait_seconds"),
+                 ("ckpt cadence", "checkpoint_cadence_met")]
 
 
 def parse_quota(text: str) -> tuple[str, dict[str, int | None]]:
@@ -85,7 +86,8 @@ def cmd_usage(args: argparse.Namespace) -> int:
         print(body, end="")
         return 0
     _, body = call(args, "GET", "/v1/usage", params=params)
-    rows = [{**r, "jobs": " ".join(f"{k}={v}" for k, v in r["jobs"].items() if v)} for r in body["rows"]]
+    rows = [{**r, "jobs": " ".join(f"{k}={v}" for k, v in r["jobs"].items() if v),
+             "lost_gpu_hours": round(float(r.get("lost_gpu_seconds") or 0.0) / 3600.0, 4)} for r in body["rows"]]
     head = (f"{body['start'][:10]} to {body['end'][:10]}: {body['total_gpu_hours']:.4f} GPU-h in total"
             f" ({body['total_gpu_seconds']:.1f} GPU-s, the ledger's sum)")
     _print(args, body, f"{head}\n{table(rows, USAGE_COLUMNS)}" if rows else f"{head}\nno usage")

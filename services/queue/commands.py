@@ -18,7 +18,7 @@ from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
-from . import policy, store
+from . import org_budgets, policy, store
 from . import tenancy_edge
 from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
 from .effects import apply
@@ -46,9 +46,10 @@ class Commands:
         return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))
 
     async def requeue(self, cmd: RequeueJob) -> CommandOutcome:
-        """The consumed GPU-seconds come from the budget service, its single writer. Asked outside any
-        transaction (never hold row locks across a network wait); with no answer the requeue is refused rather
-        than decided on a guess."""
+        """The consumed GPU-seconds come from the budget service, its single writer, and so does the
+        organisation's consumption this period the new ceiling is checked against (``org_budgets``). Asked
+        outside any transaction (never hold row locks across a network wait); with no answer the requeue is
+        refused rather than decided on a guess."""
         async with self.runtime.pool.acquire() as conn:
             answered = await store.answered(conn, cmd.command_id) is not None
         if answered:  # no budget question for a command already decided: answered again below
@@ -56,6 +57,12 @@ class Commands:
         consumed = await self.consumed_seconds(cmd.job_id)
         if consumed is None:
             return await self._decide(cmd, cmd.job_id, Refusal(BUDGET_UNAVAILABLE))
+        # The new ceiling against the organisation's budget now, not only at the next admission.
+        refused = await org_budgets.requeue_refusal(self.runtime, self.runtime.pool, cmd.job_id,
+                                                    cmd.gpu_ceiling_seconds, consumed, self.runtime.clock.now(),
+                                                    self.settings.budget_rpc_timeout_seconds)
+        if refused is not None:
+            return await self._decide(cmd, cmd.job_id, refused)
         return await self._decide(cmd, cmd.job_id, Requeue(cmd.gpu_ceiling_seconds, consumed, cmd.actor))
 
     async def consumed_seconds(self, job_id: str) -> float | None:

@@ -22,7 +22,7 @@ from libs.runtime import metrics, tracing
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
-from . import remaining, store, tenancy_edge
+from . import org_budgets, remaining, store, tenancy_edge
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob
 from .effects import messages_for
@@ -54,11 +54,22 @@ class Scheduler:
 
     async def place_once(self) -> int:
         lease = timedelta(seconds=self.settings.lease_seconds)
-        # 0. Jobs placed again carry what is left of their ceiling: the budget is asked now, before any row is
-        # locked (its answer takes up to half a second, and placement holds the queue's rows and lock).
+        # 0. The budget is asked now, before any row is locked (its answers take up to the RPC timeout, and
+        # placement holds the queue's rows and lock): what is left of the ceiling of each job placed again, and
+        # budgeted organisations' consumption this period for their reservations.
+        timeout = self.settings.budget_rpc_timeout_seconds
         async with self.runtime.pool.acquire() as conn:
-            again = await store.queued_jobs_placed_before(conn, self.settings.max_jobs_per_pass)
-        used = await remaining.ask(self.runtime, again, self.settings.budget_rpc_timeout_seconds) if again else {}
+            if not await store.any_queued(conn):
+                return 0
+            orgs = await tenancy_edge.organisations(conn)
+            # The candidates by share deficit (tenancy/candidates.py): a big organisation's many queued jobs
+            # cannot hide a small one's from fair share. Chosen again under the lock below (a pass may have
+            # committed in between); a job chosen only there is asked nothing (remaining.py, org_budgets.py).
+            chosen = await tenancy_edge.candidates(conn, orgs, self.settings.max_jobs_per_pass)
+            again = await store.queued_jobs_placed_before(conn, chosen)
+            consumption = await org_budgets.ask(self.runtime, conn, orgs, await store.db_now(conn), timeout,
+                                                jobs=[j.id for j in again])
+        used = await remaining.ask(self.runtime, again, timeout) if again else {}
         waited: list[float] = []  # queued -> granted, of each grant (observed once committed)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
@@ -67,8 +78,10 @@ class Scheduler:
             await conn.execute("SELECT pg_advisory_xact_lock($1)",
                                lock_key(f"{self.settings.subject_prefix}:queue:placement"))
             now = await store.db_now(conn)
-            # 2. Snapshot: queued jobs (locked); schedulable executors, free or busy; running jobs; organisations.
-            jobs = await store.queued_jobs(conn, self.settings.max_jobs_per_pass)
+            # 2. Snapshot: queued candidates (locked); schedulable executors, free or busy; running jobs; organisations.
+            orgs = await tenancy_edge.organisations(conn)
+            jobs = await store.queued_jobs(conn, await tenancy_edge.candidates(conn, orgs,
+                                                                             self.settings.max_jobs_per_pass))
             if not jobs:
                 return 0
             nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
@@ -77,12 +90,9 @@ class Scheduler:
             gangs = await GangGrants.snapshot(conn, self.settings)
             wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
             allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
-            orgs = await tenancy_edge.organisations(conn)
-            # Budgeted organisations: consumed this period and running jobs' remaining ceilings, from the budget.
-            accounts, needs, answered = await tenancy_edge.budget_accounts(
-                self.runtime, conn, orgs, jobs, now, self.settings.budget_rpc_timeout_seconds)
-            unanswered = {j.id for j in jobs if not answered and orgs.get(j.org) is not None
-                          and orgs[j.org].budget_gpu_seconds is not None}
+            # Budgeted organisations: consumed this period (step 0's answers) and running jobs' remaining ceilings.
+            accounts, needs, unknown = await org_budgets.accounts(conn, orgs, consumption, jobs)
+            unanswered = {j.id for j in jobs if j.org in unknown}
             pending = [replace(pending_of(j), needs_gpu_seconds=needs.get(j.id, 0.0)) for j in jobs
                        if j.id in allowed and j.id not in unanswered]
             snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
@@ -121,7 +131,7 @@ class Scheduler:
             waits = [*result.waiting.values(),
                      *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
                             "admitting or queued before this one") for j in jobs if j.id not in allowed),
-                     *(Wait(j, WaitCode.BUDGET, tenancy_edge.BUDGET_UNANSWERED) for j in unanswered)]
+                     *(Wait(j, WaitCode.BUDGET, org_budgets.UNANSWERED) for j in unanswered)]
             await tenancy_edge.note_waits(conn, waits, now)
         if placed or result.preempted:
             self.placed += len(placed)

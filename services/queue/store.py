@@ -170,18 +170,23 @@ async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] 
 
 # -- placement and lease scanning -------------------------------------------------------------------------
 
-async def queued_jobs(conn: asyncpg.Connection, limit: int) -> list[Job]:
-    """Queued jobs in arrival order, row-locked; rows another transaction holds are skipped, not waited on."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'queued' ORDER BY created_at, id LIMIT $1"
-                            " FOR UPDATE SKIP LOCKED", limit)
+async def queued_jobs(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:
+    """These queued jobs (a placement pass's candidates) in arrival order, row-locked; rows another transaction
+    holds are skipped, not waited on, and a job no longer queued is left out."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
+                            " FOR UPDATE SKIP LOCKED", list(ids))
     return [job_from_row(r) for r in rows]
 
 
-async def queued_jobs_placed_before(conn: asyncpg.Connection, limit: int) -> list[Job]:
-    """The queued jobs a placement pass may take that ran before (the only ones with consumption), unlocked: read
-    before the pass so the budget is asked with no row held."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'queued' AND lease_epoch > 0 ORDER BY created_at, id"
-                            " LIMIT $1", limit)
+async def any_queued(conn: asyncpg.Connection) -> bool:
+    return await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued')")
+
+
+async def queued_jobs_placed_before(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:
+    """Those of these queued jobs that ran before (the only ones with consumption), unlocked: read before the
+    pass so the budget is asked with no row held."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) AND state = 'queued' AND lease_epoch > 0"
+                            " ORDER BY created_at, id", list(ids))
     return [job_from_row(r) for r in rows]
 
 

@@ -2,7 +2,7 @@
 ``set_project`` and ``set_cohort`` commands, audited like every command), the submit check (the job's
 organisation and project must exist), and what a placement pass needs of them: a ``tenancy.admission.Snapshot``
 of organisations, cohorts, schedulable nodes (free or busy) and the running jobs' devices per organisation and
-node group. The waiting reason of each queued job is written back by the pass.
+node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from libs.contracts.budget import OrgBudgetReply, OrgBudgetRequest
 from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject, SubmitJob
 from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.tenancy import CohortSpec, OrgSpec
@@ -25,9 +24,9 @@ from libs.runtime.unit import Units
 from . import store
 from .domain.lifecycle import Refusal
 from .domain.preemption import PREEMPTED
-from .tenancy import budget as budgets
 from .tenancy.admission import Node, Wait
-from .tenancy.model import Cohort, GroupQuota, Organisation, Running
+from .tenancy.candidates import Candidate, choose
+from .tenancy.model import Cohort, GroupQuota, Organisation, Running, devices
 
 log = logging.getLogger(__name__)
 SERVICE = "queue"
@@ -86,8 +85,24 @@ async def running(conn: asyncpg.Connection) -> list[Running]:
                             f" FROM {T}.jobs WHERE state IN ('running', 'admitting') AND node_group IS NOT NULL")
     return [Running(r["id"], r["org"], r["node_group"], r["devices"], r["priority"],
                     r["admitted_at"] or r["updated_at"], tuple(r["workers"]),
-                    preemptible=r["state"] == "running" and len(r["workers"]) == 1,
+                    preemptible=r["state"] == "running",
                     stopping=r["stop_requested"] == PREEMPTED) for r in rows]
+
+
+async def candidates(conn: asyncpg.Connection | asyncpg.Pool, orgs: Mapping[str, Organisation],
+                     limit: int) -> list[str]:
+    """The ids of the queued jobs a placement pass considers, at most ``limit``, chosen by share deficit
+    (``tenancy.candidates``) on what each organisation holds now; read unlocked (the pass locks the rows)."""
+    rows = await conn.fetch(
+        f"SELECT id, org, created_at, priority, COALESCE((spec->>'workers')::int, 1) AS workers,"
+        f" COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus FROM {T}.jobs WHERE state = 'queued'")
+    if len(rows) <= limit:
+        return [r["id"] for r in rows]
+    held = await conn.fetch(f"SELECT org, sum(devices)::int AS devices FROM {T}.jobs"
+                            " WHERE state IN ('running', 'admitting') GROUP BY org")
+    return choose([Candidate(r["id"], r["org"], r["created_at"], r["priority"], devices(r["workers"], r["gpus"]))
+                   for r in rows], limit, {r["org"]: r["devices"] or 0 for r in held},
+                  {name: o.weight for name, o in orgs.items()})
 
 
 async def note_waits(conn: asyncpg.Connection, waits: Iterable[Wait], now: datetime) -> None:
@@ -107,51 +122,6 @@ async def note_run(conn: asyncpg.Connection, placed: Mapping[str, tuple[str, int
             f"UPDATE {T}.jobs j SET node_group = p.g, devices = p.d, waiting = NULL"
             " FROM unnest($1::text[], $2::text[], $3::int[]) AS p(id, g, d) WHERE j.id = p.id",
             list(placed), [g for g, _ in placed.values()], [d for _, d in placed.values()])
-
-
-# -- budget reservations (the budget service owns consumption) ---------------------------------------------
-
-BUDGET_UNANSWERED = ("organisation budget: the budget service did not answer; jobs of organisations with a budget "
-                     "wait until it does")
-
-
-async def budget_accounts(runtime: Runtime, conn: asyncpg.Connection, orgs: Mapping[str, Organisation],
-                          queued: list, now: datetime, timeout: float  # noqa: ANN001 - lifecycle Jobs
-                          ) -> tuple[dict[str, budgets.BudgetAccount], dict[str, float], bool]:
-    """Each budgeted organisation's account for this pass, each queued job's need, and whether the budget
-    service answered. ``consumed``: the organisation's charges since its period began; ``reservations``: the
-    remaining ceiling (ceiling - consumed) of each of its running jobs, so consumed + reserved is everything its
-    jobs may use. A queued job needs its remaining ceiling."""
-    budgeted = {n: o for n, o in orgs.items() if o.budget_gpu_seconds is not None}
-    if not budgeted:
-        return {}, {}, True
-    rows = await conn.fetch(f"SELECT id, org, (spec->>'gpu_ceiling_seconds')::float8 AS ceiling FROM {T}.jobs"
-                            " WHERE state IN ('running', 'admitting') AND org = ANY($1::text[])", list(budgeted))
-    waiting = [j for j in queued if j.org in budgeted]
-    ask = [r["id"] for r in rows] + [j.id for j in waiting if j.attempt_number > 0]
-    by_since: dict[datetime, list[str]] = {}
-    for org in budgeted.values():
-        by_since.setdefault(budgets.period_start(org.period, now), []).append(org.name)
-    org_consumed: dict[str, float] = {}
-    job_consumed: dict[str, float] = {}
-    try:
-        for since, names in by_since.items():
-            msg = await runtime.nc.request(runtime.subjects.rpc_budget_orgs,
-                                           OrgBudgetRequest(orgs=names, since=since, jobs=ask).encode(),
-                                           timeout=timeout)
-            reply = OrgBudgetReply.decode(msg.data)
-            org_consumed.update(reply.org_consumed)
-            job_consumed.update(reply.job_consumed)
-    except Exception as exc:  # noqa: BLE001 - no responders, timeout, contract: the same answer, never a guess
-        log.warning("budget status of organisations unavailable: %r", exc)
-        return {}, {}, False
-    reserved: dict[str, dict[str, float]] = {n: {} for n in budgeted}
-    for r in rows:
-        reserved[r["org"]][r["id"]] = max(0.0, (r["ceiling"] or 0.0) - job_consumed.get(r["id"], 0.0))
-    accounts = {n: budgets.BudgetAccount(n, o.budget_gpu_seconds, org_consumed.get(n, 0.0), reserved[n])
-                for n, o in budgeted.items()}
-    needs = {j.id: max(0.0, j.spec.gpu_ceiling_seconds - job_consumed.get(j.id, 0.0)) for j in waiting}
-    return accounts, needs, True
 
 
 # -- the admins' commands ---------------------------------------------------------------------------------

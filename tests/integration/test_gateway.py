@@ -49,6 +49,9 @@ CREATE SCHEMA IF NOT EXISTS budget;
 CREATE TABLE budget.jobs_public (job_id text, ceiling_seconds double precision, consumed_seconds double precision,
     remaining_seconds double precision, overshoot_seconds double precision, warning jsonb, ceiling_history jsonb);
 CREATE TABLE budget.ledger_public (job_id text, gpu_seconds double precision, at timestamptz);
+CREATE TABLE budget.usage_public (job_id text, epoch int, executor_id text, seq int, devices int,
+    wall_seconds double precision, gpu_seconds double precision, started_at timestamptz, ended_at timestamptz,
+    recorded_at timestamptz DEFAULT now(), last boolean DEFAULT false);
 """
 
 

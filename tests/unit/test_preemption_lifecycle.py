@@ -8,9 +8,12 @@ from dataclasses import replace
 import pytest
 
 from libs.contracts.jobs import JobEventKind, JobState
+from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
-from services.queue.domain.lifecycle import Finished, LeaseExpired, Preempt, StopOn, decide
+from services.queue.domain.lifecycle import Finished, LeaseExpired, LeaseFact, Preempt, StopOn, decide
 from services.queue.domain.preemption import PREEMPTED
+from tests.unit.test_gang_lifecycle import EPOCH as G_EPOCH
+from tests.unit.test_gang_lifecycle import W, fin, gang_job, running
 from tests.unit.test_lifecycle import EPOCH, EX, LATER, make_job
 
 pytestmark = pytest.mark.unit
@@ -64,6 +67,36 @@ def test_a_job_already_stopping_is_not_asked_again():
     assert t.job == job and t.effects == ()
 
 
-def test_a_gang_is_not_preempted():
-    job = make_job(JobState.RUNNING, workers=(EX, "ex-2"))
+def test_a_running_gang_is_asked_to_checkpoint_and_stop_on_every_worker():
+    t = decide(running(org="b"), FACT, LATER)
+    assert t.job.stop_requested == PREEMPTED and t.effects == (StopOn(W, G_EPOCH, PREEMPTED, checkpoint_first=True),)
+
+
+def test_a_forming_gang_is_not_preempted():
+    job = gang_job(JobState.ADMITTING, ready=1)
     assert decide(job, FACT, LATER).job == job
+
+
+@pytest.mark.parametrize("outcomes", [
+    (RunOutcome.STOPPED, RunOutcome.STOPPED, RunOutcome.STOPPED),
+    (RunOutcome.STOPPED, RunOutcome.FAILED, RunOutcome.ABANDONED),
+    (RunOutcome.SUCCEEDED, RunOutcome.STOPPED, RunOutcome.STOPPED)], ids=str)
+def test_a_preempted_gang_is_queued_again_for_free_once_every_worker_has_ended(outcomes):
+    job = decide(running(last_checkpoint={"step": 40, "path": "/c/40"}), FACT, LATER).job
+    for worker, outcome in zip(W[:-1], outcomes[:-1], strict=False):
+        job = decide(job, fin(worker, outcome, 1 if outcome is RunOutcome.FAILED else None), LATER).job
+        assert job.state is JobState.RUNNING and job.stop_requested == PREEMPTED  # waits for rank 0's checkpoint
+    t = decide(job, fin(W[-1], outcomes[-1]), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.workers == () and t.job.gang == ()
+    assert t.job.attempts[PREEMPTED] == 1 and t.job.attempts.get("training_error", 0) == 0
+    assert t.job.last_checkpoint == {"step": 40, "path": "/c/40"}
+    (event,) = t.events
+    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED and event.epoch == G_EPOCH
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, G_EPOCH, W[0], reason=PREEMPTED),)
+
+
+def test_a_preempted_gang_that_succeeded_on_every_worker_first_is_a_success():
+    job = decide(running(), FACT, LATER).job
+    for worker in W:
+        job = decide(job, fin(worker, RunOutcome.SUCCEEDED, 0), LATER).job
+    assert job.state is JobState.SUCCEEDED

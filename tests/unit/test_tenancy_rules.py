@@ -164,7 +164,10 @@ def test_a_requeue_whose_new_ceiling_can_never_fit_is_refused():
     account = budgets.BudgetAccount("a", 10 * 3600, consumed=8 * 3600, reservations={"j": 3600, "k": 3600})
     assert budgets.requeue_refusal(account, "j", 3600) is None
     refused = budgets.requeue_refusal(account, "j", 2 * 3600)
-    assert refused is not None and "1.0 GPU-h left" in refused.reason
+    assert refused is not None and refused.reason == ("organisation a budget: 1.0 GPU-h left, the new ceiling "
+                                                      "needs 2.0 GPU-h")
+    assert (refused.numbers["remaining_gpu_seconds"], refused.numbers["asked_gpu_seconds"],
+            refused.numbers["reserved_gpu_seconds"]) == (3600, 2 * 3600, 3600)  # k's reservation, not j's own
     assert budgets.requeue_refusal(budgets.BudgetAccount("a", None), "j", 10**9) is None
 
 
@@ -255,6 +258,36 @@ def test_a_job_already_stopping_for_a_reclaim_is_not_preempted_again_and_its_nod
     result = plan(Snapshot(snap.orgs, snap.nodes, snap.pending, running, snap.cohorts))
     assert [p.job_id for p in result.preempted] == ["b2"]  # one more for the second job, b3 already counted
     assert {result.waiting["a1"].code, result.waiting["a2"].code} == {WaitCode.RECLAIMING}
+
+
+def test_a_borrowing_gang_is_preempted_whole_for_a_job_within_its_nominal_share():
+    """b's nominal is 2 of 4 nodes; it holds 2 nodes with a gang still forming (never preempted) and runs a gang of 2 workers on the 2 it borrowed
+    from a.
+    a's gang of 2 wants its nominal back: b's gang is the victim (the newest), and its nodes are enough."""
+    a, b = org("a", 2), org("b", 2, borrow=None)
+    running = [Running("b-forming", "b", G, 2, admitted_at=T0, executors=(f"{G}-0", f"{G}-1"), preemptible=False),
+               Running("b-gang", "b", G, 2, admitted_at=T0 + timedelta(seconds=5), executors=(f"{G}-2", f"{G}-3"))]
+    result = plan(Snapshot(orgs(a, b), nodes(4, busy=4), [job("a-gang", "a", at=10, workers=2)], running,
+                           cohorts={"c": Cohort("c")}))
+    assert [p.job_id for p in result.preempted] == ["b-gang"]
+    assert result.waiting["a-gang"].code is WaitCode.RECLAIMING
+    assert result.waiting["a-gang"].numbers == {"preempted_jobs": 1, "devices": 2}
+
+
+def test_a_borrower_admitted_in_the_same_pass_gives_back_the_node_a_reclaim_needs():
+    """a's nominal is 4 nodes, it holds 2 and wants a gang of 2; b (nominal 0) runs one job on a borrowed node and
+    queues another. The last free node would go to b's new job (it borrows) and the gang could then never fit;
+    instead b's new job is taken back (it has not started) and b's running job preempted: the gang reclaims."""
+    a, b = org("a", 4), org("b", 0, borrow=None)
+    running = [Running("a0", "a", G, 1, executors=(f"{G}-0",)), Running("a1", "a", G, 1, executors=(f"{G}-1",)),
+               Running("b0", "b", G, 1, executors=(f"{G}-2",))]
+    pending = [job("a-gang", "a", at=10, workers=2), job("b1", "b", at=11)]
+    result = plan(Snapshot(orgs(a, b), nodes(4, busy=3), pending, running, cohorts={"c": Cohort("c")}))
+    assert result.admitted == [] and [p.job_id for p in result.preempted] == ["b0"]
+    assert result.waiting["a-gang"].code is WaitCode.RECLAIMING
+    assert result.waiting["a-gang"].numbers == {"preempted_jobs": 1, "devices": 2}
+    assert result.waiting["b1"].code is WaitCode.QUOTA and "reclaimed by organisation a" in result.waiting["b1"].reason
+    assert quotas.held(result.usage, "b", G) == 1  # b1's admission is not counted
 
 
 def test_small_budgets_read_in_gpu_seconds():

@@ -96,6 +96,15 @@ def gpu_seconds_after(samples: Iterable[Mapping[str, Any]], since: datetime | No
     return total
 
 
+def work_after_checkpoint(samples: Iterable[Mapping[str, Any]], checkpoint: Mapping[str, Any] | None) -> float:
+    """The GPU-seconds of a run's usage samples after ``checkpoint`` (a checkpoint as the queue records it, with
+    its ``at``): the work an interruption of that run throws away, since the next run resumes from the
+    checkpoint. Without a checkpoint (or one without a time) the whole run counts. The one computation behind
+    the job view's ``interruption_cost`` and the usage report's ``lost_gpu_seconds``."""
+    at = checkpoint.get("at") if isinstance(checkpoint, Mapping) else None
+    return gpu_seconds_after(samples, as_time(at))
+
+
 def interruption_cost(job: Mapping[str, Any], samples: Iterable[Mapping[str, Any]],
                       prov: Provisional) -> dict[str, Any] | None:
     """``{kind, steps, gpu_seconds, provisional_seconds, checkpoint_step, checkpoint_at, last_step, epoch}``:
@@ -114,7 +123,7 @@ def interruption_cost(job: Mapping[str, Any], samples: Iterable[Mapping[str, Any
     ckpt_step = ckpt.get("step")
     last_step = job.get("last_step")
     steps = max(int(last_step) - int(ckpt_step or 0), 0) if last_step is not None else 0
-    ledger = gpu_seconds_after(samples, as_time(ckpt.get("at")))
+    ledger = work_after_checkpoint(samples, ckpt)
     return {"kind": kind, "steps": steps, "gpu_seconds": round(ledger + prov.seconds, 3),
             "provisional_seconds": round(prov.seconds, 3), "checkpoint_step": ckpt_step,
             "checkpoint_at": ckpt.get("at"), "last_step": last_step, "epoch": job.get("lease_epoch")}

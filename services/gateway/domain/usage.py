@@ -8,7 +8,8 @@ Definitions (docs/tenancy.md):
 - ``jobs``: jobs by outcome (succeeded, failed, cancelled, interrupted, active) among the jobs charged or
   submitted in the period.
 - ``interruptions`` and ``lost_gpu_seconds``: runs ended without the job's consent (preemption, lease loss,
-  node failure, ceiling) and the GPU-seconds since each one's last checkpoint, the work thrown away.
+  node failure, gang timeout) and the GPU-seconds each one's charges in the period hold after its last
+  checkpoint, the work the next run must redo (``live.work_after_checkpoint``, the job view's computation).
 - ``checkpoint_cadence_met``: checkpoints made over checkpoints due (steps run / checkpoint_every_steps).
 - ``queue_wait_seconds``: time jobs spent queued before each admission, summed; the mean is per job.
 """
@@ -16,10 +17,13 @@ Definitions (docs/tenancy.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Any
+
+from .live import as_time, work_after_checkpoint
 
 
 class GroupBy(StrEnum):
@@ -147,10 +151,51 @@ INTERRUPTION_CAUSES = ("transport_lost", "node_failure", "preempted", "gang_time
 ENDED = {"succeeded", "failed", "cancelled", "interrupted"}
 
 
-def job_facts(job: dict, events: list[dict]) -> JobFacts:
-    """A job's facts for the report from its public row and its events in order: queue wait is the time from
-    each ``submitted``/``requeued`` (or back-off end) to the next ``leased``; checkpoints due are the steps run
-    over ``checkpoint_every_steps``."""
+def charged_at(sample: Mapping[str, Any]) -> datetime | None:
+    """When a usage sample counts, as ``budget.ledger_public`` says: the end of its stretch (the executor's
+    clock), or when it was recorded for an old sample without one."""
+    return as_time(sample.get("ended_at")) or as_time(sample.get("recorded_at"))
+
+
+def interrupted_runs(events: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any] | None]:
+    """The runs (lease epochs) that ended without the job's consent, each with the last checkpoint recorded
+    before its end (from any run: a run that made none resumed from it, so all its work is lost; None when the
+    job had none). A run ends with an event of its epoch whose reason is an interruption cause and that leaves
+    the running states (requeued, backoff, failed); a gang's ``requeued`` after its back-off has no epoch."""
+    out: dict[int, Mapping[str, Any] | None] = {}
+    checkpoint: Mapping[str, Any] | None = None
+    for event in events:
+        if event.get("event") == "checkpointed":
+            checkpoint = event.get("detail") if isinstance(event.get("detail"), Mapping) else None
+            continue
+        epoch = event.get("epoch")
+        if (event.get("reason") in INTERRUPTION_CAUSES and epoch is not None
+                and event.get("state") not in ("running", "admitting") and epoch not in out):
+            out[int(epoch)] = checkpoint
+    return out
+
+
+def lost_gpu_seconds(events: Iterable[Mapping[str, Any]], samples: Iterable[Mapping[str, Any]],
+                     start: datetime | None = None, end: datetime | None = None) -> float:
+    """GPU-seconds lost to interruptions: for each interrupted run, its usage samples charged in
+    ``[start, end)`` after its last checkpoint. Counting only the period's charges keeps every row's lost time
+    within its ``gpu_seconds``. ``samples`` are the job's (``budget.usage_public``), of any run."""
+    runs = interrupted_runs(events)
+    per_run: dict[int, list[Mapping[str, Any]]] = {}
+    for sample in samples:
+        at = charged_at(sample)
+        if sample.get("epoch") not in runs or at is None:
+            continue
+        if (start is None or at >= start) and (end is None or at < end):
+            per_run.setdefault(int(sample["epoch"]), []).append(sample)
+    return math.fsum(work_after_checkpoint(rows, runs[epoch]) for epoch, rows in per_run.items())
+
+
+def job_facts(job: dict, events: list[dict], samples: Iterable[Mapping[str, Any]] = (),
+              start: datetime | None = None, end: datetime | None = None) -> JobFacts:
+    """A job's facts for the report from its public row, its events in order and its usage samples: queue wait
+    is the time from each ``submitted``/``requeued`` (or back-off end) to the next ``leased``; checkpoints due
+    are the steps run over ``checkpoint_every_steps``; lost GPU-seconds as ``lost_gpu_seconds``."""
     attempts = job.get("attempts") or {}
     waited, since = 0.0, None
     checkpoints = 0
@@ -169,7 +214,7 @@ def job_facts(job: dict, events: list[dict]) -> JobFacts:
     return JobFacts(job["id"], job.get("org") or "default", job.get("project") or "default", job.get("owner") or "",
                     outcome=state if state in ENDED else "active",
                     interruptions=sum(int(attempts.get(c, 0)) for c in INTERRUPTION_CAUSES),
-                    queue_wait_seconds=waited, checkpoints_due=due, checkpoints_made=checkpoints)
+                    lost_gpu_seconds=lost_gpu_seconds(events, samples, start, end), queue_wait_seconds=waited, checkpoints_due=due, checkpoints_made=checkpoints)
 
 
 def period_window(period: str | None, now: datetime) -> tuple[datetime, datetime]:

@@ -2,8 +2,8 @@
 
 Changes are the queue's commands ``set_org``, ``set_project`` and ``set_cohort`` (audited like every command);
 an accepted change answers with the row now in force, read back from the queue's public views. ``GET /v1/usage``
-reads the budget's ledger (``budget.ledger_public``) and the queue's jobs and events, and reports GPU time and
-jobs per organisation, project or user (services/gateway/domain/usage.py); ``format=csv`` gives CSV.
+reads the budget's ledger (``budget.ledger_public``, and ``budget.usage_public`` for the runs interrupted), the
+queue's jobs and events, and reports GPU time and jobs per organisation, project or user (services/gateway/domain/usage.py); ``format=csv`` gives CSV.
 """
 
 from __future__ import annotations
@@ -103,11 +103,23 @@ async def usage_report(request: Request, org: str | None, start: datetime, end: 
         "queue.jobs_public", "SELECT id, org, project, owner, state, attempts, spec, last_step FROM queue.jobs_public"
         " WHERE (id = ANY($1::text[]) OR (created_at >= $2 AND created_at < $3)) AND ($4::text IS NULL OR org = $4)",
         ids, start, end, org)
-    events = await reads.public("queue.job_events_public", "SELECT job_id, event, time FROM queue.job_events_public"
-                                " WHERE job_id = ANY($1::text[]) ORDER BY job_id, seq", [j["id"] for j in jobs])
+    # Only a checkpoint's detail is needed (its time): a submitted event's detail holds the whole spec.
+    events = await reads.public(
+        "queue.job_events_public", "SELECT job_id, event, time, state, reason, epoch,"
+        " CASE WHEN event = 'checkpointed' THEN detail END AS detail FROM queue.job_events_public"
+        " WHERE job_id = ANY($1::text[]) ORDER BY job_id, seq", [j["id"] for j in jobs])
     by_job: dict[str, list[dict[str, Any]]] = {}
     for event in events:
         by_job.setdefault(event["job_id"], []).append(event)
-    facts = [usages.job_facts(j, by_job.get(j["id"], [])) for j in jobs]
+    # The usage samples of interrupted runs only: what the work lost to interruptions is counted from.
+    interrupted = [job_id for job_id, evs in by_job.items() if usages.interrupted_runs(evs)]
+    samples = await reads.public(
+        "budget.usage_public", "SELECT job_id, epoch, gpu_seconds, started_at, ended_at, recorded_at"
+        " FROM budget.usage_public WHERE job_id = ANY($1::text[]) ORDER BY job_id, epoch, executor_id, seq",
+        interrupted) if interrupted else []
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for sample in samples:
+        runs.setdefault(sample["job_id"], []).append(sample)
+    facts = [usages.job_facts(j, by_job.get(j["id"], []), runs.get(j["id"], []), start, end) for j in jobs]
     return usages.report([usages.Charge(c["job_id"], c["gpu_seconds"], c["at"]) for c in charges], facts, group_by,
                          start, end, org=org)

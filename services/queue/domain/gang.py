@@ -27,7 +27,9 @@ from libs.contracts.leases import LeaseEventKind
 from libs.contracts.policies import NodeFailureStrategy
 from libs.contracts.telemetry import EXIT_PEER_LOST, RunOutcome
 
+from . import preemption
 from .admission import backoff_due, timed_out
+from .preemption import PREEMPTED
 from .facts import (
     AdmissionDue,
     Effect,
@@ -197,6 +199,14 @@ def on_finished(job: Job, fact: Finished, now: datetime, attempt_failed: Any, in
     others = tuple(e for e in live(gang))
     everyone_ended = not others
 
+    # 0. A preemption's stop (checkpoint first): queued again for free once every worker has ended, so rank 0's
+    # checkpoint is reported first, whatever way each process ended (as a single worker's preempted run); a gang
+    # whose every worker succeeded before it could stop has succeeded (5.).
+    if job.stop_requested == PREEMPTED:
+        if not everyone_ended:
+            return Transition(job1)
+        if not all(w.ended == RunOutcome.SUCCEEDED.value for w in gang):
+            return preemption.requeue(job1, fact.epoch, now, leave, detail)
     # 1. A real training failure: spend an attempt now, and stop the rest of the gang.
     if fact.outcome is RunOutcome.FAILED and not peer_lost and job.stop_requested != CEILING_STOP:
         t = attempt_failed(job1, fact, now, detail)

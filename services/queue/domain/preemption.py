@@ -2,8 +2,9 @@
 organisation gets its nominal share back; when the run ends it is queued again, to resume from that checkpoint,
 spending no attempt (counted under ``preempted``). The events say why and for whom.
 
-Only a running single-worker job is preempted here: a gang keeps its node-failure rules, and placement chooses
-no gang as a victim.
+A running gang is preempted the same way: every worker is told to stop, checkpoint first (rank 0 writes it), and
+the gang is queued again once every worker has ended (``gang.on_finished``), like a ceiling stop; a worker lost
+meanwhile is a node failure, as ever. A forming gang (admitting) is never preempted: it holds nothing trained.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ class Preempt:
 
 
 def on_preempt(job: Job, fact: Preempt, now: datetime) -> Transition:
-    """Ask the run to checkpoint and stop. Anything but a running single worker is left alone (a job that ended
-    or is already stopping is old news: the placement pass that chose it saw an earlier state)."""
-    if job.state is not JobState.RUNNING or len(job.workers) != 1:
-        return Transition.unchanged(job, f"only a running single-worker job is preempted; this one is {job.state}")
+    """Ask the run (each of its workers) to checkpoint and stop. Anything not running is left alone (a job that
+    ended or is already stopping is old news: the placement pass that chose it saw an earlier state)."""
+    if job.state is not JobState.RUNNING or not job.workers:
+        return Transition.unchanged(job, f"only a running job is preempted; this one is {job.state}")
     if job.stop_requested is not None:
         return Transition.unchanged(job, f"a stop is already requested ({job.stop_requested})")
     new = replace(job, stop_requested=PREEMPTED, updated_at=now)
@@ -46,12 +47,17 @@ def preempted_run_ended(job: Job, fact: Finished, now: datetime, leave) -> Trans
     ordinary rules apply, e.g. a run that succeeded before it could stop)."""
     if job.stop_requested != PREEMPTED or fact.outcome.value == "succeeded":
         return None
+    job = replace(job, last_step=fact.last_step if fact.last_step is not None else job.last_step)
+    return requeue(job, fact.epoch, now, leave, {"outcome": fact.outcome.value, "last_step": fact.last_step})
+
+
+def requeue(job: Job, epoch: int, now: datetime, leave, detail: dict) -> Transition:  # noqa: ANN001
+    """The preempted run is over (a single worker's, or every worker of a gang): queued again, spending no
+    attempt, to resume from its last checkpoint (kept)."""
     attempts = {**job.attempts, PREEMPTED: job.attempts.get(PREEMPTED, 0) + 1}
-    new = leave(replace(job, attempts=attempts, last_step=fact.last_step if fact.last_step is not None
-                        else job.last_step), JobState.QUEUED, now)
-    detail = {"outcome": fact.outcome.value, "last_step": fact.last_step, PREEMPTED: attempts[PREEMPTED],
-              "resume_from": (job.last_checkpoint or {}).get("step")}
-    event = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=PREEMPTED, epoch=fact.epoch,
+    new = leave(replace(job, attempts=attempts), JobState.QUEUED, now)
+    detail = {**detail, PREEMPTED: attempts[PREEMPTED], "resume_from": (job.last_checkpoint or {}).get("step")}
+    event = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=PREEMPTED, epoch=epoch,
                        executor_id=job.executor_id, detail=detail)
     return Transition(new, (event,), (LeaseFact(LeaseEventKind.RELEASED, job.lease_epoch, job.executor_id or "",
                                                 reason=PREEMPTED),))

@@ -281,8 +281,11 @@ def plan(snap: Snapshot) -> Plan:
     # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
     # it holds back for them is not yet held).
     usage = quotas.copy(state.usage)
-    preempted = _reclaim(state, decided, waiting)
+    preempted, undone = _reclaim(state, decided, waiting, admitted)
     state.usage = usage
+    for a in undone:  # borrowers of this pass that give their nodes back to a reclaim: never started
+        quotas.add(state.usage, a.org, a.group, -a.devices)
+    admitted = [a for a in admitted if a not in undone]
     # 5. How many jobs are ahead of each one waiting for a node.
     for ahead, job in enumerate(decided):
         wait = waiting.get(job.job_id)
@@ -294,10 +297,19 @@ def plan(snap: Snapshot) -> Plan:
     return Plan(admitted, waiting, preempted, order_text, state.usage, state.budgets)
 
 
-def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> list[Preempt]:
+def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait],
+             admitted: list[Admit]) -> tuple[list[Preempt], list[Admit]]:
+    """Preemptions for jobs waiting within their nominal share, and this pass's borrowing admissions taken back
+    for them (a borrower admitted a moment ago gives its nodes back before any running job is stopped: it has
+    lost nothing; otherwise a borrower could take the last free node a reclaim needed together with a victim's)."""
     snap = state.snap
     out: list[Preempt] = []
+    undone: list[Admit] = []
     gone: set[str] = set()
+    priority = {p.job_id: p.priority for p in snap.pending}
+    fresh = {a.job_id: a for a in admitted if a.borrowing > 0}
+    borrowers = [Running(a.job_id, a.org, a.group, a.devices, priority.get(a.job_id, 0), None, a.workers)
+                 for a in fresh.values()]
     nodes = {n.executor_id: n for n in snap.nodes}
     # Nodes a reclaiming job may count on: the free ones, then those its victims free; each is counted once.
     spare = {g: sorted(n.gpus for n in free) for g, free in state.free.items()}
@@ -322,23 +334,40 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait]) -> 
             need = state.demand(group, job)
             if need is None or quotas.held(state.usage, org.name, group) + need > org.quota(group).nominal:
                 continue  # reclaiming gives back a nominal share, never more
-            victims = _victims(state, org, job, need, group, policy, gone, spare.setdefault(group, []), nodes)
+            victims = _victims(state, org, job, need, group, policy, gone, spare.setdefault(group, []), nodes,
+                               borrowers)
             if victims is None:
                 continue
             for run in victims:
                 gone.add(run.job_id)
                 quotas.add(state.usage, run.org, group, -run.devices)
+                if run.job_id in fresh:
+                    undone.append(fresh[run.job_id])
+                    _release(state, run.org, run.job_id)
+                    waiting[run.job_id] = Wait(run.job_id, WaitCode.QUOTA,
+                                               f"cohort {org.cohort}: node group {group} is reclaimed by organisation "
+                                               f"{org.name} within its nominal share", {"devices": run.devices},
+                                               group)
+                    continue
                 out.append(Preempt(run.job_id, run.org, job.job_id, org.name,
                                    f"preempted: organisation {run.org} borrowed {run.devices} devices of node group "
                                    f"{group}; organisation {org.name} reclaims its nominal share for job "
                                    f"{job.job_id}"))
+            stopped = sum(1 for run in victims if run.job_id not in fresh)
             quotas.add(state.usage, org.name, group, need)  # held for it: later jobs see it taken
             waiting[job.job_id] = Wait(job.job_id, WaitCode.RECLAIMING,
                                        f"reclaiming {need} devices of node group {group} by preemption of borrowed "
-                                       f"capacity ({len(victims)} job(s) preempted for it)",
-                                       {"preempted_jobs": len(victims), "devices": need}, group)
+                                       f"capacity ({stopped} job(s) preempted for it)",
+                                       {"preempted_jobs": stopped, "devices": need}, group)
             break
-    return out
+    return out, undone
+
+
+def _release(state: _Pass, org: str, job_id: str) -> None:
+    """A budget reservation made for an admission taken back: released, nothing used."""
+    account = state.budgets.get(org)
+    if account is not None and job_id in account.reservations:
+        state.budgets[org] = budgets.settle(account, job_id, 0.0)
 
 
 def _take(spare: list[int], workers: int, gpus: int) -> list[int] | None:
@@ -351,9 +380,10 @@ def _take(spare: list[int], workers: int, gpus: int) -> list[int] | None:
 
 
 def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: str, policy: Preemption, gone: set[str],
-             spare: list[int], nodes: Mapping[str, Node]) -> list[Running] | None:
-    """The fewest borrowed jobs, lowest priority and newest first, whose end lets ``job`` fit; None if none do.
-    On success ``spare`` loses the nodes the job will take and gains the rest of what its victims free."""
+             spare: list[int], nodes: Mapping[str, Node], borrowers: list[Running]) -> list[Running] | None:
+    """The fewest borrowed jobs whose end lets ``job`` fit, this pass's ``borrowers`` first (they have not
+    started), then running ones, lowest priority and newest first; None if none do. On success ``spare`` loses
+    the nodes the job will take and gains the rest of what its victims free."""
     snap = state.snap
     usage = quotas.copy(state.usage)
     pool = list(spare)
@@ -362,6 +392,9 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
                   and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
                   and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)]
     candidates.sort(key=lambda r: (r.priority, -(r.admitted_at.timestamp() if r.admitted_at else 0.0), r.job_id))
+    candidates = [r for r in borrowers if r.group == group and r.job_id not in gone and r.org != org.name
+                  and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
+                  and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)] + candidates
     chosen: list[Running] = []
 
     def enough() -> list[int] | None:

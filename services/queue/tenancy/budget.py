@@ -4,7 +4,7 @@ end releases what it did not use.
 ``available = budget - consumed - reserved``. A job is admitted only when its remaining ceiling fits in what is
 available, so however the running jobs end, consumption stays within the budget (a job is stopped at its
 ceiling). When a run ends, its reservation is replaced by what it really used (the ledger's figure). A requeue
-asks for a new ceiling: one that could never fit the organisation's budget is refused at once with the numbers.
+asks for a new ceiling: one that does not fit what the organisation has left is refused at once with the numbers.
 """
 
 from __future__ import annotations
@@ -77,15 +77,21 @@ def settle(account: BudgetAccount, job_id: str, used: float) -> BudgetAccount:
 
 
 def requeue_refusal(account: BudgetAccount, job_id: str, new_remaining: float) -> BudgetRefusal | None:
-    """A requeue's new remaining ceiling that exceeds all the budget could ever give it (nothing else reserved)."""
+    """A requeue's new remaining ceiling (new ceiling - consumed) checked at the command against what the
+    organisation has left this period: its budget less what it consumed and what its other jobs hold reserved
+    (the job's own reservation, if any, is its to replace). Over it, the requeue is refused with the numbers
+    (it could only wait); another try may fit once other runs end and release what they did not use."""
     if account.budget is None:
         return None
-    best = max(0.0, account.budget - account.consumed - (account.reserved - account.reservations.get(job_id, 0.0)))
+    others = account.reserved - account.reservations.get(job_id, 0.0)
+    best = max(0.0, account.budget - account.consumed - others)
     if new_remaining <= best:
         return None
-    return BudgetRefusal(f"organisation budget: {gpu_hours(best)} left, the new ceiling needs "
+    return BudgetRefusal(f"organisation {account.org} budget: {gpu_hours(best)} left, the new ceiling needs "
                          f"{gpu_hours(new_remaining)}",
-                         {"available_gpu_seconds": best, "job_needs_gpu_seconds": new_remaining})
+                         {"budget_gpu_seconds": account.budget, "consumed_gpu_seconds": account.consumed,
+                          "reserved_gpu_seconds": others, "remaining_gpu_seconds": best,
+                          "asked_gpu_seconds": new_remaining})
 
 
 def period_start(period: str, now: datetime) -> datetime:

@@ -120,5 +120,5 @@ class Running:
     priority: int = 0
     admitted_at: datetime | None = None
     executors: tuple[str, ...] = ()  # where it runs: a preemption frees these
-    preemptible: bool = True  # the queue preempts running single workers only (a gang keeps its own rules)
+    preemptible: bool = True  # running (single workers and gangs); a gang still forming is not
     stopping: bool = False  # already preempted and stopping: its nodes are coming free for whoever reclaims
