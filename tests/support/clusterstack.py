@@ -82,6 +82,21 @@ class ClusterWatch:
 
 
 @dataclass
+class StatusWatch:
+    """What ``teto status`` (``GET /v1/status``) showed after a member was killed: seconds from the kill until it
+    first named the loss and until it no longer did, the problems it named then, and how its answers came."""
+
+    member: str
+    lost_s: float | None = None
+    restored_s: float | None = None
+    loss_problems: list[str] = field(default_factory=list)
+    named: bool = False  # an answer during the loss named the member itself
+    answers: int = 0
+    unanswered: int = 0  # no gateway answered 200
+    slowest_s: float = 0.0  # the longest one request took
+
+
+@dataclass
 class ClusterStack(StackClient):
     root: Path
     stack: Stack | None = None
@@ -195,23 +210,30 @@ class ClusterStack(StackClient):
                 return r.json()
         return None
 
-    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> tuple[float | None, float]:
-        """Seconds from the kill until ``GET /v1/status`` first names ``named`` in its problems (or says a stream
-        has no leader; None when no answer came back whole while it was lost, as happens while the connections
-        move off the killed member), then until it answers with no such problem and nothing else wrong."""
-        lost: float | None = None
+    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> StatusWatch:
+        """From the kill, ``GET /v1/status`` every half second: when it first shows the loss (names ``named`` in
+        its problems, or says a stream has no leader), then when it shows the recovery (an answer with no such
+        problem after the loss was shown). Raises when either is never shown."""
+        seen = StatusWatch(named)
         while time.monotonic() - killed_at < timeout:
+            asked = time.monotonic()
             st = await self.status()
             now = time.monotonic() - killed_at
-            if st is not None:
-                hit = any(named in p or "no leader" in p for p in st["problems"])
-                if hit and lost is None:
-                    lost = now
-                if not hit and (lost is not None or st["ok"]):
-                    return lost, now
+            seen.answers += 1
+            seen.slowest_s = max(seen.slowest_s, time.monotonic() - asked)
+            if st is None:
+                seen.unanswered += 1
+            else:
+                hits = [p for p in st["problems"] if named in p or "no leader" in p]
+                seen.named = seen.named or any(named in p for p in hits)
+                if hits and seen.lost_s is None:
+                    seen.lost_s, seen.loss_problems = now, st["problems"]
+                if not hits and seen.lost_s is not None:
+                    seen.restored_s = now
+                    return seen
             await asyncio.sleep(0.5)
-        raise AssertionError(f"teto status did not show the loss and recovery of {named} within {timeout:.0f}s "
-                             f"(loss seen at {lost})")
+        raise AssertionError(f"teto status did not show the loss and then the recovery of {named} within "
+                             f"{timeout:.0f}s: {seen}")
 
     async def _answers(self, name: str) -> bool:
         if not name.startswith("gateway-"):

@@ -60,6 +60,18 @@ def test_a_member_never_seen_answering_is_named_by_its_url():
     assert [m["name"] for m in view["members"]] == ["node-1"]
 
 
+def test_a_member_never_seen_answering_is_named_when_the_streams_leave_no_doubt():
+    # The streams list node-1..3; node-1 and node-2 answered: the silent URL can only be node-3.
+    unnamed = (MemberProbe(URLS[0], "node-1"), MemberProbe(URLS[1], "node-2"), MemberProbe(URLS[2], None, "x"))
+    view, problems = nats_view(BusView("node-1", "teto", HEALTHY, probes=unnamed))
+    assert problems == [f"nats member node-3 ({URLS[2]}) did not answer: x"]
+    assert {m["name"]: m["online"] for m in view["members"]}["node-3"] is False
+    # Two silent URLs, or two candidates: no guess.
+    two = (MemberProbe(URLS[0], "node-1"), MemberProbe(URLS[1], None, "x"), MemberProbe(URLS[2], None, "x"))
+    assert nats_view(BusView("node-1", "teto", HEALTHY, probes=two))[1] == [
+        f"nats member at {URLS[1]} did not answer: x", f"nats member at {URLS[2]} did not answer: x"]
+
+
 def test_a_dead_member_that_still_leads_a_stream_in_a_stale_info_is_offline():
     view, problems = nats_view(BusView("node-1", "teto", (StreamView("A", 3, 0, "node-2", (Peer("node-1"),
                                                                                              Peer("node-3"))),),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -173,6 +173,17 @@ def consumers_view(replies: Iterable[ReplicaStatus]) -> list[dict[str, Any]]:
             for (service, durable), (lag, instance) in sorted(newest.items())]
 
 
+def name_probes(bus: BusView) -> tuple[MemberProbe, ...]:
+    """The probes, a failed one whose member's name is not known (it never answered this gateway) named after
+    all when that is certain: it is the one member the streams list that no answering probe is."""
+    listed = {n for s in bus.streams for n in (s.leader, *(p.name for p in s.peers)) if n}
+    unnamed = [p for p in bus.probes if p.error is not None and not p.name]
+    left = listed - {p.name for p in bus.probes if p.name}
+    if len(unnamed) == 1 and len(left) == 1:
+        return tuple(replace(p, name=next(iter(left))) if p is unnamed[0] else p for p in bus.probes)
+    return bus.probes
+
+
 def nats_view(bus: BusView) -> tuple[dict[str, Any], list[str]]:
     """The servers (members) seen through the streams' replicas, whether each is online, and each stream's
     replicas; a stream without a leader, or with a replica offline or behind, is a problem."""
@@ -182,7 +193,7 @@ def nats_view(bus: BusView) -> tuple[dict[str, Any], list[str]]:
     def member(name: str) -> dict[str, Any]:
         return members.setdefault(name, {"name": name, "online": True, "leads": []})
 
-    for probe in bus.probes:
+    for probe in name_probes(bus):
         if probe.error is None and probe.name:
             member(probe.name)["url"] = probe.url
         elif probe.error is not None:
