@@ -114,7 +114,7 @@ async def test_sigkill_of_the_nats_member_leading_the_command_stream(cluster: Cl
     # teto status (GET /v1/status) showed the member's loss while it lasted, then the streams whole again; every
     # answer came back (each part it asks has its own timeout: a dead member is a problem, not a failure).
     status = await watch["status"]
-    row.update(status_lost_s=status.lost_s, status_restored_s=status.restored_s,
+    row.update(status_lost_s=status.lost_s, status_restored_s=status.restored_s, status_ok_s=status.ok_s,
                status_loss_problems=status.loss_problems, status_slowest_s=status.slowest_s,
                status_unanswered=status.unanswered, lost_seen_s=seen.lost_s, restored_s=seen.restored_s,
                worst=seen.worst)

@@ -91,6 +91,7 @@ class StatusWatch:
     restored_s: float | None = None
     loss_problems: list[str] = field(default_factory=list)
     named: bool = False  # an answer during the loss named the member itself
+    ok_s: float | None = None  # the first answer after the recovery with no problem at all (None: not in 30 s)
     answers: int = 0
     unanswered: int = 0  # no gateway answered 200
     slowest_s: float = 0.0  # the longest one request took
@@ -213,7 +214,8 @@ class ClusterStack(StackClient):
     async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> StatusWatch:
         """From the kill, ``GET /v1/status`` every half second: when it first shows the loss (names ``named`` in
         its problems, or says a stream has no leader), then when it shows the recovery (an answer with no such
-        problem after the loss was shown). Raises when either is never shown."""
+        problem after the loss was shown), then when it is OK (no problem at all: the replicas that moved off the
+        member answer again). Raises when the loss or the recovery is never shown."""
         seen = StatusWatch(named)
         while time.monotonic() - killed_at < timeout:
             asked = time.monotonic()
@@ -228,8 +230,10 @@ class ClusterStack(StackClient):
                 seen.named = seen.named or any(named in p for p in hits)
                 if hits and seen.lost_s is None:
                     seen.lost_s, seen.loss_problems = now, st["problems"]
-                if not hits and seen.lost_s is not None:
+                if not hits and seen.lost_s is not None and seen.restored_s is None:
                     seen.restored_s = now
+                if seen.restored_s is not None and (st["ok"] or now - seen.restored_s > 30):
+                    seen.ok_s = now if st["ok"] else None
                     return seen
             await asyncio.sleep(0.5)
         raise AssertionError(f"teto status did not show the loss and then the recovery of {named} within "
