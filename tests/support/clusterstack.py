@@ -29,6 +29,8 @@ from tests.support.fleet import kill_orphaned_workloads
 from tests.support.services import eventually_blocking
 from tests.support.stackclient import StackClient, Submitted
 
+# The problems of GET /v1/status that are the bus's (services/gateway/domain/status.py nats_view).
+NATS_PROBLEMS = ("nats member ", "stream ", "NATS: ")
 MEMBERS = 3
 REPLICAS = 2
 EXECUTORS = 2  # 2 shared cores carry 3 servers, 10 service processes and the runs: keep the runs few
@@ -73,12 +75,14 @@ def behind(views: list[StreamView], members: set[str], replicas: int) -> dict[st
 @dataclass
 class ClusterWatch:
     """What the cluster showed after a member was killed: when its loss was seen and when every stream was
-    back at full strength (seconds from the kill), and the worst moment seen."""
+    back at full strength (seconds from the kill), the worst moment seen (the most problems at once), and
+    whether any moment showed the member itself lost (named, a stream without a leader, or no answer)."""
 
     member: str
     lost_s: float | None = None
     restored_s: float | None = None
     worst: dict[str, list[str]] = field(default_factory=dict)
+    showed_member: bool = False
 
 
 @dataclass
@@ -213,9 +217,10 @@ class ClusterStack(StackClient):
 
     async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> StatusWatch:
         """From the kill, ``GET /v1/status`` every half second: when it first shows the loss (names ``named`` in
-        its problems, or says a stream has no leader), then when it shows the recovery (an answer with no such
-        problem after the loss was shown), then when it is OK (no problem at all: the replicas that moved off the
-        member answer again). Raises when the loss or the recovery is never shown."""
+        its problems, or says a stream has no leader), then when it shows the recovery (after the loss was shown,
+        an answer with no NATS problem at all: every member answering, every stream's info read, each with a
+        leader and all replicas current), then when it is OK (no problem at all: the replicas that moved off the
+        member answer again, their singletons held). Raises when the loss or the recovery is never shown."""
         seen = StatusWatch(named)
         while time.monotonic() - killed_at < timeout:
             asked = time.monotonic()
@@ -230,7 +235,8 @@ class ClusterStack(StackClient):
                 seen.named = seen.named or any(named in p for p in hits)
                 if hits and seen.lost_s is None:
                     seen.lost_s, seen.loss_problems = now, st["problems"]
-                if not hits and seen.lost_s is not None and seen.restored_s is None:
+                if seen.lost_s is not None and seen.restored_s is None and not any(
+                        p.startswith(NATS_PROBLEMS) for p in st["problems"]):
                     seen.restored_s = now
                 if seen.restored_s is not None and (st["ok"] or now - seen.restored_s > 30):
                     seen.ok_s = now if st["ok"] else None
@@ -286,6 +292,8 @@ class ClusterStack(StackClient):
                     seen.lost_s = now
                 if sum(map(len, state.values())) > sum(map(len, seen.worst.values())):
                     seen.worst = state
+                seen.showed_member = seen.showed_member or any(
+                    member in p or "no leader" in p or "no answer" in p for ps in state.values() for p in ps)
                 if not state and seen.lost_s is not None:
                     seen.restored_s = now
                     return seen

@@ -185,8 +185,9 @@ def name_probes(bus: BusView) -> tuple[MemberProbe, ...]:
 
 
 def nats_view(bus: BusView) -> tuple[dict[str, Any], list[str]]:
-    """The servers (members) seen through the streams' replicas, whether each is online, and each stream's
-    replicas; a stream without a leader, or with a replica offline or behind, is a problem."""
+    """The servers (members) probed and seen through the streams' replicas, whether each is online, and each
+    stream's replicas; a member not answering its probe, a stream without a leader, with a replica offline or
+    behind or whose info failed, and the bus itself unreachable, are problems."""
     problems: list[str] = []
     members: dict[str, dict[str, Any]] = {}
 
