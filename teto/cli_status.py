@@ -30,8 +30,11 @@ def render(status: Mapping[str, Any]) -> str:
                  + (f" (cluster {nats['cluster']})" if nats.get("cluster") else ""))
     for m in nats.get("members") or []:
         lines.append(f"  member {m['name']}: {'online' if m['online'] else 'OFFLINE'}, leads {len(m['leads'])} "
-                     "stream(s)")
+                     "stream(s)" + (f" ({m['url']})" if m.get("url") else ""))
     for s in nats.get("streams") or []:
+        if s.get("error"):
+            lines.append(f"  stream {s['name']}: NO INFO: {s['error']}")
+            continue
         peers = ", ".join(f"{p['name']}{' OFFLINE' if p['offline'] else '' if p['current'] else ' behind'}"
                           for p in s["peers"])
         lines.append(f"  stream {s['name']}: R{s['replicas']}, leader {s['leader'] or 'NONE'}"
@@ -44,7 +47,10 @@ def render(status: Mapping[str, Any]) -> str:
                  else f"database: UNREACHABLE: {db.get('error')}")
     ex = status.get("executors") or {}
     states = ", ".join(f"{k} {v}" for k, v in (ex.get("by_state") or {}).items())
-    lines.append(f"executors: {ex.get('total', 0)}" + (f" ({states})" if states else ""))
+    if ex.get("error"):
+        lines.append(f"executors: UNREADABLE: {ex['error']}")
+    else:
+        lines.append(f"executors: {ex.get('total', 0)}" + (f" ({states})" if states else ""))
     return "\n".join(lines)
 
 

@@ -119,7 +119,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
     app.state.dead_letters = dead_letters if dead_letters is not None else (DeadLetters(runtime) if runtime else None)
     app.state.job_logs = job_logs if job_logs is not None else (JobLogs(runtime) if runtime else None)
-    app.state.status = (StatusGatherer(runtime, app.state.reads, settings.status_wait_seconds)
+    app.state.status = (StatusGatherer(runtime, app.state.reads, settings.status_wait_seconds,
+                                       settings.status_part_timeout_seconds, settings.status_forget_seconds)
                         if runtime is not None else None)
 
     @app.exception_handler(ApiError)

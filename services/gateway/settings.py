@@ -32,6 +32,12 @@ class GatewaySettings(CommonSettings):
     tls_key_file: Path | None = Field(None, description="The private key of tls_cert_file (PEM)")
     status_wait_seconds: float = Field(1.0, gt=0, le=30, description="How long GET /v1/status collects the "
                                        "replicas' answers (a replica slower than this shows as missing)")
+    status_part_timeout_seconds: float = Field(
+        1.5, gt=0, le=30, description="How long GET /v1/status waits for each other part it asks (each NATS member, "
+        "each stream's info, the database, the executors); one slower is named a problem, the rest still shown")
+    status_forget_seconds: float = Field(
+        120.0, gt=0, le=86_400, description="How long GET /v1/status names a replica that answered before and "
+        "no longer does (unless one started since replaces it); then it is forgotten")
 
     def check(self) -> None:
         super().check()

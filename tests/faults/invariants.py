@@ -24,6 +24,7 @@ from typing import Any
 
 import nats
 
+from libs.runtime import bus
 from services.budget.domain.ledger import gpu_seconds
 from tests.support.faultstack import PREFIX
 from tests.support.stackclient import StackClient
@@ -245,11 +246,11 @@ async def _nothing_missing(stack: StackClient) -> None:
 
 
 async def _unless_unanswered(read: Awaitable[Any]) -> Any:
-    """A JetStream read that got no answer in time (a loaded cluster, leaders being elected) is "not yet", to be
-    asked again, not a broken invariant; None then."""
+    """A JetStream read that got no answer in time, or a 503 (a loaded cluster, leaders being elected: the
+    transient errors of libs/runtime/bus.py), is "not yet", to be asked again, not a broken invariant; None then."""
     try:
         return await read
-    except nats.errors.TimeoutError:
+    except bus.TRANSIENT_JS_ERRORS:
         return None
 
 

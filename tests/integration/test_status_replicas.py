@@ -1,8 +1,8 @@
 """Two replicas of every service, each its own process with its own metrics endpoint (the fault matrix's stack):
 counters summed over the replicas count each fact once (GPU-seconds charged equal the ledger's sum, grants equal
 the jobs' ``leased`` events), ``GET /v1/status`` lists both replicas of each service with every singleton held by
-exactly one, and after the replica holding the queue's singletons is SIGKILLed it shows the loss, then the
-survivor holding them."""
+exactly one, and after the replica holding the queue's singletons is SIGKILLed it shows the loss (the lost
+replica named, for as long as ``status_forget_seconds``) and the survivor holding them."""
 
 from __future__ import annotations
 
@@ -100,15 +100,18 @@ async def test_counters_sum_over_replicas_and_status_shows_a_lost_replica_and_th
     instances = {s.labels["instance"] for i in (1, 2) for s in stack.scrape(f"queue-{i}")["teto_replica"]}
     assert len(instances) == 2  # two series, one per replica
 
-    # 3. SIGKILL the replica holding the queue's placement: status shows one replica, then the survivor holding
-    # every queue singleton.
+    # 3. SIGKILL the replica holding the queue's placement (nothing restarts it here): status shows one replica,
+    # names the lost one as not answering (it answered before), and the survivor holding every queue singleton.
     holder = queue["queue-placement"]
     victim = next(f"queue-{i}" for i in (1, 2)
                   if any(s.value == 1 and s.labels["singleton"] == "queue-placement"
                          for s in stack.scrape(f"queue-{i}")["teto_singleton_leader"]))
     stack.kill(victim)
-    after = await status_where(stack, lambda s: len(replicas(s, "queue")) == 1 and s["ok"],
-                               "one queue replica left, holding every queue singleton")
+    lost = f"queue: replica {holder} did not answer"
+    after = await status_where(stack, lambda s: len(replicas(s, "queue")) == 1 and len(s["problems"]) == 1
+                               and s["problems"][0].startswith(lost),
+                               "one queue replica left, holding every queue singleton, the lost one named")
+    assert after["ok"] is False
     (survivor,) = replicas(after, "queue")
     assert survivor != holder
     assert set(after["services"]["queue"]["singletons"].values()) == {survivor}

@@ -29,6 +29,8 @@ from tests.support.fleet import kill_orphaned_workloads
 from tests.support.services import eventually_blocking
 from tests.support.stackclient import StackClient, Submitted
 
+# The problems of GET /v1/status that are the bus's (services/gateway/domain/status.py nats_view).
+NATS_PROBLEMS = ("nats member ", "stream ", "NATS: ")
 MEMBERS = 3
 REPLICAS = 2
 EXECUTORS = 2  # 2 shared cores carry 3 servers, 10 service processes and the runs: keep the runs few
@@ -73,12 +75,30 @@ def behind(views: list[StreamView], members: set[str], replicas: int) -> dict[st
 @dataclass
 class ClusterWatch:
     """What the cluster showed after a member was killed: when its loss was seen and when every stream was
-    back at full strength (seconds from the kill), and the worst moment seen."""
+    back at full strength (seconds from the kill), the worst moment seen (the most problems at once), and
+    whether any moment showed the member itself lost (named, a stream without a leader, or no answer)."""
 
     member: str
     lost_s: float | None = None
     restored_s: float | None = None
     worst: dict[str, list[str]] = field(default_factory=dict)
+    showed_member: bool = False
+
+
+@dataclass
+class StatusWatch:
+    """What ``teto status`` (``GET /v1/status``) showed after a member was killed: seconds from the kill until it
+    first named the loss and until it no longer did, the problems it named then, and how its answers came."""
+
+    member: str
+    lost_s: float | None = None
+    restored_s: float | None = None
+    loss_problems: list[str] = field(default_factory=list)
+    named: bool = False  # an answer during the loss named the member itself
+    ok_s: float | None = None  # the first answer after the recovery with no problem at all (None: not in 30 s)
+    answers: int = 0
+    unanswered: int = 0  # no gateway answered 200
+    slowest_s: float = 0.0  # the longest one request took
 
 
 @dataclass
@@ -195,23 +215,35 @@ class ClusterStack(StackClient):
                 return r.json()
         return None
 
-    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> tuple[float | None, float]:
-        """Seconds from the kill until ``GET /v1/status`` first names ``named`` in its problems (or says a stream
-        has no leader; None when no answer came back whole while it was lost, as happens while the connections
-        move off the killed member), then until it answers with no such problem and nothing else wrong."""
-        lost: float | None = None
+    async def status_sees(self, named: str, killed_at: float, timeout: float = 120) -> StatusWatch:
+        """From the kill, ``GET /v1/status`` every half second: when it first shows the loss (names ``named`` in
+        its problems, or says a stream has no leader), then when it shows the recovery (after the loss was shown,
+        an answer with no NATS problem at all: every member answering, every stream's info read, each with a
+        leader and all replicas current), then when it is OK (no problem at all: the replicas that moved off the
+        member answer again, their singletons held). Raises when the loss or the recovery is never shown."""
+        seen = StatusWatch(named)
         while time.monotonic() - killed_at < timeout:
+            asked = time.monotonic()
             st = await self.status()
             now = time.monotonic() - killed_at
-            if st is not None:
-                hit = any(named in p or "no leader" in p for p in st["problems"])
-                if hit and lost is None:
-                    lost = now
-                if not hit and (lost is not None or st["ok"]):
-                    return lost, now
+            seen.answers += 1
+            seen.slowest_s = max(seen.slowest_s, time.monotonic() - asked)
+            if st is None:
+                seen.unanswered += 1
+            else:
+                hits = [p for p in st["problems"] if named in p or "no leader" in p]
+                seen.named = seen.named or any(named in p for p in hits)
+                if hits and seen.lost_s is None:
+                    seen.lost_s, seen.loss_problems = now, st["problems"]
+                if seen.lost_s is not None and seen.restored_s is None and not any(
+                        p.startswith(NATS_PROBLEMS) for p in st["problems"]):
+                    seen.restored_s = now
+                if seen.restored_s is not None and (st["ok"] or now - seen.restored_s > 30):
+                    seen.ok_s = now if st["ok"] else None
+                    return seen
             await asyncio.sleep(0.5)
-        raise AssertionError(f"teto status did not show the loss and recovery of {named} within {timeout:.0f}s "
-                             f"(loss seen at {lost})")
+        raise AssertionError(f"teto status did not show the loss and then the recovery of {named} within "
+                             f"{timeout:.0f}s: {seen}")
 
     async def _answers(self, name: str) -> bool:
         if not name.startswith("gateway-"):
@@ -260,6 +292,8 @@ class ClusterStack(StackClient):
                     seen.lost_s = now
                 if sum(map(len, state.values())) > sum(map(len, seen.worst.values())):
                     seen.worst = state
+                seen.showed_member = seen.showed_member or any(
+                    member in p or "no leader" in p or "no answer" in p for ps in state.values() for p in ps)
                 if not state and seen.lost_s is not None:
                     seen.restored_s = now
                     return seen

@@ -1,13 +1,20 @@
 """The control plane's own health in one view (``GET /v1/status``, ``teto status``), as pure functions of what
-was gathered: the replicas that answered the status request, the NATS streams' cluster info, the database
-probe and the executors' view. Every verdict here names what is wrong in ``problems``; ``ok`` is their absence.
+was gathered: the replicas that answered the status request, each NATS member's probe, the NATS streams' cluster
+info, the database probe and the executors' view. Every verdict here names what is wrong in ``problems``; ``ok``
+is their absence.
+
+Each part is asked on its own with a short timeout (services/gateway/status.py): a part that failed or did not
+answer in time arrives here as that failure, named among the problems, while every other part is reported. So
+the answer degrades during a loss (a member killed, connections moving to the others) instead of failing whole:
+the loss is what an operator must see.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from libs.contracts.status import ReplicaStatus
@@ -33,11 +40,35 @@ class StreamView:
 
 
 @dataclass(frozen=True)
+class StreamFailure:
+    """A stream whose info did not come back (timed out, no responder, JetStream unavailable)."""
+
+    name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class MemberProbe:
+    """One NATS member as its client port answered (the INFO a server sends first): its server name, or why
+    not. ``name`` may be known from an earlier answer when this one failed."""
+
+    url: str
+    name: str | None = None
+    error: str | None = None  # None: it answered
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.url})" if self.name else f"at {self.url}"
+
+
+@dataclass(frozen=True)
 class BusView:
     connected_to: str | None
     cluster: str | None
     streams: tuple[StreamView, ...] = ()
-    error: str | None = None  # the stream infos could not be read
+    error: str | None = None  # the bus itself could not be asked (the gateway's connection is down)
+    failed: tuple[StreamFailure, ...] = ()
+    probes: tuple[MemberProbe, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,6 +122,44 @@ def services_view(replies: Iterable[ReplicaStatus], expected: Sequence[str]) -> 
     return out, problems
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A replica an earlier status answer included: a later answer without it names it missing."""
+
+    service: str
+    instance: str
+    started_at: datetime
+    last_seen: datetime
+
+
+def remember(seen: Mapping[tuple[str, str], Seen], replies: Iterable[ReplicaStatus], now: datetime,
+             forget_after: float) -> dict[tuple[str, str], Seen]:
+    """The replicas seen so far, updated with those that answered ``now``; one not seen for ``forget_after``
+    seconds is forgotten (scaled down, or replaced under a new name long ago)."""
+    out = {key: s for key, s in seen.items() if (now - s.last_seen).total_seconds() <= forget_after}
+    for r in replies:
+        out[(r.service, r.instance)] = Seen(r.service, r.instance, r.started_at, now)
+    return out
+
+
+def missing_replicas(seen: Mapping[tuple[str, str], Seen], replies: Iterable[ReplicaStatus],
+                     now: datetime) -> list[str]:
+    """Replicas an earlier answer included that did not answer now: each a problem, unless a replica of the same
+    service that did answer started after the missing one was last seen (it replaced it under a new name: the
+    default instance name is ``<host>:<pid>``)."""
+    replies = list(replies)
+    answered = {(r.service, r.instance) for r in replies}
+    problems = []
+    for (service, instance), s in sorted(seen.items()):
+        if (service, instance) in answered:
+            continue
+        if any(r.service == service and r.started_at > s.last_seen for r in replies):
+            continue
+        problems.append(f"{service}: replica {instance} did not answer "
+                        f"(last seen {(now - s.last_seen).total_seconds():.0f} s ago)")
+    return problems
+
+
 def consumers_view(replies: Iterable[ReplicaStatus]) -> list[dict[str, Any]]:
     """Lag per durable: replicas of one service share a durable, so the freshest sample of it is the figure."""
     newest: dict[tuple[str, str], tuple[Any, str]] = {}
@@ -104,15 +173,34 @@ def consumers_view(replies: Iterable[ReplicaStatus]) -> list[dict[str, Any]]:
             for (service, durable), (lag, instance) in sorted(newest.items())]
 
 
+def name_probes(bus: BusView) -> tuple[MemberProbe, ...]:
+    """The probes, a failed one whose member's name is not known (it never answered this gateway) named after
+    all when that is certain: it is the one member the streams list that no answering probe is."""
+    listed = {n for s in bus.streams for n in (s.leader, *(p.name for p in s.peers)) if n}
+    unnamed = [p for p in bus.probes if p.error is not None and not p.name]
+    left = listed - {p.name for p in bus.probes if p.name}
+    if len(unnamed) == 1 and len(left) == 1:
+        return tuple(replace(p, name=next(iter(left))) if p is unnamed[0] else p for p in bus.probes)
+    return bus.probes
+
+
 def nats_view(bus: BusView) -> tuple[dict[str, Any], list[str]]:
-    """The servers (members) seen through the streams' replicas, whether each is online, and each stream's
-    replicas; a stream without a leader, or with a replica offline or behind, is a problem."""
+    """The servers (members) probed and seen through the streams' replicas, whether each is online, and each
+    stream's replicas; a member not answering its probe, a stream without a leader, with a replica offline or
+    behind or whose info failed, and the bus itself unreachable, are problems."""
     problems: list[str] = []
     members: dict[str, dict[str, Any]] = {}
 
     def member(name: str) -> dict[str, Any]:
         return members.setdefault(name, {"name": name, "online": True, "leads": []})
 
+    for probe in name_probes(bus):
+        if probe.error is None and probe.name:
+            member(probe.name)["url"] = probe.url
+        elif probe.error is not None:
+            problems.append(f"nats member {probe.label} did not answer: {probe.error}")
+            if probe.name:
+                member(probe.name).update(url=probe.url, answered=False)
     if bus.connected_to:
         member(bus.connected_to)
     streams = []
@@ -133,9 +221,13 @@ def nats_view(bus: BusView) -> tuple[dict[str, Any], list[str]]:
         streams.append({"name": s.name, "replicas": s.replicas, "messages": s.messages, "leader": s.leader,
                         "peers": [{"name": p.name, "current": p.current, "offline": p.offline, "lag": p.lag}
                                   for p in s.peers]})
-    # A server that leads a stream is up, whatever an older peer list says of it.
+    for f in bus.failed:
+        problems.append(f"stream {f.name}: info failed: {f.error}")
+        streams.append({"name": f.name, "error": f.error})
+    # A server that leads a stream is up, whatever an older peer list says of it; one whose client port did not
+    # answer its probe is down, whatever a stream info (read from the survivors, maybe before they noticed) says.
     for m in members.values():
-        m["online"] = m["online"] or bool(m["leads"])
+        m["online"] = (m["online"] or bool(m["leads"])) and m.pop("answered", True)
     if bus.error:
         problems.append(f"NATS: {bus.error}")
     return ({"connected_to": bus.connected_to, "cluster": bus.cluster,
@@ -153,7 +245,10 @@ def executor_state(row: Mapping[str, Any]) -> str:
     return "idle" if row.get("accepting") else "not_accepting"
 
 
-def executors_view(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+def executors_view(rows: Iterable[Mapping[str, Any]] | str) -> tuple[dict[str, Any], list[str]]:
+    """Executors by state; ``rows`` is the reason when they could not be read."""
+    if isinstance(rows, str):
+        return {"total": None, "by_state": {}, "error": rows}, [f"executors: unreadable: {rows}"]
     rows = list(rows)
     states = Counter(executor_state(r) for r in rows)
     problems = [f"{states['no_signal']} executor(s) without signal"] if states["no_signal"] else []
@@ -165,15 +260,29 @@ def database_view(db: DatabaseView) -> tuple[dict[str, Any], list[str]]:
     return view, ([] if db.reachable else [f"database unreachable: {db.error}"])
 
 
-def summarize(replies: Sequence[ReplicaStatus], bus: BusView, db: DatabaseView,
-              executors: Iterable[Mapping[str, Any]], *, expected: Sequence[str]) -> Status:
+def summarize(replies: Sequence[ReplicaStatus] | None, bus: BusView, db: DatabaseView,
+              executors: Iterable[Mapping[str, Any]] | str, *, expected: Sequence[str],
+              seen: Mapping[tuple[str, str], Seen] | None = None, now: datetime | None = None) -> Status:
+    """The whole view. ``replies`` is None when the replicas could not be asked (the bus itself is down: its
+    problem says so, and no service is called missing for it); ``seen`` (with ``now``) the replicas earlier
+    answers included, each missing one a problem; ``executors`` the reason when they could not be read."""
     status = Status()
-    status.services, problems = services_view(replies, expected)
+    if replies is None:
+        status.services, problems = {}, []
+    else:
+        status.services, problems = services_view(replies, expected)
+        if seen:
+            problems += missing_replicas(seen, replies, now or max(s.last_seen for s in seen.values()))
     status.nats, more = nats_view(bus)
     problems += more
-    status.consumers = consumers_view(replies)
+    status.consumers = consumers_view(replies or ())
     status.database, more = database_view(db)
     problems += more
     status.executors, more = executors_view(executors)
     status.problems = problems + more
     return status
+
+
+def unanswered(reason: str) -> Status:
+    """The answer when gathering itself failed: not ok, and why (never a 500 for the operator's one view)."""
+    return Status(problems=[f"status: {reason}"])

@@ -1,14 +1,20 @@
-"""``GET /v1/status`` (operators, ``fleet:manage``): the control plane's own health in one view."""
+"""``GET /v1/status`` (operators, ``fleet:manage``): the control plane's own health in one view. Always a 200
+with ``ok`` and the problems when the gateway runs: a part that is down is one of the problems, never the
+answer's failure (services/gateway/status.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 
 from ..auth import Permission, Principal, require
+from ..domain.status import unanswered
 from ..errors import unavailable
-from ..status import StatusGatherer
+from ..status import StatusGatherer, failure
+
+log = logging.getLogger(__name__)
 
 
 def register(app: FastAPI) -> None:
@@ -21,4 +27,8 @@ def register(app: FastAPI) -> None:
         gatherer: StatusGatherer | None = getattr(request.app.state, "status", None)
         if gatherer is None:
             raise unavailable()
-        return (await gatherer.status()).as_dict()
+        try:
+            return (await gatherer.status()).as_dict()
+        except Exception as exc:  # noqa: BLE001 - each part is bounded and reported; this is the last guard
+            log.exception("status: gathering failed")
+            return unanswered(f"gathering failed: {failure(exc)}").as_dict()
