@@ -122,6 +122,8 @@ async def passes(runtime: Runtime, settings: QueueSettings, rounds: int) -> dict
         t0 = time.perf_counter()
         placed.append(await scheduler.place_once())
         took.append((time.perf_counter() - t0) * 1000)
+        print(f"placement: pass of {settings.max_jobs_per_pass} considered placed {placed[-1]} in {took[-1]:.0f} ms"
+              f" (reference {refs[-1]:.1f} ms, load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     return {"median_ms": statistics.median(took), "p95_ms": _pct(took, 0.95), "all_ms": [round(t, 1) for t in took],
             "reference_ms": statistics.median(refs), "placed": placed, "load": os.getloadavg()[0]}
 
