@@ -171,7 +171,7 @@ async def run(sizes: data.Sizes, rounds: int, *, service: bool = True, out: Path
         for per_pass in (200, sizes.queued):
             s = settings.model_copy(update={"max_jobs_per_pass": per_pass})
             runtime.settings = s
-            r = await passes(runtime, s, rounds)
+            r = await passes(runtime, s, rounds if per_pass == 200 else max(2, rounds // 2 + 1))
             detail[f"passes_{per_pass}"] = r
             rows.append(_row(f"placement pass, {per_pass} considered", r, s, counts))
         runtime.settings = settings
