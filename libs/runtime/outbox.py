@@ -62,9 +62,22 @@ async def ensure_table(conn: asyncpg.Connection, schema: str) -> None:
     await conn.execute(OUTBOX_DDL.format(schema=schema))
 
 
+OutboxRow = tuple[str, str, bytes, str]  # msg_id, subject, payload, headers (JSON)
+
+
+def rows_of(items: Iterable[tuple[str, Envelope]]) -> list[OutboxRow]:
+    """The outbox rows of (subject, message) pairs, with the trace context current now (the span they belong to):
+    staged under one span, inserted later with others (``add_rows``), they still carry their own trace."""
+    return [(m.id, subject, m.encode(), json.dumps(trace_headers())) for subject, m in items]
+
+
 async def add(conn: asyncpg.Connection, schema: str, items: Iterable[tuple[str, Envelope]]) -> int:
     """Queue (subject, message) pairs for publishing; call inside the transaction that changed state."""
-    rows = [(m.id, subject, m.encode(), json.dumps(trace_headers())) for subject, m in items]
+    return await add_rows(conn, schema, rows_of(items))
+
+
+async def add_rows(conn: asyncpg.Connection, schema: str, rows: list[OutboxRow]) -> int:
+    """Queue rows made by ``rows_of`` (in their order, one pipelined statement for all of them)."""
     if rows:
         await conn.executemany(
             f'INSERT INTO "{schema}".outbox (msg_id, subject, payload, headers) VALUES ($1, $2, $3, $4::jsonb)'

@@ -105,16 +105,21 @@ class Scheduler:
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
             # same transaction; the node group and devices its organisation's quota counts. Each grant continues
             # its job's trace (its messages carry it to the executors).
+            # Staged one by one, written together (three statements for the whole pass, not three per grant).
             traces = await store.traces_of(conn, [a.job_id for a in assignments])
             placed: dict[str, tuple[str, int]] = {}
+            staged: list[store.Staged] = []
             for a in assignments:
                 job = by_id[a.job_id]
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
                                        job_id=a.job_id, executors=list(a.workers)):
-                    if not await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id)):
+                    grant = await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id))
+                    if grant is None:
                         continue
+                staged.append(grant)
                 placed[job.id] = (a.group, a.devices)
                 waited.append(max(0.0, (now - job.updated_at).total_seconds()))
+            await store.write_staged(conn, self.settings.subjects, staged)
             await tenancy_edge.note_run(conn, placed)
             if placed:
                 log.info("fair-share order of this pass: %s", "; ".join(result.order))
@@ -142,19 +147,20 @@ class Scheduler:
         return len(placed)
 
     async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Admit, gangs: GangGrants,
-                     now: datetime, expires: datetime, remaining: float | None) -> bool:
-        """Grant one placed job (its gang's leases, the transition, RunJob and LeaseEvent into the outbox)."""
+                     now: datetime, expires: datetime, remaining: float | None) -> store.Staged | None:
+        """Stage the grant of one placed job (its gang's leases, the transition, RunJob and LeaseEvent for the
+        outbox, under the caller's span); None when it cannot be granted."""
         granted = await gangs.grant(conn, job, assignment.workers, expires, now)
         if granted is None:
-            return False
+            return None
         t = lc.decide(job, granted, now)
         if isinstance(t, lc.Refusal):  # cannot happen on a locked queued row; never apply if it does
             log.error("placement of %s refused: %s", job.id, t.reason)
-            return False
-        await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings, remaining))
+            return None
+        staged = store.stage(self.settings.subjects, t, now, messages_for(t.job, t, self.settings, remaining))
         log.info("job %s of %s placed on %s (epoch %d, rank %d: %s)", job.id, job.org, ", ".join(assignment.workers),
                  t.job.lease_epoch, assignment.rank, assignment.why)
-        return True
+        return staged
 
     async def scan_once(self) -> int:
         n = 0

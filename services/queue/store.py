@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -99,20 +99,50 @@ async def load_job(conn: asyncpg.Connection, job_id: str, *, lock: bool = False)
     return None if row is None else job_from_row(row)
 
 
-async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transition, now: datetime,
-                messages: Iterable[tuple[str, Envelope]] = (), *, new: bool = False) -> list[JobEvent]:
-    """Store the job after a transition, number and store its events, and queue them with ``messages`` in the
-    outbox, all in the caller's transaction: the job, its history and what is announced never disagree.
+@dataclass(frozen=True)
+class Staged:
+    """A transition ready to store: the job as it will be stored, its numbered events, its outbox rows (with the
+    trace context current when it was staged)."""
 
-    ``new``: the job must not exist yet (a plain insert, so two submits racing on one job id cannot both win)."""
+    job: Job
+    events: list[JobEvent]
+    outbox: list[outbox.OutboxRow]
+
+
+def stage(subjects: Subjects, transition: Transition, now: datetime,
+          messages: Iterable[tuple[str, Envelope]] = ()) -> Staged:
+    """Number the transition's events and make its outbox rows (its events, then ``messages``); nothing written."""
     job = transition.job
     events: list[JobEvent] = []
     for draft in transition.events:
         events.append(JobEvent(job_id=job.id, seq=job.event_seq + len(events) + 1, event=draft.event,
                                state=draft.state, previous_state=draft.previous_state, reason=draft.reason,
                                epoch=draft.epoch, executor_id=draft.executor_id, detail=draft.detail, time=now))
-    job = replace(job, event_seq=job.event_seq + len(events))
-    await conn.execute(_INSERT_JOB if new else _UPSERT_JOB, *_job_values(job))
+    out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
+    return Staged(replace(job, event_seq=job.event_seq + len(events)), events, outbox.rows_of([*out, *messages]))
+
+
+async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transition, now: datetime,
+                messages: Iterable[tuple[str, Envelope]] = (), *, new: bool = False) -> list[JobEvent]:
+    """Store the job after a transition, number and store its events, and queue them with ``messages`` in the
+    outbox, all in the caller's transaction: the job, its history and what is announced never disagree.
+
+    ``new``: the job must not exist yet (a plain insert, so two submits racing on one job id cannot both win)."""
+    staged = stage(subjects, transition, now, messages)
+    await write_staged(conn, subjects, [staged], new=new)
+    if new:
+        await remember_trace(conn, staged.job.id, tracing.carrier())
+    return staged.events
+
+
+async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged], *,
+                       new: bool = False) -> None:
+    """Store staged transitions (distinct jobs) in three pipelined statements whatever their number: the jobs,
+    their events, their outbox rows in the order staged (each job's events before its messages, as ``write``)."""
+    if not staged:
+        return
+    await conn.executemany(_INSERT_JOB if new else _UPSERT_JOB, [_job_values(s.job) for s in staged])
+    events = [e for s in staged for e in s.events]
     if events:
         await conn.executemany(
             f"INSERT INTO {T}.job_events (job_id, seq, event, state, previous_state, reason, epoch, executor_id,"
@@ -120,13 +150,9 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
             [(e.job_id, e.seq, e.event.value, e.state.value, e.previous_state and e.previous_state.value, e.reason,
               e.epoch, e.executor_id, json.dumps(e.detail), e.time, e.id) for e in events],
         )
-    out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
-    await outbox.add(conn, SCHEMA, [*out, *messages])
-    if new:
-        await remember_trace(conn, job.id, tracing.carrier())
+    await outbox.add_rows(conn, SCHEMA, [r for s in staged for r in s.outbox])
     if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
         await wake.notify(conn, wake.channel(subjects.prefix, PLACEMENT))
-    return events
 
 
 async def remember_trace(conn: asyncpg.Connection, job_id: str, context: dict[str, str]) -> None:

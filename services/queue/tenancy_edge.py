@@ -67,11 +67,13 @@ async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_afte
     """Every executor placement may use, busy or free, with its node group: the fleet's capacity per group.
     Free: accepting, reporting no job, and holding none per the jobs table (authoritative: a heartbeat sent
     before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping)."""
+    # The executors jobs hold, as a set joined once (a hash join), not a search of every running job's workers
+    # per executor (one index scan of the running jobs per executor: most of a pass at 1,000 executors).
     rows = await conn.fetch(
-        f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL"
-        f" AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
-        "   AND e.executor_id = ANY(j.workers)) AS free"
-        f" FROM {T}.executors e WHERE e.last_seen >= $1 AND {store.SCHEDULABLE_NODE}"
+        f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL AND held.id IS NULL AS free"
+        f" FROM {T}.executors e LEFT JOIN (SELECT DISTINCT w.id FROM {T}.jobs j, unnest(j.workers) AS w(id)"
+        "   WHERE j.state IN ('running', 'admitting')) AS held ON held.id = e.executor_id"
+        f" WHERE e.last_seen >= $1 AND {store.SCHEDULABLE_NODE}"
         " ORDER BY e.executor_id",
         now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
     return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]
@@ -120,7 +122,8 @@ async def note_run(conn: asyncpg.Connection, placed: Mapping[str, tuple[str, int
     if placed:
         await conn.execute(
             f"UPDATE {T}.jobs j SET node_group = p.g, devices = p.d, waiting = NULL"
-            " FROM unnest($1::text[], $2::text[], $3::int[]) AS p(id, g, d) WHERE j.id = p.id",
+            " FROM unnest($1::text[], $2::text[], $3::int[]) AS p(id, g, d) WHERE j.id = p.id"
+            " AND j.state IN ('running', 'admitting')",  # what a grant makes: the index of those, no seq scan
             list(placed), [g for g, _ in placed.values()], [d for _, d in placed.values()])
 
 

@@ -4,6 +4,7 @@ and ``--quick`` as a smoke that the real benchmarks still work: the table and th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -82,3 +83,24 @@ def test_quick_smoke_of_the_real_benchmarks(tmp_path):
     assert "lost 0, chain verified True" in audit["note"]  # zero loss, whatever the speed
     for r in rows:
         assert r["name"] in proc.stdout
+
+
+def test_quick_smoke_of_the_placement_benchmark(tmp_path):
+    """The placement pass at a small scale, with every statement's plan recorded and none seq-scanning the jobs
+    table (the benchmark itself refuses that), and the queue service's memory read from its process."""
+    out, plans = tmp_path / "bench-results.json", tmp_path / "placement.json"
+    proc = subprocess.run([sys.executable, "-m", "teto.cli", "bench", "placement", "--quick", "--timeout", "500",
+                           "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=560,
+                          env={**os.environ, "TETO_BENCH_PLACEMENT_JSON": str(plans)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"placement pass, 200 considered", "placement pass, 1000 considered",
+                         "queue service RSS at that scale"}
+    for name in ("placement pass, 200 considered", "placement pass, 1000 considered"):
+        assert rows[name]["figure"] > 0 and rows[name]["reference"] > 0 and rows[name]["unit"] == "ms"
+    assert rows["queue service RSS at that scale"]["figure"] > 0
+    detail = json.loads(plans.read_text())
+    assert detail["passes_200"]["placed"][0] > 0  # a pass that grants, not an empty one
+    queries = [p["query"] for p in detail["plans"]]
+    assert any("FOR UPDATE SKIP LOCKED" in q for q in queries) and any("executors e" in q for q in queries)
+    assert all(p["plan"] and not p["seq_scan_jobs"] for p in detail["plans"])

@@ -321,6 +321,10 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait],
             spare.setdefault(run.group, []).extend(nodes[e].gpus for e in run.executors if e in nodes)
     for group_spare in spare.values():
         group_spare.sort()
+    # A search for victims that found none finds none again for a job of the same organisation, group, shape (and
+    # priority, where it limits the victims) until a reclaim succeeds: usage, ``gone`` and ``spare`` change only
+    # then. 10,000 waiting jobs cost one search per such key, not one each (each is a walk of the running jobs).
+    failed: set[tuple] = set()
     for job in decided:
         wait = waiting.get(job.job_id)
         if wait is None or wait.code not in (WaitCode.QUOTA, WaitCode.BEHIND):
@@ -334,10 +338,16 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait],
             need = state.demand(group, job)
             if need is None or quotas.held(state.usage, org.name, group) + need > org.quota(group).nominal:
                 continue  # reclaiming gives back a nominal share, never more
+            key = (org.name, group, need, job.workers, job.gpus_per_worker,
+                   job.priority if policy is Preemption.BY_PRIORITY else None)
+            if key in failed:
+                continue
             victims = _victims(state, org, job, need, group, policy, gone, spare.setdefault(group, []), nodes,
                                borrowers)
             if victims is None:
+                failed.add(key)
                 continue
+            failed.clear()
             for run in victims:
                 gone.add(run.job_id)
                 quotas.add(state.usage, run.org, group, -run.devices)

@@ -40,6 +40,9 @@ class GroupQuota:
         return self.nominal - self.lendable
 
 
+NO_QUOTA = GroupQuota()  # a group an organisation has no share of (one value: frozen, made once, not per call)
+
+
 @dataclass(frozen=True)
 class Organisation:
     name: str
@@ -60,7 +63,7 @@ class Organisation:
         return self.quotas is not None
 
     def quota(self, group: str) -> GroupQuota:
-        return (self.quotas or {}).get(group, GroupQuota())
+        return (self.quotas or {}).get(group, NO_QUOTA)
 
     def borrowing_limit(self, group: str) -> int | None:
         """Alone (no cohort) an organisation borrows nothing, whatever its quota says; unmetered, it is unbounded."""

@@ -1,0 +1,111 @@
+"""What a placement pass asks PostgreSQL (issue 12, item 4): its grants are written together (one statement each
+for the jobs, their events and the outbox, whatever the number of grants), each job's events still before its
+own messages; the executors jobs hold are found by a join (a gang's every worker is busy, an executor two jobs
+name is listed once); and the budget is asked only about jobs the pass considers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from bench._recording import Recording
+from libs.contracts.commands import SubmitJob
+from libs.contracts.jobs import JobSpec
+from libs.runtime.service import Runtime
+from services.queue import store, tenancy_edge
+from services.queue.commands import Commands
+from services.queue.scheduler import Scheduler
+from services.queue.settings import QueueSettings
+from services.queue.store import SCHEMA
+
+pytestmark = pytest.mark.integration
+
+
+async def _submit(rt: Runtime, settings: QueueSettings, n: int) -> list[str]:
+    ids = []
+    for _ in range(n):
+        cmd = SubmitJob(actor="ann", spec=JobSpec(workload={"kind": "command", "command": ["true"]}))
+        assert (await Commands(rt, settings).submit(cmd)).accepted
+        ids.append(cmd.job_id)
+    return ids
+
+
+async def _executors(rt: Runtime, names: list[str]) -> None:
+    await rt.pool.execute(
+        "INSERT INTO queue.executors (executor_id, node_id, group_name, gpus, accepting, sent_at, last_seen)"
+        " SELECT e, 'n-' || e, 'g', 0, true, clock_timestamp(), clock_timestamp() FROM unnest($1::text[]) AS e",
+        names)
+    await rt.pool.execute(
+        "INSERT INTO queue.nodes (node_id, executor_id, group_name, state, schedulable, seq)"
+        " SELECT 'n-' || e, e, 'g', 'ready', true, 1 FROM unnest($1::text[]) AS e", names)
+
+
+async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_events_precede_its_messages(env):
+    settings = env.settings(QueueSettings)
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        jobs = await _submit(rt, settings, 3)
+        await _executors(rt, ["ex-0", "ex-1", "ex-2"])
+        recording = Recording(rt.pool)
+        placing = Runtime(rt.name, settings, recording, rt.nc, rt.js)  # type: ignore[arg-type]
+        assert await Scheduler(placing, settings).place_once() == 3
+        writes = [(q.split("(")[0].strip(), n) for q, n in recording.calls if q.startswith("INSERT")]
+        assert writes == [('INSERT INTO "queue".jobs', 3), ('INSERT INTO "queue".job_events', 3),
+                          ('INSERT INTO "queue".outbox', 9)]  # one call each for three grants (3 rows each)
+        s = settings.subjects
+        owner_of = {}  # outbox subject -> the job it belongs to
+        for job_id in jobs:
+            row = await rt.pool.fetchrow("SELECT state, event_seq, executor_id FROM queue.jobs WHERE id = $1", job_id)
+            seqs = [r["seq"] for r in await rt.pool.fetch(
+                "SELECT seq FROM queue.job_events WHERE job_id = $1 ORDER BY seq", job_id)]
+            assert row["state"] == "running" and seqs == list(range(1, row["event_seq"] + 1))
+            owner_of[s.job_event(job_id, "leased")] = (job_id, "event")
+            owner_of[s.agent(row["executor_id"], "run")] = (job_id, "run")
+        subjects = [r["subject"] for r in await rt.pool.fetch("SELECT subject FROM queue.outbox ORDER BY id")]
+        order = [owner_of[x] for x in subjects if x in owner_of]
+        # Each job's lease event, then its RunJob, job after job: the order three separate writes gave.
+        assert sorted(order) == sorted(owner_of.values())
+        assert [kind for _, kind in order] == ["event", "run"] * 3
+        assert all(order[i][0] == order[i + 1][0] for i in range(0, 6, 2))
+    finally:
+        await rt.close()
+
+
+async def test_every_worker_of_a_held_gang_is_busy_and_each_executor_is_listed_once(env):
+    settings = env.settings(QueueSettings)
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0", "ex-1", "ex-2", "ex-3"])
+        (gang, other) = await _submit(rt, settings, 2)
+        # A forming gang on ex-0 and ex-1 (ex-1's heartbeat does not name it yet); a stale row naming ex-1 too.
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'admitting', workers = '{ex-0,ex-1}' WHERE id = $1",
+                              gang)
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'running', workers = '{ex-1}' WHERE id = $1", other)
+        await rt.pool.execute("UPDATE queue.executors SET accepting = false WHERE executor_id = 'ex-3'")
+        async with rt.pool.acquire() as conn:
+            now = await store.db_now(conn)
+            nodes = await tenancy_edge.schedulable_nodes(conn, now, 60.0)
+        assert [(n.executor_id, n.free) for n in nodes] == [("ex-0", False), ("ex-1", False), ("ex-2", True),
+                                                            ("ex-3", False)]
+    finally:
+        await rt.close()
+
+
+async def test_only_jobs_within_the_pass_are_asked_about_their_consumption(env):
+    settings = env.settings(QueueSettings)
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        first, second, third = await _submit(rt, settings, 3)
+        await rt.pool.execute("UPDATE queue.jobs SET lease_epoch = 1 WHERE id = ANY($1::text[])", [first, third])
+        await rt.pool.execute("UPDATE queue.jobs SET created_at = created_at + $2 WHERE id = $1", third,
+                              timedelta(minutes=5))
+        async with rt.pool.acquire() as conn:
+            orgs = await tenancy_edge.organisations(conn)
+            two = await tenancy_edge.candidates(conn, orgs, 2)  # what a pass of max_jobs_per_pass=2 considers
+            assert sorted(two) == sorted([first, second])
+            assert [j.id for j in await store.queued_jobs_placed_before(conn, two)] == [first]
+            three = await tenancy_edge.candidates(conn, orgs, 3)
+            assert [j.id for j in await store.queued_jobs_placed_before(conn, three)] == [first, third]
+    finally:
+        await rt.close()
