@@ -91,13 +91,30 @@ async def running(conn: asyncpg.Connection) -> list[Running]:
                     stopping=r["stop_requested"] == PREEMPTED) for r in rows]
 
 
+# Each organisation's first ``limit`` queued jobs in its own admission order (``tenancy.candidates.within_org``):
+# the ``limit`` lowest share-deficit keys never take more than ``limit`` of one organisation, and an
+# organisation's keys grow along that order, so these rows hold the whole choice. The organisations with queued
+# jobs are found by a skip scan of the same index (one probe each), not by reading every queued row.
+_CANDIDATES = f"""
+WITH RECURSIVE queued_orgs(org) AS (
+    (SELECT org FROM {T}.jobs WHERE state = 'queued' ORDER BY org LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.org FROM {T}.jobs j WHERE j.state = 'queued' AND j.org > q.org ORDER BY j.org LIMIT 1)
+    FROM queued_orgs q WHERE q.org IS NOT NULL
+)
+SELECT c.* FROM queued_orgs q CROSS JOIN LATERAL (
+    SELECT id, org, created_at, priority, COALESCE((spec->>'workers')::int, 1) AS workers,
+           COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus
+    FROM {T}.jobs WHERE state = 'queued' AND org = q.org
+    ORDER BY priority DESC, created_at, id LIMIT $1) c
+WHERE q.org IS NOT NULL"""
+
+
 async def candidates(conn: asyncpg.Connection | asyncpg.Pool, orgs: Mapping[str, Organisation],
                      limit: int) -> list[str]:
     """The ids of the queued jobs a placement pass considers, at most ``limit``, chosen by share deficit
     (``tenancy.candidates``) on what each organisation holds now; read unlocked (the pass locks the rows)."""
-    rows = await conn.fetch(
-        f"SELECT id, org, created_at, priority, COALESCE((spec->>'workers')::int, 1) AS workers,"
-        f" COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus FROM {T}.jobs WHERE state = 'queued'")
+    rows = await conn.fetch(_CANDIDATES, limit)
     if len(rows) <= limit:
         return [r["id"] for r in rows]
     held = await conn.fetch(f"SELECT org, sum(devices)::int AS devices FROM {T}.jobs"

@@ -292,3 +292,24 @@ def test_a_borrower_admitted_in_the_same_pass_gives_back_the_node_a_reclaim_need
 
 def test_small_budgets_read_in_gpu_seconds():
     assert budgets.gpu_hours(3.2 * 3600) == "3.2 GPU-h" and budgets.gpu_hours(40) == "40 GPU-s"
+
+
+def test_cohort_members_at_once_are_each_cohorts_members_and_checks_agree_with_them():
+    from hypothesis import given, settings as hsettings, strategies as st
+
+    @hsettings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from([None, "c1", "c2"]), st.integers(0, 4), st.integers(0, 3),
+                              st.integers(0, 6), st.booleans()), min_size=1, max_size=6), st.integers(1, 5))
+    def agree(rows, demand):
+        orgs, usage = {}, {}
+        for i, (cohort, nominal, lend, held, metered) in enumerate(rows):
+            o = org(f"o{i}", nominal=nominal, borrow=3, lend=min(lend, nominal), cohort=cohort)
+            orgs[o.name] = o if metered else Organisation(o.name, cohort=cohort)
+            usage[o.name] = {G: held}
+        by_cohort = quotas.cohort_members(orgs)
+        for cohort in ("c1", "c2"):
+            assert by_cohort.get(cohort, []) == quotas.members(orgs, cohort)
+        for o in orgs.values():
+            assert quotas.check(o, G, demand, usage, orgs, by_cohort) == quotas.check(o, G, demand, usage, orgs)
+
+    agree()

@@ -111,6 +111,7 @@ class _Pass:
 
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
+        self.members = quotas.cohort_members(snap.orgs)
         self.usage: dict[str, dict[str, int]] = {}
         for run in snap.running:
             quotas.add(self.usage, run.org, run.group, run.devices)
@@ -201,7 +202,7 @@ class _Pass:
             need = self.demand(group, job)
             if need is None:
                 continue
-            result = quotas.check(org, group, need, self.usage, self.snap.orgs)
+            result = quotas.check(org, group, need, self.usage, self.snap.orgs, self.members)
             if result.fits and not (within_nominal and result.borrowing):
                 candidates.append((result.borrowing, group))
             else:
@@ -212,7 +213,7 @@ class _Pass:
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
-            result = quotas.check(org, group, held, self.usage, self.snap.orgs)
+            result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
             if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
@@ -408,7 +409,7 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
     chosen: list[Running] = []
 
     def enough() -> list[int] | None:
-        if not quotas.check(org, group, need, usage, snap.orgs).fits:
+        if not quotas.check(org, group, need, usage, snap.orgs, state.members).fits:
             return None
         return _take(pool, job.workers, job.gpus_per_worker)
 

@@ -42,17 +42,35 @@ def held(usage: Usage, org: str, group: str) -> int:
     return usage.get(org, {}).get(group, 0)
 
 
+Members = Mapping[str, list[Organisation]]  # cohort -> its metered organisations (``cohort_members``)
+
+
 def members(orgs: Mapping[str, Organisation], cohort: str | None) -> list[Organisation]:
     return [] if cohort is None else [o for o in orgs.values() if o.cohort == cohort and o.metered]
 
 
-def pool(orgs: Mapping[str, Organisation], cohort: str, group: str) -> int:
+def cohort_members(orgs: Mapping[str, Organisation]) -> dict[str, list[Organisation]]:
+    """Every cohort's metered members at once (``members`` of each): a placement pass reads them per quota check,
+    hundreds of times, from organisations that do not change during the pass."""
+    out: dict[str, list[Organisation]] = {}
+    for org in orgs.values():
+        if org.cohort is not None and org.metered:
+            out.setdefault(org.cohort, []).append(org)
+    return out
+
+
+def _of(orgs: Mapping[str, Organisation], cohort: str, by_cohort: Members | None) -> list[Organisation]:
+    return members(orgs, cohort) if by_cohort is None else by_cohort.get(cohort, [])
+
+
+def pool(orgs: Mapping[str, Organisation], cohort: str, group: str, by_cohort: Members | None = None) -> int:
     """Devices of a group the cohort's members lend: the most that may be held above guarantees."""
-    return sum(o.quota(group).lendable for o in members(orgs, cohort))
+    return sum(o.quota(group).lendable for o in _of(orgs, cohort, by_cohort))
 
 
-def pool_used(orgs: Mapping[str, Organisation], cohort: str, group: str, usage: Usage) -> int:
-    return sum(max(0, held(usage, o.name, group) - o.quota(group).guaranteed) for o in members(orgs, cohort))
+def pool_used(orgs: Mapping[str, Organisation], cohort: str, group: str, usage: Usage,
+              by_cohort: Members | None = None) -> int:
+    return sum(max(0, held(usage, o.name, group) - o.quota(group).guaranteed) for o in _of(orgs, cohort, by_cohort))
 
 
 def borrowed(org: Organisation, group: str, usage: Usage) -> int:
@@ -63,8 +81,9 @@ def borrowed(org: Organisation, group: str, usage: Usage) -> int:
 
 
 def check(org: Organisation, group: str, demand: int, usage: Usage,
-          orgs: Mapping[str, Organisation]) -> QuotaCheck:
-    """Whether ``org`` may hold ``demand`` more devices of ``group``, with the numbers of a refusal."""
+          orgs: Mapping[str, Organisation], by_cohort: Members | None = None) -> QuotaCheck:
+    """Whether ``org`` may hold ``demand`` more devices of ``group``, with the numbers of a refusal.
+    ``by_cohort``: ``cohort_members(orgs)``, when the caller checks many times against the same organisations."""
     if not org.metered:
         return QuotaCheck(QuotaVerdict.FITS)
     quota = org.quota(group)
@@ -85,8 +104,8 @@ def check(org: Organisation, group: str, demand: int, usage: Usage,
     borrowing = max(0, after - quota.nominal)
     if org.cohort is None or after <= quota.guaranteed:
         return QuotaCheck(QuotaVerdict.FITS, borrowing=borrowing)
-    total = pool(orgs, org.cohort, group)
-    used = pool_used(orgs, org.cohort, group, usage)
+    total = pool(orgs, org.cohort, group, by_cohort)
+    used = pool_used(orgs, org.cohort, group, usage, by_cohort)
     extra = max(0, after - quota.guaranteed) - max(0, now - quota.guaranteed)
     if used + extra > total:
         return QuotaCheck(QuotaVerdict.COHORT_FULL,
