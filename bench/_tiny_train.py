@@ -1,6 +1,7 @@
 """The training script of bench_agent_overhead: a tiny MLP on CPU, one intra-op thread, a fixed number of steps;
-each step (forward, backward, optimizer step, ``sdk.report_step``) is timed by the script itself and the times
-are written as JSON to the path given. Outside Teto ``report_step`` does nothing, so the same script, unchanged,
+each step (forward, backward, optimizer step, ``sdk.report_step``) is timed by the script itself, and so is the
+``report_step`` call alone; both lists are written as JSON (``{"steps": [...], "report": [...]}``) to the path
+given. Outside Teto ``report_step`` does nothing, so the same script, unchanged,
 is the run without the agent.
 
 Usage: python bench/_tiny_train.py STEPS OUT.json [WIDTH]
@@ -23,17 +24,21 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, width), torch.randn(64, width)
-    times = []
+    times, report = [], []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
-        sdk.report_step(step, total_steps=steps, loss=loss.item())
-        times.append(time.perf_counter() - t0)
+        value = loss.item()
+        t1 = time.perf_counter()
+        sdk.report_step(step, total_steps=steps, loss=value)
+        t2 = time.perf_counter()
+        times.append(t2 - t0)
+        report.append(t2 - t1)
     with open(out, "w") as f:
-        json.dump(times, f)
+        json.dump({"steps": times, "report": report}, f)
 
 
 if __name__ == "__main__":
