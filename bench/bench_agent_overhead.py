@@ -7,10 +7,13 @@ SDK calls do nothing), A/B interleaved with the order alternating, several round
 Each run's figure is its median step time after a warm-up; each round's overhead is (with / without - 1). The
 figure is the median overhead over the rounds in percent, with its spread in the note; the reference is the
 median step time without the agent. On a shared machine the rounds' spread is other processes' noise, so the note
-also gives two figures that noise barely moves: the ``report_step`` call's own time inside the step (what the
-training thread pays), and the agent's CPU time per step (what it takes from the machine's cores; the agent runs
-in this process, which otherwise only waits). The agent runs with a 1 s heartbeat (30 s by default), so heartbeats are
-30 times as frequent as in production: a pessimistic setting. The test plays the queue: it renews the lease.
+also gives figures that noise moves far less: the overhead in the training thread's CPU time per step (with
+against without, same rounds), the ``report_step`` call's own time inside the step (what the training thread
+pays), and the agent's CPU time per step (what it takes from the machine's cores, the run's start and finish
+included; the agent runs in this process, which otherwise only waits).
+
+The agent runs with a 1 s heartbeat (30 s by default), so heartbeats are 30 times as frequent as in production:
+a pessimistic setting. The benchmark plays the queue: it renews the lease.
 
 Run: .venv/bin/python -m bench.bench_agent_overhead [--quick] [--rounds N] [--steps N], or
 ``teto bench agent_overhead``.
@@ -61,13 +64,13 @@ def _plain_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
 
 
-def read_run(out: Path) -> tuple[float, float]:
-    """(step time, median ``report_step`` time) of one run's file."""
+def read_run(out: Path) -> tuple[float, float, float]:
+    """(step time, median ``report_step`` time, step CPU time) of one run's file."""
     data = json.loads(out.read_text())
-    return step_time(data["steps"]), step_time(data["report"])
+    return step_time(data["steps"]), step_time(data["report"]), step_time(data["cpu"])
 
 
-def without_agent(steps: int, out: Path) -> tuple[float, float, float]:
+def without_agent(steps: int, out: Path) -> tuple[float, float, float, float]:
     subprocess.run([sys.executable, str(SCRIPT), str(steps), str(out)], env=_plain_env(), check=True, timeout=600)
     return (*read_run(out), 0.0)
 
@@ -101,8 +104,8 @@ class AgentArm:
         await asyncio.wait_for(ready.wait(), 60)
         return self
 
-    async def run(self, steps: int, out: Path) -> tuple[float, float, float]:
-        """(step time, report_step time, this process's CPU seconds per step while the run ran)."""
+    async def run(self, steps: int, out: Path) -> tuple[float, float, float, float]:
+        """(step time, report_step time, step CPU time, this process's CPU seconds per step while the run ran)."""
         s, job = self.settings, uuid.uuid4().hex
         cpu0 = time.process_time()
         self.finished[job] = asyncio.get_running_loop().create_future()
@@ -128,7 +131,7 @@ class AgentArm:
             await asyncio.wait_for(asyncio.shield(self.agent), 15)
 
 
-Arm = tuple[float, float, float]  # step time, report_step time, agent CPU per step
+Arm = tuple[float, float, float, float]  # step time, report_step time, step CPU time, agent CPU per step
 
 
 async def _rounds(nats_url: str, pg_url: str, rounds: int, steps: int) -> list[tuple[Arm, Arm]]:
@@ -150,7 +153,8 @@ async def _rounds(nats_url: str, pg_url: str, rounds: int, steps: int) -> list[t
                 a = await arm.run(steps, out_a)
             print(f"round {i + 1}: with agent {a[0] * 1e3:.3f} ms/step, without {b[0] * 1e3:.3f} ms/step, "
                   f"overhead {overhead_percent(a[0], b[0]):+.2f} %; report_step {a[1] * 1e6:.1f} us with the agent, "
-                  f"{b[1] * 1e6:.1f} us without; agent CPU {a[2] * 1e6:.0f} us/step", file=sys.stderr, flush=True)
+                  f"{b[1] * 1e6:.1f} us without; step CPU {a[2] * 1e3:.3f} / {b[2] * 1e3:.3f} ms; agent CPU "
+                  f"{a[3] * 1e6:.0f} us/step", file=sys.stderr, flush=True)
             pairs.append((a, b))
     return pairs
 
@@ -168,7 +172,8 @@ def run(rounds: int, steps: int) -> dict:
     med, low, high = spread(overheads)
     with_ms, without_ms = (statistics.median(arm[0] for arm in x) * 1e3 for x in zip(*pairs, strict=True))
     report_us = statistics.median(a[1] for a, _ in pairs) * 1e6
-    agent_us = statistics.median(a[2] for a, _ in pairs) * 1e6
+    agent_us = statistics.median(a[3] for a, _ in pairs) * 1e6
+    cpu_med, cpu_low, cpu_high = spread([overhead_percent(a[2], b[2]) for a, b in pairs])
     load = os.getloadavg()[0]
     return {"name": "agent overhead", "figure": round(med, 3), "reference": round(without_ms, 3),
             "ratio": round(with_ms / without_ms, 4), "target": TARGET_PERCENT, "unit": "% step time",
@@ -176,7 +181,8 @@ def run(rounds: int, steps: int) -> dict:
             "note": (f"{rounds} rounds A/B interleaved, {steps} steps each (median after {WARMUP_STEPS}); overhead "
                      f"median {med:+.2f} % [{low:+.2f}..{high:+.2f}]; step {with_ms:.3f} ms with the agent "
                      f"(heartbeat {HEARTBEAT:g}s, a step report through the SDK every step), {without_ms:.3f} ms "
-                     f"without (reference); report_step {report_us:.1f} us per step inside the step "
+                     f"without (reference); training thread's CPU time per step {cpu_med:+.2f} % "
+                     f"[{cpu_low:+.2f}..{cpu_high:+.2f}]; report_step {report_us:.1f} us per step inside the step "
                      f"({report_us / 10 / without_ms:.3f} %), agent CPU {agent_us:.0f} us per step "
                      f"({agent_us / 10 / without_ms:.2f} % of a core's step); load average {load:.1f}; "
                      f"{time.monotonic() - started:.0f}s")}

@@ -72,8 +72,9 @@ def _profilers(data_dir: Path, out: Path) -> list[subprocess.Popen]:
         return []
     out.mkdir(parents=True, exist_ok=True)
     pids = {r["name"]: r["pid"] for r in json.loads((data_dir / "processes.json").read_text())}
-    return [subprocess.Popen([spy, "record", "--pid", str(pids[name]), "--rate", "200", "--format", "raw", "--output", str(out / f"{name}.txt"),
-                              "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [subprocess.Popen([spy, "record", "--pid", str(pids[name]), "--rate", "200", "--format", "raw",
+                              "--output", str(out / f"{name}.txt"), "--nonblocking"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in PROFILED]
 
 
@@ -121,7 +122,7 @@ def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
 
 
 def main(quick: bool = False) -> list[dict]:
-    return run(300, 32) if quick else run(3_000, 32)
+    return run(128, 32) if quick else run(3_000, 32)
 
 
 if __name__ == "__main__":

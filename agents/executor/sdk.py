@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import sdk_steps as _steps
 from . import sdk_trace as _trace
 from .ckpt_async import BackgroundWriter
 
@@ -50,6 +51,7 @@ _lock = threading.Lock()
 _stop = {"set": False}
 _state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
 _writer = BackgroundWriter()
+_held = _steps.Held()  # the step report held back (sdk_steps.py), written under _lock
 
 
 @dataclass(frozen=True)
@@ -180,17 +182,64 @@ def _send(record: dict[str, Any]) -> None:
     fd = _fd()
     if fd is None:
         return
-    data = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
     with _lock:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except BrokenPipeError:
-            # The agent is gone, and with it the lease: stop now, without writing anything else.
-            os._exit(EXIT_AGENT_GONE)
-        except OSError:
-            _state["fd"] = -1  # not a pipe we can use: keep training without progress reports
+        if record.get("type") == "step":
+            held = _steps.hold(_held, record, time.monotonic())
+            if held is None:
+                _start_step_timer()
+                return
+            _write(fd, held)
+        else:
+            held = _steps.take(_held, time.monotonic())  # the step a checkpoint covers goes first
+            if held is not None:
+                _write(fd, held)
+            _write(fd, record)
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    """One JSON line on the report pipe; call with _lock held."""
+    if _state["fd"] == -1:
+        return
+    data = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        # The agent is gone, and with it the lease: stop now, without writing anything else.
+        os._exit(EXIT_AGENT_GONE)
+    except OSError:
+        _state["fd"] = -1  # not a pipe we can use: keep training without progress reports
+
+
+def _flush_steps() -> None:
+    """Write the held step report, if any (the timer when its interval ends; at exit)."""
+    fd = _fd()
+    if fd is None:
+        return
+    with _lock:
+        held = _steps.take(_held, time.monotonic())
+        if held is not None:
+            _write(fd, held)
+
+
+def _step_timer() -> None:
+    while True:
+        time.sleep(_steps.EVERY / 2)
+        if _steps.due(_held, time.monotonic()):
+            _flush_steps()
+
+
+def _start_step_timer() -> None:
+    """The daemon thread that writes a held step when its interval ends (once per process); and the last held
+    step at exit."""
+    if _state.get("timer"):
+        return
+    _state["timer"] = True
+    import atexit
+
+    atexit.register(_flush_steps)
+    threading.Thread(target=_step_timer, name="teto-sdk-steps", daemon=True).start()
 
 
 def _number(value: Any) -> float | None:
@@ -202,7 +251,8 @@ def _number(value: Any) -> float | None:
 
 
 def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
-    """Report that ``step`` finished (the agent forwards at most one report per progress interval)."""
+    """Report that ``step`` finished (at most 4 a second reach the agent, the latest and the last always:
+    ``sdk_steps.py``; the agent forwards at most one per progress interval)."""
     _install()
     if _stop["set"] and not _state["polled"]:
         # The script does not handle stops itself: end it here, between steps.

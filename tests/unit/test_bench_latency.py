@@ -64,5 +64,5 @@ def test_overhead_is_the_relative_slowdown_in_percent():
 
 def test_a_run_s_file_gives_its_step_time_and_its_report_step_time(tmp_path):
     out = tmp_path / "run.json"
-    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003]}')
-    assert overhead.read_run(out) == (0.02, 0.00002)
+    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2]}')
+    assert overhead.read_run(out) == (0.02, 0.00002, 2)
