@@ -1,8 +1,9 @@
 """Agent overhead on training step time (issue 12, item 6): the same training script (bench/_tiny_train.py: a
 tiny MLP on CPU, one thread, a few hundred steps, each step timed by the script) run under a real executor agent
-(agents.executor.main.serve: its report pipe, a step report through ``teto.sdk`` every step, heartbeats and
-progress messages to a real embedded NATS) and without it (a plain subprocess, no ``TETO_*`` environment: the
-SDK calls do nothing), A/B interleaved with the order alternating, several rounds.
+(agents.executor.main.serve: its report pipe, ``teto.sdk.report_step`` every step, which the SDK writes at
+most 4 times a second, heartbeats and progress messages to a real embedded NATS) and without it (a plain
+subprocess, no ``TETO_*`` environment: the SDK calls do nothing), A/B interleaved with the order alternating,
+several rounds.
 
 Each run's figure is its median step time after a warm-up; each round's overhead is (with / without - 1). The
 figure is the median overhead over the rounds in percent, with its spread in the note; the reference is the
@@ -180,8 +181,9 @@ def run(rounds: int, steps: int) -> dict:
             "passed": med <= TARGET_PERCENT,
             "note": (f"{rounds} rounds A/B interleaved, {steps} steps each (median after {WARMUP_STEPS}); overhead "
                      f"median {med:+.2f} % [{low:+.2f}..{high:+.2f}]; step {with_ms:.3f} ms with the agent "
-                     f"(heartbeat {HEARTBEAT:g}s, a step report through the SDK every step), {without_ms:.3f} ms "
-                     f"without (reference); training thread's CPU time per step {cpu_med:+.2f} % "
+                     f"(heartbeat {HEARTBEAT:g}s, report_step every step: the SDK writes at most 4 lines a "
+                     f"second), {without_ms:.3f} ms without (reference); training thread's CPU time per step "
+                     f"{cpu_med:+.2f} % "
                      f"[{cpu_low:+.2f}..{cpu_high:+.2f}]; report_step {report_us:.1f} us per step inside the step "
                      f"({report_us / 10 / without_ms:.3f} %), agent CPU {agent_us:.0f} us per step "
                      f"({agent_us / 10 / without_ms:.2f} % of a core's step); load average {load:.1f}; "

@@ -230,6 +230,18 @@ def _step_timer() -> None:
             _flush_steps()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (a data loader worker) has no timer thread, and the lock may have been held by it: start
+    afresh, holding nothing."""
+    global _lock
+    _lock = threading.Lock()
+    _state["timer"] = False
+    _held.record, _held.seconds_sum, _held.seconds_n, _held.written_at = None, 0.0, 0, None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _start_step_timer() -> None:
     """The daemon thread that writes a held step when its interval ends (once per process); and the last held
     step at exit."""

@@ -90,3 +90,22 @@ def test_the_agent_weighs_a_line_by_the_steps_it_stands_for():
         reports.on_report(run, {**step(6, 0.5), "step_seconds_n": bad})
     reports.flush_step(run)
     assert sent[-1]["step"] == 6 and sent[-1]["step_seconds"] == pytest.approx((0.3 + 0.5 + 5 * 0.5) / 9)
+
+
+def test_a_forked_child_starts_afresh_with_a_free_lock_and_nothing_held():
+    import os
+
+    from agents.executor import sdk
+
+    sdk._held.record, sdk._held.seconds_n = step(3), 1
+    sdk._lock.acquire()  # as if the timer thread held it when the process forked
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if it can take the lock and holds nothing
+            ok = sdk._lock.acquire(timeout=2) and sdk._held.record is None and sdk._state["timer"] is False
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        sdk._lock.release()
+        sdk._held.record, sdk._held.seconds_n = None, 0
