@@ -8,6 +8,10 @@ durable in the command stream, outcome pending); anything else is an error and f
 before and after the submits (the faster counts, so a disturbed reference cannot flatter a ratio). Targets are
 the issue's absolute ones: p50 <= 10 ms, p99 <= 50 ms, >= 300 accepted submits/s.
 
+The note also gives the CPU time each part of the stack (gateway, queue, audit, PostgreSQL, NATS, ...) spent per
+submit during the submits (bench/_proctime.py), which other processes' load on a shared machine moves far less
+than the rates: its total bounds the submits/s the stack could sustain on this machine's idle cores.
+
 ``--profile DIR`` also samples the gateway and the queue service with py-spy (``record --format raw``: collapsed
 stacks, ``DIR/<part>.txt``) while the submits run, to find where their time goes (docs/performance.md).
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -30,6 +35,7 @@ from pathlib import Path
 import httpx
 
 from bench._latency import summary
+from bench._proctime import tree_cpu
 
 TARGET_P50_MS, TARGET_P99_MS, TARGET_RATE = 10.0, 50.0, 300.0
 SPEC = {"workload": {"kind": "command", "command": ["true"]}, "gpu_ceiling_seconds": 600}
@@ -78,6 +84,13 @@ def _profilers(data_dir: Path, out: Path) -> list[subprocess.Popen]:
             for name in PROFILED]
 
 
+def cpu_per_submit(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    """CPU milliseconds per submit of each part, largest first, and their total (parts that used none left out)."""
+    parts = {k: (after.get(k, 0.0) - before.get(k, 0.0)) * 1000 / n for k in after}
+    parts = {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v > 0}
+    return {**parts, "total": sum(parts.values())}
+
+
 def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
     from tests.e2e.stack import start_stack  # `teto up` as a user runs it (the e2e tests' helper)
 
@@ -90,14 +103,18 @@ def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
             await hammer(stack.url, stack.token, clients, max(clients * 2, n // 20), "POST", "/v1/jobs")  # warm
             ref1 = await hammer(stack.url, stack.token, clients, n, "GET", "/healthz")
             spies = _profilers(data, profile) if profile else []
+            names = {r["pid"]: r["name"] for r in json.loads((data / "processes.json").read_text())}
+            names[stack.proc.pid] = "teto up"
+            cpu0 = tree_cpu([stack.proc.pid], str(data), names)
             sub = await hammer(stack.url, stack.token, clients, n, "POST", "/v1/jobs")
+            cpu1 = tree_cpu([stack.proc.pid], str(data), names)
             for spy in spies:  # py-spy writes its file when interrupted
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
             ref2 = await hammer(stack.url, stack.token, clients, n, "GET", "/healthz")
-            return ref1, sub, ref2
+            return ref1, sub, ref2, cpu_per_submit(cpu0, cpu1, n)
 
-        ref1, sub, ref2 = asyncio.run(measure())
+        ref1, sub, ref2, cpu = asyncio.run(measure())
     finally:
         stack.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -108,7 +125,9 @@ def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
     ref = min(refs, key=lambda s: s["p50_ms"])
     note = (f"{n} submits (command `true`) from {clients} keep-alive httpx clients to teto up's gateway, no "
             f"executors; p95 {got['p95_ms']:.1f} ms, max {got['max_ms']:.0f} ms; {sub[2].get(202, 0)} answered 202 "
-            f"(outcome pending); reference: GET /healthz, same clients, same server (p99 {ref['p99_ms']:.1f} ms)")
+            f"(outcome pending); reference: GET /healthz, same clients, same server (p99 {ref['p99_ms']:.1f} ms); "
+            f"CPU ms per submit: {', '.join(f'{k} {v:.2f}' for k, v in cpu.items())}; "
+            f"load average {os.getloadavg()[0]:.1f}")
 
     def row(name: str, key: str, target: float, unit: str, at_most: bool) -> dict:
         figure = got[key]

@@ -66,3 +66,27 @@ def test_a_run_s_file_gives_its_step_time_and_its_report_step_time(tmp_path):
     out = tmp_path / "run.json"
     out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2]}')
     assert overhead.read_run(out) == (0.02, 0.00002, 2)
+
+
+def test_a_stat_line_gives_pid_name_parent_and_cpu_seconds_even_with_parentheses_in_the_name():
+    from bench._proctime import TICKS, parse_stat
+
+    line = "4242 (py (x) y) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 123 456 789"
+    assert parse_stat(line) == (4242, "py (x) y", 17, 300 / TICKS)
+
+
+def test_descendants_follow_the_tree_from_the_roots():
+    from bench._proctime import descendants
+
+    parents = {1: 0, 10: 1, 11: 10, 12: 10, 20: 1, 30: 99}
+    assert descendants(parents, [10]) == {10, 11, 12}
+    assert descendants(parents, [10, 30, 404]) == {10, 11, 12, 30}  # an unknown root is skipped
+
+
+def test_cpu_per_submit_is_milliseconds_per_submit_by_part_largest_first_with_the_total():
+    from bench.bench_submit import cpu_per_submit
+
+    got = cpu_per_submit({"gateway": 1.0, "queue": 2.0, "idle": 5.0}, {"gateway": 3.0, "queue": 2.5, "idle": 5.0,
+                                                                        "nats-server": 0.1}, n=100)
+    assert list(got) == ["gateway", "queue", "nats-server", "total"]
+    assert got["gateway"] == pytest.approx(20.0) and got["total"] == pytest.approx(26.0)
