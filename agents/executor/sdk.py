@@ -5,8 +5,9 @@ it, so user scripts keep importing ``sdk`` from ``teto`` while the agent never i
 
 Under Teto the agent starts the script with ``TETO_*`` environment variables (job, rank, where checkpoints
 live, where to resume from) and the write end of a pipe in ``TETO_REPORT_FD``; every call here writes one JSON
-line to it, except that step reports are held back to at most 4 lines a second (``sdk_steps.py``). Outside Teto the same calls are no-ops, except that checkpoints are still saved (to
-``TETO_CHECKPOINT_DIR`` or ``./checkpoints``), so a script runs the same on a laptop.
+line to it, except that step reports are held back to at most 4 lines a second (``sdk_steps.py``). Outside
+Teto the same calls are no-ops, except that checkpoints are still saved (to ``TETO_CHECKPOINT_DIR`` or
+``./checkpoints``), so a script runs the same on a laptop.
 
 Stopping: the agent sends SIGTERM. A script that polls ``stop_requested()`` decides itself when to stop (and
 may write a final checkpoint when ``checkpoint_on_stop()`` says the stop asked for one); a script that never
