@@ -51,12 +51,13 @@ def descendants(parents: dict[int, int], roots: Iterable[int]) -> set[int]:
     return seen
 
 
-def tree_cpu(roots: Iterable[int], marker: str, names: dict[int, str]) -> dict[str, float]:
-    """CPU seconds of every live process under ``roots`` or under a process whose command line holds ``marker``
-    (a server started elsewhere on the same data directory), summed by part: ``names`` for the pids it names,
-    else the command name (``postgres``, ``nats-server``)."""
+def tree_cpu(roots: Iterable[int], markers: Iterable[str], names: dict[int, str]) -> dict[str, float]:
+    """CPU seconds of every live process under ``roots`` or under a process whose command line holds one of
+    ``markers`` (a server started apart, such as PostgreSQL under its own user: its data directory or port),
+    summed by part: ``names`` for the pids it names, else the command name (``postgres``, ``nats-server``)."""
     procs = _all()
-    tops = {*roots, *(pid for pid, (_, _, _, cmd) in procs.items() if marker in cmd)}
+    markers = list(markers)
+    tops = {*roots, *(pid for pid, (_, _, _, cmd) in procs.items() if any(m in cmd for m in markers))}
     under = descendants({pid: p[1] for pid, p in procs.items()}, tops)
     parents = {pid: p[1] for pid, p in procs.items()}
     totals: dict[str, float] = {}

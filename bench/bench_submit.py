@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -105,9 +106,11 @@ def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
             spies = _profilers(data, profile) if profile else []
             names = {r["pid"]: r["name"] for r in json.loads((data / "processes.json").read_text())}
             names[stack.proc.pid] = "teto up"
-            cpu0 = tree_cpu([stack.proc.pid], str(data), names)
+            db_port = urlsplit(json.loads((data / "stack.json").read_text())["database_url"]).port
+            markers = [str(data), f"-p {db_port} "]  # PostgreSQL runs under its own user, not under teto up
+            cpu0 = tree_cpu([stack.proc.pid], markers, names)
             sub = await hammer(stack.url, stack.token, clients, n, "POST", "/v1/jobs")
-            cpu1 = tree_cpu([stack.proc.pid], str(data), names)
+            cpu1 = tree_cpu([stack.proc.pid], markers, names)
             for spy in spies:  # py-spy writes its file when interrupted
                 spy.send_signal(signal.SIGINT)
                 spy.wait(60)
