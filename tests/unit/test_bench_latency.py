@@ -90,3 +90,9 @@ def test_cpu_per_submit_is_milliseconds_per_submit_by_part_largest_first_with_th
                                                                         "nats-server": 0.1}, n=100)
     assert list(got) == ["gateway", "queue", "nats-server", "total"]
     assert got["gateway"] == pytest.approx(20.0) and got["total"] == pytest.approx(26.0)
+
+
+def test_the_overhead_has_a_verdict_only_when_the_rounds_agree_well_enough_to_resolve_the_target():
+    assert overhead.verdict(0.4, 0.1, 0.9) is True
+    assert overhead.verdict(1.5, 1.0, 2.0) is False
+    assert overhead.verdict(-44.9, -87.4, 89.5) is None  # a spread of 177 points cannot resolve 1 %
