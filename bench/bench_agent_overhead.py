@@ -144,12 +144,13 @@ class AgentArm:
 Arm = tuple[float, float, float, float]  # step time, report_step time, step CPU time, agent CPU per step
 
 
-async def _rounds(nats_url: str, pg_url: str, rounds: int, steps: int) -> list[tuple[Arm, Arm]]:
+async def _rounds(nats_url: str, pg_url: str, rounds: int, steps: int, cgroup: bool) -> list[tuple[Arm, Arm]]:
     data = Path(tempfile.mkdtemp(prefix="teto-bench-agent-"))
     os.chmod(data, 0o777)  # the run writes its step times here
     settings = ExecutorSettings.from_env(
         env={}, nats_url=nats_url, database_url=pg_url, subject_prefix="b" + uuid.uuid4().hex[:8], data_dir=data,
-        executor_id=f"ex-{uuid.uuid4().hex[:6]}", heartbeat_seconds=HEARTBEAT, lease_seconds=6.0)
+        executor_id=f"ex-{uuid.uuid4().hex[:6]}", heartbeat_seconds=HEARTBEAT, lease_seconds=6.0,
+        workload_cgroup=cgroup)
     pairs = []
     async with AgentArm(settings) as arm:
         loop = asyncio.get_running_loop()
@@ -169,12 +170,12 @@ async def _rounds(nats_url: str, pg_url: str, rounds: int, steps: int) -> list[t
     return pairs
 
 
-def run(rounds: int, steps: int) -> dict:
+def run(rounds: int, steps: int, cgroup: bool = True) -> dict:
     started = time.monotonic()
     with servers() as (nats_url, pg_url):
         loop = asyncio.new_event_loop()  # not asyncio.run: see bench_overshoot (the agent's fetch may linger)
         try:
-            pairs = loop.run_until_complete(_rounds(nats_url, pg_url, rounds, steps))
+            pairs = loop.run_until_complete(_rounds(nats_url, pg_url, rounds, steps, cgroup))
         finally:
             with contextlib.suppress(Exception):
                 loop.close()
@@ -191,7 +192,8 @@ def run(rounds: int, steps: int) -> dict:
             "note": (f"{rounds} rounds A/B interleaved, {steps} steps each (median after {WARMUP_STEPS}); overhead "
                      f"median {med:+.2f} % [{low:+.2f}..{high:+.2f}]; step {with_ms:.3f} ms with the agent "
                      f"(heartbeat {HEARTBEAT:g}s, report_step every step: the SDK writes at most 4 lines a "
-                     f"second), {without_ms:.3f} ms without (reference); training thread's CPU time per step "
+                     f"second; run cgroup {'on' if cgroup else 'off'}), {without_ms:.3f} ms without (reference); "
+                     f"training thread's CPU time per step "
                      f"{cpu_med:+.2f} % "
                      f"[{cpu_low:+.2f}..{cpu_high:+.2f}]; report_step {report_us:.1f} us per step inside the step "
                      f"({report_us / 10 / without_ms:.3f} %), agent CPU {agent_us:.0f} us per step "
@@ -208,5 +210,6 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--no-cgroup", action="store_true", help="runs without their own cgroup (the default: with)")
     args = parser.parse_args()
-    print(main(quick=True) if args.quick else run(args.rounds, args.steps))
+    print(main(quick=True) if args.quick else run(args.rounds, args.steps, not args.no_cgroup))
