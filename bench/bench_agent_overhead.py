@@ -10,8 +10,8 @@ figure is the median overhead over the rounds in percent, with its spread in the
 median step time without the agent. When the rounds spread over more than ten times the target the row has no
 verdict (``passed`` None): the noise decides the median then. On a shared machine the rounds' spread is other
 processes' noise, so the note also gives figures that noise moves far less: the overhead in the training
-thread's CPU time per step (with against without, same rounds), the ``report_step`` call's own time inside the step (what the training thread
-pays), and the agent's CPU time per step (what it takes from the machine's cores, the run's start and finish
+thread's CPU time per step (with against without, same rounds), the ``report_step`` call's own time inside the
+step (what the training thread pays), and the agent's CPU time per step (what it takes from the machine's cores, the run's start and finish
 included; the agent runs in this process, which otherwise only waits).
 
 The agent runs with a 1 s heartbeat (30 s by default), so heartbeats are 30 times as frequent as in production:
