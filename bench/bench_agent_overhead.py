@@ -11,13 +11,13 @@ median step time without the agent. When the rounds spread over more than ten ti
 verdict (``passed`` None): the noise decides the median then. On a shared machine the rounds' spread is other
 processes' noise, so the note also gives figures that noise moves far less: the overhead in the training
 thread's CPU time per step (with against without, same rounds), the ``report_step`` call's own time inside the
-step (what the training thread pays), and the agent's CPU time per step (what it takes from the machine's cores, the run's start and finish
-included; the agent runs in this process, which otherwise only waits).
+step (what the training thread pays), and the agent's CPU time per step (what it takes from the machine's
+cores, the run's start and finish included; the agent runs in this process, which otherwise only waits).
 
 The agent runs with a 1 s heartbeat (30 s by default), so heartbeats are 30 times as frequent as in production:
 a pessimistic setting. The benchmark plays the queue: it renews the lease.
 
-Run: .venv/bin/python -m bench.bench_agent_overhead [--quick] [--rounds N] [--steps N], or
+Run: .venv/bin/python -m bench.bench_agent_overhead [--quick] [--rounds N] [--steps N] [--no-cgroup], or
 ``teto bench agent_overhead``.
 """
 
