@@ -1,5 +1,6 @@
 """What a training process says through ``teto.sdk`` (JSON lines on its report pipe), turned into progress
-messages: steps throttled to one per progress interval, always carrying the latest step when the interval ends;
+messages: steps throttled to one per progress interval, always carrying the latest step when the interval ends
+(a line may stand for several steps the SDK held back, with their mean step time and ``step_seconds_n``);
 a checkpoint only after the step it covers; a gang worker's readiness; the phase (training or checkpointing).
 """
 
@@ -41,8 +42,11 @@ class Reports:
             if run.phase is Phase.STARTING:
                 run.phase = Phase.TRAINING
             if isinstance(record.get("step_seconds"), int | float):
-                run.step_seconds_sum += float(record["step_seconds"])
-                run.step_seconds_n += 1
+                # A line may stand for several steps (the SDK holds steps back: sdk_steps.py): weigh its mean.
+                n = record.get("step_seconds_n")
+                n = n if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_SAFE_INT else 1
+                run.step_seconds_sum += float(record["step_seconds"]) * n
+                run.step_seconds_n += n
             run.pending_step = record
             now = time.monotonic()
             last = run.last_step_sent_at

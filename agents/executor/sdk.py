@@ -5,8 +5,9 @@ it, so user scripts keep importing ``sdk`` from ``teto`` while the agent never i
 
 Under Teto the agent starts the script with ``TETO_*`` environment variables (job, rank, where checkpoints
 live, where to resume from) and the write end of a pipe in ``TETO_REPORT_FD``; every call here writes one JSON
-line to it. Outside Teto the same calls are no-ops, except that checkpoints are still saved (to
-``TETO_CHECKPOINT_DIR`` or ``./checkpoints``), so a script runs the same on a laptop.
+line to it, except that step reports are held back to at most 4 lines a second (``sdk_steps.py``). Outside
+Teto the same calls are no-ops, except that checkpoints are still saved (to ``TETO_CHECKPOINT_DIR`` or
+``./checkpoints``), so a script runs the same on a laptop.
 
 Stopping: the agent sends SIGTERM. A script that polls ``stop_requested()`` decides itself when to stop (and
 may write a final checkpoint when ``checkpoint_on_stop()`` says the stop asked for one); a script that never
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import sdk_steps as _steps
 from . import sdk_trace as _trace
 from .ckpt_async import BackgroundWriter
 
@@ -50,6 +52,7 @@ _lock = threading.Lock()
 _stop = {"set": False}
 _state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
 _writer = BackgroundWriter()
+_held = _steps.Held()  # the step report held back (sdk_steps.py), written under _lock
 
 
 @dataclass(frozen=True)
@@ -180,17 +183,76 @@ def _send(record: dict[str, Any]) -> None:
     fd = _fd()
     if fd is None:
         return
-    data = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
     with _lock:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except BrokenPipeError:
-            # The agent is gone, and with it the lease: stop now, without writing anything else.
-            os._exit(EXIT_AGENT_GONE)
-        except OSError:
-            _state["fd"] = -1  # not a pipe we can use: keep training without progress reports
+        if record.get("type") == "step":
+            held = _steps.hold(_held, record, time.monotonic())
+            if held is None:
+                _start_step_timer()
+                return
+            _write(fd, held)
+        else:
+            held = _steps.take(_held, time.monotonic())  # the step a checkpoint covers goes first
+            if held is not None:
+                _write(fd, held)
+            _write(fd, record)
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    """One JSON line on the report pipe; call with _lock held."""
+    if _state["fd"] == -1:
+        return
+    data = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        # The agent is gone, and with it the lease: stop now, without writing anything else.
+        os._exit(EXIT_AGENT_GONE)
+    except OSError:
+        _state["fd"] = -1  # not a pipe we can use: keep training without progress reports
+
+
+def _flush_steps() -> None:
+    """Write the held step report, if any (the timer when its interval ends; at exit)."""
+    fd = _fd()
+    if fd is None:
+        return
+    with _lock:
+        held = _steps.take(_held, time.monotonic())
+        if held is not None:
+            _write(fd, held)
+
+
+def _step_timer() -> None:
+    while True:
+        time.sleep(_steps.EVERY / 2)
+        if _steps.due(_held, time.monotonic()):
+            _flush_steps()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a data loader worker) has no timer thread, and the lock may have been held by it: start
+    afresh, holding nothing."""
+    global _lock
+    _lock = threading.Lock()
+    _state["timer"] = False
+    _held.record, _held.seconds_sum, _held.seconds_n, _held.written_at = None, 0.0, 0, None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _start_step_timer() -> None:
+    """The daemon thread that writes a held step when its interval ends (once per process); and the last held
+    step at exit."""
+    if _state.get("timer"):
+        return
+    _state["timer"] = True
+    import atexit
+
+    atexit.register(_flush_steps)
+    threading.Thread(target=_step_timer, name="teto-sdk-steps", daemon=True).start()
 
 
 def _number(value: Any) -> float | None:
@@ -202,7 +264,8 @@ def _number(value: Any) -> float | None:
 
 
 def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
-    """Report that ``step`` finished (the agent forwards at most one report per progress interval)."""
+    """Report that ``step`` finished (at most 4 a second reach the agent, the latest and the last always:
+    ``sdk_steps.py``; the agent forwards at most one per progress interval)."""
     _install()
     if _stop["set"] and not _state["polled"]:
         # The script does not handle stops itself: end it here, between steps.

@@ -5,6 +5,12 @@ transaction: PostgreSQL delivers the notification on commit, to every listening 
 holds the loop (``Waker.listening``) wakes whichever replica committed, and never before the change is visible.
 The loop's timer stays as the floor: a lost notification (the listening connection dropped) only costs the wait
 until the next tick, as before.
+
+Wakes that keep coming (a burst of submits, each queueing a job) would otherwise run pass after pass with no
+pause, and the passes would take the whole event loop from the service's other work (the submits themselves:
+issue 12, docs/performance.md). A wake that came during a pass therefore starts the next pass after a rest as long
+as that pass took (``DUTY``: passes take at most half the time while wakes keep coming); a wake after an idle
+spell starts a pass at once, as before.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
@@ -32,26 +39,50 @@ async def notify(conn: asyncpg.Connection, name: str) -> None:
     await conn.execute("SELECT pg_notify($1, '')", name)
 
 
+DUTY = 0.5  # the most of the time back-to-back passes may take while wakes keep coming
+
+
+def rest_before_next(worked: float, duty: float, cap: float) -> float:
+    """How long a loop woken during a pass that took ``worked`` seconds rests before the next pass, so that
+    passes take at most ``duty`` of the time: ``worked * (1 - duty) / duty``, never more than ``cap`` (the tick,
+    which bounds the wait anyway) nor less than nothing."""
+    if not 0 < duty <= 1:
+        raise ValueError(f"duty {duty} is outside (0, 1]")
+    return max(0.0, min(cap, worked * (1 - duty) / duty))
+
+
 class Waker:
     """The loop's side: an event set by notifications (or in-process by ``set``), awaited between ticks."""
 
-    def __init__(self, dsn: str, name: str) -> None:
+    def __init__(self, dsn: str, name: str, *, duty: float = DUTY,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.dsn = dsn
         self.name = name
         self.event = asyncio.Event()
+        self.duty = duty
+        self.clock = clock
         self.woken = 0  # passes started by a wake rather than the timer
+        self.rested = 0.0  # seconds of rest between back-to-back passes (module docstring)
+        self._began: float | None = None  # when the pass now running began
 
     def set(self, *_: object) -> None:
         self.event.set()
 
     async def sleep(self, seconds: float) -> None:
-        """Until woken or ``seconds`` have passed; a wake that came while the loop worked ends it at once."""
+        """Until woken or ``seconds`` have passed; a wake that came while the loop worked ends it after a rest as
+        long as the pass took (``rest_before_next``)."""
+        if self.event.is_set() and self._began is not None:
+            rest = rest_before_next(self.clock() - self._began, self.duty, seconds)
+            if rest > 0:
+                self.rested += rest
+                await asyncio.sleep(rest)
         try:
             await asyncio.wait_for(self.event.wait(), seconds)
             self.woken += 1
         except TimeoutError:
             pass
         self.event.clear()
+        self._began = self.clock()
 
     @contextlib.asynccontextmanager
     async def listening(self) -> AsyncIterator[None]:

@@ -45,9 +45,10 @@ class Reads:
         self.runtime = runtime  # the bus, for the audit service's verify RPC
         self._warned: set[str] = set()
 
-    async def _fetch(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+    async def _fetch(self, view: str, sql: str, *args: Any, via: Any = None) -> list[dict[str, Any]]:
+        """Rows of ``sql``; ``via``: a connection already acquired (else the pool lends one for this query)."""
         try:
-            return [_row(r) for r in await self.pool.fetch(sql, *args)]
+            return [_row(r) for r in await (via or self.pool).fetch(sql, *args)]
         except _MISSING:
             if view not in self._warned:  # once per view: its owner has not migrated yet
                 self._warned.add(view)
@@ -58,17 +59,17 @@ class Reads:
         """Rows of a query on one public view (or a join of public views named first by ``view``)."""
         return await self._fetch(view, sql, *args)
 
-    async def _by_job(self, view: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
-        rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids)
+    async def _by_job(self, view: str, job_ids: list[str], via: Any = None) -> dict[str, dict[str, Any]]:
+        rows = await self._fetch(view, f"SELECT * FROM {view} WHERE job_id = ANY($1::text[])", job_ids, via=via)
         return {r["job_id"]: r for r in rows}
 
-    async def _decorate(self, jobs: list[dict[str, Any]],
-                        usage: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    async def _decorate(self, jobs: list[dict[str, Any]], usage: list[dict[str, Any]] | None = None,
+                        via: Any = None) -> list[dict[str, Any]]:
         ids = [j["id"] for j in jobs]
         if not ids:
             return []
-        signals = await self._by_job("health.job_signals_public", ids)
-        budgets = await self._by_job("budget.jobs_public", ids)
+        signals = await self._by_job("health.job_signals_public", ids, via)
+        budgets = await self._by_job("budget.jobs_public", ids, via)
         return [views.job_view(j, signal=signals.get(j["id"]), budget=budgets.get(j["id"]), usage=usage)
                 for j in jobs]
 
@@ -99,8 +100,9 @@ class Reads:
         rows, next_cursor = paging.page(rows, limit)
         return await self._decorate(rows), next_cursor
 
-    async def job_row(self, job_id: str) -> dict[str, Any] | None:
-        rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id)
+    async def job_row(self, job_id: str, via: Any = None) -> dict[str, Any] | None:
+        rows = await self._fetch("queue.jobs_public", "SELECT * FROM queue.jobs_public WHERE id = $1", job_id,
+                                 via=via)
         return rows[0] if rows else None
 
     async def job_owners(self, job_ids: list[str]) -> dict[str, str]:
@@ -110,19 +112,25 @@ class Reads:
         return {r["id"]: r["owner"] for r in rows}
 
     async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
-        job = await self.job_row(job_id)
+        # Five queries on one connection: each one the pool lends is reset on its return (a round trip of its
+        # own), which made a submit's answer cost ten round trips instead of five (docs/performance.md).
+        async with self.pool.acquire() as conn:
+            return await self._job_on(conn, job_id, events)
+
+    async def _job_on(self, conn: Any, job_id: str, events: int) -> dict[str, Any] | None:
+        job = await self.job_row(job_id, via=conn)
         if job is None:
             return None
         # The usage records of the job's current (or last) run: the time an interruption throws away.
         usage = await self._fetch("budget.usage_public",
                                   "SELECT * FROM budget.usage_public WHERE job_id = $1 AND epoch = $2"
-                                  " ORDER BY executor_id, seq", job_id, job.get("lease_epoch") or 0)
-        (decorated,) = await self._decorate([job], usage=usage)
+                                  " ORDER BY executor_id, seq", job_id, job.get("lease_epoch") or 0, via=conn)
+        (decorated,) = await self._decorate([job], usage=usage, via=conn)
         latest = await self._fetch(
             "queue.job_events_public",
             "SELECT * FROM (SELECT * FROM queue.job_events_public WHERE job_id = $1 ORDER BY seq DESC LIMIT $2) e"
             " ORDER BY seq",
-            job_id, events,
+            job_id, events, via=conn,
         )
         decorated["events"] = [views.pick(e, views.EVENT_FIELDS) for e in latest]
         return decorated

@@ -104,3 +104,22 @@ def test_quick_smoke_of_the_placement_benchmark(tmp_path):
     queries = [p["query"] for p in detail["plans"]]
     assert any("FOR UPDATE SKIP LOCKED" in q for q in queries) and any("executors e" in q for q in queries)
     assert all(p["plan"] and not p["seq_scan_jobs"] for p in detail["plans"])
+
+
+@pytest.mark.timeout(900)
+def test_quick_smoke_of_the_submit_and_agent_overhead_benchmarks(tmp_path):
+    """Issue 12 items 2 and 6: a fresh `teto up` hammered by 32 clients, and a real agent against a plain run
+    (each may take minutes on a loaded machine: `teto up` starts every service first)."""
+    out = tmp_path / "bench-results.json"
+    proc = _teto("submit", "agent_overhead", "--quick", "--timeout", "400", "--json", str(out), cwd=REPO,
+                 timeout=850)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["results"]
+    submit = {r["name"]: r for r in rows if r["bench"] == "submit"}
+    assert set(submit) == {"submit: p50 latency", "submit: p99 latency", "submit: accepted rate"}
+    assert {r["target"] for r in submit.values()} == {10.0, 50.0, 300.0}
+    for r in submit.values():
+        assert r["figure"] > 0 and r["reference"] > 0 and isinstance(r["passed"], bool), r
+    (agent,) = [r for r in rows if r["bench"] == "agent_overhead"]
+    assert agent["target"] == 1.0 and agent["reference"] > 0 and isinstance(agent["figure"], float)
+    assert "2 rounds A/B interleaved" in agent["note"] and "report_step" in agent["note"]

@@ -79,3 +79,53 @@ def test_the_sdk_imports_nothing_heavy(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import sys, teto.sdk; print('torch' in sys.modules)"],
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=10)
     assert out.stdout.strip() == "False"
+
+
+def _lines_until(r: int, want, timeout: float = 20.0) -> list[dict]:
+    """JSON lines read from the pipe until ``want(lines)`` holds (or the timeout; the test then fails on them)."""
+    import select
+
+    lines: list[dict] = []
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not want(lines) and time.monotonic() < deadline:
+        ready, _, _ = select.select([r], [], [], 0.2)
+        if ready:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *done, buf = buf.split(b"\n")
+            lines += [json.loads(x) for x in done]
+    return lines
+
+
+def test_steps_reported_at_once_then_a_hang_reach_the_agent_as_the_first_and_the_latest(tmp_path):
+    """At most 4 step lines a second (agents/executor/sdk_steps.py): steps 2-10 are held, and the timer thread
+    writes step 10, for all nine, while the script hangs."""
+    r, w = os.pipe()
+    proc = _spawn("from teto import sdk\nimport time\n"
+                  "for i in range(1, 11):\n    sdk.report_step(i, total_steps=100)\n"
+                  "time.sleep(60)\n", tmp_path, fd=w, TETO_JOB_ID="j")
+    os.close(w)
+    try:
+        lines = _lines_until(r, lambda got: any(x["step"] == 10 for x in got))
+        assert [x["step"] for x in lines] == [1, 10]
+        assert lines[1]["step_seconds_n"] == 9 and lines[1]["step_seconds"] >= 0
+    finally:
+        proc.kill()
+        proc.wait(10)
+        os.close(r)
+
+
+def test_a_held_step_is_written_before_a_checkpoint_and_at_exit(tmp_path):
+    r, w = os.pipe()
+    proc = _spawn("from teto import sdk\n"
+                  "sdk.report_step(1)\nsdk.report_step(2)\nsdk.save_checkpoint(b'x', 2)\n"
+                  "sdk.report_step(3)\nsdk.report_step(4)\n", tmp_path, fd=w, TETO_JOB_ID="j")
+    os.close(w)
+    with os.fdopen(r) as f:
+        lines = [json.loads(line) for line in f]
+    assert proc.wait(10) == 0
+    order = [(x["type"], x.get("step")) for x in lines if x["type"] != "phase"]
+    assert order == [("step", 1), ("step", 2), ("checkpoint", 2), ("step", 4)]

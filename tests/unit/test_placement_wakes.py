@@ -72,3 +72,31 @@ async def test_a_wake_starts_the_next_pass_at_once_and_one_during_a_pass_is_not_
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+def test_back_to_back_passes_rest_as_long_as_they_worked_up_to_the_tick():
+    from libs.runtime.wake import rest_before_next
+
+    assert rest_before_next(0.04, 0.5, 5.0) == pytest.approx(0.04)  # half the time at most
+    assert rest_before_next(0.03, 0.75, 5.0) == pytest.approx(0.01)
+    assert rest_before_next(0.04, 1.0, 5.0) == 0.0  # duty 1: no rest, passes back to back
+    assert rest_before_next(9.0, 0.5, 0.5) == 0.5  # never longer than the tick
+    assert rest_before_next(-1.0, 0.5, 0.5) == 0.0  # a clock that stepped back: no rest
+    for duty in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            rest_before_next(0.1, duty, 1.0)
+
+
+async def test_a_wake_during_a_pass_rests_first_and_a_wake_after_an_idle_spell_does_not():
+    now = [100.0]
+    waker = Waker("postgresql://nowhere.invalid/x", "teto_placement_test", clock=lambda: now[0])
+    await asyncio.wait_for(waker.sleep(0.01), 5)  # the timer ends the first wait: a pass begins at 100.0
+    now[0] += 0.02  # the pass took 20 ms, and a job was queued meanwhile
+    waker.set()
+    await asyncio.wait_for(waker.sleep(60.0), 5)
+    assert waker.woken == 1 and waker.rested == pytest.approx(0.02)
+    # This pass ends with nothing new; the next wake comes while the loop waits: no rest.
+    late = asyncio.get_running_loop().call_later(0.01, waker.set)
+    now[0] += 0.02
+    await asyncio.wait_for(waker.sleep(60.0), 5)
+    assert waker.woken == 2 and waker.rested == pytest.approx(0.02)

@@ -1,0 +1,47 @@
+"""The training script of bench_agent_overhead: a tiny MLP on CPU, one intra-op thread, a fixed number of steps;
+each step (forward, backward, optimizer step, ``sdk.report_step``) is timed by the script itself, and so is the
+``report_step`` call alone, and the step's CPU time on the training thread (``time.thread_time``: what other
+processes' load moves far less than the wall time); the lists are written as JSON (``{"steps": [...],
+"report": [...], "cpu": [...]}``) to the path given. Outside Teto ``report_step`` does nothing, so the same
+script, unchanged, is the run without the agent.
+
+Usage: python bench/_tiny_train.py STEPS OUT.json [WIDTH]
+"""
+
+import json
+import sys
+import time
+
+import torch
+
+from teto import sdk
+
+
+def main() -> None:
+    steps, out = int(sys.argv[1]), sys.argv[2]
+    width = int(sys.argv[3]) if len(sys.argv) > 3 else 512
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.ReLU(), torch.nn.Linear(2 * width, width))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, width), torch.randn(64, width)
+    times, report, cpu = [], [], []
+    for step in range(1, steps + 1):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        value = loss.item()
+        t1 = time.perf_counter()
+        sdk.report_step(step, total_steps=steps, loss=value)
+        t2 = time.perf_counter()
+        times.append(t2 - t0)
+        report.append(t2 - t1)
+        cpu.append(time.thread_time() - c0)
+    with open(out, "w") as f:
+        json.dump({"steps": times, "report": report, "cpu": cpu}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Submit latency (issue 12, item 2): ``POST /v1/jobs`` from 32 concurrent keep-alive clients against the real
+gateway of a fresh ``teto up`` (no executors: the jobs stay queued; the queue service answers each submit, the
+audit service records it), against the same 32 clients calling ``GET /healthz`` of the same server in the same
+run: the reference is what the HTTP stack alone costs, so the ratio shows the submit path's own cost.
+
+A submit is accepted when the gateway answers 201 (the queue's outcome came back in time) or 202 (the command is
+durable in the command stream, outcome pending); anything else is an error and fails the run. The reference runs
+before and after the submits (the faster counts, so a disturbed reference cannot flatter a ratio). Targets are
+the issue's absolute ones: p50 <= 10 ms, p99 <= 50 ms, >= 300 accepted submits/s.
+
+The note also gives the CPU time each part of the stack (gateway, queue, audit, PostgreSQL, NATS, ...) spent per
+submit during the submits (bench/_cpu.py), which other processes' load on a shared machine moves far less
+than the rates: its total bounds the submits/s the stack could sustain on this machine's idle cores.
+
+``--profile DIR`` also samples the gateway and the queue service with py-spy (``record --format raw``: collapsed
+stacks, ``DIR/<part>.txt``) while the submits run, to find where their time goes (docs/performance.md).
+
+Run: .venv/bin/python -m bench.bench_submit [N] [--clients 32] [--profile DIR], or ``teto bench submit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from bench._latency import summary
+from bench import _cpu
+
+TARGET_P50_MS, TARGET_P99_MS, TARGET_RATE = 10.0, 50.0, 300.0
+SPEC = {"workload": {"kind": "command", "command": ["true"]}, "gpu_ceiling_seconds": 600}
+ACCEPTED = (201, 202)
+
+
+async def hammer(url: str, token: str, clients: int, n: int, method: str, path: str) -> tuple[list[float], float,
+                                                                                                   dict[int, int]]:
+    """n requests from ``clients`` concurrent keep-alive clients (one connection each); the latency of each,
+    the wall time of the whole, and the count of each status."""
+    left = [n]
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    async def client() -> None:
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, limits=limits,
+                                     timeout=60) as http:
+            while left[0] > 0:
+                left[0] -= 1
+                body = {**SPEC, "name": f"bench-{left[0]}"} if method == "POST" else None
+                t0 = time.perf_counter()
+                r = await http.request(method, path, json=body)
+                latencies.append(time.perf_counter() - t0)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, time.perf_counter() - t0, statuses
+
+
+PROFILED = ("gateway", "queue")
+
+
+def _profilers(data_dir: Path, out: Path) -> list[subprocess.Popen]:
+    """py-spy recording each of PROFILED into ``out/<part>.txt`` until interrupted (none without py-spy)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        print("py-spy is not installed (pip install -e '.[dev]'): no profile", file=sys.stderr)
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    pids = {r["name"]: r["pid"] for r in json.loads((data_dir / "processes.json").read_text())}
+    return [subprocess.Popen([spy, "record", "--pid", str(pids[name]), "--rate", "200", "--format", "raw",
+                              "--output", str(out / f"{name}.txt"), "--nonblocking"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name in PROFILED]
+
+
+def run(n: int, clients: int = 32, profile: Path | None = None) -> list[dict]:
+    from tests.e2e.stack import start_stack  # `teto up` as a user runs it (the e2e tests' helper)
+
+    root = Path(tempfile.mkdtemp(prefix="teto-bench-submit-"))
+    data = root / "data"
+    data.mkdir()
+    stack = start_stack(data, executors=0, lease=30, heartbeat=5)
+    try:
+        async def measure() -> tuple:
+            await hammer(stack.url, stack.token, clients, max(clients * 2, n // 20), "POST", "/v1/jobs")  # warm
+            ref1 = await hammer(stack.url, stack.token, clients, n, "GET", "/healthz")
+            spies = _profilers(data, profile) if profile else []
+            cpu0 = _cpu.snapshot(data)
+            sub = await hammer(stack.url, stack.token, clients, n, "POST", "/v1/jobs")
+            cpu1 = _cpu.snapshot(data)
+            for spy in spies:  # py-spy writes its file when interrupted
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
+            ref2 = await hammer(stack.url, stack.token, clients, n, "GET", "/healthz")
+            return ref1, sub, ref2, _cpu.per_job_ms(_cpu.spent(cpu0, cpu1), n)
+
+        ref1, sub, ref2, cpu = asyncio.run(measure())
+    finally:
+        stack.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    bad = {s: c for s, c in sub[2].items() if s not in ACCEPTED}
+    if bad:
+        raise AssertionError(f"submits refused or failed: {bad}")
+    got, refs = summary(sub[0], sub[1]), [summary(r[0], r[1]) for r in (ref1, ref2)]
+    ref = min(refs, key=lambda s: s["p50_ms"])
+    note = (f"{n} submits (command `true`) from {clients} keep-alive httpx clients to teto up's gateway, no "
+            f"executors; p95 {got['p95_ms']:.1f} ms, max {got['max_ms']:.0f} ms; {sub[2].get(202, 0)} answered 202 "
+            f"(outcome pending); reference: GET /healthz, same clients, same server (p99 {ref['p99_ms']:.1f} ms); "
+            f"CPU ms per submit: {sum(cpu.values()):.1f} in all, {', '.join(f'{k} {v}' for k, v in cpu.items() if v)}; "
+            f"load average {os.getloadavg()[0]:.1f}")
+
+    def row(name: str, key: str, target: float, unit: str, at_most: bool) -> dict:
+        figure = got[key]
+        return {"name": name, "figure": round(figure, 2), "reference": round(ref[key], 2),
+                "ratio": round(figure / ref[key], 3) if ref[key] else None, "target": target, "unit": unit,
+                "passed": figure <= target if at_most else figure >= target, "note": note}
+
+    return [row("submit: p50 latency", "p50_ms", TARGET_P50_MS, "ms", True),
+            row("submit: p99 latency", "p99_ms", TARGET_P99_MS, "ms", True),
+            row("submit: accepted rate", "rate", TARGET_RATE, "submits/s", False)]
+
+
+def main(quick: bool = False) -> list[dict]:
+    return run(128, 32) if quick else run(3_000, 32)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", nargs="?", type=int, default=3_000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy collapsed stacks of the gateway and queue")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for r in (main(quick=True) if args.quick else run(args.n, args.clients, args.profile)):
+        print(f"{r['name']}: {r['figure']} {r['unit']} (reference {r['reference']}, ratio {r['ratio']}; target "
+              f"{r['target']}: {'pass' if r['passed'] else 'short'})")
+    print(r["note"])

@@ -1,0 +1,74 @@
+"""The benchmarks' latency arithmetic (bench/_latency.py) and the agent-overhead bench's step-time rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import bench_agent_overhead as overhead
+from bench._latency import percentile, spread, summary
+
+pytestmark = pytest.mark.unit
+
+
+def test_percentile_interpolates_between_closest_ranks_like_numpy():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert percentile(values, 0) == 1.0 and percentile(values, 100) == 5.0
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 25) == 2.0
+    assert percentile([1.0, 2.0], 50) == 1.5
+    assert percentile([1.0, 2.0, 3.0, 4.0], 99) == pytest.approx(3.97)
+    assert percentile([7.0], 99) == 7.0
+
+
+def test_percentile_refuses_nothing_and_a_rank_out_of_range():
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+    with pytest.raises(ValueError):
+        percentile([1.0], -1)
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6), min_size=1, max_size=50),
+       st.floats(min_value=0, max_value=100), st.floats(min_value=0, max_value=100))
+def test_percentile_is_monotone_and_within_the_values(values, q1, q2):
+    lo, hi = sorted((q1, q2))
+    assert min(values) <= percentile(values, lo) <= percentile(values, hi) <= max(values)
+
+
+def test_summary_is_in_milliseconds_and_the_rate_counts_requests_over_the_wall_time():
+    s = summary([0.001] * 98 + [0.010, 0.050], seconds=2.0)
+    assert s["p50_ms"] == pytest.approx(1.0) and s["max_ms"] == pytest.approx(50.0)
+    assert s["p99_ms"] == pytest.approx(10.0 + 0.01 * 40.0)
+    assert s["rate"] == 50.0 and s["n"] == 100
+    with pytest.raises(ValueError):
+        summary([0.1], seconds=0)
+
+
+def test_spread_is_median_min_max():
+    assert spread([3.0, -1.0, 2.0, 10.0]) == (2.5, -1.0, 10.0)
+
+
+def test_a_run_s_step_time_is_the_median_after_the_warm_up():
+    warm = [1.0] * overhead.WARMUP_STEPS  # slow first steps (allocations) are left out
+    assert overhead.step_time(warm + [0.010, 0.012, 0.011] * 20) == 0.011
+    assert overhead.step_time([0.5, 0.1, 0.2]) == 0.2  # too short to drop a warm-up: all of it
+
+
+def test_overhead_is_the_relative_slowdown_in_percent():
+    assert overhead.overhead_percent(0.0101, 0.0100) == pytest.approx(1.0)
+    assert overhead.overhead_percent(0.0099, 0.0100) == pytest.approx(-1.0)
+
+
+def test_a_run_s_file_gives_its_step_time_and_its_report_step_time(tmp_path):
+    out = tmp_path / "run.json"
+    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2]}')
+    assert overhead.read_run(out) == (0.02, 0.00002, 2)
+
+
+def test_the_overhead_has_a_verdict_only_when_the_rounds_agree_well_enough_to_resolve_the_target():
+    assert overhead.verdict(0.4, 0.1, 0.9) is True
+    assert overhead.verdict(1.5, 1.0, 2.0) is False
+    assert overhead.verdict(-44.9, -87.4, 89.5) is None  # a spread of 177 points cannot resolve 1 %
