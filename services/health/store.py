@@ -65,27 +65,38 @@ async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, 
     return {r["job_id"]: r["epoch"] for r in rows}
 
 
+def executor_rows(beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The executor upserts of a batch in lock order: by executor, then oldest first so the newest wins. Every
+    writer of ``health.executors`` (this, the evaluator) takes its row locks in executor order, so two of them can
+    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load)."""
+    return [
+        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
+         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
+         b.progress_interval_seconds)
+        for b in sorted(beats, key=lambda b: (b.executor_id, b.sent_at))
+    ]
+
+
+def job_rows(job_beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The job contacts of a batch in lock order: by job, then oldest first (see ``executor_rows``)."""
+    return [
+        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
+        for b in sorted(job_beats, key=lambda b: (b.job_id or "", b.sent_at)) if b.job_id
+    ]
+
+
 async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
                             now: datetime) -> None:
-    """Store heartbeats on their executors, and ``job_beats`` (those not about a stale epoch) on their jobs,
-    oldest first so the newest wins.
+    """Store ``job_beats`` (those not about a stale epoch) on their jobs, then every heartbeat on its executor:
+    jobs before executors, each in key order, as the evaluator writes them (no lock cycle between the two).
 
     The heartbeat's own send time is used (clamped to now, against a fast executor clock), so heartbeats
     that waited in the stream while this service was down are not mistaken for fresh ones.
     """
-    beats = sorted(beats, key=lambda b: b.sent_at)
-    await conn.executemany(_UPSERT_EXECUTOR, [
-        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
-         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
-         b.progress_interval_seconds)
-        for b in beats
-    ])
-    job_rows = [
-        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
-        for b in sorted(job_beats, key=lambda b: b.sent_at) if b.job_id
-    ]
-    if job_rows:
-        await conn.executemany(_UPSERT_JOB_CONTACT, job_rows)
+    jobs = job_rows(job_beats, now)
+    if jobs:
+        await conn.executemany(_UPSERT_JOB_CONTACT, jobs)
+    await conn.executemany(_UPSERT_EXECUTOR, executor_rows(beats, now))
 
 
 async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: datetime) -> None:
@@ -165,7 +176,8 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     result = Evaluation()
     async with pool.acquire() as conn, conn.transaction():
         jobs = await conn.fetch(
-            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL",
+            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
+            " ORDER BY job_id",  # lock order: see executor_rows
             _TERMINAL,
         )
         job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
@@ -195,7 +207,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
                 )))
         await outbox.add(conn, SCHEMA, events)
 
-        for row in await conn.fetch("SELECT * FROM health.executors"):
+        for row in await conn.fetch("SELECT * FROM health.executors ORDER BY executor_id"):
             state = job_state.get(row["job_id"]) if row["job_id"] else None
             reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
             if reading.signal == _signal(row["signal"]):
