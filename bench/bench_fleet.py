@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -179,7 +179,9 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
         finally:
             for t in tasks:
                 t.cancel()
-            await fleet.stop()
+            # Bounded: a run must end with its figures even when the machine is too slow for a clean stop.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(fleet.stop(), 60)
             for p in procs:
                 p.terminate()
             for p in procs:
@@ -188,8 +190,9 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
                 except subprocess.TimeoutExpired:
                     p.kill()
             if pool is not None:
-                await pool.close()
-            await rt.close()
+                pool.terminate()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(rt.close(), 30)
         passes = [tuple(map(float, line.split())) for line in passes_file.read_text().splitlines() if line.strip()]
         pass_seconds = [e - s for s, e in passes]
     alive_killed = set(killed)
