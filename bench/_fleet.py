@@ -2,7 +2,7 @@
 speaking the agent's protocol on the real subjects: registration (``NodeRegistered``), a heartbeat every interval,
 and, while it holds a job, the lease renewal over request/reply, a step report and a usage report each interval.
 
-Grants arrive as the queue sends them (``RunJob`` on the AGENT stream); the fleet reads them through one shared
+Each executor starts at its place in the first interval, registers and heartbeats at once. Grants arrive as the queue sends them (``RunJob`` on the AGENT stream); the fleet reads them through one shared
 pull consumer instead of one durable per executor (10,000 durables are the simulator's cost, not the control
 plane's) and hands each to its executor, which confirms the lease (the agent's first renewal) and reports the
 run started. A killed executor stops everything at once, as a machine that lost power would.
@@ -21,7 +21,6 @@ from datetime import datetime
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from bench._drain import gather_in_chunks
 from libs.contracts.agents import RunJob
 from libs.contracts.envelope import utcnow
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
@@ -88,14 +87,9 @@ class Fleet:
         self.executors = [SimExecutor(f"sim{i:05d}", probe=i % stride == 0) for i in range(self.size)]
         self._by_id = {e.id: e for e in self.executors}
 
-    async def register(self) -> None:
-        """Every executor registers its node (published concurrently, in chunks)."""
-        await gather_in_chunks(self._send(self.subjects.node(e.node, "registered"), NodeRegistered(
-            node_id=e.node, executor_id=e.id, group=GROUP, hostname=e.node, cpu_count=8, agent_version="sim",
-            boot_id=f"boot-{e.id}")) for e in self.executors)
-
     async def start(self) -> None:
-        """Heartbeats spread evenly over the interval, and the grant reader."""
+        """Executors starting spread evenly over the interval (registration, then heartbeats), and the grant
+        reader."""
         self._tasks.append(asyncio.create_task(self._grants(), name="fleet-grants"))
         for i, e in enumerate(self.executors):
             offset = self.interval * i / self.size
@@ -120,7 +114,12 @@ class Fleet:
     # -- one executor ---------------------------------------------------------------------------------------
 
     async def _life(self, e: SimExecutor, offset: float) -> None:
+        """An agent's life: it starts (spread evenly over the first interval), registers its node and sends its
+        first heartbeat at once, as the agent does; a registered node without a heartbeat is judged no_signal."""
         await asyncio.sleep(offset)
+        await self._send(self.subjects.node(e.node, "registered"), NodeRegistered(
+            node_id=e.node, executor_id=e.id, group=GROUP, hostname=e.node, cpu_count=8, agent_version="sim",
+            boot_id=f"boot-{e.id}"))
         due = time.monotonic()
         while e.alive:
             if time.monotonic() - due > self.interval / 2:

@@ -155,14 +155,11 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
                 await _ready(rt.js, rt.subjects.stream_name(stream), durable)
             _say("services ready")
             pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=3)
-            t_reg = time.perf_counter()
-            await fleet.register()
-            registered = time.perf_counter() - t_reg
             jobs = int(n * busy)
             for _ in range(jobs):
                 await rt.js.publish(rt.subjects.cmd(SubmitJob.KIND), SubmitJob(
                     actor="fleet", spec=JobSpec(workload={"kind": "finetune"})).encode())
-            _say(f"{n} registered in {registered:.1f} s, {jobs} jobs submitted")
+            _say(f"{jobs} jobs submitted; {n} executors starting over {interval:g} s")
             await fleet.start()
             watch = Watch(rt, pool, fleet)
             tasks = [asyncio.create_task(c()) for c in (watch.backlog, watch.signals, watch.ingestion)]
@@ -203,7 +200,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
                         if ex.split()[0] not in alive_killed)
     found = [watch.no_signal[k] - since for k in killed if k in watch.no_signal]
     rate = n / interval
-    return {"executors": n, "interval": interval, "jobs": jobs, "busy_at_end": busy_now, "registered_s": registered,
+    return {"executors": n, "interval": interval, "jobs": jobs, "busy_at_end": busy_now,
             "measured_s": until - since + interval, "lag_p50": percentile(lags, 0.5), "lag_p99": percentile(lags, 0.99),
             "lag_max": max(lags) if lags else float("nan"), "probes_timed": len(lags),
             "probes_unstored": sum(1 for p in probes if p.ingested is None and since <= p.sent < until),
