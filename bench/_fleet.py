@@ -98,9 +98,8 @@ class Fleet:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        # All at once, and cancellable itself (a bounded stop must be able to give up on it).
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
     def kill(self, ids: list[str]) -> None:
