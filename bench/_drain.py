@@ -7,6 +7,17 @@ import asyncio
 import time
 
 
+async def gather_in_chunks(coros, chunk: int = 500) -> None:
+    """Await many publishes concurrently, ``chunk`` at a time (all at once would flood the connection)."""
+    pending = []
+    for coro in coros:
+        pending.append(coro)
+        if len(pending) >= chunk:
+            await asyncio.gather(*pending)
+            pending = []
+    await asyncio.gather(*pending)
+
+
 def row(name: str, n: int, seconds: float, ref_seconds: float, *, unit: str = "msg/s", target: float | None = 0.5,
         note: str = "") -> dict:
     """One result row: the rate of n messages in seconds against the reference's rate, as ``teto bench`` reads it."""

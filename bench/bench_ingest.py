@@ -20,7 +20,7 @@ import asyncio
 import sys
 from datetime import UTC, datetime, timedelta
 
-from bench._drain import drained_by, reference, row, service_rate
+from bench._drain import drained_by, gather_in_chunks, reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.telemetry import Heartbeat
 from libs.contracts.usage import UsageRecord, UsageReport
@@ -30,16 +30,6 @@ from libs.runtime.settings import CommonSettings
 from libs.runtime.tasks import stop_tasks
 
 PREFIX = "bench"
-
-
-async def _gather_in_chunks(items, chunk: int = 500) -> None:
-    pending = []
-    for coro in items:
-        pending.append(coro)
-        if len(pending) >= chunk:
-            await asyncio.gather(*pending)
-            pending = []
-    await asyncio.gather(*pending)
 
 
 def heartbeats(subjects, n: int, executors: int):
@@ -89,8 +79,8 @@ async def run(n: int, executors: int) -> list[dict]:
         rt = await Runtime.open("bench", CommonSettings.from_env(env={}, **base), schema=None, package=None)
         s, js = rt.subjects, rt.js
         hb, usage = s.stream_name("HB"), s.stream_name("USAGE")
-        await _gather_in_chunks(js.publish(subj, m.encode()) for subj, m in heartbeats(s, n, executors))
-        await _gather_in_chunks(js.publish(subj, m.encode()) for subj, m in usage_reports(s, n, executors))
+        await gather_in_chunks(js.publish(subj, m.encode()) for subj, m in heartbeats(s, n, executors))
+        await gather_in_chunks(js.publish(subj, m.encode()) for subj, m in usage_reports(s, n, executors))
         refs = {hb: [await reference(js, s.heartbeat_all, hb, "bench-raw-hb-1", n)],
                 usage: [await reference(js, s.usage_all, usage, "bench-raw-usage-1", n)]}
         note = f"{n} messages from {executors} executors; reference: nats-py pull, fetch 500, ack each, same stream"

@@ -16,6 +16,12 @@ to each message is decided here, once for every service:
 Dead letters go to ``teto.dead.<service>`` with the reason, the original subject, headers and payload; only once
 that publish is acknowledged is the original acknowledged, so nothing accepted is lost.
 
+One batch is fetched ahead: while a batch is handled, the next one is on its way (``run``). Batches are still
+handled one at a time in the order fetched, so one executor's heartbeats and one job's reports are applied in
+stream order as before; a held batch (outage) keeps the batch behind it too, and at shutdown a batch fetched but
+not handled is handed back at once (nak). Acknowledgements are plain publishes (no reply awaited), after the
+handler succeeded.
+
 Why our own pull loop and not FastStream's subscribers (faststream 0.7.8 with nats-py 2.16): FastStream's
 multi-message pull loop catches only ``nats.errors.TimeoutError``, while nats-py raises a plain
 ``asyncio.TimeoutError`` when its own timer fires first; the loop task dies and its fetched messages wait out the
@@ -144,6 +150,7 @@ class ConsumerLoop(Generic[M]):
     counters: EdgeCounters = field(default_factory=EdgeCounters)
     retry_seconds: float = 1.0
     _sub: JetStreamContext.PullSubscription | None = None
+    _ahead: asyncio.Task[list[Msg]] | None = None  # the next batch, fetched while this one is handled
 
     @property
     def durable(self) -> str:
@@ -174,20 +181,19 @@ class ConsumerLoop(Generic[M]):
                 await asyncio.sleep(self.retry_seconds)
 
     async def run(self) -> None:
+        """Fetch and settle batches until cancelled. The next batch is fetched while the current one is handled
+        (one batch ahead): handling stays one batch at a time in stream order, so per-executor and per-job order
+        is what it was without the prefetch; only the wait for the broker overlaps the handler's work."""
         await self.subscribe()
         sub = self._sub
+        ahead: asyncio.Task[list[Msg]] = asyncio.create_task(self._fetch(sub))
         try:
             while True:
-                try:
-                    msgs = await sub.fetch(self.consumer.batch, timeout=self.consumer.wait_seconds)
-                except asyncio.TimeoutError:  # nothing to do (nats.errors.TimeoutError is one too)
+                msgs = await ahead
+                ahead = asyncio.create_task(self._fetch(sub))
+                if not msgs:
                     continue
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - server restarting, connection lost: try again
-                    log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
-                    await asyncio.sleep(self.retry_seconds)
-                    continue
+                self._ahead = ahead
                 try:
                     await self.settle(msgs)
                 except asyncio.CancelledError:
@@ -195,11 +201,27 @@ class ConsumerLoop(Generic[M]):
                 except Exception:  # noqa: BLE001 - a bug here must not end the consumer: its messages come back
                     log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait",
                                   self.durable)
+                finally:
+                    self._ahead = None
         finally:
             # An open pull request would hold the connection's drain at shutdown; the durable stays.
             self._sub = None
+            await _give_back(ahead)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
+        """One batch, or none when nothing came within the wait or the fetch failed (after a pause)."""
+        try:
+            return await sub.fetch(self.consumer.batch, timeout=self.consumer.wait_seconds)
+        except asyncio.TimeoutError:  # nothing to do (nats.errors.TimeoutError is one too)
+            return []
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - server restarting, connection lost: try again
+            log.warning("%s: fetch failed (%r); retrying", self.durable, exc)
+            await asyncio.sleep(self.retry_seconds)
+            return []
 
     # -- one batch ------------------------------------------------------------------------------------------
 
@@ -264,8 +286,8 @@ class ConsumerLoop(Generic[M]):
                                 exc, len(decoded), delay)
                 self.counters.waits += 1
                 metrics.EDGE_WAITS.labels(self.reporter.name, self.durable).inc()
-                for m, _ in decoded:  # still ours: extend the ack deadline, spend no delivery
-                    with contextlib.suppress(Exception):
+                for m in [m for m, _ in decoded] + _fetched(self._ahead):  # still ours: extend the ack
+                    with contextlib.suppress(Exception):                  # deadline, spend no delivery
                         await m.in_progress()
                 await asyncio.sleep(delay)
 
@@ -345,6 +367,25 @@ def _stream_seq(m: Msg) -> int | None:
         return int(m.metadata.sequence.stream)
     except Exception:  # noqa: BLE001 - not a JetStream message
         return None
+
+
+def _fetched(ahead: asyncio.Task[list[Msg]] | None) -> list[Msg]:
+    """The messages of the batch fetched ahead, once it has arrived (none before)."""
+    if ahead is None or not ahead.done() or ahead.cancelled() or ahead.exception() is not None:
+        return []
+    return list(ahead.result())
+
+
+async def _give_back(ahead: asyncio.Task[list[Msg]]) -> None:
+    """At shutdown: stop the fetch ahead; a batch that already arrived is handed back at once (nak without
+    delay) for another replica, instead of waiting out its ack wait. Never raises."""
+    if not ahead.done():
+        ahead.cancel()
+    with contextlib.suppress(BaseException):
+        await ahead
+    for m in _fetched(ahead):
+        with contextlib.suppress(MsgAlreadyAckdError, Exception):
+            await m.nak()
 
 
 async def _ack(m: Msg) -> None:

@@ -65,27 +65,38 @@ async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, 
     return {r["job_id"]: r["epoch"] for r in rows}
 
 
+def executor_rows(beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The executor upserts of a batch in lock order: by executor, then oldest first so the newest wins. Every
+    writer of ``health.executors`` (this, the evaluator) takes its row locks in executor order, so two of them can
+    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load)."""
+    return [
+        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
+         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
+         b.progress_interval_seconds)
+        for b in sorted(beats, key=lambda b: (b.executor_id, b.sent_at))
+    ]
+
+
+def job_rows(job_beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The job contacts of a batch in lock order: by job, then oldest first (see ``executor_rows``)."""
+    return [
+        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
+        for b in sorted(job_beats, key=lambda b: (b.job_id or "", b.sent_at)) if b.job_id
+    ]
+
+
 async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
                             now: datetime) -> None:
-    """Store heartbeats on their executors, and ``job_beats`` (those not about a stale epoch) on their jobs,
-    oldest first so the newest wins.
+    """Store ``job_beats`` (those not about a stale epoch) on their jobs, then every heartbeat on its executor:
+    jobs before executors, each in key order, as the evaluator writes them (no lock cycle between the two).
 
     The heartbeat's own send time is used (clamped to now, against a fast executor clock), so heartbeats
     that waited in the stream while this service was down are not mistaken for fresh ones.
     """
-    beats = sorted(beats, key=lambda b: b.sent_at)
-    await conn.executemany(_UPSERT_EXECUTOR, [
-        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
-         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
-         b.progress_interval_seconds)
-        for b in beats
-    ])
-    job_rows = [
-        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
-        for b in sorted(job_beats, key=lambda b: b.sent_at) if b.job_id
-    ]
-    if job_rows:
-        await conn.executemany(_UPSERT_JOB_CONTACT, job_rows)
+    jobs = job_rows(job_beats, now)
+    if jobs:
+        await conn.executemany(_UPSERT_JOB_CONTACT, jobs)
+    await conn.executemany(_UPSERT_EXECUTOR, executor_rows(beats, now))
 
 
 async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: datetime) -> None:
@@ -132,6 +143,39 @@ async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent) -> None:
     )
 
 
+# A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on
+# are still those in the table (a heartbeat that landed meanwhile is judged by the next pass). One UPDATE a row
+# held the pass's row locks for a round trip per change: with thousands of executors changing at once (a fleet
+# registering, a broker outage ending) a pass took tens of seconds and the heartbeat writes queued behind it.
+_SET_JOB_SIGNALS = """
+UPDATE health.jobs AS j SET signal = u.signal, signal_since = u.since, thresholds = u.thresholds::jsonb
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::timestamptz[], $6::timestamptz[],
+            $7::text[]) AS u(job_id, signal, since, thresholds, contact, step_changed_at, state)
+WHERE j.job_id = u.job_id AND j.last_contact_at IS NOT DISTINCT FROM u.contact
+  AND j.step_changed_at IS NOT DISTINCT FROM u.step_changed_at AND j.state IS NOT DISTINCT FROM u.state
+RETURNING j.job_id
+"""
+_SET_EXECUTOR_SIGNALS = """
+UPDATE health.executors AS e SET signal = u.signal, signal_since = u.since, thresholds = u.thresholds::jsonb
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::timestamptz[], $6::timestamptz[])
+     AS u(executor_id, signal, since, thresholds, contact, step_changed_at)
+WHERE e.executor_id = u.executor_id AND e.last_heartbeat IS NOT DISTINCT FROM u.contact
+  AND e.step_changed_at IS NOT DISTINCT FROM u.step_changed_at
+RETURNING e.executor_id
+"""
+
+
+async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
+    """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
+    The rows are locked first in key order, as the heartbeat writes take them (see ``executor_rows``): the
+    UPDATE's own join would lock them in whatever order its plan reads them."""
+    if not rows:
+        return set()
+    await conn.execute(f"SELECT 1 FROM health.{table} WHERE {key} = ANY($1::text[]) ORDER BY {key} FOR UPDATE",
+                       [r[0] for r in rows])
+    return {r[0] for r in await conn.fetch(update, *(list(column) for column in zip(*rows)))}
+
+
 @dataclass
 class Evaluation:
     executors_changed: int = 0
@@ -165,25 +209,22 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     result = Evaluation()
     async with pool.acquire() as conn, conn.transaction():
         jobs = await conn.fetch(
-            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL",
+            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
+            " ORDER BY job_id",  # lock order: see executor_rows
             _TERMINAL,
         )
         job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
-        events = []
+        changed_jobs = []
         for row in jobs:
             reading = _reading_of(row, "last_contact_at", job_state[row["job_id"]], now, th)
-            if reading.signal == _signal(row["signal"]):
-                continue
-            since = reading.since or now
-            changed = await conn.fetchval(
-                """UPDATE health.jobs SET signal = $2, signal_since = $3, thresholds = $4::jsonb
-                   WHERE job_id = $1 AND last_contact_at IS NOT DISTINCT FROM $5
-                     AND step_changed_at IS NOT DISTINCT FROM $6 AND state IS NOT DISTINCT FROM $7
-                   RETURNING true""",
-                row["job_id"], reading.signal and str(reading.signal), since, _thresholds(reading),
-                row["last_contact_at"], row["step_changed_at"], row["state"],
-            )
-            if changed:
+            if reading.signal != _signal(row["signal"]):
+                changed_jobs.append((row, reading, reading.since or now))
+        written = await _set_signals(conn, "jobs", "job_id", _SET_JOB_SIGNALS, [
+            (row["job_id"], reading.signal and str(reading.signal), since, _thresholds(reading),
+             row["last_contact_at"], row["step_changed_at"], row["state"]) for row, reading, since in changed_jobs])
+        events = []
+        for row, reading, since in changed_jobs:
+            if row["job_id"] in written:
                 result.jobs_changed += 1
                 result.changes.append(("job", str(reading.signal or "none")))
                 events.append((subjects.job_event(row["job_id"], "signal"), SignalChanged(
@@ -195,22 +236,18 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
                 )))
         await outbox.add(conn, SCHEMA, events)
 
-        for row in await conn.fetch("SELECT * FROM health.executors"):
+        changed_executors = []
+        for row in await conn.fetch("SELECT * FROM health.executors ORDER BY executor_id"):
             state = job_state.get(row["job_id"]) if row["job_id"] else None
             reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
-            if reading.signal == _signal(row["signal"]):
-                continue
-            changed = await conn.fetchval(
-                """UPDATE health.executors SET signal = $2, signal_since = $3, thresholds = $4::jsonb
-                   WHERE executor_id = $1 AND last_heartbeat IS NOT DISTINCT FROM $5
-                     AND step_changed_at IS NOT DISTINCT FROM $6
-                   RETURNING true""",
-                row["executor_id"], reading.signal and str(reading.signal), reading.since or now,
-                _thresholds(reading), row["last_heartbeat"], row["step_changed_at"],
-            )
-            result.executors_changed += bool(changed)
-            if changed:
-                result.changes.append(("executor", str(reading.signal or "none")))
+            if reading.signal != _signal(row["signal"]):
+                changed_executors.append((row["executor_id"], reading.signal and str(reading.signal),
+                                          reading.since or now, _thresholds(reading), row["last_heartbeat"],
+                                          row["step_changed_at"]))
+        written = await _set_signals(conn, "executors", "executor_id", _SET_EXECUTOR_SIGNALS, changed_executors)
+        result.executors_changed = len(written)
+        result.changes += [("executor", str(signal or "none")) for key, signal, *_ in changed_executors
+                           if key in written]
     return result
 
 
