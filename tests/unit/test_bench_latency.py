@@ -72,3 +72,14 @@ def test_the_overhead_has_a_verdict_only_when_the_rounds_agree_well_enough_to_re
     assert overhead.verdict(0.4, 0.1, 0.9) is True
     assert overhead.verdict(1.5, 1.0, 2.0) is False
     assert overhead.verdict(-44.9, -87.4, 89.5) is None  # a spread of 177 points cannot resolve 1 %
+
+
+def test_an_open_loop_schedule_is_evenly_spaced_and_dealt_round_robin():
+    from bench.bench_submit import schedule
+
+    due = schedule(rate=10, seconds=1, clients=3)
+    assert due == [[0.0, 0.3, 0.6, 0.9], [0.1, 0.4, 0.7], [0.2, 0.5, 0.8]]
+    assert sorted(t for d in due for t in d) == [i / 10 for i in range(10)]
+    assert schedule(rate=2, seconds=1, clients=4) == [[0.0], [0.5], [], []]
+    with pytest.raises(ValueError):
+        schedule(rate=0, seconds=1, clients=1)
