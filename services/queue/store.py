@@ -43,7 +43,7 @@ def _loads(value: str | None) -> Any:
 def job_from_row(row: asyncpg.Record) -> Job:
     return Job(
         id=row["id"], name=row["name"], owner=row["owner"], state=JobState(row["state"]),
-        spec=JobSpec.model_validate(_loads(row["spec"])), attempts=_loads(row["attempts"]),
+        spec=JobSpec.model_validate_json(row["spec"]), attempts=_loads(row["attempts"]),
         attempt_number=row["attempt_number"], lease_epoch=row["lease_epoch"], executor_id=row["executor_id"],
         workers=tuple(row["workers"]), lease_expires_at=row["lease_expires_at"], last_step=row["last_step"],
         total_steps=row["total_steps"], step_seconds=row["step_seconds"], step_samples=row["step_samples"],

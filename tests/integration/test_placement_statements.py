@@ -113,28 +113,42 @@ async def test_only_jobs_within_the_pass_are_asked_about_their_consumption(env):
 
 async def test_candidates_read_per_organisation_are_the_choice_over_every_queued_job(env):
     """The candidates' query reads at most ``limit`` jobs of each organisation (an index per organisation, no
-    scan of every queued row); the choice must be the one ``tenancy.candidates.choose`` makes over them all."""
+    scan of every queued row) and makes the choice itself; it must be the one ``tenancy.candidates.choose``
+    makes over them all, with the devices each organisation holds and the organisations' weights."""
+    from libs.contracts.tenancy import OrgSpec
     from services.queue.tenancy.candidates import Candidate, choose
     from services.queue.tenancy.model import devices
 
     settings = env.settings(QueueSettings)
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
     try:
-        await _submit(rt, settings, 9)
+        await _submit(rt, settings, 12)
         ids = [r["id"] for r in await rt.pool.fetch("SELECT id FROM queue.jobs ORDER BY created_at, id")]
-        shape = {ids[0]: ("a", 5), ids[1]: ("a", 0), ids[2]: ("a", 5), ids[3]: ("a", -2), ids[4]: ("b", 0),
-                 ids[5]: ("b", 9), ids[6]: ("c", 0), ids[7]: ("a", 0), ids[8]: ("b", 0)}
-        await rt.pool.executemany("UPDATE queue.jobs SET org = $2, priority = $3 WHERE id = $1",
-                                  [(i, o, p) for i, (o, p) in shape.items()])
+        shape = {ids[0]: ("a", 5, 1, 0), ids[1]: ("a", 0, 1, 8), ids[2]: ("a", 5, 2, 1), ids[3]: ("a", -2, 1, 0),
+                 ids[4]: ("b", 0, 1, 1), ids[5]: ("b", 9, 4, 8), ids[6]: ("c", 0, 1, 0), ids[7]: ("a", 0, 1, 1),
+                 ids[8]: ("b", 0, 1, 0), ids[9]: ("c", 0, 1, 8), ids[10]: ("c", 0, 1, 0), ids[11]: ("b", 0, 1, 0)}
+        await rt.pool.executemany(
+            "UPDATE queue.jobs SET org = $2, priority = $3,"
+            " spec = spec || jsonb_build_object('workers', $4::int, 'gpus_per_worker', $5::int) WHERE id = $1",
+            [(i, o, p, w, g) for i, (o, p, w, g) in shape.items()])
+        # b is weighted 3; c holds 9 devices with a running job, a none with its.
+        await rt.pool.execute("INSERT INTO queue.orgs (name, spec, updated_by, updated_at) VALUES"
+                              " ('b', $1::jsonb, 't', now())", OrgSpec(weight=3.0).model_dump_json())
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'running', org = 'c', devices = 9 WHERE id = $1",
+                              ids[10])
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'running', org = 'a', devices = 0 WHERE id = $1",
+                              ids[11])
         async with rt.pool.acquire() as conn:
             orgs = await tenancy_edge.organisations(conn)
-            rows = await conn.fetch("SELECT id, org, created_at, priority FROM queue.jobs WHERE state = 'queued'")
-            every = [Candidate(r["id"], r["org"], r["created_at"], r["priority"], devices(1, 0)) for r in rows]
+            rows = await conn.fetch("SELECT id, org, created_at, priority, spec FROM queue.jobs"
+                                    " WHERE state = 'queued'")
+            every = [Candidate(r["id"], r["org"], r["created_at"], r["priority"],
+                               devices(shape[r["id"]][2], shape[r["id"]][3])) for r in rows]
             for limit in (1, 2, 3, 4, 6, 9, 20):
                 got = await tenancy_edge.candidates(conn, orgs, limit)
-                want = choose(every, limit, {}, {n: o.weight for n, o in orgs.items()})
-                assert sorted(got) == sorted(want[:limit]), limit
-            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3))
+                want = choose(every, limit, {"c": 9}, {n: o.weight for n, o in orgs.items()})
+                assert got == want, limit  # the same jobs, in the same order of share deficit
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3, [], []))
             assert "jobs_queued_org" in plan
     finally:
         await rt.close()
