@@ -109,8 +109,10 @@ async def running_ceilings(conn: asyncpg.Connection | asyncpg.Pool, orgs: Iterab
 
 async def accounts(conn: asyncpg.Connection, orgs: Mapping[str, Organisation], consumption: Consumption,
                    queued: list) -> tuple[dict[str, budgets.BudgetAccount], dict[str, float], set[str]]:  # noqa: ANN001
-    """``build_accounts`` on the running jobs as the placement pass sees them (inside its transaction)."""
-    return build_accounts(orgs, consumption, await running_ceilings(conn, budgeted(orgs)), queued)
+    """``build_accounts`` on the running jobs as the placement pass sees them (inside its transaction); without
+    a budgeted organisation there is nothing to read."""
+    chosen = budgeted(orgs)
+    return build_accounts(orgs, consumption, await running_ceilings(conn, chosen) if chosen else [], queued)
 
 
 async def requeue_refusal(runtime: Runtime, pool: asyncpg.Pool, job_id: str, new_ceiling: float,

@@ -67,17 +67,18 @@ class Scheduler:
             # committed in between); a job chosen only there is asked nothing (remaining.py, org_budgets.py).
             chosen = await tenancy_edge.candidates(conn, orgs, self.settings.max_jobs_per_pass)
             again = await store.queued_jobs_placed_before(conn, chosen)
-            consumption = await org_budgets.ask(self.runtime, conn, orgs, await store.db_now(conn), timeout,
-                                                jobs=[j.id for j in again])
+            consumption = (await org_budgets.ask(self.runtime, conn, orgs, await store.db_now(conn), timeout,
+                                                 jobs=[j.id for j in again])
+                           if org_budgets.budgeted(orgs) else org_budgets.Consumption())
         used = await remaining.ask(self.runtime, again, timeout) if again else {}
         waited: list[float] = []  # queued -> granted, of each grant (observed once committed)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
             # The time is the database's, read once the lock is held: lease deadlines and executor freshness
             # are judged on one clock whichever replica places (never this replica's own wall clock).
-            await conn.execute("SELECT pg_advisory_xact_lock($1)",
-                               lock_key(f"{self.settings.subject_prefix}:queue:placement"))
-            now = await store.db_now(conn)
+            # One round trip: the target list is evaluated in order, so the clock is read once the lock is held.
+            now = (await conn.fetchrow("SELECT pg_advisory_xact_lock($1), clock_timestamp() AS now",
+                                       lock_key(f"{self.settings.subject_prefix}:queue:placement")))["now"]
             # 2. Snapshot: queued candidates (locked); schedulable executors, free or busy; running jobs; organisations.
             orgs = await tenancy_edge.organisations(conn)
             jobs = await store.queued_jobs(conn, await tenancy_edge.candidates(conn, orgs,
@@ -106,9 +107,10 @@ class Scheduler:
             # same transaction; the node group and devices its organisation's quota counts. Each grant continues
             # its job's trace (its messages carry it to the executors).
             # Staged one by one, written together (three statements for the whole pass, not three per grant).
-            traces = await store.traces_of(conn, [a.job_id for a in assignments])
+            traces = await store.traces_of(conn, [a.job_id for a in assignments]) if assignments else {}
             placed: dict[str, tuple[str, int]] = {}
-            staged: list[store.Staged] = []
+            grants: list[tuple[store.Staged, str, int]] = []
+            staged: list[store.Staged] = []  # a transition that changed more than a grant's columns: written whole
             for a in assignments:
                 job = by_id[a.job_id]
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
@@ -116,11 +118,16 @@ class Scheduler:
                     grant = await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id))
                     if grant is None:
                         continue
-                staged.append(grant)
+                if store.only_granted(job, grant.job):
+                    grants.append((grant, a.group, a.devices))
+                else:
+                    staged.append(grant)
                 placed[job.id] = (a.group, a.devices)
                 waited.append(max(0.0, (now - job.updated_at).total_seconds()))
+            # The grants' columns with their node group and devices (what the quota counts) in one statement.
+            await store.write_grants(conn, self.settings.subjects, grants)
             await store.write_staged(conn, self.settings.subjects, staged)
-            await tenancy_edge.note_run(conn, placed)
+            await tenancy_edge.note_run(conn, {s.job.id: placed[s.job.id] for s in staged})
             if placed:
                 log.info("fair-share order of this pass: %s", "; ".join(result.order))
             # 5. Borrowed capacity reclaimed: checkpoint first, requeued for free (domain/preemption.py).

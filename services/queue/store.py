@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
-from .domain.lifecycle import GangWorker, Job, Transition
+from .domain.lifecycle import GangWorker, Job, Transition, evolve
 from .domain.wakes import PLACEMENT, queues_a_job
 
 SCHEMA = "queue"
@@ -119,7 +119,7 @@ def stage(subjects: Subjects, transition: Transition, now: datetime,
                                state=draft.state, previous_state=draft.previous_state, reason=draft.reason,
                                epoch=draft.epoch, executor_id=draft.executor_id, detail=draft.detail, time=now))
     out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
-    return Staged(replace(job, event_seq=job.event_seq + len(events)), events, outbox.rows_of([*out, *messages]))
+    return Staged(evolve(job, event_seq=job.event_seq + len(events)), events, outbox.rows_of([*out, *messages]))
 
 
 async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transition, now: datetime,
@@ -142,6 +142,11 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
     if not staged:
         return
     await conn.executemany(_INSERT_JOB if new else _UPSERT_JOB, [_job_values(s.job) for s in staged])
+    await _write_events(conn, subjects, staged)
+
+
+async def _write_events(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged]) -> None:
+    """The staged transitions' events, then their outbox rows (each job's events before its messages)."""
     events = [e for s in staged for e in s.events]
     if events:
         await conn.executemany(
@@ -153,6 +158,43 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
     await outbox.add_rows(conn, SCHEMA, [r for s in staged for r in s.outbox])
     if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
         await wake.notify(conn, wake.channel(subjects.prefix, PLACEMENT))
+
+
+# What a grant changes of a queued job (``lifecycle.on_granted``, ``gang.on_granted``); a placement pass writes
+# only these (``write_grants``), with the node group and devices its organisation's quota counts, not the
+# whole row (the spec, the history) as ``write`` does.
+_GRANT_COLUMNS = ("state", "lease_epoch", "executor_id", "workers", "lease_expires_at", "attempt_number", "reason",
+                  "stop_requested", "updated_at", "event_seq", "gang", "rendezvous", "ready_deadline", "admitted_at",
+                  "next_admission_at", "on_node_failure")
+_WRITE_GRANT = (f"UPDATE {T}.jobs SET "
+                + ", ".join(f"{c} = ${i}{'::jsonb' if c in _JSON_COLUMNS else ''}"
+                            for i, c in enumerate(_GRANT_COLUMNS, 2))
+                + f", node_group = ${len(_GRANT_COLUMNS) + 2}, devices = ${len(_GRANT_COLUMNS) + 3}, waiting = NULL"
+                " WHERE id = $1")
+
+
+def only_granted(before: Job, after: Job) -> bool:
+    """Whether ``after`` differs from ``before`` in a grant's columns alone (``write_grants`` writes no other)."""
+    return all(getattr(before, c) == getattr(after, c) for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
+
+
+async def write_grants(conn: asyncpg.Connection, subjects: Subjects,
+                       grants: Sequence[tuple[Staged, str, int]]) -> None:
+    """Store a placement pass's staged grants (distinct jobs, each changed by ``only_granted`` columns), each with
+    the node group and devices its organisation's quota now counts, and its waiting reason cleared: three
+    pipelined statements whatever their number (the jobs, their events, their outbox rows, as ``write_staged``)."""
+    if not grants:
+        return
+    await conn.executemany(_WRITE_GRANT, [(s.job.id, *_grant_values(s.job), group, devices)
+                                          for s, group, devices in grants])
+    await _write_events(conn, subjects, [s for s, _, _ in grants])
+
+
+def _grant_values(job: Job) -> list[Any]:
+    """The values of the grant's columns, as ``_job_values`` makes them (the spec and history not serialised)."""
+    values = {c: getattr(job, c) for c in _GRANT_COLUMNS}
+    values.update(state=job.state.value, workers=list(job.workers), gang=gang_to_json(job.gang))
+    return [values[c] for c in _GRANT_COLUMNS]
 
 
 async def remember_trace(conn: asyncpg.Connection, job_id: str, context: dict[str, str]) -> None:
