@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -34,9 +33,9 @@ from .tenancy.model import Pending
 log = logging.getLogger(__name__)
 
 
-def pending_of(job: lc.Job) -> Pending:
-    return Pending(job.id, job.org, job.created_at, job.spec.workers, job.spec.gpus_per_worker, job.priority,
-                   job.project)
+def pending_of(job: store.Queued, needs_gpu_seconds: float = 0.0) -> Pending:
+    return Pending(job.id, job.org, job.created_at, job.workers, job.gpus_per_worker, job.priority, job.project,
+                   needs_gpu_seconds)
 
 
 class Scheduler:
@@ -81,26 +80,26 @@ class Scheduler:
                                        lock_key(f"{self.settings.subject_prefix}:queue:placement")))["now"]
             # 2. Snapshot: queued candidates (locked); schedulable executors, free or busy; running jobs; organisations.
             orgs = await tenancy_edge.organisations(conn)
-            jobs = await store.queued_jobs(conn, await tenancy_edge.candidates(conn, orgs,
-                                                                             self.settings.max_jobs_per_pass))
+            # Locked, and read as the columns planning needs: the whole job only for those granted (step 4).
+            jobs = await store.queued_candidates(conn, await tenancy_edge.candidates(
+                conn, orgs, self.settings.max_jobs_per_pass))
             if not jobs:
                 return 0
             nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
                                                          require_checked=self.settings.require_checked_nodes)
-            by_id = {j.id: j for j in jobs}
             gangs = await GangGrants.snapshot(conn, self.settings)
-            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            wanted = [QueuedJob(j.id, j.created_at, j.workers, j.gpus_per_worker) for j in jobs]
             allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
             # Budgeted organisations: consumed this period (step 0's answers) and running jobs' remaining ceilings.
             accounts, needs, unknown = await org_budgets.accounts(conn, orgs, consumption, jobs)
             unanswered = {j.id for j in jobs if j.org in unknown}
-            pending = [replace(pending_of(j), needs_gpu_seconds=needs.get(j.id, 0.0)) for j in jobs
-                       if j.id in allowed and j.id not in unanswered]
+            pending = [pending_of(j, needs.get(j.id, 0.0)) for j in jobs if j.id in allowed and j.id not in unanswered]
             snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
                                 await tenancy_edge.cohorts(conn), accounts)
             # 3. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
             result = plan(snapshot)
             assignments = result.admitted
+            by_id = await store.jobs_by_id(conn, [a.job_id for a in assignments])
             # What each grant carries of its ceiling (the budget's answers asked in step 0).
             left = remaining.remaining_of([by_id[a.job_id] for a in assignments], used)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the

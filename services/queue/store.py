@@ -173,9 +173,14 @@ _WRITE_GRANT = (f"UPDATE {T}.jobs SET "
                 " WHERE id = $1")
 
 
+_NOT_GRANTED = tuple(c for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
+
+
 def only_granted(before: Job, after: Job) -> bool:
-    """Whether ``after`` differs from ``before`` in a grant's columns alone (``write_grants`` writes no other)."""
-    return all(getattr(before, c) == getattr(after, c) for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
+    """Whether ``after`` differs from ``before`` in a grant's columns alone (``write_grants`` writes no other).
+    A transition copies the fields it leaves alone (``evolve``): the same objects, compared by identity first."""
+    was, now = before.__dict__, after.__dict__
+    return all(was[c] is now[c] or was[c] == now[c] for c in _NOT_GRANTED)
 
 
 async def write_grants(conn: asyncpg.Connection, subjects: Subjects,
@@ -238,12 +243,43 @@ async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] 
 
 # -- placement and lease scanning -------------------------------------------------------------------------
 
-async def queued_jobs(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:
-    """These queued jobs (a placement pass's candidates) in arrival order, row-locked; rows another transaction
-    holds are skipped, not waited on, and a job no longer queued is left out."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
-                            " FOR UPDATE SKIP LOCKED", list(ids))
-    return [job_from_row(r) for r in rows]
+@dataclass(frozen=True)
+class Queued:
+    """A queued job as a placement pass plans it: the columns planning reads (its spec's shape and ceiling, not the
+    whole spec decoded); the pass reads the whole job only for those it grants (``jobs_by_id``)."""
+
+    id: str
+    org: str
+    project: str
+    created_at: datetime
+    updated_at: datetime
+    priority: int
+    lease_epoch: int
+    workers: int
+    gpus_per_worker: int
+    gpu_ceiling_seconds: float
+
+
+_QUEUED = (f"SELECT id, org, project, created_at, updated_at, priority, lease_epoch,"
+           " COALESCE((spec->>'workers')::int, 1) AS workers,"
+           " COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus_per_worker,"
+           " (spec->>'gpu_ceiling_seconds')::float8 AS gpu_ceiling_seconds"
+           f" FROM {T}.jobs WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
+           " FOR UPDATE SKIP LOCKED")
+
+
+async def queued_candidates(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Queued]:
+    """These queued jobs (a placement pass's candidates) in arrival order, row-locked, as ``Queued`` rows; rows
+    another transaction holds are skipped, not waited on, and a job no longer queued is left out."""
+    return [Queued(**r) for r in await conn.fetch(_QUEUED, list(ids))]
+
+
+async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, Job]:
+    """These jobs whole, by id (rows the caller's transaction already holds)."""
+    if not ids:
+        return {}
+    return {r["id"]: job_from_row(r) for r in await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[])",
+                                                               list(ids))}
 
 
 async def any_queued(conn: asyncpg.Connection) -> bool:

@@ -46,3 +46,21 @@ def test_evolve_is_replace(changes):
 def test_evolve_refuses_a_name_that_is_not_a_field():
     with pytest.raises(TypeError, match="no field"):
         evolve(job(), stat=JobState.RUNNING)
+
+
+def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
+    """``store.only_granted``: a grant (single or gang) changes nothing ``write_grants`` leaves out; any other
+    change (a new spec, a checkpoint) is seen, so that transition is written whole."""
+    from datetime import timedelta
+
+    from services.queue import store
+    from services.queue.domain import lifecycle as lc
+
+    before = job()
+    for workers, extra in ((("ex-1",), {}), (("ex-1", "ex-2"), {"rendezvous": "h:1", "ready_deadline": NOW})):
+        t = lc.decide(before, lc.Granted(workers, 1, NOW + timedelta(seconds=30), **extra), NOW)
+        assert isinstance(t, lc.Transition) and t.job.state is not JobState.QUEUED
+        assert store.only_granted(before, t.job)
+    assert not store.only_granted(before, evolve(before, last_checkpoint={"step": 1}))
+    assert not store.only_granted(before, evolve(before, spec=before.spec.model_copy(update={"priority": 3})))
+    assert store.only_granted(before, evolve(before, spec=before.spec.model_copy()))  # equal, not the same object
