@@ -10,6 +10,7 @@ second waits for the first to commit, then sees its executors busy and its jobs 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ from libs.runtime.service import Runtime
 from . import org_budgets, remaining, store, tenancy_edge
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob
+from .domain.wakes import full_pass_due
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
@@ -46,6 +48,8 @@ class Scheduler:
         self.placed = 0
         self.expired = 0
         self.preempted = 0
+        self.skipped = 0  # passes not made: jobs queued, no executor free, the last whole pass under a tick ago
+        self._full_at: float | None = None  # monotonic time of the last whole pass
 
     @property
     def silent_after(self) -> float:
@@ -58,8 +62,13 @@ class Scheduler:
         # budgeted organisations' consumption this period for their reservations.
         timeout = self.settings.budget_rpc_timeout_seconds
         async with self.runtime.pool.acquire() as conn:
-            if not await store.any_queued(conn):
+            queued, free = await store.queued_and_free(conn, self.silent_after,
+                                                       require_checked=self.settings.require_checked_nodes)
+            since = None if self._full_at is None else time.monotonic() - self._full_at
+            if not full_pass_due(queued, free, since, self.settings.schedule_interval_seconds):
+                self.skipped += queued
                 return 0
+            self._full_at = time.monotonic()
             orgs = await tenancy_edge.organisations(conn)
             # The candidates by share deficit (tenancy/candidates.py): a big organisation's many queued jobs
             # cannot hide a small one's from fair share. Chosen again under the lock below (a pass may have

@@ -16,6 +16,7 @@ import asyncpg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
+from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
@@ -284,6 +285,22 @@ async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, 
 
 async def any_queued(conn: asyncpg.Connection) -> bool:
     return await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued')")
+
+
+async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *,
+                          require_checked: bool = True) -> tuple[bool, bool]:
+    """(any job queued, any executor free for one), in one round trip. Free as ``tenancy_edge.schedulable_nodes``
+    says it: heard from within ``silent_after`` seconds, on a schedulable node, accepting, reporting no job and
+    holding none per the jobs table."""
+    row = await conn.fetchrow(
+        f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued') AS queued,"
+        f" EXISTS (SELECT 1 FROM {T}.executors e WHERE e.accepting AND e.job_id IS NULL"
+        "   AND e.last_seen >= clock_timestamp() - make_interval(secs => $1)"
+        f"  AND {SCHEDULABLE_NODE}"
+        f"  AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
+        "     AND e.executor_id = ANY(j.workers))) AS free",
+        silent_after, not require_checked, sorted(s.value for s in RULED_OUT_STATES))
+    return row["queued"], row["free"]
 
 
 async def queued_jobs_placed_before(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:

@@ -5,6 +5,7 @@ name is listed once); and the budget is asked only about jobs the pass considers
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -93,6 +94,13 @@ async def test_every_worker_of_a_held_gang_is_busy_and_each_executor_is_listed_o
             nodes = await tenancy_edge.schedulable_nodes(conn, now, 60.0)
         assert [(n.executor_id, n.free) for n in nodes] == [("ex-0", False), ("ex-1", False), ("ex-2", True),
                                                             ("ex-3", False)]
+        async with rt.pool.acquire() as conn:  # the placement pass's first question agrees: ex-2 is free
+            assert await store.queued_and_free(conn, 60.0) == (False, True)
+            await conn.execute("UPDATE queue.executors SET job_id = 'other' WHERE executor_id = 'ex-2'")
+            assert await store.queued_and_free(conn, 60.0) == (False, False)
+            await conn.execute("UPDATE queue.executors SET job_id = NULL, last_seen = last_seen - interval '2 min'"
+                               " WHERE executor_id = 'ex-2'")
+            assert await store.queued_and_free(conn, 60.0) == (False, False)  # silent too long
     finally:
         await rt.close()
 
@@ -155,5 +163,33 @@ async def test_candidates_read_per_organisation_are_the_choice_over_every_queued
                 assert got == want, limit  # the same jobs, in the same order of share deficit
             plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3, [], []))
             assert "jobs_queued_org" in plan
+    finally:
+        await rt.close()
+
+
+async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
+    """Wakes onto a busy fleet (a burst of submits) cost one query each: a pass with jobs queued and no executor
+    free is made whole (waiting reasons written) only once a placement tick has passed since the last whole one."""
+    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 1.0})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0"])
+        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        scheduler = Scheduler(rt, settings)
+        (first,) = await _submit(rt, settings, 1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 0  # the first pass is whole
+
+        async def waiting(job_id: str) -> object:
+            return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
+
+        assert await waiting(first) is not None
+        (second,) = await _submit(rt, settings, 1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # woken at once: one query
+        assert await waiting(second) is None
+        await asyncio.sleep(1.1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # a tick later: whole again
+        assert await waiting(second) is not None
+        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        assert await scheduler.place_once() == 1  # an executor free: whole at once, and granted
     finally:
         await rt.close()
