@@ -203,11 +203,13 @@ class _Pass:
         fitted_quota = False
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
         candidates = []
+        checked: dict[str, tuple[int, quotas.QuotaCheck]] = {}  # usage does not change before the second check
         for group in self.groups:
             need = self.demand(group, job)
             if need is None:
                 continue
             result = quotas.check(org, group, need, self.usage, self.snap.orgs, self.members)
+            checked[group] = (need, result)
             if result.fits and not (within_nominal and result.borrowing):
                 candidates.append((result.borrowing, group))
             else:
@@ -222,7 +224,9 @@ class _Pass:
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
-            result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
+            need, result = checked[group]
+            if held != need:  # larger free nodes than the smallest ready ones: the quota is asked again
+                result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
             if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
