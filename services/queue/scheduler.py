@@ -64,9 +64,11 @@ class Scheduler:
         async with self.runtime.pool.acquire() as conn:
             queued, free = await store.queued_and_free(conn, self.silent_after,
                                                        require_checked=self.settings.require_checked_nodes)
+            if not queued:
+                return 0
             since = None if self._full_at is None else time.monotonic() - self._full_at
             if not full_pass_due(queued, free, since, self.settings.schedule_interval_seconds):
-                self.skipped += queued
+                self.skipped += 1
                 return 0
             self._full_at = time.monotonic()
             orgs = await tenancy_edge.organisations(conn)

@@ -283,10 +283,6 @@ async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, 
                                                                list(ids))}
 
 
-async def any_queued(conn: asyncpg.Connection) -> bool:
-    return await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued')")
-
-
 async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *,
                           require_checked: bool = True) -> tuple[bool, bool]:
     """(any job queued, any executor free for one), in one round trip. Free as ``tenancy_edge.schedulable_nodes``
