@@ -68,7 +68,8 @@ OutboxRow = tuple[str, str, bytes, str]  # msg_id, subject, payload, headers (JS
 def rows_of(items: Iterable[tuple[str, Envelope]]) -> list[OutboxRow]:
     """The outbox rows of (subject, message) pairs, with the trace context current now (the span they belong to):
     staged under one span, inserted later with others (``add_rows``), they still carry their own trace."""
-    return [(m.id, subject, m.encode(), json.dumps(trace_headers())) for subject, m in items]
+    headers = json.dumps(trace_headers())  # one span for all of them: its context read once, not per message
+    return [(m.id, subject, m.encode(), headers) for subject, m in items]
 
 
 async def add(conn: asyncpg.Connection, schema: str, items: Iterable[tuple[str, Envelope]]) -> int:

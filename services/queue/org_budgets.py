@@ -83,8 +83,8 @@ async def ask(runtime: Runtime, conn: asyncpg.Connection | asyncpg.Pool, orgs: M
 
 def build_accounts(orgs: Mapping[str, Organisation], consumption: Consumption, running: Iterable[Mapping],
                    queued: Iterable) -> tuple[dict[str, budgets.BudgetAccount], dict[str, float], set[str]]:  # noqa: ANN001
-    """Each budgeted organisation's account, each queued job's need, and the budgeted organisations the answers
-    do not cover (their jobs wait). ``running``: rows ``id, org, ceiling`` of running and admitting jobs.
+    """Each budgeted organisation's account, each queued job's need (``queued``: its ``id``, ``org`` and
+    ``gpu_ceiling_seconds``), and the budgeted organisations the answers do not cover (their jobs wait). ``running``: rows ``id, org, ceiling`` of running and admitting jobs.
     ``reservations`` hold the remaining ceiling (ceiling - consumed) of each running job, so consumed + reserved
     is everything its jobs may use; a queued job needs its remaining ceiling. A job the answers do not name
     (it started or was queued again after the question) counts as having consumed nothing: its whole ceiling
@@ -98,7 +98,7 @@ def build_accounts(orgs: Mapping[str, Organisation], consumption: Consumption, r
             reserved[r["org"]][r["id"]] = max(0.0, (r["ceiling"] or 0.0) - used.get(r["id"], 0.0))
     accounts = {n: budgets.BudgetAccount(n, o.budget_gpu_seconds, consumption.org_consumed.get(n, 0.0), reserved[n])
                 for n, o in chosen.items()}
-    needs = {j.id: max(0.0, j.spec.gpu_ceiling_seconds - used.get(j.id, 0.0)) for j in queued if j.org in chosen}
+    needs = {j.id: max(0.0, j.gpu_ceiling_seconds - used.get(j.id, 0.0)) for j in queued if j.org in chosen}
     return accounts, needs, unanswered
 
 
@@ -109,8 +109,10 @@ async def running_ceilings(conn: asyncpg.Connection | asyncpg.Pool, orgs: Iterab
 
 async def accounts(conn: asyncpg.Connection, orgs: Mapping[str, Organisation], consumption: Consumption,
                    queued: list) -> tuple[dict[str, budgets.BudgetAccount], dict[str, float], set[str]]:  # noqa: ANN001
-    """``build_accounts`` on the running jobs as the placement pass sees them (inside its transaction)."""
-    return build_accounts(orgs, consumption, await running_ceilings(conn, budgeted(orgs)), queued)
+    """``build_accounts`` on the running jobs as the placement pass sees them (inside its transaction); without
+    a budgeted organisation there is nothing to read."""
+    chosen = budgeted(orgs)
+    return build_accounts(orgs, consumption, await running_ceilings(conn, chosen) if chosen else [], queued)
 
 
 async def requeue_refusal(runtime: Runtime, pool: asyncpg.Pool, job_id: str, new_ceiling: float,

@@ -10,8 +10,8 @@ second waits for the first to commit, then sees its executors busy and its jobs 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -25,6 +25,7 @@ from libs.runtime.service import Runtime
 from . import org_budgets, remaining, store, tenancy_edge
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob
+from .domain.wakes import full_pass_due
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
@@ -34,9 +35,9 @@ from .tenancy.model import Pending
 log = logging.getLogger(__name__)
 
 
-def pending_of(job: lc.Job) -> Pending:
-    return Pending(job.id, job.org, job.created_at, job.spec.workers, job.spec.gpus_per_worker, job.priority,
-                   job.project)
+def pending_of(job: store.Queued, needs_gpu_seconds: float = 0.0) -> Pending:
+    return Pending(job.id, job.org, job.created_at, job.workers, job.gpus_per_worker, job.priority, job.project,
+                   needs_gpu_seconds)
 
 
 class Scheduler:
@@ -47,6 +48,8 @@ class Scheduler:
         self.placed = 0
         self.expired = 0
         self.preempted = 0
+        self.skipped = 0  # passes not made: jobs queued, no executor free, the last whole pass under a tick ago
+        self._full_at: float | None = None  # monotonic time of the last whole pass
 
     @property
     def silent_after(self) -> float:
@@ -59,56 +62,65 @@ class Scheduler:
         # budgeted organisations' consumption this period for their reservations.
         timeout = self.settings.budget_rpc_timeout_seconds
         async with self.runtime.pool.acquire() as conn:
-            if not await store.any_queued(conn):
+            queued, free = await store.queued_and_free(conn, self.silent_after,
+                                                       require_checked=self.settings.require_checked_nodes)
+            if not queued:
                 return 0
+            since = None if self._full_at is None else time.monotonic() - self._full_at
+            if not full_pass_due(queued, free, since, self.settings.schedule_interval_seconds):
+                self.skipped += 1
+                return 0
+            self._full_at = time.monotonic()
             orgs = await tenancy_edge.organisations(conn)
             # The candidates by share deficit (tenancy/candidates.py): a big organisation's many queued jobs
             # cannot hide a small one's from fair share. Chosen again under the lock below (a pass may have
             # committed in between); a job chosen only there is asked nothing (remaining.py, org_budgets.py).
             chosen = await tenancy_edge.candidates(conn, orgs, self.settings.max_jobs_per_pass)
             again = await store.queued_jobs_placed_before(conn, chosen)
-            consumption = await org_budgets.ask(self.runtime, conn, orgs, await store.db_now(conn), timeout,
-                                                jobs=[j.id for j in again])
+            consumption = (await org_budgets.ask(self.runtime, conn, orgs, await store.db_now(conn), timeout,
+                                                 jobs=[j.id for j in again])
+                           if org_budgets.budgeted(orgs) else org_budgets.Consumption())
         used = await remaining.ask(self.runtime, again, timeout) if again else {}
         waited: list[float] = []  # queued -> granted, of each grant (observed once committed)
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             # 1. Serialize placement passes across replicas; later statements see what an earlier pass committed.
             # The time is the database's, read once the lock is held: lease deadlines and executor freshness
             # are judged on one clock whichever replica places (never this replica's own wall clock).
-            await conn.execute("SELECT pg_advisory_xact_lock($1)",
-                               lock_key(f"{self.settings.subject_prefix}:queue:placement"))
-            now = await store.db_now(conn)
+            # One round trip: the target list is evaluated in order, so the clock is read once the lock is held.
+            now = (await conn.fetchrow("SELECT pg_advisory_xact_lock($1), clock_timestamp() AS now",
+                                       lock_key(f"{self.settings.subject_prefix}:queue:placement")))["now"]
             # 2. Snapshot: queued candidates (locked); schedulable executors, free or busy; running jobs; organisations.
             orgs = await tenancy_edge.organisations(conn)
-            jobs = await store.queued_jobs(conn, await tenancy_edge.candidates(conn, orgs,
-                                                                             self.settings.max_jobs_per_pass))
+            # Locked, and read as the columns planning needs: the whole job only for those granted (step 4).
+            jobs = await store.queued_candidates(conn, await tenancy_edge.candidates(
+                conn, orgs, self.settings.max_jobs_per_pass))
             if not jobs:
                 return 0
             nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
                                                          require_checked=self.settings.require_checked_nodes)
-            by_id = {j.id: j for j in jobs}
             gangs = await GangGrants.snapshot(conn, self.settings)
-            wanted = [QueuedJob(j.id, j.created_at, j.spec.workers, j.spec.gpus_per_worker) for j in jobs]
+            wanted = [QueuedJob(j.id, j.created_at, j.workers, j.gpus_per_worker) for j in jobs]
             allowed = {q.job_id for q in await gangs.admissible(conn, wanted)}
             # Budgeted organisations: consumed this period (step 0's answers) and running jobs' remaining ceilings.
             accounts, needs, unknown = await org_budgets.accounts(conn, orgs, consumption, jobs)
             unanswered = {j.id for j in jobs if j.org in unknown}
-            pending = [replace(pending_of(j), needs_gpu_seconds=needs.get(j.id, 0.0)) for j in jobs
-                       if j.id in allowed and j.id not in unanswered]
+            pending = [pending_of(j, needs.get(j.id, 0.0)) for j in jobs if j.id in allowed and j.id not in unanswered]
             snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
                                 await tenancy_edge.cohorts(conn), accounts)
             # 3. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
             result = plan(snapshot)
             assignments = result.admitted
+            by_id = await store.jobs_by_id(conn, [a.job_id for a in assignments])
             # What each grant carries of its ceiling (the budget's answers asked in step 0).
             left = remaining.remaining_of([by_id[a.job_id] for a in assignments], used)
             # 4. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
             # same transaction; the node group and devices its organisation's quota counts. Each grant continues
             # its job's trace (its messages carry it to the executors).
             # Staged one by one, written together (three statements for the whole pass, not three per grant).
-            traces = await store.traces_of(conn, [a.job_id for a in assignments])
+            traces = await store.traces_of(conn, [a.job_id for a in assignments]) if assignments else {}
             placed: dict[str, tuple[str, int]] = {}
-            staged: list[store.Staged] = []
+            grants: list[tuple[store.Staged, str, int]] = []
+            staged: list[store.Staged] = []  # a transition that changed more than a grant's columns: written whole
             for a in assignments:
                 job = by_id[a.job_id]
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
@@ -116,11 +128,16 @@ class Scheduler:
                     grant = await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id))
                     if grant is None:
                         continue
-                staged.append(grant)
+                if store.only_granted(job, grant.job):
+                    grants.append((grant, a.group, a.devices))
+                else:
+                    staged.append(grant)
                 placed[job.id] = (a.group, a.devices)
                 waited.append(max(0.0, (now - job.updated_at).total_seconds()))
+            # The grants' columns with their node group and devices (what the quota counts) in one statement.
+            await store.write_grants(conn, self.settings.subjects, grants)
             await store.write_staged(conn, self.settings.subjects, staged)
-            await tenancy_edge.note_run(conn, placed)
+            await tenancy_edge.note_run(conn, {s.job.id: placed[s.job.id] for s in staged})
             if placed:
                 log.info("fair-share order of this pass: %s", "; ".join(result.order))
             # 5. Borrowed capacity reclaimed: checkpoint first, requeued for free (domain/preemption.py).

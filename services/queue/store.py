@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,12 +16,13 @@ import asyncpg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
+from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
-from .domain.lifecycle import GangWorker, Job, Transition
+from .domain.lifecycle import GangWorker, Job, Transition, evolve
 from .domain.wakes import PLACEMENT, queues_a_job
 
 SCHEMA = "queue"
@@ -43,7 +44,7 @@ def _loads(value: str | None) -> Any:
 def job_from_row(row: asyncpg.Record) -> Job:
     return Job(
         id=row["id"], name=row["name"], owner=row["owner"], state=JobState(row["state"]),
-        spec=JobSpec.model_validate(_loads(row["spec"])), attempts=_loads(row["attempts"]),
+        spec=JobSpec.model_validate_json(row["spec"]), attempts=_loads(row["attempts"]),
         attempt_number=row["attempt_number"], lease_epoch=row["lease_epoch"], executor_id=row["executor_id"],
         workers=tuple(row["workers"]), lease_expires_at=row["lease_expires_at"], last_step=row["last_step"],
         total_steps=row["total_steps"], step_seconds=row["step_seconds"], step_samples=row["step_samples"],
@@ -119,7 +120,7 @@ def stage(subjects: Subjects, transition: Transition, now: datetime,
                                state=draft.state, previous_state=draft.previous_state, reason=draft.reason,
                                epoch=draft.epoch, executor_id=draft.executor_id, detail=draft.detail, time=now))
     out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
-    return Staged(replace(job, event_seq=job.event_seq + len(events)), events, outbox.rows_of([*out, *messages]))
+    return Staged(evolve(job, event_seq=job.event_seq + len(events)), events, outbox.rows_of([*out, *messages]))
 
 
 async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transition, now: datetime,
@@ -142,6 +143,11 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
     if not staged:
         return
     await conn.executemany(_INSERT_JOB if new else _UPSERT_JOB, [_job_values(s.job) for s in staged])
+    await _write_events(conn, subjects, staged)
+
+
+async def _write_events(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged]) -> None:
+    """The staged transitions' events, then their outbox rows (each job's events before its messages)."""
     events = [e for s in staged for e in s.events]
     if events:
         await conn.executemany(
@@ -153,6 +159,48 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
     await outbox.add_rows(conn, SCHEMA, [r for s in staged for r in s.outbox])
     if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
         await wake.notify(conn, wake.channel(subjects.prefix, PLACEMENT))
+
+
+# What a grant changes of a queued job (``lifecycle.on_granted``, ``gang.on_granted``); a placement pass writes
+# only these (``write_grants``), with the node group and devices its organisation's quota counts, not the
+# whole row (the spec, the history) as ``write`` does.
+_GRANT_COLUMNS = ("state", "lease_epoch", "executor_id", "workers", "lease_expires_at", "attempt_number", "reason",
+                  "stop_requested", "updated_at", "event_seq", "gang", "rendezvous", "ready_deadline", "admitted_at",
+                  "next_admission_at", "on_node_failure")
+_WRITE_GRANT = (f"UPDATE {T}.jobs SET "
+                + ", ".join(f"{c} = ${i}{'::jsonb' if c in _JSON_COLUMNS else ''}"
+                            for i, c in enumerate(_GRANT_COLUMNS, 2))
+                + f", node_group = ${len(_GRANT_COLUMNS) + 2}, devices = ${len(_GRANT_COLUMNS) + 3}, waiting = NULL"
+                " WHERE id = $1")
+
+
+_NOT_GRANTED = tuple(c for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
+
+
+def only_granted(before: Job, after: Job) -> bool:
+    """Whether ``after`` differs from ``before`` in a grant's columns alone (``write_grants`` writes no other).
+    A transition copies the fields it leaves alone (``evolve``): the same objects, compared by identity first."""
+    was, now = before.__dict__, after.__dict__
+    return all(was[c] is now[c] or was[c] == now[c] for c in _NOT_GRANTED)
+
+
+async def write_grants(conn: asyncpg.Connection, subjects: Subjects,
+                       grants: Sequence[tuple[Staged, str, int]]) -> None:
+    """Store a placement pass's staged grants (distinct jobs, each changed by ``only_granted`` columns), each with
+    the node group and devices its organisation's quota now counts, and its waiting reason cleared: three
+    pipelined statements whatever their number (the jobs, their events, their outbox rows, as ``write_staged``)."""
+    if not grants:
+        return
+    await conn.executemany(_WRITE_GRANT, [(s.job.id, *_grant_values(s.job), group, devices)
+                                          for s, group, devices in grants])
+    await _write_events(conn, subjects, [s for s, _, _ in grants])
+
+
+def _grant_values(job: Job) -> list[Any]:
+    """The values of the grant's columns, as ``_job_values`` makes them (the spec and history not serialised)."""
+    values = {c: getattr(job, c) for c in _GRANT_COLUMNS}
+    values.update(state=job.state.value, workers=list(job.workers), gang=gang_to_json(job.gang))
+    return [values[c] for c in _GRANT_COLUMNS]
 
 
 async def remember_trace(conn: asyncpg.Connection, job_id: str, context: dict[str, str]) -> None:
@@ -196,16 +244,59 @@ async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] 
 
 # -- placement and lease scanning -------------------------------------------------------------------------
 
-async def queued_jobs(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:
-    """These queued jobs (a placement pass's candidates) in arrival order, row-locked; rows another transaction
-    holds are skipped, not waited on, and a job no longer queued is left out."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
-                            " FOR UPDATE SKIP LOCKED", list(ids))
-    return [job_from_row(r) for r in rows]
+@dataclass(frozen=True)
+class Queued:
+    """A queued job as a placement pass plans it: the columns planning reads (its spec's shape and ceiling, not the
+    whole spec decoded); the pass reads the whole job only for those it grants (``jobs_by_id``)."""
+
+    id: str
+    org: str
+    project: str
+    created_at: datetime
+    updated_at: datetime
+    priority: int
+    lease_epoch: int
+    workers: int
+    gpus_per_worker: int
+    gpu_ceiling_seconds: float
 
 
-async def any_queued(conn: asyncpg.Connection) -> bool:
-    return await conn.fetchval(f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued')")
+_QUEUED = (f"SELECT id, org, project, created_at, updated_at, priority, lease_epoch,"
+           " COALESCE((spec->>'workers')::int, 1) AS workers,"
+           " COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus_per_worker,"
+           " (spec->>'gpu_ceiling_seconds')::float8 AS gpu_ceiling_seconds"
+           f" FROM {T}.jobs WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
+           " FOR UPDATE SKIP LOCKED")
+
+
+async def queued_candidates(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Queued]:
+    """These queued jobs (a placement pass's candidates) in arrival order, row-locked, as ``Queued`` rows; rows
+    another transaction holds are skipped, not waited on, and a job no longer queued is left out."""
+    return [Queued(**r) for r in await conn.fetch(_QUEUED, list(ids))]
+
+
+async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, Job]:
+    """These jobs whole, by id (rows the caller's transaction already holds)."""
+    if not ids:
+        return {}
+    return {r["id"]: job_from_row(r) for r in await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[])",
+                                                               list(ids))}
+
+
+async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *,
+                          require_checked: bool = True) -> tuple[bool, bool]:
+    """(any job queued, any executor free for one), in one round trip. Free as ``tenancy_edge.schedulable_nodes``
+    says it: heard from within ``silent_after`` seconds, on a schedulable node, accepting, reporting no job and
+    holding none per the jobs table."""
+    row = await conn.fetchrow(
+        f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued') AS queued,"
+        f" EXISTS (SELECT 1 FROM {T}.executors e WHERE e.accepting AND e.job_id IS NULL"
+        "   AND e.last_seen >= clock_timestamp() - make_interval(secs => $1)"
+        f"  AND {SCHEDULABLE_NODE}"
+        f"  AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
+        "     AND e.executor_id = ANY(j.workers))) AS free",
+        silent_after, not require_checked, sorted(s.value for s in RULED_OUT_STATES))
+    return row["queued"], row["free"]
 
 
 async def queued_jobs_placed_before(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:

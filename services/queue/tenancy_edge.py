@@ -25,8 +25,7 @@ from . import store
 from .domain.lifecycle import Refusal
 from .domain.preemption import PREEMPTED
 from .tenancy.admission import Node, Wait
-from .tenancy.candidates import Candidate, choose
-from .tenancy.model import Cohort, GroupQuota, Organisation, Running, devices
+from .tenancy.model import Cohort, GroupQuota, Organisation, Running
 
 log = logging.getLogger(__name__)
 SERVICE = "queue"
@@ -94,34 +93,48 @@ async def running(conn: asyncpg.Connection) -> list[Running]:
 # Each organisation's first ``limit`` queued jobs in its own admission order (``tenancy.candidates.within_org``):
 # the ``limit`` lowest share-deficit keys never take more than ``limit`` of one organisation, and an
 # organisation's keys grow along that order, so these rows hold the whole choice. The organisations with queued
-# jobs are found by a skip scan of the same index (one probe each), not by reading every queued row.
+# jobs are found by a skip scan of the same index (one probe each), not by reading every queued row. The choice
+# itself (``tenancy.candidates.choose``: each job keyed by its organisation's held devices plus its own and those
+# before it, over the weight; the ``limit`` lowest keys, ties older then id) is made here too, by a window sum
+# over those rows, so a pass reads ``limit`` ids, not ``limit`` rows per organisation to choose from in Python.
+# Ids compare as Python compares them (code points: ``COLLATE "C"``). $1: limit; $2, $3: weights by organisation.
 _CANDIDATES = f"""
 WITH RECURSIVE queued_orgs(org) AS (
     (SELECT org FROM {T}.jobs WHERE state = 'queued' ORDER BY org LIMIT 1)
     UNION ALL
     SELECT (SELECT j.org FROM {T}.jobs j WHERE j.state = 'queued' AND j.org > q.org ORDER BY j.org LIMIT 1)
     FROM queued_orgs q WHERE q.org IS NOT NULL
+), firsts AS (
+    SELECT c.* FROM queued_orgs q CROSS JOIN LATERAL (
+        SELECT id, org, created_at, priority,
+               GREATEST(1, COALESCE((spec->>'workers')::int, 1)
+                           * GREATEST(1, COALESCE((spec->>'gpus_per_worker')::int, 0))) AS devices
+        FROM {T}.jobs WHERE state = 'queued' AND org = q.org
+        ORDER BY priority DESC, created_at, id LIMIT $1) c
+    WHERE q.org IS NOT NULL
+), held AS (
+    SELECT org, COALESCE(sum(devices), 0)::int AS devices FROM {T}.jobs
+    WHERE state IN ('running', 'admitting') GROUP BY org
+), keyed AS (
+    SELECT f.id, f.created_at,
+           (COALESCE(h.devices, 0) + sum(f.devices) OVER (PARTITION BY f.org
+                ORDER BY f.priority DESC, f.created_at, f.id COLLATE "C" ROWS UNBOUNDED PRECEDING))::float8
+           / COALESCE(w.weight, 1.0) AS share_key
+    FROM firsts f LEFT JOIN held h ON h.org = f.org
+    LEFT JOIN unnest($2::text[], $3::float8[]) AS w(org, weight) ON w.org = f.org
 )
-SELECT c.* FROM queued_orgs q CROSS JOIN LATERAL (
-    SELECT id, org, created_at, priority, COALESCE((spec->>'workers')::int, 1) AS workers,
-           COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus
-    FROM {T}.jobs WHERE state = 'queued' AND org = q.org
-    ORDER BY priority DESC, created_at, id LIMIT $1) c
-WHERE q.org IS NOT NULL"""
+SELECT id FROM keyed ORDER BY share_key, created_at, id COLLATE "C" LIMIT $1"""
 
 
 async def candidates(conn: asyncpg.Connection | asyncpg.Pool, orgs: Mapping[str, Organisation],
                      limit: int) -> list[str]:
     """The ids of the queued jobs a placement pass considers, at most ``limit``, chosen by share deficit
-    (``tenancy.candidates``) on what each organisation holds now; read unlocked (the pass locks the rows)."""
-    rows = await conn.fetch(_CANDIDATES, limit)
-    if len(rows) <= limit:
-        return [r["id"] for r in rows]
-    held = await conn.fetch(f"SELECT org, sum(devices)::int AS devices FROM {T}.jobs"
-                            " WHERE state IN ('running', 'admitting') GROUP BY org")
-    return choose([Candidate(r["id"], r["org"], r["created_at"], r["priority"], devices(r["workers"], r["gpus"]))
-                   for r in rows], limit, {r["org"]: r["devices"] or 0 for r in held},
-                  {name: o.weight for name, o in orgs.items()})
+    (``tenancy.candidates.choose``, made by the statement) on what each organisation holds now; read unlocked
+    (the pass locks the rows)."""
+    if limit <= 0:
+        return []
+    rows = await conn.fetch(_CANDIDATES, limit, list(orgs), [o.weight for o in orgs.values()])
+    return [r["id"] for r in rows]
 
 
 async def note_waits(conn: asyncpg.Connection, waits: Iterable[Wait], now: datetime) -> None:

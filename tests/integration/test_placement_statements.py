@@ -5,6 +5,7 @@ name is listed once); and the budget is asked only about jobs the pass considers
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -50,9 +51,14 @@ async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_even
         recording = Recording(rt.pool)
         placing = Runtime(rt.name, settings, recording, rt.nc, rt.js)  # type: ignore[arg-type]
         assert await Scheduler(placing, settings).place_once() == 3
-        writes = [(q.split("(")[0].strip(), n) for q, n in recording.calls if q.startswith("INSERT")]
-        assert writes == [('INSERT INTO "queue".jobs', 3), ('INSERT INTO "queue".job_events', 3),
-                          ('INSERT INTO "queue".outbox', 9)]  # one call each for three grants (3 rows each)
+        writes = [(q.split(" SET ")[0].split("(")[0].strip(), n) for q, n in recording.calls
+                  if q.startswith(("INSERT", "UPDATE"))]
+        # One call each for three grants: the jobs' grant columns with the node group and devices the quota
+        # counts (no second statement for those), their events, their outbox rows (3 each).
+        assert writes == [('UPDATE "queue".jobs', 3), ('INSERT INTO "queue".job_events', 3),
+                          ('INSERT INTO "queue".outbox', 9)]
+        held = await rt.pool.fetch("SELECT node_group, devices, waiting FROM queue.jobs WHERE id = ANY($1)", jobs)
+        assert [(r["node_group"], r["devices"], r["waiting"]) for r in held] == [("g", 1, None)] * 3
         s = settings.subjects
         owner_of = {}  # outbox subject -> the job it belongs to
         for job_id in jobs:
@@ -88,6 +94,13 @@ async def test_every_worker_of_a_held_gang_is_busy_and_each_executor_is_listed_o
             nodes = await tenancy_edge.schedulable_nodes(conn, now, 60.0)
         assert [(n.executor_id, n.free) for n in nodes] == [("ex-0", False), ("ex-1", False), ("ex-2", True),
                                                             ("ex-3", False)]
+        async with rt.pool.acquire() as conn:  # the placement pass's first question agrees: ex-2 is free
+            assert await store.queued_and_free(conn, 60.0) == (False, True)
+            await conn.execute("UPDATE queue.executors SET job_id = 'other' WHERE executor_id = 'ex-2'")
+            assert await store.queued_and_free(conn, 60.0) == (False, False)
+            await conn.execute("UPDATE queue.executors SET job_id = NULL, last_seen = last_seen - interval '2 min'"
+                               " WHERE executor_id = 'ex-2'")
+            assert await store.queued_and_free(conn, 60.0) == (False, False)  # silent too long
     finally:
         await rt.close()
 
@@ -113,28 +126,70 @@ async def test_only_jobs_within_the_pass_are_asked_about_their_consumption(env):
 
 async def test_candidates_read_per_organisation_are_the_choice_over_every_queued_job(env):
     """The candidates' query reads at most ``limit`` jobs of each organisation (an index per organisation, no
-    scan of every queued row); the choice must be the one ``tenancy.candidates.choose`` makes over them all."""
+    scan of every queued row) and makes the choice itself; it must be the one ``tenancy.candidates.choose``
+    makes over them all, with the devices each organisation holds and the organisations' weights."""
+    from libs.contracts.tenancy import OrgSpec
     from services.queue.tenancy.candidates import Candidate, choose
     from services.queue.tenancy.model import devices
 
     settings = env.settings(QueueSettings)
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
     try:
-        await _submit(rt, settings, 9)
+        await _submit(rt, settings, 12)
         ids = [r["id"] for r in await rt.pool.fetch("SELECT id FROM queue.jobs ORDER BY created_at, id")]
-        shape = {ids[0]: ("a", 5), ids[1]: ("a", 0), ids[2]: ("a", 5), ids[3]: ("a", -2), ids[4]: ("b", 0),
-                 ids[5]: ("b", 9), ids[6]: ("c", 0), ids[7]: ("a", 0), ids[8]: ("b", 0)}
-        await rt.pool.executemany("UPDATE queue.jobs SET org = $2, priority = $3 WHERE id = $1",
-                                  [(i, o, p) for i, (o, p) in shape.items()])
+        shape = {ids[0]: ("a", 5, 1, 0), ids[1]: ("a", 0, 1, 8), ids[2]: ("a", 5, 2, 1), ids[3]: ("a", -2, 1, 0),
+                 ids[4]: ("b", 0, 1, 1), ids[5]: ("b", 9, 4, 8), ids[6]: ("c", 0, 1, 0), ids[7]: ("a", 0, 1, 1),
+                 ids[8]: ("b", 0, 1, 0), ids[9]: ("c", 0, 1, 8), ids[10]: ("c", 0, 1, 0), ids[11]: ("b", 0, 1, 0)}
+        await rt.pool.executemany(
+            "UPDATE queue.jobs SET org = $2, priority = $3,"
+            " spec = spec || jsonb_build_object('workers', $4::int, 'gpus_per_worker', $5::int) WHERE id = $1",
+            [(i, o, p, w, g) for i, (o, p, w, g) in shape.items()])
+        # b is weighted 3; c holds 9 devices with a running job, a none with its.
+        await rt.pool.execute("INSERT INTO queue.orgs (name, spec, updated_by, updated_at) VALUES"
+                              " ('b', $1::jsonb, 't', now())", OrgSpec(weight=3.0).model_dump_json())
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'running', org = 'c', devices = 9 WHERE id = $1",
+                              ids[10])
+        await rt.pool.execute("UPDATE queue.jobs SET state = 'running', org = 'a', devices = 0 WHERE id = $1",
+                              ids[11])
         async with rt.pool.acquire() as conn:
             orgs = await tenancy_edge.organisations(conn)
-            rows = await conn.fetch("SELECT id, org, created_at, priority FROM queue.jobs WHERE state = 'queued'")
-            every = [Candidate(r["id"], r["org"], r["created_at"], r["priority"], devices(1, 0)) for r in rows]
+            rows = await conn.fetch("SELECT id, org, created_at, priority, spec FROM queue.jobs"
+                                    " WHERE state = 'queued'")
+            every = [Candidate(r["id"], r["org"], r["created_at"], r["priority"],
+                               devices(shape[r["id"]][2], shape[r["id"]][3])) for r in rows]
             for limit in (1, 2, 3, 4, 6, 9, 20):
                 got = await tenancy_edge.candidates(conn, orgs, limit)
-                want = choose(every, limit, {}, {n: o.weight for n, o in orgs.items()})
-                assert sorted(got) == sorted(want[:limit]), limit
-            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3))
+                want = choose(every, limit, {"c": 9}, {n: o.weight for n, o in orgs.items()})
+                assert got == want, limit  # the same jobs, in the same order of share deficit
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3, [], []))
             assert "jobs_queued_org" in plan
+    finally:
+        await rt.close()
+
+
+async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
+    """Wakes onto a busy fleet (a burst of submits) cost one query each: a pass with jobs queued and no executor
+    free is made whole (waiting reasons written) only once a placement tick has passed since the last whole one."""
+    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 1.0})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0"])
+        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        scheduler = Scheduler(rt, settings)
+        (first,) = await _submit(rt, settings, 1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 0  # the first pass is whole
+
+        async def waiting(job_id: str) -> object:
+            return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
+
+        assert await waiting(first) is not None
+        (second,) = await _submit(rt, settings, 1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # woken at once: one query
+        assert await waiting(second) is None
+        await asyncio.sleep(1.1)
+        assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # a tick later: whole again
+        assert await waiting(second) is not None
+        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        assert await scheduler.place_once() == 1  # an executor free: whole at once, and granted
     finally:
         await rt.close()

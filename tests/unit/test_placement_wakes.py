@@ -11,7 +11,7 @@ import pytest
 from libs.contracts.jobs import JobEvent, JobEventKind, JobState
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.wake import Waker, channel, wakeable
-from services.queue.domain.wakes import offers_an_executor, queues_a_job
+from services.queue.domain.wakes import full_pass_due, offers_an_executor, queues_a_job
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -100,3 +100,11 @@ async def test_a_wake_during_a_pass_rests_first_and_a_wake_after_an_idle_spell_d
     now[0] += 0.02
     await asyncio.wait_for(waker.sleep(60.0), 5)
     assert waker.woken == 2 and waker.rested == pytest.approx(0.02)
+
+
+def test_a_whole_pass_is_due_when_an_executor_is_free_or_a_tick_has_passed():
+    assert not full_pass_due(False, True, None, 0.5)  # nothing queued: nothing to do
+    assert full_pass_due(True, True, 0.0, 0.5)  # an executor free: at once
+    assert full_pass_due(True, False, None, 0.5)  # the first pass
+    assert not full_pass_due(True, False, 0.2, 0.5)  # busy fleet, a whole pass a moment ago: skipped
+    assert full_pass_due(True, False, 0.5, 0.5) and full_pass_due(True, False, 3.0, 0.5)  # once a tick

@@ -84,7 +84,7 @@ def test_every_organisation_with_queued_jobs_gets_its_fair_part_of_the_places(ro
 
 
 def queued(job_id: str, org: str, ceiling: float):
-    return SimpleNamespace(id=job_id, org=org, spec=SimpleNamespace(gpu_ceiling_seconds=ceiling))
+    return SimpleNamespace(id=job_id, org=org, gpu_ceiling_seconds=ceiling)
 
 
 def test_accounts_from_the_answers_asked_before_the_pass():

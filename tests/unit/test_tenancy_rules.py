@@ -313,3 +313,33 @@ def test_cohort_members_at_once_are_each_cohorts_members_and_checks_agree_with_t
             assert quotas.check(o, G, demand, usage, orgs, by_cohort) == quotas.check(o, G, demand, usage, orgs)
 
     agree()
+
+
+def test_cohorts_kept_parts_follow_usage_as_it_changes_during_a_pass():
+    """``Cohorts`` keeps each (cohort, group)'s pool and members' guaranteed parts once worked out; the usage it is
+    asked about changes between checks (admissions, reclaims) and every answer must still be the plain one."""
+    from hypothesis import given, settings as hsettings, strategies as st
+
+    @hsettings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from([None, "c1", "c2"]), st.integers(0, 4), st.integers(0, 3),
+                              st.booleans()), min_size=1, max_size=6),
+           st.lists(st.tuples(st.integers(0, 5), st.sampled_from([G, "other"]), st.integers(-2, 4)), max_size=12),
+           st.integers(1, 5))
+    def agree(rows, changes, demand):
+        orgs = {}
+        for i, (cohort, nominal, lend, metered) in enumerate(rows):
+            o = org(f"o{i}", nominal=nominal, borrow=3, lend=min(lend, nominal), cohort=cohort)
+            orgs[o.name] = o if metered else Organisation(o.name, cohort=cohort)
+        by_cohort = quotas.cohort_members(orgs)
+        usage: dict[str, dict[str, int]] = {}
+        for who, group, amount in changes:
+            quotas.add(usage, f"o{who % len(rows)}", group, amount)
+            for cohort in ("c1", "c2"):
+                for g in (G, "other"):
+                    assert quotas.pool(orgs, cohort, g, by_cohort) == quotas.pool(orgs, cohort, g)
+                    assert quotas.pool_used(orgs, cohort, g, usage, by_cohort) == quotas.pool_used(orgs, cohort, g,
+                                                                                                usage)
+            for o in orgs.values():
+                assert quotas.check(o, G, demand, usage, orgs, by_cohort) == quotas.check(o, G, demand, usage, orgs)
+
+    agree()

@@ -71,6 +71,22 @@ class Job:
 
 # -- facts ------------------------------------------------------------------------------------------------
 
+_JOB_FIELDS = frozenset(Job.__dataclass_fields__)
+
+
+def evolve(job: Job, **changes: Any) -> Job:
+    """``dataclasses.replace`` for a Job, about ten times cheaper (a copy of its fields, not its generated
+    ``__init__`` setting 35 frozen fields one by one): every transition makes one or two, a placement pass two per
+    grant. Job has no ``__post_init__`` to run; a name that is not a field is refused, as ``replace`` does."""
+    unknown = changes.keys() - _JOB_FIELDS
+    if unknown:
+        raise TypeError(f"Job has no field(s) {', '.join(sorted(unknown))}")
+    new = object.__new__(Job)
+    new.__dict__.update(job.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 @dataclass(frozen=True)
 class Submitted:
     job_id: str

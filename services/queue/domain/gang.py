@@ -48,6 +48,7 @@ from .facts import (
     StopOn,
     Transition,
     WorkerReady,
+    evolve,
 )
 
 PEER_LOST = "peer_lost"  # how a worker ended when its process exited with EXIT_PEER_LOST
@@ -85,7 +86,7 @@ def on_granted(job: Job, fact: Granted, now: datetime) -> Transition:
     starts now."""
     attempt = job.attempt_number + 1
     gang = tuple(GangWorker(e, lease_expires_at=fact.expires_at) for e in fact.workers)
-    new = replace(job, state=JobState.ADMITTING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
+    new = evolve(job, state=JobState.ADMITTING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
                   workers=fact.workers, gang=gang, lease_expires_at=fact.expires_at, attempt_number=attempt,
                   rendezvous=fact.rendezvous, ready_deadline=fact.ready_deadline, admitted_at=now,
                   next_admission_at=None, on_node_failure=fact.on_node_failure, reason=None, stop_requested=None,
@@ -107,7 +108,7 @@ def on_renew(job: Job, fact: Renew) -> Transition | Refusal:
     if job.gang[rank].ended is not None:
         return Refusal(f"this worker's run has ended ({job.gang[rank].ended})")
     gang = _with_worker(job, rank, lease_expires_at=fact.expires_at)
-    return Transition(replace(job, gang=gang, lease_expires_at=earliest_lease(gang)))
+    return Transition(evolve(job, gang=gang, lease_expires_at=earliest_lease(gang)))
 
 
 def on_ready(job: Job, fact: WorkerReady, now: datetime) -> Transition:
@@ -127,8 +128,8 @@ def on_ready(job: Job, fact: WorkerReady, now: datetime) -> Transition:
                          executor_id=fact.executor_id,
                          detail={"rank": rank, "ready": ready, "world_size": len(gang)})]
     if ready < len(gang):
-        return Transition(replace(job, gang=gang, updated_at=now), tuple(events))
-    new = replace(job, state=JobState.RUNNING, gang=gang, ready_deadline=None, lease_expires_at=earliest_lease(gang),
+        return Transition(evolve(job, gang=gang, updated_at=now), tuple(events))
+    new = evolve(job, state=JobState.RUNNING, gang=gang, ready_deadline=None, lease_expires_at=earliest_lease(gang),
                   updated_at=now)
     forming = (now - job.admitted_at).total_seconds() if job.admitted_at else None
     events.append(EventDraft(JobEventKind.ADMITTED, JobState.RUNNING, JobState.ADMITTING, epoch=fact.epoch,
@@ -154,13 +155,13 @@ def on_ready_timeout(job: Job, fact: ReadyTimedOut, now: datetime) -> Transition
     detail: dict[str, Any] = {"not_ready": not_ready, "ready_deadline": job.ready_deadline.isoformat()
                               if job.ready_deadline else None, "backoff_count": job.backoff_count}
     if fact.backoff is None:
-        new = leave(replace(job, attempts=attempts), JobState.FAILED, now, reason=GANG_TIMEOUT)
+        new = leave(evolve(job, attempts=attempts), JobState.FAILED, now, reason=GANG_TIMEOUT)
         return Transition(new, (EventDraft(JobEventKind.FAILED, new.state, job.state, reason=GANG_TIMEOUT,
                                            epoch=job.lease_epoch, executor_id=job.executor_id, detail=detail),),
                           effects)
     b = fact.backoff
     at = b.requeue_at(now)
-    new = leave(replace(job, attempts=attempts, backoff_count=b.n, next_admission_at=at), JobState.BACKOFF, now,
+    new = leave(evolve(job, attempts=attempts, backoff_count=b.n, next_admission_at=at), JobState.BACKOFF, now,
                 reason=GANG_TIMEOUT)
     detail.update(backoff_count=b.n, base_delay_seconds=b.base_delay_seconds, delay_seconds=b.delay_seconds,
                   jitter=b.jitter, next_admission_at=at.isoformat())
@@ -174,7 +175,7 @@ def on_admission_due(job: Job, fact: AdmissionDue, now: datetime) -> Transition:
         return Transition.unchanged(job, f"job is {job.state}")
     if not backoff_due(job.next_admission_at, now):
         return Transition.unchanged(job, "back-off not over")
-    new = replace(job, state=JobState.QUEUED, next_admission_at=None, reason=None, updated_at=now)
+    new = evolve(job, state=JobState.QUEUED, next_admission_at=None, reason=None, updated_at=now)
     return Transition(new, (EventDraft(JobEventKind.REQUEUED, new.state, job.state, reason=GANG_TIMEOUT,
                                        detail={"backoff_count": job.backoff_count}),))
 
@@ -194,7 +195,7 @@ def on_finished(job: Job, fact: Finished, now: datetime, attempt_failed: Any, in
     peer_lost = fact.outcome is RunOutcome.FAILED and fact.exit_code == EXIT_PEER_LOST
     gang = _with_worker(job, rank, ended=PEER_LOST if peer_lost else fact.outcome.value)
     last = job.last_step if fact.last_step is None else max(fact.last_step, job.last_step or 0)
-    job1 = replace(job, gang=gang, lease_expires_at=earliest_lease(gang), last_step=last, updated_at=now)
+    job1 = evolve(job, gang=gang, lease_expires_at=earliest_lease(gang), last_step=last, updated_at=now)
     detail = {"outcome": fact.outcome.value, "exit_code": fact.exit_code, "last_step": fact.last_step, "rank": rank}
     others = tuple(e for e in live(gang))
     everyone_ended = not others
@@ -281,7 +282,7 @@ def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detai
                            epoch=job.lease_epoch, executor_id=job.executor_id, detail={"lost": list(lost)})
     else:
         attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
-        new = leave(replace(job, attempts=attempts), JobState.QUEUED, now)
+        new = leave(evolve(job, attempts=attempts), JobState.QUEUED, now)
         final = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=cause,
                            epoch=job.lease_epoch, detail={"node_failures" if cause == NODE_FAILURE else cause:
                                                           attempts[cause]})
@@ -290,7 +291,7 @@ def node_failure(job: Job, lost: tuple[str, ...], why: str, now: datetime, detai
 
 def leave(job: Job, state: JobState, now: datetime, *, reason: str | None = None) -> Job:
     """The gang stops holding nodes (as ``lifecycle._leave_run``, which calls this for every job)."""
-    return replace(job, state=state, workers=(), gang=(), lease_expires_at=None, ready_deadline=None,
+    return evolve(job, state=state, workers=(), gang=(), lease_expires_at=None, ready_deadline=None,
                    stop_requested=None, reason=reason,
                    executor_id=None if state in (JobState.QUEUED, JobState.BACKOFF) else job.executor_id,
                    updated_at=now)

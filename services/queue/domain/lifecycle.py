@@ -33,6 +33,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     GangWorker,
     Granted,
     Job,
+    evolve,
     LeaseExpired,
     LeaseFact,
     NodeFailed,
@@ -114,7 +115,7 @@ def on_granted(job: Job, fact: Granted, now: datetime) -> Transition | Refusal:
     if len(fact.workers) > 1:
         return gang_rules.on_granted(job, fact, now)
     attempt = job.attempt_number + 1
-    new = replace(job, state=JobState.RUNNING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
+    new = evolve(job, state=JobState.RUNNING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
                   workers=fact.workers, lease_expires_at=fact.expires_at, attempt_number=attempt,
                   reason=None, stop_requested=None, updated_at=now)
     event = EventDraft(JobEventKind.LEASED, new.state, job.state, epoch=fact.epoch, executor_id=fact.workers[0],
@@ -134,7 +135,7 @@ def on_renew(job: Job, fact: Renew, now: datetime) -> Transition | Refusal:
         return gang_rules.on_renew(job, fact)
     if fact.executor_id not in job.workers:
         return Refusal("the lease is held by another executor")
-    return Transition(replace(job, lease_expires_at=fact.expires_at))
+    return Transition(evolve(job, lease_expires_at=fact.expires_at))
 
 
 def on_cancel(job: Job, fact: Cancel, now: datetime) -> Transition | Refusal:
@@ -181,7 +182,7 @@ def on_requeue(job: Job, fact: Requeue, now: datetime) -> Transition | Refusal:
     previous = job.spec.gpu_ceiling_seconds
     entry = {"ceiling_seconds": fact.new_ceiling, "actor": fact.actor, "at": now.isoformat()}
     spec = job.spec.model_copy(update={"gpu_ceiling_seconds": fact.new_ceiling})
-    new = replace(job, state=JobState.QUEUED, spec=spec, ceiling_history=(*job.ceiling_history, entry), reason=None,
+    new = evolve(job, state=JobState.QUEUED, spec=spec, ceiling_history=(*job.ceiling_history, entry), reason=None,
                   stop_requested=None, executor_id=None, updated_at=now)
     event = EventDraft(JobEventKind.REQUEUED, new.state, job.state, reason="ceiling_raised",
                        detail={"gpu_ceiling_seconds": fact.new_ceiling, "previous_ceiling_seconds": previous,
@@ -211,7 +212,7 @@ def on_ceiling(job: Job, fact: StopForCeiling, now: datetime) -> Transition:
                                            detail=numbers),))
     if job.stop_requested == CEILING_STOP:
         return Transition.unchanged(job, "stop already requested")
-    new = replace(job, stop_requested=CEILING_STOP, updated_at=now)
+    new = evolve(job, stop_requested=CEILING_STOP, updated_at=now)
     event = EventDraft(JobEventKind.STOP_REQUESTED, new.state, job.state, reason=CEILING_STOP,
                        epoch=job.lease_epoch, executor_id=job.executor_id, detail=numbers)
     return Transition(new, (event,), (StopOn(job.workers, job.lease_epoch, CEILING_STOP, checkpoint_first=True),))
@@ -246,7 +247,7 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     if _stopped_at_ceiling(job, fact):
         # The executor stopped the run by its own clock before the budget's exhaustion reached us: the same
         # ceiling stop (the budget still reconciles, and its exhaustion then finds the job interrupted).
-        job = replace(job, stop_requested=CEILING_STOP)
+        job = evolve(job, stop_requested=CEILING_STOP)
     if job.gang and isinstance(fact, Finished):
         return gang_rules.on_finished(job, fact, now, _attempt_failed,
                                       lambda j, epoch, at, detail: _interrupt(j, epoch, at, detail,
@@ -258,7 +259,7 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
         detail = {"resumed_from_step": fact.resumed_from_step, "resumed_from": fact.resumed_from,
                   "device": fact.device}
         # The run starts where its checkpoint was (None: from scratch), whatever the last run reached.
-        new = replace(job, last_step=fact.resumed_from_step, updated_at=now)
+        new = evolve(job, last_step=fact.resumed_from_step, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.STARTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=detail),))
     if isinstance(fact, StepReported):
@@ -266,11 +267,11 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     if isinstance(fact, Checkpointed):
         ckpt = {"step": fact.step, "path": fact.path, "sha256": fact.sha256, "bytes": fact.bytes,
                 "at": fact.at.isoformat()}
-        new = replace(job, last_checkpoint=ckpt, updated_at=now)
+        new = evolve(job, last_checkpoint=ckpt, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=ckpt),))
     if isinstance(fact, CheckpointSkipped):
-        return Transition(replace(job, updated_at=now), (
+        return Transition(evolve(job, updated_at=now), (
             EventDraft(JobEventKind.CHECKPOINT_SKIPPED, job.state, job.state, reason=fact.reason, epoch=fact.epoch,
                        executor_id=ex, detail={"path": fact.path}),))
     if isinstance(fact, LeaseExpired):
@@ -285,7 +286,7 @@ def _stopped_at_ceiling(job: Job, fact: object) -> bool:
 
 def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
     if fact.last_step is not None:
-        job = replace(job, last_step=fact.last_step)
+        job = evolve(job, last_step=fact.last_step)
     detail = {"outcome": fact.outcome.value, "exit_code": fact.exit_code, "last_step": fact.last_step}
     if fact.outcome is RunOutcome.SUCCEEDED:
         new = _leave_run(job, JobState.SUCCEEDED, now)
@@ -318,7 +319,7 @@ def _attempt_failed(job: Job, fact: Finished, now: datetime, detail: dict[str, A
     detail = {**detail, "error": error, "attempts_spent": spent, "max_attempts": job.spec.max_attempts}
     failed_event = EventDraft(JobEventKind.ATTEMPT_FAILED, JobState.RUNNING, JobState.RUNNING, reason=error,
                               epoch=fact.epoch, executor_id=job.executor_id, detail=detail)
-    job = replace(job, attempts=attempts, error=error)
+    job = evolve(job, attempts=attempts, error=error)
     if spent >= job.spec.max_attempts:
         new = _leave_run(job, JobState.FAILED, now, reason=error)
         final = EventDraft(JobEventKind.FAILED, new.state, JobState.RUNNING, reason=error, epoch=fact.epoch,
@@ -342,7 +343,7 @@ def _run_lost(job: Job, kind: JobEventKind, lease_kind: LeaseEventKind, why: str
         t = _interrupt(job, job.lease_epoch, now, detail or {}, lease)
         return replace(t, events=(lost, *t.events))
     attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
-    new = _leave_run(replace(job, attempts=attempts), JobState.QUEUED, now)
+    new = _leave_run(evolve(job, attempts=attempts), JobState.QUEUED, now)
     requeued = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=cause,
                           epoch=job.lease_epoch, detail={cause: attempts[cause]})
     return Transition(new, (lost, requeued), (lease,))
@@ -373,6 +374,6 @@ def _with_step(job: Job, fact: StepReported, now: datetime) -> Job:
         total = samples + covered
         mean = fact.step_seconds if mean is None else (mean * samples + fact.step_seconds * covered) / total
         samples = total
-    return replace(job, last_step=fact.step if job.last_step is None else max(fact.step, job.last_step),
+    return evolve(job, last_step=fact.step if job.last_step is None else max(fact.step, job.last_step),
                    total_steps=fact.total_steps if fact.total_steps is not None else job.total_steps,
                    step_seconds=mean, step_samples=samples, updated_at=now)

@@ -9,13 +9,13 @@ meanwhile is a node failure, as ever. A forming gang (admitting) is never preemp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from libs.contracts.jobs import AttemptCause, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
 
-from .facts import EventDraft, Finished, Job, LeaseFact, StopOn, Transition
+from .facts import EventDraft, Finished, Job, LeaseFact, StopOn, Transition, evolve
 
 PREEMPTED = AttemptCause.PREEMPTED.value
 
@@ -34,7 +34,7 @@ def on_preempt(job: Job, fact: Preempt, now: datetime) -> Transition:
         return Transition.unchanged(job, f"only a running job is preempted; this one is {job.state}")
     if job.stop_requested is not None:
         return Transition.unchanged(job, f"a stop is already requested ({job.stop_requested})")
-    new = replace(job, stop_requested=PREEMPTED, updated_at=now)
+    new = evolve(job, stop_requested=PREEMPTED, updated_at=now)
     detail = {"for_org": fact.for_org, "for_job": fact.for_job, "org": job.org, "devices": job.devices,
               "node_group": job.node_group}
     event = EventDraft(JobEventKind.STOP_REQUESTED, new.state, job.state, reason=fact.reason, epoch=job.lease_epoch,
@@ -47,7 +47,7 @@ def preempted_run_ended(job: Job, fact: Finished, now: datetime, leave) -> Trans
     ordinary rules apply, e.g. a run that succeeded before it could stop)."""
     if job.stop_requested != PREEMPTED or fact.outcome.value == "succeeded":
         return None
-    job = replace(job, last_step=fact.last_step if fact.last_step is not None else job.last_step)
+    job = evolve(job, last_step=fact.last_step if fact.last_step is not None else job.last_step)
     return requeue(job, fact.epoch, now, leave, {"outcome": fact.outcome.value, "last_step": fact.last_step})
 
 
@@ -55,7 +55,7 @@ def requeue(job: Job, epoch: int, now: datetime, leave, detail: dict) -> Transit
     """The preempted run is over (a single worker's, or every worker of a gang): queued again, spending no
     attempt, to resume from its last checkpoint (kept)."""
     attempts = {**job.attempts, PREEMPTED: job.attempts.get(PREEMPTED, 0) + 1}
-    new = leave(replace(job, attempts=attempts), JobState.QUEUED, now)
+    new = leave(evolve(job, attempts=attempts), JobState.QUEUED, now)
     detail = {**detail, PREEMPTED: attempts[PREEMPTED], "resume_from": (job.last_checkpoint or {}).get("step")}
     event = EventDraft(JobEventKind.REQUEUED, new.state, JobState.RUNNING, reason=PREEMPTED, epoch=epoch,
                        executor_id=job.executor_id, detail=detail)

@@ -21,3 +21,14 @@ def queues_a_job(events: Iterable[JobEvent]) -> bool:
 
 def offers_an_executor(beats: Iterable[Heartbeat]) -> bool:
     return any(hb.accepting and hb.job_id is None for hb in beats)
+
+
+def full_pass_due(queued: bool, free: bool, since_full: float | None, interval: float) -> bool:
+    """Whether a placement pass is worth its whole work (the candidates planned, every waiting reason written).
+    Nothing queued: no. An executor free: yes, at once (a grant may follow). None free: a grant cannot follow,
+    but reclaiming borrowed capacity and the waiting reasons still can change, so yes once ``interval`` (the
+    placement tick) has passed since the last whole pass (``since_full`` seconds; None: none yet), as when only
+    the tick drove placement; the wakes in between (a burst of submits onto a busy fleet) cost one query each."""
+    if not queued:
+        return False
+    return free or since_full is None or since_full >= interval

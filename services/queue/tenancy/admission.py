@@ -18,6 +18,7 @@ The pass (numbered as in ``plan``):
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,10 @@ class Plan:
     order: list[str]  # the organisations' fair-share order at the start of the pass, explained
     usage: dict[str, dict[str, int]]  # devices held per org and group once the admitted jobs run
     budgets: dict[str, budgets.BudgetAccount]
+
+
+def _gpus(node: Node) -> int:
+    return node.gpus
 
 
 def _job_order(job: Pending) -> tuple:
@@ -198,27 +203,34 @@ class _Pass:
         fitted_quota = False
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
         candidates = []
+        checked: dict[str, tuple[int, quotas.QuotaCheck]] = {}  # usage does not change before the second check
         for group in self.groups:
             need = self.demand(group, job)
             if need is None:
                 continue
             result = quotas.check(org, group, need, self.usage, self.snap.orgs, self.members)
+            checked[group] = (need, result)
             if result.fits and not (within_nominal and result.borrowing):
                 candidates.append((result.borrowing, group))
             else:
                 refusals.append(result)
         for _, group in sorted(candidates):
             fitted_quota = True
-            chosen = [n for n in self.free.get(group, ()) if n.gpus >= job.gpus_per_worker][:job.workers]
+            # Free nodes are sorted by GPUs, then id: those with enough GPUs are a tail, its first ones the
+            # smallest that fit (found by bisection; a scan of every free node per admission was most of a pass).
+            free = self.free.get(group, [])
+            first = bisect.bisect_left(free, job.gpus_per_worker, key=_gpus)
+            chosen = free[first:first + job.workers]
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
-            result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
+            need, result = checked[group]
+            if held != need:  # larger free nodes than the smallest ready ones: the quota is asked again
+                result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
             if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
-            taken = {n.executor_id for n in chosen}
-            self.free[group] = [n for n in self.free[group] if n.executor_id not in taken]
+            del free[first:first + job.workers]
             quotas.add(self.usage, org.name, group, held)
             if account is not None:
                 reserved = budgets.reserve(account, job.job_id, job.needs_gpu_seconds)

@@ -45,18 +45,47 @@ def held(usage: Usage, org: str, group: str) -> int:
 Members = Mapping[str, list[Organisation]]  # cohort -> its metered organisations (``cohort_members``)
 
 
+class Cohorts(dict[str, list[Organisation]]):
+    """Every cohort's metered members (``cohort_members``), with what a quota check reads of them per node group
+    kept once worked out: the pool (the lendable parts summed) and each member's guaranteed part. Organisations
+    do not change during a placement pass, which checks quotas hundreds of times; usage does, and is read anew."""
+
+    def __init__(self, members: Mapping[str, list[Organisation]]) -> None:
+        super().__init__(members)
+        self._pools: dict[tuple[str, str], int] = {}
+        self._guaranteed: dict[tuple[str, str], list[tuple[str, int]]] = {}
+
+    def pool(self, cohort: str, group: str) -> int:
+        key = (cohort, group)
+        if key not in self._pools:
+            self._pools[key] = sum(o.quota(group).lendable for o in self.get(cohort, ()))
+        return self._pools[key]
+
+    def pool_used(self, cohort: str, group: str, usage: Usage) -> int:
+        key = (cohort, group)
+        guaranteed = self._guaranteed.get(key)
+        if guaranteed is None:
+            guaranteed = self._guaranteed[key] = [(o.name, o.quota(group).guaranteed) for o in self.get(cohort, ())]
+        used = 0
+        for name, part in guaranteed:
+            over = usage.get(name, {}).get(group, 0) - part
+            if over > 0:
+                used += over
+        return used
+
+
 def members(orgs: Mapping[str, Organisation], cohort: str | None) -> list[Organisation]:
     return [] if cohort is None else [o for o in orgs.values() if o.cohort == cohort and o.metered]
 
 
-def cohort_members(orgs: Mapping[str, Organisation]) -> dict[str, list[Organisation]]:
+def cohort_members(orgs: Mapping[str, Organisation]) -> Cohorts:
     """Every cohort's metered members at once (``members`` of each): a placement pass reads them per quota check,
     hundreds of times, from organisations that do not change during the pass."""
     out: dict[str, list[Organisation]] = {}
     for org in orgs.values():
         if org.cohort is not None and org.metered:
             out.setdefault(org.cohort, []).append(org)
-    return out
+    return Cohorts(out)
 
 
 def _of(orgs: Mapping[str, Organisation], cohort: str, by_cohort: Members | None) -> list[Organisation]:
@@ -65,11 +94,15 @@ def _of(orgs: Mapping[str, Organisation], cohort: str, by_cohort: Members | None
 
 def pool(orgs: Mapping[str, Organisation], cohort: str, group: str, by_cohort: Members | None = None) -> int:
     """Devices of a group the cohort's members lend: the most that may be held above guarantees."""
+    if isinstance(by_cohort, Cohorts):
+        return by_cohort.pool(cohort, group)
     return sum(o.quota(group).lendable for o in _of(orgs, cohort, by_cohort))
 
 
 def pool_used(orgs: Mapping[str, Organisation], cohort: str, group: str, usage: Usage,
               by_cohort: Members | None = None) -> int:
+    if isinstance(by_cohort, Cohorts):
+        return by_cohort.pool_used(cohort, group, usage)
     return sum(max(0, held(usage, o.name, group) - o.quota(group).guaranteed) for o in _of(orgs, cohort, by_cohort))
 
 

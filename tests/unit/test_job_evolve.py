@@ -1,0 +1,66 @@
+"""``facts.evolve`` (services/queue/domain/facts.py): the lifecycle's cheap copy of a Job with some fields changed
+must be exactly ``dataclasses.replace``: the same job, the original untouched, an unknown field refused."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from libs.contracts.jobs import JobSpec, JobState
+from services.queue.domain.facts import GangWorker, Job, evolve
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def job() -> Job:
+    values = {f.name: None for f in dataclasses.fields(Job)}
+    values.update(id="j1", name="n", owner="ann", spec=JobSpec(workload={"kind": "command", "command": ["true"]}),
+                  state=JobState.QUEUED, attempts={}, attempt_number=0, lease_epoch=0, workers=(), event_seq=1,
+                  ceiling_history=(), gang=(), created_at=NOW, updated_at=NOW, backoff_count=0, org="o",
+                  project="p", priority=0, devices=0)
+    return Job(**values)
+
+
+CHANGES = st.fixed_dictionaries({}, optional={
+    "state": st.sampled_from(list(JobState)), "lease_epoch": st.integers(0, 9), "executor_id": st.text(max_size=5),
+    "workers": st.lists(st.text(max_size=3), max_size=3).map(tuple), "reason": st.none() | st.text(max_size=5),
+    "gang": st.lists(st.builds(GangWorker, st.text(max_size=3)), max_size=2).map(tuple),
+    "updated_at": st.datetimes(timezones=st.just(UTC)), "event_seq": st.integers(0, 99)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(CHANGES)
+def test_evolve_is_replace(changes):
+    before = job()
+    kept = dataclasses.replace(before)
+    got = evolve(before, **changes)
+    assert got == dataclasses.replace(before, **changes) and type(got) is Job
+    assert before == kept  # the original is not changed
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.state = JobState.RUNNING  # type: ignore[misc] - still frozen
+
+
+def test_evolve_refuses_a_name_that_is_not_a_field():
+    with pytest.raises(TypeError, match="no field"):
+        evolve(job(), stat=JobState.RUNNING)
+
+
+def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
+    """``store.only_granted``: a grant (single or gang) changes nothing ``write_grants`` leaves out; any other
+    change (a new spec, a checkpoint) is seen, so that transition is written whole."""
+    from datetime import timedelta
+
+    from services.queue import store
+    from services.queue.domain import lifecycle as lc
+
+    before = job()
+    for workers, extra in ((("ex-1",), {}), (("ex-1", "ex-2"), {"rendezvous": "h:1", "ready_deadline": NOW})):
+        t = lc.decide(before, lc.Granted(workers, 1, NOW + timedelta(seconds=30), **extra), NOW)
+        assert isinstance(t, lc.Transition) and t.job.state is not JobState.QUEUED
+        assert store.only_granted(before, t.job)
+    assert not store.only_granted(before, evolve(before, last_checkpoint={"step": 1}))
+    assert not store.only_granted(before, evolve(before, spec=before.spec.model_copy(update={"priority": 3})))
+    assert store.only_granted(before, evolve(before, spec=before.spec.model_copy()))  # equal, not the same object
