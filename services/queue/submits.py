@@ -11,6 +11,7 @@ with its own line. If the batch's transaction fails, the edge applies each messa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -32,7 +33,19 @@ log = logging.getLogger(__name__)
 
 async def decide_submits(units: Units, settings: QueueSettings, cmds: Sequence[SubmitJob],
                          now: datetime) -> list[CommandOutcome]:
-    """Decide ``cmds`` in one transaction; the outcome of each, in the order given."""
+    """Decide ``cmds`` in one transaction; the outcome of each, in the order given.
+
+    Tracing: a lone submit's span holds its transaction, as when each submit was decided alone. In a batch the
+    transaction is shared by several traces and belongs to none: each submit's span (its decision, its outbox
+    rows, the trace its job's grants continue) sits inside it."""
+    if len(cmds) == 1:
+        with tracing.continued(tracing.of(cmds[0]), "queue submit", command_id=cmds[0].command_id):
+            return await _decide(units, settings, cmds, now, spans=False)
+    return await _decide(units, settings, cmds, now, spans=True)
+
+
+async def _decide(units: Units, settings: QueueSettings, cmds: Sequence[SubmitJob], now: datetime, *,
+                  spans: bool) -> list[CommandOutcome]:
     subjects = settings.subjects
     first = first_of_each([c.command_id for c in cmds])
     firsts = [cmds[i] for i in first]
@@ -54,7 +67,8 @@ async def decide_submits(units: Units, settings: QueueSettings, cmds: Sequence[S
         records: list[tuple[str, CommandOutcome, str | None]] = []
         traces: list[tuple[str, dict[str, str]]] = []
         for cmd in firsts:
-            with tracing.continued(tracing.of(cmd), "queue submit", command_id=cmd.command_id):
+            with (tracing.continued(tracing.of(cmd), "queue submit", command_id=cmd.command_id) if spans
+                  else contextlib.nullcontext()):
                 if cmd.command_id not in claimed:
                     outcome = once.again_outcome(stored.get(cmd.command_id), cmd.command_id, cmd.KIND)
                     rows += outbox.rows_of([(subjects.outcome(cmd.KIND, cmd.command_id), outcome)])

@@ -160,3 +160,29 @@ async def test_the_round_trips_of_a_batch_do_not_grow_with_its_size(env):
         assert counting.counts["round_trips"] == 5, counting.counts
     finally:
         await runtime.close()
+
+
+async def test_each_submit_of_a_batch_continues_its_own_senders_trace(env):
+    from tests.support.spans import kept_spans
+
+    settings, runtime = await open_queue(env)
+    try:
+        commands = Commands(runtime, settings)
+        traced = [submit(f"traced-{i}") for i in range(3)]
+        parents = [f"00-{i + 1:032x}-{i + 1:016x}-01" for i in range(3)]
+        for cmd, parent in zip(traced, parents, strict=True):
+            cmd.note_trace({"traceparent": parent})
+        with kept_spans() as spans:
+            await commands.submit_all(traced)
+        submits_ = [s for s in spans.get_finished_spans() if s.name == "queue submit"]
+        assert sorted(s.context.trace_id for s in submits_) == [1, 2, 3]
+        for cmd, parent in zip(traced, parents, strict=True):
+            trace_id = parent.split("-")[1]
+            (published,) = await runtime.pool.fetch(f"SELECT headers FROM {SCHEMA}.outbox WHERE subject = $1",
+                                                    settings.subjects.outcome("submit", cmd.command_id))
+            assert json.loads(published["headers"])["traceparent"].split("-")[1] == trace_id
+            kept = await runtime.pool.fetchval(f"SELECT traceparent FROM {SCHEMA}.job_traces WHERE job_id = $1",
+                                               cmd.job_id)
+            assert kept.split("-")[1] == trace_id  # the job's grants will continue the submit's trace
+    finally:
+        await runtime.close()
