@@ -53,7 +53,8 @@ async def _decide(units: Units, settings: QueueSettings, cmds: Sequence[SubmitJo
     outcomes: dict[str, CommandOutcome] = {}
     async with units.begin() as unit:
         conn = unit.conn
-        claimed = await once.claim_many(conn, store.SCHEMA, [(c.command_id, c.KIND) for c in firsts])
+        # Claimed in id order: two replicas claiming overlapping batches wait on each other, never in a cycle.
+        claimed = await once.claim_many(conn, store.SCHEMA, sorted((c.command_id, c.KIND) for c in firsts))
         new = [c for c in firsts if c.command_id in claimed]
         stored = await once.stored_outcomes(conn, store.SCHEMA, [c.command_id for c in firsts
                                                                  if c.command_id not in claimed])

@@ -5,6 +5,7 @@ the edge (the poison one dead-lettered), and the round trips a batch costs not g
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import asyncpg
@@ -186,3 +187,28 @@ async def test_each_submit_of_a_batch_continues_its_own_senders_trace(env):
             assert kept.split("-")[1] == trace_id  # the job's grants will continue the submit's trace
     finally:
         await runtime.close()
+
+
+async def test_two_replicas_deciding_the_same_submits_in_opposite_orders_decide_each_once(env, monkeypatch):
+    """Claims are taken in command-id order whatever the batch's order, so two replicas claiming overlapping
+    batches wait on each other's commit instead of deadlocking (checked on the claims each replica sent)."""
+    settings = env.settings(QueueSettings)
+    replicas = [await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue") for _ in range(2)]
+    claim_many, sent = submits.once.claim_many, []
+
+    async def spy(conn, schema, claims):
+        sent.append([c for c, _ in claims])
+        return await claim_many(conn, schema, claims)
+
+    monkeypatch.setattr(submits.once, "claim_many", spy)
+    try:
+        batch = [submit(f"raced-{i}") for i in range(20)]
+        first, second = await asyncio.gather(Commands(replicas[0], settings).submit_all(batch),
+                                             Commands(replicas[1], settings).submit_all(batch[::-1]))
+        assert all(o.accepted for o in first + second)
+        assert await replicas[0].pool.fetchval(f"SELECT count(*) FROM {SCHEMA}.jobs") == 20
+        assert await replicas[0].pool.fetchval(f"SELECT count(*) FROM {SCHEMA}.job_events") == 20
+        assert sent == [sorted(c.command_id for c in batch)] * 2
+    finally:
+        for r in replicas:
+            await r.close()
