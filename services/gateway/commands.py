@@ -1,21 +1,25 @@
 """Publish a command and await its outcome.
 
-The gateway subscribes to ``teto.outcome.*.<command_id>`` (core NATS) BEFORE it publishes the command to the
-command stream, so an outcome that comes back quickly cannot be missed. It waits up to
-``command_timeout_seconds``; with no answer by then the request gets 202: the command is durable in JetStream
-and will still be processed. Commands the gateway itself refuses (bad body, missing permission, unknown job)
-are answered with a ``CommandOutcome(by="gateway")`` on the outcome subject so the audit log holds them too.
+The gateway listens on every outcome subject (``teto.outcome.>``, core NATS) with ONE subscription, opened on
+the first command and kept for the process's life; each request registers its command id before it publishes
+the command to the command stream, so an outcome that comes back quickly cannot be missed (the subscription
+was registered with the server before the command was published, on the same connection). An outcome no
+request here waits for (another replica's, or a gateway refusal) is dropped unread. A request waits up to
+``command_timeout_seconds``; with no answer by then it gets 202: the command is durable in JetStream and will
+still be processed. Commands the gateway itself refuses (bad body, missing permission, unknown job) are
+answered with a ``CommandOutcome(by="gateway")`` on the outcome subject so the audit log holds them too.
+
+Why one subscription and not one per request: a subscription per request is a SUB and an UNSUB the server
+applies to its subject tree (and the client to its own tables), for every submit.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any
-
-from nats.errors import TimeoutError as NatsTimeout
 
 from libs.contracts.bounds import ID_PATTERN, defuse
 from libs.contracts.commands import Command, CommandOutcome
@@ -37,37 +41,76 @@ class Sent:
     outcome: CommandOutcome | None  # None: no answer in time (still pending)
 
 
+class Outcomes:
+    """The requests waiting for an outcome, by command id, fed by one subscription to every outcome subject."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, asyncio.Future[CommandOutcome]] = {}
+        self.ignored = 0  # outcomes no request here waited for
+
+    def expect(self, command_id: str) -> asyncio.Future[CommandOutcome]:
+        """Register before the command is published; ``forget`` when done, answered or not."""
+        future = self.waiting.get(command_id)
+        if future is None or future.done():
+            future = self.waiting[command_id] = asyncio.get_running_loop().create_future()
+        return future
+
+    def forget(self, command_id: str, future: asyncio.Future[CommandOutcome]) -> None:
+        if self.waiting.get(command_id) is future:
+            del self.waiting[command_id]
+
+    def arrived(self, subject: str, data: bytes) -> None:
+        """An outcome on ``<prefix>.outcome.<kind>.<command_id>``: the waiting request gets it (decoded only then)."""
+        future = self.waiting.get(subject.rpartition(".")[2])
+        if future is None or future.done():
+            self.ignored += 1
+            return
+        try:
+            future.set_result(CommandOutcome.decode(data))
+        except ContractError as exc:  # someone else's garbage on our subject: keep waiting
+            log.warning("ignoring a malformed outcome: %s", exc.reason)
+
+
 class Commands:
     def __init__(self, runtime: Runtime, timeout: float) -> None:
         self.runtime = runtime
         self.timeout = timeout
+        self.outcomes = Outcomes()
+        self._listening: asyncio.Task[Any] | None = None
+
+    async def listen(self) -> None:
+        """Open the one outcome subscription (once; concurrent first requests share the opening)."""
+        if self._listening is None:
+            async def on_outcome(msg: Any) -> None:
+                self.outcomes.arrived(msg.subject, msg.data)
+
+            self._listening = asyncio.ensure_future(
+                self.runtime.nc.subscribe(self.runtime.subjects.outcome_all, cb=on_outcome))
+        try:
+            await asyncio.shield(self._listening)
+        except Exception:
+            self._listening = None  # not subscribed (connection trouble): the next request tries again
+            raise
 
     async def send(self, cmd: Command) -> Sent:
-        subjects = self.runtime.subjects
-        sub = await self.runtime.nc.subscribe(subjects.outcome_of(cmd.command_id))
+        try:
+            await self.listen()
+        except Exception as exc:  # noqa: BLE001 - no outcome could be heard: nothing is sent
+            raise BusUnavailable(f"could not listen for the outcome: {exc}") from exc
+        future = self.outcomes.expect(cmd.command_id)
         try:
             try:
-                await bus.publish(self.runtime.js, subjects.cmd(cmd.KIND), cmd, timeout=min(self.timeout, 15.0))
+                await bus.publish(self.runtime.js, self.runtime.subjects.cmd(cmd.KIND), cmd,
+                                  timeout=min(self.timeout, 15.0))
             except Exception as exc:  # noqa: BLE001 - any failure to store the command means it was not sent
                 raise BusUnavailable(f"could not publish the command: {exc}") from exc
-            outcome = await self._await(sub)
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(future), self.timeout)
+            except asyncio.TimeoutError:
+                outcome = None
             return Sent(cmd.command_id, outcome)
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    async def _await(self, sub: Any) -> CommandOutcome | None:
-        loop_deadline = self.runtime.clock.monotonic() + self.timeout
-        while (left := loop_deadline - self.runtime.clock.monotonic()) > 0:
-            try:
-                msg = await sub.next_msg(timeout=left)
-            except (NatsTimeout, TimeoutError):
-                return None
-            try:
-                return CommandOutcome.decode(msg.data)
-            except ContractError as exc:  # someone else's garbage on our subject: keep waiting
-                log.warning("ignoring a malformed outcome: %s", exc.reason)
-        return None
+            self.outcomes.forget(cmd.command_id, future)
 
     async def refuse(self, kind: str, actor: str | None, reason: str, *, command_id: str | None = None,
                      job_id: str | None = None, detail: dict[str, Any] | None = None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any
+from collections.abc import Sequence
 
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, Command, CommandOutcome, RequeueJob, SubmitJob
@@ -18,10 +18,9 @@ from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
-from . import org_budgets, policy, store
-from . import tenancy_edge
-from .domain.lifecycle import Cancel, Fact, Refusal, Requeue, Submitted
-from .effects import apply
+from . import org_budgets, store, submits
+from .domain.lifecycle import Cancel, Fact, Refusal, Requeue
+from .effects import answer_of, apply
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -36,11 +35,11 @@ class Commands:
         self.units = units or Units(runtime.pool, store.SCHEMA, runtime.subjects, StaleCounter("queue"))
 
     async def submit(self, cmd: SubmitJob) -> CommandOutcome:
-        # A gang may ask for a shorter ready timeout than the gang policy's, never a longer one.
-        refusal = await policy.refusal_for(self.runtime.pool, cmd.spec)
-        return await self._decide(cmd, cmd.job_id,
-                                  refusal or await tenancy_edge.submit_refusal(self.runtime.pool, cmd)
-                                  or Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec, cmd.org))
+        return (await self.submit_all([cmd]))[0]
+
+    async def submit_all(self, cmds: Sequence[SubmitJob]) -> list[CommandOutcome]:
+        """A fetched batch of submits, decided in one transaction (``submits``); the outcome of each."""
+        return await submits.decide_submits(self.units, self.settings, cmds, self.runtime.clock.now())
 
     async def cancel(self, cmd: CancelJob) -> CommandOutcome:
         return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))
@@ -106,9 +105,7 @@ class Commands:
             async def decide() -> CommandOutcome:
                 result = (fact if isinstance(fact, Refusal)
                           else await apply(unit.conn, self.settings, job_id, fact, now))
-                if isinstance(result, Refusal):
-                    return self._outcome(cmd, job_id, accepted=False, reason=result.reason, detail=result.detail)
-                return self._outcome(cmd, job_id, accepted=True)
+                return answer_of(cmd, job_id, result)
 
             answer = await unit.once(cmd, decide, job_id=job_id)
         outcome = answer.outcome
@@ -118,11 +115,6 @@ class Commands:
             log.info("%s %s for job %s: %s", cmd.KIND, cmd.command_id, job_id,
                      "accepted" if outcome.accepted else f"refused ({outcome.reason})")
         return outcome
-
-    def _outcome(self, cmd: Command, job_id: str, *, accepted: bool, reason: str | None = None,
-                 detail: dict[str, Any] | None = None) -> CommandOutcome:
-        return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=accepted, reason=reason,
-                              detail=detail or {}, job_id=job_id, by=SERVICE)
 
 
 def _valid_id(value: str) -> bool:

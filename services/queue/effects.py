@@ -11,6 +11,7 @@ from datetime import datetime
 import asyncpg
 
 from libs.contracts.agents import RunJob, StopJob
+from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import Envelope
 from libs.contracts.leases import LeaseEvent
 from libs.runtime.outbox import QuarantineHook
@@ -21,6 +22,7 @@ from .domain.lifecycle import (Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Tra
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
+SERVICE = "queue"
 
 
 def messages_for(job: Job, transition: Transition, settings: QueueSettings,
@@ -48,6 +50,14 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings,
                                event=effect.event, expires_at=effect.expires_at, reason=effect.reason)
             out.append((subjects.lease(job.id, effect.event.value), lease))
     return out
+
+
+def answer_of(cmd: Command, job_id: str, result: Transition | Refusal) -> CommandOutcome:
+    """The outcome a command about a job is answered with: accepted, or refused with the reason and numbers."""
+    if isinstance(result, Refusal):
+        return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=False, reason=result.reason,
+                              detail=result.detail or {}, job_id=job_id, by=SERVICE)
+    return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=True, job_id=job_id, by=SERVICE)
 
 
 def _ready_timeout(job: Job) -> float | None:

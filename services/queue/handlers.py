@@ -3,7 +3,8 @@
 answered by any replica). What happens to a malformed, failing or poison message is the edge's business
 (libs/runtime/edge.py); these declarations say only what to read and whom to hand it to.
 
-Progress is applied one message at a time in arrival order inside each batch, so a job's reports keep their
+Submits are decided a fetched batch per transaction (``submits``; a batch that fails is applied one message at a
+time by the edge); cancel and requeue one command per transaction. Progress is applied one message at a time in arrival order inside each batch, so a job's reports keep their
 order (a checkpoint before the finish that follows it).
 """
 
@@ -38,8 +39,12 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
               tenancy: Tenancy | None = None) -> list[Consumer]:
     s = runtime.subjects
 
-    def command(model: type[Command], act: Callable[[Any], Awaitable[Any]]) -> Consumer:
+    def command(model: type[Command], act: Callable[[Any], Awaitable[Any]],
+                batch: Callable[[list[Any]], Awaitable[Any]] | None = None) -> Consumer:
         async def handle(cmds: list[Command]) -> None:
+            if batch is not None:  # the whole batch in one transaction, each command in its sender's trace
+                await batch(cmds)
+                return
             for cmd in cmds:  # each its own transaction, decided once per command id, in the sender's trace
                 with tracing.continued(tracing.of(cmd), f"queue {model.KIND}", command_id=cmd.command_id):
                     await act(cmd)
@@ -70,7 +75,7 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
         return schema_of(body) == NodeEvent.SCHEMA
 
     declared = [
-        command(SubmitJob, commands.submit),
+        command(SubmitJob, commands.submit, batch=commands.submit_all),  # submits: a batch per transaction
         command(CancelJob, commands.cancel),
         command(RequeueJob, commands.requeue),
         Consumer(s.progress_all, "PROGRESS", "queue-progress", None, on_progress, batch=200,

@@ -10,15 +10,12 @@ from datetime import datetime
 import asyncpg
 
 from libs.contracts.commands import CommandOutcome, SetGangPolicy
-from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
 from . import store
-from .domain.admission import spec_refusal
-from .domain.lifecycle import Refusal
 
 log = logging.getLogger(__name__)
 SERVICE = "queue"
@@ -39,14 +36,6 @@ async def save(conn: asyncpg.Connection, policy: GangPolicy, actor: str, now: da
         " VALUES (true, $1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET "
         + ", ".join(f"{f} = EXCLUDED.{f}" for f in (*_FIELDS, "updated_by", "updated_at")),
         *values, actor, now)
-
-
-async def refusal_for(pool: asyncpg.Pool, spec: JobSpec) -> Refusal | None:
-    """A submitted spec the policy does not allow (a ready timeout longer than the policy's)."""
-    if spec.ready_timeout_seconds is None:
-        return None
-    found = spec_refusal(spec, await load(pool))
-    return None if found is None else Refusal(*found)
 
 
 class Policies:

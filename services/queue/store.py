@@ -100,6 +100,13 @@ async def load_job(conn: asyncpg.Connection, job_id: str, *, lock: bool = False)
     return None if row is None else job_from_row(row)
 
 
+async def load_jobs(conn: asyncpg.Connection, job_ids: Sequence[str], *, lock: bool = False) -> dict[str, Job]:
+    """The jobs of these ids that exist (locked in id order, so two batches never wait on each other in a cycle)."""
+    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) ORDER BY id{' FOR UPDATE' if lock else ''}",
+                            list(job_ids))
+    return {r["id"]: job_from_row(r) for r in rows}
+
+
 @dataclass(frozen=True)
 class Staged:
     """A transition ready to store: the job as it will be stored, its numbered events, its outbox rows (with the
@@ -205,10 +212,16 @@ def _grant_values(job: Job) -> list[Any]:
 
 async def remember_trace(conn: asyncpg.Connection, job_id: str, context: dict[str, str]) -> None:
     """Keep the trace a job was submitted under, for its grants to continue (nothing when untraced)."""
-    if context.get("traceparent"):
-        await conn.execute(f"INSERT INTO {T}.job_traces (job_id, traceparent, tracestate) VALUES ($1, $2, $3)"
-                           " ON CONFLICT (job_id) DO NOTHING", job_id, context["traceparent"][:256],
-                           (context.get("tracestate") or None) and context["tracestate"][:512])
+    await remember_traces(conn, [(job_id, context)])
+
+
+async def remember_traces(conn: asyncpg.Connection, contexts: Sequence[tuple[str, dict[str, str]]]) -> None:
+    """``remember_trace`` for many jobs in one pipelined statement (the untraced ones are left out)."""
+    rows = [(job_id, c["traceparent"][:256], (c.get("tracestate") or None) and c["tracestate"][:512])
+            for job_id, c in contexts if c.get("traceparent")]
+    if rows:
+        await conn.executemany(f"INSERT INTO {T}.job_traces (job_id, traceparent, tracestate) VALUES ($1, $2, $3)"
+                               " ON CONFLICT (job_id) DO NOTHING", rows)
 
 
 async def traces_of(conn: asyncpg.Connection, job_ids: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -1,6 +1,6 @@
 """Tenancy at the queue's edges: the organisations, projects and cohorts tables (single writer: the ``set_org``,
 ``set_project`` and ``set_cohort`` commands, audited like every command), the submit check (the job's
-organisation and project must exist), and what a placement pass needs of them: a ``tenancy.admission.Snapshot``
+organisation and project must exist, read for a whole batch), and what a placement pass needs of them: a ``tenancy.admission.Snapshot``
 of organisations, cohorts, schedulable nodes (free or busy) and the running jobs' devices per organisation and
 node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
 """
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject, SubmitJob
+from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject
 from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.tenancy import CohortSpec, OrgSpec
 from libs.runtime.fencing import StaleCounter
@@ -22,8 +22,8 @@ from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
 from . import store
-from .domain.lifecycle import Refusal
 from .domain.preemption import PREEMPTED
+from .domain.submits import Target
 from .tenancy.admission import Node, Wait
 from .tenancy.model import Cohort, GroupQuota, Organisation, Running
 
@@ -49,16 +49,17 @@ async def cohorts(conn: asyncpg.Connection) -> dict[str, Cohort]:
     return {r["name"]: Cohort(r["name"], CohortSpec(preemption=r["preemption"]).preemption) for r in rows}
 
 
-async def submit_refusal(pool: asyncpg.Pool, cmd: SubmitJob) -> Refusal | None:
-    """A job's organisation and project must exist (the default ones always do)."""
-    found = await pool.fetchrow(
-        f"SELECT EXISTS (SELECT 1 FROM {T}.orgs WHERE name = $1) AS org,"
-        f" EXISTS (SELECT 1 FROM {T}.projects WHERE org = $1 AND name = $2) AS project", cmd.org, cmd.spec.project)
-    if not found["org"]:
-        return Refusal(f"organisation {cmd.org} does not exist", {})
-    if not found["project"]:
-        return Refusal(f"project {cmd.spec.project} does not exist in organisation {cmd.org}", {})
-    return None
+async def submit_targets(conn: asyncpg.Connection, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Target]:
+    """Whether each (organisation, project) a batch of submits names exists: one statement for the batch (the
+    rule is ``domain.submits.target_refusal``)."""
+    wanted = sorted(set(pairs))
+    if not wanted:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT w.org, w.project, EXISTS (SELECT 1 FROM {T}.orgs o WHERE o.name = w.org) AS org_exists,"
+        f" EXISTS (SELECT 1 FROM {T}.projects p WHERE p.org = w.org AND p.name = w.project) AS project_exists"
+        " FROM unnest($1::text[], $2::text[]) AS w(org, project)", [o for o, _ in wanted], [p for _, p in wanted])
+    return {(r["org"], r["project"]): Target(r["org_exists"], r["project_exists"]) for r in rows}
 
 
 async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_after: float, *,

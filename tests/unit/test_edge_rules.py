@@ -220,7 +220,7 @@ async def test_a_malformed_command_is_answered_and_the_next_one_still_served():
     await edge.settle(msgs)
     (name, args), served = commands.calls
     assert name == "refuse_malformed" and args[0] == "submit" and "actor" in args[2]
-    assert served == ("submit", (good,)) and [m.outcome for m in msgs] == ["term", "ack"]
+    assert served == ("submit_all", ([good],)) and [m.outcome for m in msgs] == ["term", "ack"]
 
 
 def test_a_value_that_cannot_be_a_subject_token_fails_permanently():

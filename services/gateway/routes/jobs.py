@@ -30,7 +30,7 @@ from ..errors import ApiError, not_found
 from ..orgs import acting_org
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
 from ..secret_env import SecretRefused, seal_spec
-from . import COMMAND_KEY, commands_of, reads_of, scoped_fleet
+from . import COMMAND_KEY, commands_of, json_response, reads_of, scoped_fleet
 
 _ID = re.compile(ID_PATTERN)
 NEXT_CURSOR_HEADER = "X-Next-Cursor"
@@ -83,7 +83,7 @@ async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) ->
     return cmd.model_copy(update={"spec": spec})
 
 
-async def _answer(request: Request, cmd: Command, job_id: str) -> JSONResponse:
+async def _answer(request: Request, cmd: Command, job_id: str) -> Response:
     """Send a command, then answer with the job (accepted), the refusal, or 202 (no outcome in time)."""
     sent: Sent = await commands_of(request).send(cmd)
     out = sent.outcome
@@ -98,7 +98,7 @@ async def _answer(request: Request, cmd: Command, job_id: str) -> JSONResponse:
     job = await reads_of(request).get_job(job_id)
     if job is None:
         job = {"id": job_id, "command_id": sent.command_id, "status": "accepted"}
-    return JSONResponse(jsonable_encoder(redact(job)), status_code=status)
+    return json_response(redact(job), status)
 
 
 def register(app: FastAPI) -> None:

@@ -1,0 +1,67 @@
+"""The rules of deciding a fetched batch of submits together (pure: no database, no clock reads).
+
+A batch is decided in one transaction, but each submit keeps its own answer: a refusal is about that submit
+alone, a command id seen before is answered with its stored outcome, and a command id that comes twice in one
+batch (a redelivery fetched beside its original) is decided once, the second answered like a redelivery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from libs.contracts.jobs import JobSpec
+from libs.contracts.policies import GangPolicy
+
+from .admission import spec_refusal
+from .facts import Refusal
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the database says about where a submit puts its job."""
+
+    org_exists: bool
+    project_exists: bool
+
+
+def first_of_each(ids: Sequence[str]) -> list[int]:
+    """The positions of each id's first occurrence, in order; later occurrences are repeats."""
+    seen: set[str] = set()
+    firsts: list[int] = []
+    for i, command_id in enumerate(ids):
+        if command_id not in seen:
+            seen.add(command_id)
+            firsts.append(i)
+    return firsts
+
+
+def needs_policy(specs: Iterable[JobSpec]) -> bool:
+    """Only a spec that asks for its own ready timeout is checked against the gang policy."""
+    return any(spec.ready_timeout_seconds is not None for spec in specs)
+
+
+def target_refusal(org: str, project: str, target: Target) -> Refusal | None:
+    """A job's organisation and project must exist (the default ones always do)."""
+    if not target.org_exists:
+        return Refusal(f"organisation {org} does not exist", {})
+    if not target.project_exists:
+        return Refusal(f"project {project} does not exist in organisation {org}", {})
+    return None
+
+
+def submit_refusal(spec: JobSpec, org: str, policy: GangPolicy | None,
+                   targets: Mapping[tuple[str, str], Target]) -> Refusal | None:
+    """Why this submit is refused, or None: the gang policy first (a gang may ask for a shorter ready timeout
+    than the policy's, never a longer one), then its organisation and project. ``policy`` may be None only
+    when the spec asks for no ready timeout (``needs_policy``)."""
+    if spec.ready_timeout_seconds is not None:
+        if policy is None:
+            raise ValueError("a spec with its own ready timeout needs the gang policy")
+        found = spec_refusal(spec, policy)
+        if found is not None:
+            return Refusal(*found)
+    return target_refusal(org, spec.project, targets[(org, spec.project)])
