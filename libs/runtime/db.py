@@ -24,8 +24,9 @@ _MIGRATION = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
 
 async def rollback_only(conn: asyncpg.Connection) -> None:
-    """A pool's reset for connections whose users only read: never LISTEN, SET, take advisory locks or keep
-    cursors (the gateway). asyncpg's own reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+    """A pool's reset for connections whose users keep no session state (every service's pool:
+    ``Runtime.open``): they never LISTEN, SET outside a transaction, hold session advisory locks or keep cursors
+    past their use. asyncpg's own reset sends ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
     RESET ALL`` on every release, a round trip per borrowed connection; this one sends nothing unless the
     borrower left a transaction open, which it rolls back."""
     if conn.is_in_transaction():

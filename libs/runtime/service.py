@@ -52,12 +52,14 @@ class Runtime:
 
     @classmethod
     async def open(cls, name: str, settings: CommonSettings, *, schema: str | None, package: str | None,
-                   pool_size: int = 10, reads_only: bool = False) -> Runtime:
-        """``reads_only``: the service's pooled connections only read (no LISTEN, SET or locks), so a returned
-        connection skips asyncpg's reset round trip (``db.rollback_only``)."""
+                   pool_size: int = 10) -> Runtime:
+        """A returned pooled connection skips asyncpg's reset round trip (``db.rollback_only``): no service
+        keeps session state on a pooled connection (locks are ``pg_advisory_xact_lock``, roles ``SET LOCAL``,
+        LISTEN and leader locks have connections of their own; ``db.migrate`` undoes its session lock and role
+        itself), so the reset, one round trip per borrowed connection, would undo nothing."""
         tracing.setup(name)  # spans exported as the OTEL_* variables say (nothing when none is set)
         pool = await db.create_pool(settings.database_url, max_size=pool_size,
-                                    reset=db.rollback_only if reads_only else None)
+                                    reset=db.rollback_only)
         if schema and package:
             await db.migrate(pool, schema, package)
         creds = settings.nats_credentials_file

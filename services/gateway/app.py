@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 async def serve(settings: GatewaySettings | None = None, *, ready: asyncio.Event | None = None) -> None:
     settings = settings or GatewaySettings.from_env()
-    runtime = await Runtime.open("gateway", settings, schema="gateway", package="services.gateway", reads_only=True)
+    runtime = await Runtime.open("gateway", settings, schema="gateway", package="services.gateway")
     server: uvicorn.Server | None = None
     task: asyncio.Task | None = None
     try:
