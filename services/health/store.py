@@ -15,8 +15,9 @@ from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import outbox
-from libs.runtime.fencing import StaleEpoch
+from libs.runtime.fencing import StaleEpoch, is_stale
 
+from .domain.contact import Beat, Contact, fold
 from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
 
 log = logging.getLogger(__name__)
@@ -24,79 +25,132 @@ log = logging.getLogger(__name__)
 SCHEMA = "health"
 _TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
 
-_UPSERT_EXECUTOR = """
-INSERT INTO health.executors AS e (executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch,
-    last_heartbeat, step_changed_at, heartbeat_interval_seconds, progress_interval_seconds, updated_at)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $10, $11, $12, now())
-ON CONFLICT (executor_id) DO UPDATE SET
-    node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name, gpus = EXCLUDED.gpus,
-    accepting = EXCLUDED.accepting, phase = EXCLUDED.phase, step = EXCLUDED.step, job_id = EXCLUDED.job_id,
-    epoch = EXCLUDED.epoch, last_heartbeat = EXCLUDED.last_heartbeat,
-    step_changed_at = CASE
-        WHEN e.step IS DISTINCT FROM EXCLUDED.step OR e.phase IS DISTINCT FROM EXCLUDED.phase
-          OR e.job_id IS DISTINCT FROM EXCLUDED.job_id OR e.epoch IS DISTINCT FROM EXCLUDED.epoch
-          OR e.step_changed_at IS NULL
-        THEN EXCLUDED.last_heartbeat ELSE e.step_changed_at END,
-    heartbeat_interval_seconds = EXCLUDED.heartbeat_interval_seconds,
-    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
-WHERE e.last_heartbeat IS NULL OR EXCLUDED.last_heartbeat >= e.last_heartbeat
-"""
+# The heartbeat columns of each table, as ``Contact`` lays them out (services/health/domain/contact.py).
+_EXECUTOR_CONTACT = ("SELECT executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at, node_id,"
+                     " group_name, gpus::text AS gpus, accepting, heartbeat_interval_seconds,"
+                     " progress_interval_seconds FROM health.executors WHERE executor_id = ANY($1::text[])")
+_JOB_CONTACT = ("SELECT job_id, last_contact_at, step, phase, epoch, step_changed_at, executor_id,"
+                " progress_interval_seconds FROM health.jobs WHERE job_id = ANY($1::text[])")
 
-# A heartbeat about a job at an older epoch than the job's own never reaches it (the WHERE clause); the
-# handler has already counted and dropped those it could see, this guards against a race with job events.
-_UPSERT_JOB_CONTACT = """
-INSERT INTO health.jobs AS j (job_id, epoch, executor_id, last_contact_at, phase, step, step_changed_at,
-    progress_interval_seconds, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $4, $7, now())
-ON CONFLICT (job_id) DO UPDATE SET
-    epoch = EXCLUDED.epoch, executor_id = EXCLUDED.executor_id, last_contact_at = EXCLUDED.last_contact_at,
-    phase = EXCLUDED.phase, step = EXCLUDED.step,
-    step_changed_at = CASE
-        WHEN j.step IS DISTINCT FROM EXCLUDED.step OR j.phase IS DISTINCT FROM EXCLUDED.phase
-          OR j.epoch IS DISTINCT FROM EXCLUDED.epoch OR j.step_changed_at IS NULL
-        THEN EXCLUDED.last_contact_at ELSE j.step_changed_at END,
-    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
-WHERE EXCLUDED.epoch >= j.epoch AND (j.last_contact_at IS NULL OR EXCLUDED.last_contact_at >= j.last_contact_at)
+_WRITE_EXECUTORS = """
+UPDATE health.executors AS e SET node_id = u.node_id, group_name = u.group_name, gpus = u.gpus::jsonb,
+    accepting = u.accepting, phase = u.phase, step = u.step, job_id = u.job_id, epoch = u.epoch,
+    last_heartbeat = u.last_heartbeat, step_changed_at = u.step_changed_at,
+    heartbeat_interval_seconds = u.heartbeat_interval_seconds, progress_interval_seconds = u.progress_interval_seconds,
+    updated_at = now()
+FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
+            $8::text[], $9::text[], $10::text[], $11::bool[], $12::float8[], $13::float8[])
+     AS u(executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at, node_id, group_name, gpus,
+          accepting, heartbeat_interval_seconds, progress_interval_seconds)
+WHERE e.executor_id = u.executor_id
+"""
+_WRITE_JOBS = """
+UPDATE health.jobs AS j SET last_contact_at = u.last_contact_at, step = u.step, phase = u.phase, epoch = u.epoch,
+    step_changed_at = u.step_changed_at, executor_id = u.executor_id,
+    progress_interval_seconds = u.progress_interval_seconds, updated_at = now()
+FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::int[], $6::timestamptz[], $7::text[],
+            $8::float8[]) AS u(job_id, last_contact_at, step, phase, epoch, step_changed_at, executor_id,
+                               progress_interval_seconds)
+WHERE j.job_id = u.job_id
 """
 
 
-async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, int]:
-    rows = await conn.fetch("SELECT job_id, epoch FROM health.jobs WHERE job_id = ANY($1::text[])", job_ids)
-    return {r["job_id"]: r["epoch"] for r in rows}
-
-
-def executor_rows(beats: list[Heartbeat], now: datetime) -> list[tuple]:
-    """The executor upserts of a batch in lock order: by executor, then oldest first so the newest wins. Every
-    writer of ``health.executors`` (this, the evaluator) takes its row locks in executor order, so two of them can
+async def lock_rows(conn: asyncpg.Connection, table: str, key: str, ids: list[str]) -> None:
+    """Create the rows a batch names that do not exist yet, and lock every one of them, in key order: one
+    statement (ON CONFLICT DO UPDATE locks a conflicting row even when its WHERE says not to update it). Every
+    writer of these tables takes its row locks in key order (the evaluator, the job events), so two of them can
     never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load)."""
-    return [
-        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
-         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
-         b.progress_interval_seconds)
-        for b in sorted(beats, key=lambda b: (b.executor_id, b.sent_at))
-    ]
+    await conn.execute(
+        f"INSERT INTO health.{table} ({key}) SELECT k FROM unnest($1::text[]) AS k ORDER BY k"
+        f" ON CONFLICT ({key}) DO UPDATE SET {key} = EXCLUDED.{key} WHERE false", sorted(set(ids)))
 
 
-def job_rows(job_beats: list[Heartbeat], now: datetime) -> list[tuple]:
-    """The job contacts of a batch in lock order: by job, then oldest first (see ``executor_rows``)."""
-    return [
-        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
-        for b in sorted(job_beats, key=lambda b: (b.job_id or "", b.sent_at)) if b.job_id
-    ]
+def executor_beats(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:
+    """Each executor's heartbeats as they land on its row, oldest first (stream order within one send time).
+    The send time is used, clamped to now against a fast executor clock, so heartbeats that waited in the
+    stream while this service was down are not mistaken for fresh ones."""
+    out: dict[str, list[Beat]] = {}
+    for b in sorted(beats, key=lambda b: b.sent_at):
+        out.setdefault(b.executor_id, []).append(Beat(
+            at=min(b.sent_at, now), epoch=0, progress=(b.step, str(b.phase), b.job_id, b.epoch),
+            columns=(b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
+                     b.interval_seconds, b.progress_interval_seconds)))
+    return out
 
 
-async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
-                            now: datetime) -> None:
-    """Store ``job_beats`` (those not about a stale epoch) on their jobs, then every heartbeat on its executor:
-    jobs before executors, each in key order, as the evaluator writes them (no lock cycle between the two).
+def job_beats_of(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:
+    """Each job's heartbeats as they land on its contact, oldest first (see ``executor_beats``)."""
+    out: dict[str, list[Beat]] = {}
+    for b in sorted(beats, key=lambda b: b.sent_at):
+        if b.job_id:
+            out.setdefault(b.job_id, []).append(Beat(
+                at=min(b.sent_at, now), epoch=b.epoch or 0, progress=(b.step, str(b.phase), b.epoch or 0),
+                columns=(b.executor_id, b.progress_interval_seconds)))
+    return out
 
-    The heartbeat's own send time is used (clamped to now, against a fast executor clock), so heartbeats
-    that waited in the stream while this service was down are not mistaken for fresh ones.
-    """
-    jobs = job_rows(job_beats, now)
-    if jobs:
-        await conn.executemany(_UPSERT_JOB_CONTACT, jobs)
-    await conn.executemany(_UPSERT_EXECUTOR, executor_rows(beats, now))
+
+def _executor_contact(r: asyncpg.Record) -> Contact:
+    return Contact(at=r["last_heartbeat"], epoch=0, progress=(r["step"], r["phase"], r["job_id"], r["epoch"]),
+                   step_changed_at=r["step_changed_at"],
+                   columns=(r["node_id"], r["group_name"], r["gpus"], r["accepting"],
+                            r["heartbeat_interval_seconds"], r["progress_interval_seconds"]))
+
+
+def _job_contact(r: asyncpg.Record) -> Contact:
+    return Contact(at=r["last_contact_at"], epoch=r["epoch"], progress=(r["step"], r["phase"], r["epoch"]),
+                   step_changed_at=r["step_changed_at"], columns=(r["executor_id"], r["progress_interval_seconds"]))
+
+
+def folded(rows: dict[str, Contact], beats: dict[str, list[Beat]], *, fenced: bool) -> list[tuple[str, Contact]]:
+    """Each row a batch changed, as its heartbeats left it applied one by one, in key order."""
+    out = []
+    for key in sorted(beats):
+        before = rows.get(key)
+        after = fold(before, beats[key], fenced=fenced)
+        if after is not None and after is not before:
+            out.append((key, after))
+    return out
+
+
+async def job_contacts(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, Contact]:
+    """Lock the jobs (see ``lock_rows``) and read their contacts: the epochs the batch is fenced by."""
+    await lock_rows(conn, "jobs", "job_id", job_ids)
+    return {r["job_id"]: _job_contact(r) for r in await conn.fetch(_JOB_CONTACT, job_ids)}
+
+
+def split_stale(beats: list[Heartbeat], jobs: dict[str, Contact]) -> tuple[list[Heartbeat], list[StaleEpoch]]:
+    """The heartbeats that may reach their jobs, and the facts of those about an older epoch than their job's."""
+    fresh, stale = [], []
+    for b in beats:
+        current = jobs[b.job_id].epoch if b.job_id else 0
+        if b.job_id and is_stale(b.epoch or 0, current):
+            stale.append(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat"))
+        else:
+            fresh.append(b)
+    return fresh, stale
+
+
+async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], jobs: dict[str, Contact],
+                            job_beats: list[Heartbeat], now: datetime) -> None:
+    """Store ``job_beats`` (those not about a stale epoch) on their jobs (locked by ``job_contacts``), then every
+    heartbeat on its executor: jobs before executors, as the evaluator writes them. One statement per table and
+    batch, whatever the number of heartbeats: each row's heartbeats are folded first, exactly as writing them
+    one by one in send order would have left it (services/health/domain/contact.py)."""
+    changed_jobs = folded(jobs, job_beats_of(job_beats, now), fenced=True)
+    if changed_jobs:
+        await conn.execute(_WRITE_JOBS, *_columns([
+            (k, c.at, c.progress[0], c.progress[1], c.epoch, c.step_changed_at, *c.columns) for k, c in changed_jobs]))
+    by_executor = executor_beats(beats, now)
+    await lock_rows(conn, "executors", "executor_id", list(by_executor))
+    rows = {r["executor_id"]: _executor_contact(r) for r in await conn.fetch(_EXECUTOR_CONTACT, sorted(by_executor))}
+    changed = folded(rows, by_executor, fenced=False)
+    if changed:
+        await conn.execute(_WRITE_EXECUTORS, *_columns([(k, c.at, *c.progress, c.step_changed_at, *c.columns)
+                                                        for k, c in changed]))
+
+
+def _columns(rows: list[tuple]) -> list[list]:
+    return [list(column) for column in zip(*rows)]
 
 
 async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: datetime) -> None:
@@ -167,7 +221,7 @@ RETURNING e.executor_id
 
 async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
     """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
-    The rows are locked first in key order, as the heartbeat writes take them (see ``executor_rows``): the
+    The rows are locked first in key order, as the heartbeat writes take them (see ``lock_rows``): the
     UPDATE's own join would lock them in whatever order its plan reads them."""
     if not rows:
         return set()
@@ -210,7 +264,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     async with pool.acquire() as conn, conn.transaction():
         jobs = await conn.fetch(
             "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
-            " ORDER BY job_id",  # lock order: see executor_rows
+            " ORDER BY job_id",  # lock order: see lock_rows
             _TERMINAL,
         )
         job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
