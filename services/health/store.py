@@ -219,6 +219,27 @@ RETURNING e.executor_id
 """
 
 
+# The executors whose verdict can differ from their stored signal (``executor_signal``, judged in Python on what
+# this returns): a superset, each bound taken 1 ms wide the lenient way, so PostgreSQL's interval arithmetic can
+# never leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors going
+# silent, coming back or standing still, not all 10,000 of them, and judges only those.
+_DUE_EXECUTORS = """
+SELECT e.* FROM health.executors e,
+    LATERAL (SELECT make_interval(secs => $2::float8) AS timeout,
+                    make_interval(secs => greatest($3::float8, 2 * coalesce(e.progress_interval_seconds, 0))) AS still,
+                    interval '1 millisecond' AS slack) AS b
+WHERE CASE e.signal
+    WHEN 'no_signal' THEN e.last_heartbeat >= $1::timestamptz - b.timeout - b.slack
+    WHEN 'ok' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $1::timestamptz - b.timeout + b.slack
+        OR (e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $1::timestamptz - b.still + b.slack)
+    WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $1::timestamptz - b.timeout + b.slack
+        OR NOT coalesce(e.phase = 'training' AND e.step IS NOT NULL
+                        AND e.step_changed_at < $1::timestamptz - b.still - b.slack, false)
+    ELSE true END
+ORDER BY e.executor_id
+"""
+
+
 async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
     """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
     The rows are locked first in key order, as the heartbeat writes take them (see ``lock_rows``): the
@@ -254,7 +275,8 @@ def _reading_of(row: asyncpg.Record, contact: str, state: JobState | None, now: 
 
 
 async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: datetime) -> Evaluation:
-    """Re-derive every signal; write the changed ones, with a SignalChanged event per job, in one transaction.
+    """Re-derive every signal that can have changed (every job's; the executors ``_DUE_EXECUTORS`` returns);
+    write the changed ones, with a SignalChanged event per job, in one transaction.
 
     Each write is conditional on the inputs read (contact time, step time, state) being unchanged, so a
     heartbeat that lands between the read and the write is never overwritten with a verdict made without it;
@@ -291,7 +313,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
         await outbox.add(conn, SCHEMA, events)
 
         changed_executors = []
-        for row in await conn.fetch("SELECT * FROM health.executors ORDER BY executor_id"):
+        for row in await conn.fetch(_DUE_EXECUTORS, now, th.signal_timeout_seconds, th.stuck_after_seconds):
             state = job_state.get(row["job_id"]) if row["job_id"] else None
             reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
             if reading.signal != _signal(row["signal"]):
