@@ -83,8 +83,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
 
     async def on_job_events(events: list[JobEvent]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():
-            for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-                await store.apply_job_event(conn, ev)
+            await store.apply_job_events(conn, events)
 
     return [
         Consumer(s.heartbeat_all, "HB", "health-heartbeats", None, on_heartbeats, batch=500,

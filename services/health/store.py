@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import datetime
 
 import asyncpg
@@ -18,6 +18,7 @@ from libs.runtime import outbox
 from libs.runtime.fencing import StaleEpoch, is_stale
 
 from .domain.contact import Beat, Contact, fold
+from .domain.tracking import Event, JobRow, fold_events
 from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
 
 log = logging.getLogger(__name__)
@@ -55,14 +56,15 @@ WHERE j.job_id = u.job_id
 """
 
 
-async def lock_rows(conn: asyncpg.Connection, table: str, key: str, ids: list[str]) -> None:
+async def lock_rows(conn: asyncpg.Connection, table: str, key: str, ids: list[str]) -> set[str]:
     """Create the rows a batch names that do not exist yet, and lock every one of them, in key order: one
     statement (ON CONFLICT DO UPDATE locks a conflicting row even when its WHERE says not to update it). Every
     writer of these tables takes its row locks in key order (the evaluator, the job events), so two of them can
-    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load)."""
-    await conn.execute(
+    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load). The keys it created
+    (bare rows, to be written by the caller in the same transaction)."""
+    return {r[0] for r in await conn.fetch(
         f"INSERT INTO health.{table} ({key}) SELECT k FROM unnest($1::text[]) AS k ORDER BY k"
-        f" ON CONFLICT ({key}) DO UPDATE SET {key} = EXCLUDED.{key} WHERE false", sorted(set(ids)))
+        f" ON CONFLICT ({key}) DO UPDATE SET {key} = EXCLUDED.{key} WHERE false RETURNING {key}", sorted(set(ids)))}
 
 
 def executor_beats(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:
@@ -174,27 +176,37 @@ async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> 
     )
 
 
-async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent) -> None:
-    """Track the job's state. A new lease epoch resets the job's contact to the event: the new executor has
-    one signal timeout to send its first heartbeat, and the old executor's numbers no longer describe it."""
-    await conn.execute(
-        """INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at,
-               step_changed_at)
-           VALUES ($1, $2, $3, COALESCE($4, 0), $5, $6, $6)
-           ON CONFLICT (job_id) DO UPDATE SET
-               state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
-               epoch = GREATEST(j.epoch, EXCLUDED.epoch),
-               executor_id = COALESCE($5, j.executor_id),
-               last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at
-                                      ELSE j.last_contact_at END,
-               step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at
-                                      ELSE j.step_changed_at END,
-               phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
-               step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
-               updated_at = now()
-           WHERE EXCLUDED.event_seq > j.event_seq""",
-        ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time,
-    )
+_JOB_ROW = ("SELECT job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at, phase, step"
+            " FROM health.jobs WHERE job_id = ANY($1::text[])")
+_WRITE_JOB_EVENTS = """
+UPDATE health.jobs AS j SET state = u.state, event_seq = u.event_seq, epoch = u.epoch, executor_id = u.executor_id,
+    last_contact_at = u.last_contact_at, step_changed_at = u.step_changed_at, phase = u.phase, step = u.step,
+    updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[],
+            $8::text[], $9::bigint[])
+     AS u(job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at, phase, step)
+WHERE j.job_id = u.job_id
+"""
+
+
+async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> int:
+    """Track the jobs' states (services/health/domain/tracking.py): the jobs locked in key order, each job's
+    events folded in sequence order, every changed job written in one statement. The number of jobs written."""
+    by_job: dict[str, list[Event]] = {}
+    for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
+        by_job.setdefault(ev.job_id, []).append(Event(str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time))
+    created = await lock_rows(conn, "jobs", "job_id", list(by_job))
+    rows = {r["job_id"]: JobRow(*list(r)[1:]) for r in await conn.fetch(_JOB_ROW, sorted(by_job))
+            if r["job_id"] not in created}
+    changed = []
+    for job_id in sorted(by_job):
+        before = rows.get(job_id)
+        after = fold_events(before, by_job[job_id])
+        if after is not None and after is not before:
+            changed.append((job_id, *astuple(after)))
+    if changed:
+        await conn.execute(_WRITE_JOB_EVENTS, *_columns(changed))
+    return len(changed)
 
 
 # A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on

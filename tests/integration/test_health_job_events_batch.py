@@ -1,0 +1,87 @@
+"""Health applies a batch of job events in a fixed number of statements (services/health/store.py
+``apply_job_events``) and leaves every job row exactly as the per-event upsert it replaced did, applied one by
+one in (job, sequence) order: the oracle below is that statement as it was. Random batches with redeliveries,
+new and old epochs and executorless events, against real PostgreSQL, from rows heartbeats left."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from libs.contracts.jobs import JobEvent, JobState
+from libs.runtime.service import Runtime
+from services.health import store
+from services.health.settings import HealthSettings
+
+pytestmark = pytest.mark.integration
+
+ONE_EVENT = """
+INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at)
+VALUES ($1, $2, $3, COALESCE($4, 0), $5, $6, $6)
+ON CONFLICT (job_id) DO UPDATE SET
+    state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
+    epoch = GREATEST(j.epoch, EXCLUDED.epoch),
+    executor_id = COALESCE($5, j.executor_id),
+    last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at ELSE j.last_contact_at END,
+    step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at ELSE j.step_changed_at END,
+    phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
+    step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
+    updated_at = now()
+WHERE EXCLUDED.event_seq > j.event_seq
+"""
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+STATES = [JobState.QUEUED, JobState.RUNNING, JobState.RUNNING, JobState.INTERRUPTED, JobState.SUCCEEDED]
+
+
+def random_events(rng: random.Random, n: int) -> list[JobEvent]:
+    return [JobEvent(job_id=f"j{rng.randrange(5)}", seq=rng.randrange(1, 9), event="started", state=rng.choice(STATES),
+                     epoch=rng.choice([None, 1, 2, 3]), executor_id=rng.choice([None, "ex1", "ex2"]),
+                     time=T0 + timedelta(seconds=rng.randrange(100))) for _ in range(n)]
+
+
+async def rows(conn: asyncpg.Connection) -> list[tuple]:
+    return [tuple(r) for r in await conn.fetch(
+        "SELECT job_id, state, event_seq, epoch, executor_id, last_contact_at, phase, step, step_changed_at,"
+        " progress_interval_seconds FROM health.jobs ORDER BY 1")]
+
+
+async def test_a_batch_of_job_events_leaves_every_job_as_one_by_one_did(env):
+    settings = env.settings(HealthSettings)
+    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
+    rng = random.Random(12)
+    try:
+        conn = await asyncpg.connect(env.database_url)
+        try:
+            # A job only heartbeats told health about (event_seq 0), one with a contact, phase and step.
+            await conn.execute("INSERT INTO health.jobs (job_id, epoch, executor_id, last_contact_at, phase, step,"
+                               " step_changed_at, progress_interval_seconds) VALUES"
+                               " ('j0', 1, 'ex1', $1, 'training', 7, $1, 30), ('j1', 0, 'ex2', $1, 'idle', NULL, $1, 30)",
+                               T0)
+            for round_ in range(40):
+                batch = random_events(rng, rng.choice([1, 4, 20]))
+                tx = conn.transaction()
+                await tx.start()
+                for ev in sorted(batch, key=lambda e: (e.job_id, e.seq)):
+                    await conn.execute(ONE_EVENT, ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
+                expected = await rows(conn)
+                await tx.rollback()
+                sent: list[str] = []
+
+                def note(query) -> None:
+                    sent.append(query.query)
+
+                conn.add_query_logger(note)
+                try:
+                    async with conn.transaction():
+                        await store.apply_job_events(conn, batch)
+                finally:
+                    conn.remove_query_logger(note)
+                assert await rows(conn) == expected, (round_, batch)
+                assert len([q for q in sent if "health." in q]) <= 3, sent
+        finally:
+            await conn.close()
+    finally:
+        await runtime.close()
