@@ -75,9 +75,13 @@ def executor_beats(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat
     for b in sorted(beats, key=lambda b: b.sent_at):
         out.setdefault(b.executor_id, []).append(Beat(
             at=min(b.sent_at, now), epoch=0, progress=(b.step, str(b.phase), b.job_id, b.epoch),
-            columns=(b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
+            columns=(b.node_id, b.group, _gpus(b), b.accepting,
                      b.interval_seconds, b.progress_interval_seconds)))
     return out
+
+
+def _gpus(b: Heartbeat) -> str:
+    return json.dumps([g.model_dump(mode="json") for g in b.gpus]) if b.gpus else "[]"  # most send none
 
 
 def job_beats_of(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:

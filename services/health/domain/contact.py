@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Beat:
     """One heartbeat as it lands on one row."""
 
@@ -30,7 +30,7 @@ class Beat:
     columns: tuple  # every other column it sets, as the store lays them out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Contact:
     """What the heartbeats (and, for a job, its events) have left on a row."""
 
