@@ -80,13 +80,7 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             await commit(lambda conn: store.record_usage(conn, charges, s))
 
     async def on_job_events(events: list[JobEvent]) -> None:
-        async def work(conn):
-            total = store.Effects()
-            for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-                total.events += (await store.apply_job_event(conn, ev, s)).events
-            return total
-
-        await commit(work)
+        await commit(lambda conn: store.apply_job_events(conn, events, s))
 
     async def on_steps(reports: list[StepReport]) -> None:
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
