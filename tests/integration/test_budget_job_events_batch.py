@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
-from libs.runtime.service import Runtime
 from services.budget import store
 from services.budget.settings import BudgetSettings
+from tests.integration.helpers_sql import migrated, statements
 
 pytestmark = pytest.mark.integration
 
@@ -45,40 +45,22 @@ async def snapshot(conn: asyncpg.Connection) -> tuple:
 
 
 async def test_a_batch_locks_each_job_once_and_ends_as_one_by_one(env):
-    settings = env.settings(BudgetSettings)
-    runtime = await Runtime.open("budget", settings, schema=store.SCHEMA, package="services.budget")
-    s = settings.subjects
     events = [ev for j in ("j3", "j1", "j2") for ev in lifecycle(j)]
-    try:
-        conn = await asyncpg.connect(env.database_url)
-        try:
-            tx = conn.transaction()
-            await tx.start()
-            one = store.Effects()
-            for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-                one.events += (await store.apply_job_event(conn, ev, s)).events
-            expected = await snapshot(conn)
-            await tx.rollback()
-
-            sent: list[str] = []
-
-            def note(query) -> None:
-                sent.append(query.query)
-
-            conn.add_query_logger(note)
-            try:
-                async with conn.transaction():
-                    batch = await store.apply_job_events(conn, events, s)
-            finally:
-                conn.remove_query_logger(note)
-            assert await snapshot(conn) == expected
-            assert [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in batch.events] == \
-                [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in one.events]
-            ours = [q for q in sent if "budget." in q]
-            # Before: a lock (2 statements), a state update and an account write per event, more for submissions.
-            assert len([q for q in ours if "FOR UPDATE" in q]) == 1
-            assert len(ours) <= 2 + 2 * len(events) + 4 * 3, len(ours)
-        finally:
-            await conn.close()
-    finally:
-        await runtime.close()
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        s = settings.subjects
+        tx = conn.transaction()
+        await tx.start()
+        one = store.Effects()
+        for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
+            one.events += (await store.apply_job_event(conn, ev, s)).events
+        expected = await snapshot(conn)
+        await tx.rollback()
+        with statements(conn, "budget.") as sent:
+            async with conn.transaction():
+                batch = await store.apply_job_events(conn, events, s)
+        assert await snapshot(conn) == expected
+        assert [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in batch.events] == \
+            [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in one.events]
+        # Before: a lock (2 statements), a state update and an account write per event, more for submissions.
+        assert len([q for q in sent if "FOR UPDATE" in q]) == 1
+        assert len(sent) <= 2 + 2 * len(events) + 4 * 3, len(sent)

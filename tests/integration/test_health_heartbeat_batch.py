@@ -15,9 +15,9 @@ import pytest
 
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime.fencing import is_stale
-from libs.runtime.service import Runtime
 from services.health import store
 from services.health.settings import HealthSettings
+from tests.integration.helpers_sql import migrated, statements
 
 pytestmark = pytest.mark.integration
 
@@ -73,18 +73,10 @@ async def one_by_one(conn: asyncpg.Connection, beats: list[Heartbeat]) -> None:
 
 async def batched(conn: asyncpg.Connection, beats: list[Heartbeat]) -> list[str]:
     """The handler as it is (services/health/handlers.py on_heartbeats); the statements it sent."""
-    sent: list[str] = []
-
-    def note(query) -> None:
-        sent.append(query.query)
-
-    conn.add_query_logger(note)
-    try:
+    with statements(conn, "health.") as sent:
         jobs = await store.job_contacts(conn, sorted({b.job_id for b in beats if b.job_id}))
         job_beats, _ = store.split_stale(beats, jobs)
         await store.record_heartbeats(conn, beats, jobs, job_beats, NOW)
-    finally:
-        conn.remove_query_logger(note)
     return sent
 
 
@@ -115,33 +107,23 @@ def random_batch(rng: random.Random, n: int) -> list[Heartbeat]:
 
 
 async def test_a_batch_leaves_every_row_as_its_heartbeats_one_by_one_did(env):
-    settings = env.settings(HealthSettings)
-    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
     rng = random.Random(12)
-    try:
-        conn = await asyncpg.connect(env.database_url)
-        try:
-            # Starting rows: a registered executor without heartbeats, jobs known from their events.
-            await conn.execute("INSERT INTO health.executors (executor_id, node_id, group_name, registered_at)"
-                               " VALUES ('ex0', 'n-ex0', 'g', $1)", T0)
-            await conn.execute("INSERT INTO health.jobs (job_id, state, event_seq, epoch, executor_id,"
-                               " last_contact_at, step_changed_at) VALUES ('j1', 'running', 3, 2, 'ex1', $1, $1),"
-                               " ('j2', 'running', 2, 1, 'ex2', $1, $1)", T0 + timedelta(seconds=4))
-            for round_ in range(40):
-                batch = random_batch(rng, rng.choice([2, 6, 30]))
-                tx = conn.transaction()
-                await tx.start()
-                await one_by_one(conn, batch)
-                expected = await rows(conn)
-                await tx.rollback()
-                async with conn.transaction():
-                    sent = await batched(conn, batch)
-                assert await rows(conn) == expected, (round_, batch)
-                # Lock, read and write for each table, whatever the number of heartbeats (asyncpg's own type
-                # introspection, once per connection, aside).
-                ours = [q for q in sent if "health." in q]
-                assert len(ours) <= 6, ours
-        finally:
-            await conn.close()
-    finally:
-        await runtime.close()
+    async with migrated(env, HealthSettings, store.SCHEMA, "services.health") as (_, conn):
+        # Starting rows: a registered executor without heartbeats, jobs known from their events.
+        await conn.execute("INSERT INTO health.executors (executor_id, node_id, group_name, registered_at)"
+                           " VALUES ('ex0', 'n-ex0', 'g', $1)", T0)
+        await conn.execute("INSERT INTO health.jobs (job_id, state, event_seq, epoch, executor_id,"
+                           " last_contact_at, step_changed_at) VALUES ('j1', 'running', 3, 2, 'ex1', $1, $1),"
+                           " ('j2', 'running', 2, 1, 'ex2', $1, $1)", T0 + timedelta(seconds=4))
+        for round_ in range(40):
+            batch = random_batch(rng, rng.choice([2, 6, 30]))
+            tx = conn.transaction()
+            await tx.start()
+            await one_by_one(conn, batch)
+            expected = await rows(conn)
+            await tx.rollback()
+            async with conn.transaction():
+                sent = await batched(conn, batch)
+            assert await rows(conn) == expected, (round_, batch)
+            # Lock, read and write for each table, whatever the number of heartbeats.
+            assert len(sent) <= 6, sent

@@ -12,9 +12,9 @@ import asyncpg
 import pytest
 
 from libs.contracts.jobs import JobEvent, JobState
-from libs.runtime.service import Runtime
 from services.health import store
 from services.health.settings import HealthSettings
+from tests.integration.helpers_sql import migrated, statements
 
 pytestmark = pytest.mark.integration
 
@@ -49,39 +49,23 @@ async def rows(conn: asyncpg.Connection) -> list[tuple]:
 
 
 async def test_a_batch_of_job_events_leaves_every_job_as_one_by_one_did(env):
-    settings = env.settings(HealthSettings)
-    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
     rng = random.Random(12)
-    try:
-        conn = await asyncpg.connect(env.database_url)
-        try:
-            # A job only heartbeats told health about (event_seq 0), one with a contact, phase and step.
-            await conn.execute("INSERT INTO health.jobs (job_id, epoch, executor_id, last_contact_at, phase, step,"
-                               " step_changed_at, progress_interval_seconds) VALUES"
-                               " ('j0', 1, 'ex1', $1, 'training', 7, $1, 30), ('j1', 0, 'ex2', $1, 'idle', NULL, $1, 30)",
-                               T0)
-            for round_ in range(40):
-                batch = random_events(rng, rng.choice([1, 4, 20]))
-                tx = conn.transaction()
-                await tx.start()
-                for ev in sorted(batch, key=lambda e: (e.job_id, e.seq)):
-                    await conn.execute(ONE_EVENT, ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
-                expected = await rows(conn)
-                await tx.rollback()
-                sent: list[str] = []
-
-                def note(query) -> None:
-                    sent.append(query.query)
-
-                conn.add_query_logger(note)
-                try:
-                    async with conn.transaction():
-                        await store.apply_job_events(conn, batch)
-                finally:
-                    conn.remove_query_logger(note)
-                assert await rows(conn) == expected, (round_, batch)
-                assert len([q for q in sent if "health." in q]) <= 3, sent
-        finally:
-            await conn.close()
-    finally:
-        await runtime.close()
+    async with migrated(env, HealthSettings, store.SCHEMA, "services.health") as (_, conn):
+        # A job only heartbeats told health about (event_seq 0), one with a contact, phase and step.
+        await conn.execute("INSERT INTO health.jobs (job_id, epoch, executor_id, last_contact_at, phase, step,"
+                           " step_changed_at, progress_interval_seconds) VALUES"
+                           " ('j0', 1, 'ex1', $1, 'training', 7, $1, 30), ('j1', 0, 'ex2', $1, 'idle', NULL, $1, 30)",
+                           T0)
+        for round_ in range(40):
+            batch = random_events(rng, rng.choice([1, 4, 20]))
+            tx = conn.transaction()
+            await tx.start()
+            for ev in sorted(batch, key=lambda e: (e.job_id, e.seq)):
+                await conn.execute(ONE_EVENT, ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
+            expected = await rows(conn)
+            await tx.rollback()
+            with statements(conn, "health.") as sent:
+                async with conn.transaction():
+                    await store.apply_job_events(conn, batch)
+            assert await rows(conn) == expected, (round_, batch)
+            assert len(sent) <= 3, sent
