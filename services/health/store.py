@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import astuple, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -240,20 +240,29 @@ RETURNING e.executor_id
 # never leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors going
 # silent, coming back or standing still, not all 10,000 of them, and judges only those.
 _DUE_EXECUTORS = """
-SELECT e.* FROM health.executors e,
-    LATERAL (SELECT make_interval(secs => $2::float8) AS timeout,
-                    make_interval(secs => greatest($3::float8, 2 * coalesce(e.progress_interval_seconds, 0))) AS still,
-                    interval '1 millisecond' AS slack) AS b
+SELECT * FROM health.executors e
 WHERE CASE e.signal
-    WHEN 'no_signal' THEN e.last_heartbeat >= $1::timestamptz - b.timeout - b.slack
-    WHEN 'ok' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $1::timestamptz - b.timeout + b.slack
-        OR (e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $1::timestamptz - b.still + b.slack)
-    WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $1::timestamptz - b.timeout + b.slack
-        OR NOT coalesce(e.phase = 'training' AND e.step IS NOT NULL
-                        AND e.step_changed_at < $1::timestamptz - b.still - b.slack, false)
+    WHEN 'no_signal' THEN e.last_heartbeat >= $1::timestamptz
+    WHEN 'ok' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
+        OR (e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $3::timestamptz
+            AND (e.progress_interval_seconds IS NULL
+                 OR e.step_changed_at < $4::timestamptz - e.progress_interval_seconds * interval '2 seconds'))
+    WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
+        OR NOT coalesce(e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $5::timestamptz
+                        AND (e.progress_interval_seconds IS NULL
+                             OR e.step_changed_at < $6::timestamptz - e.progress_interval_seconds * interval '2 seconds'), false)
     ELSE true END
 ORDER BY e.executor_id
 """
+
+
+def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
+    """``_DUE_EXECUTORS``'s parameters: the instants its tests compare with, each 1 ms wide the lenient way (the
+    stuck threshold is the larger of ``stuck_after`` and two progress intervals: both must have passed)."""
+    slack, timeout, still = timedelta(milliseconds=1), timedelta(seconds=th.signal_timeout_seconds), \
+        timedelta(seconds=th.stuck_after_seconds)
+    return (now - timeout - slack, now - timeout + slack, now - still + slack, now + slack, now - still - slack,
+            now - slack)
 
 
 async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
@@ -329,7 +338,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
         await outbox.add(conn, SCHEMA, events)
 
         changed_executors = []
-        for row in await conn.fetch(_DUE_EXECUTORS, now, th.signal_timeout_seconds, th.stuck_after_seconds):
+        for row in await conn.fetch(_DUE_EXECUTORS, *due_bounds(now, th)):
             state = job_state.get(row["job_id"]) if row["job_id"] else None
             reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
             if reading.signal != _signal(row["signal"]):

@@ -42,8 +42,8 @@ async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_
                 "INSERT INTO health.executors (executor_id, signal, last_heartbeat, step_changed_at, phase, step,"
                 " progress_interval_seconds) VALUES ($1, $2, $3, $4, $5, $6, $7)", rows)
             every = await conn.fetch("SELECT * FROM health.executors")
-            due = {r["executor_id"] for r in await conn.fetch(
-                store._DUE_EXECUTORS, NOW, TH.signal_timeout_seconds, TH.stuck_after_seconds)}  # noqa: SLF001
+            due = {r["executor_id"] for r in await conn.fetch(store._DUE_EXECUTORS,  # noqa: SLF001
+                                                              *store.due_bounds(NOW, TH))}
         changing = set()
         for r in every:
             reading = store._reading_of(r, "last_heartbeat", None, NOW, TH,  # noqa: SLF001
@@ -61,7 +61,6 @@ async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_
                 "INSERT INTO health.executors (executor_id, signal, last_heartbeat, step_changed_at, phase, step)"
                 " VALUES ($1, 'ok', $2, $2, 'training', 3)",
                 [(f"ex{i:05d}", NOW - timedelta(seconds=i % 30)) for i in range(2000)])
-            assert await conn.fetch(store._DUE_EXECUTORS, NOW, TH.signal_timeout_seconds,  # noqa: SLF001
-                                    TH.stuck_after_seconds) == []
+            assert await conn.fetch(store._DUE_EXECUTORS, *store.due_bounds(NOW, TH)) == []  # noqa: SLF001
     finally:
         await runtime.close()
