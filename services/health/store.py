@@ -27,11 +27,11 @@ SCHEMA = "health"
 _TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
 
 # The heartbeat columns of each table, as ``Contact`` lays them out (services/health/domain/contact.py).
-_EXECUTOR_CONTACT = ("SELECT executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at, node_id,"
-                     " group_name, gpus::text AS gpus, accepting, heartbeat_interval_seconds,"
-                     " progress_interval_seconds FROM health.executors WHERE executor_id = ANY($1::text[])")
-_JOB_CONTACT = ("SELECT job_id, last_contact_at, step, phase, epoch, step_changed_at, executor_id,"
-                " progress_interval_seconds FROM health.jobs WHERE job_id = ANY($1::text[])")
+# Only what the fold compares: the other columns a heartbeat sets are overwritten whole, never read.
+_EXECUTOR_CONTACT = ("SELECT executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at"
+                     " FROM health.executors WHERE executor_id = ANY($1::text[])")
+_JOB_CONTACT = ("SELECT job_id, last_contact_at, step, phase, epoch, step_changed_at"
+                " FROM health.jobs WHERE job_id = ANY($1::text[])")
 
 _WRITE_EXECUTORS = """
 UPDATE health.executors AS e SET node_id = u.node_id, group_name = u.group_name, gpus = u.gpus::jsonb,
@@ -97,14 +97,12 @@ def job_beats_of(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]
 
 def _executor_contact(r: asyncpg.Record) -> Contact:
     return Contact(at=r["last_heartbeat"], epoch=0, progress=(r["step"], r["phase"], r["job_id"], r["epoch"]),
-                   step_changed_at=r["step_changed_at"],
-                   columns=(r["node_id"], r["group_name"], r["gpus"], r["accepting"],
-                            r["heartbeat_interval_seconds"], r["progress_interval_seconds"]))
+                   step_changed_at=r["step_changed_at"], columns=())
 
 
 def _job_contact(r: asyncpg.Record) -> Contact:
     return Contact(at=r["last_contact_at"], epoch=r["epoch"], progress=(r["step"], r["phase"], r["epoch"]),
-                   step_changed_at=r["step_changed_at"], columns=(r["executor_id"], r["progress_interval_seconds"]))
+                   step_changed_at=r["step_changed_at"], columns=())
 
 
 def folded(rows: dict[str, Contact], beats: dict[str, list[Beat]], *, fenced: bool) -> list[tuple[str, Contact]]:

@@ -38,7 +38,7 @@ class Contact:
     epoch: int  # the row's lease epoch (an executor: the last heartbeat's; 0 for none)
     progress: Hashable  # as in Beat; None before any heartbeat
     step_changed_at: datetime | None
-    columns: tuple  # as in Beat; () before any heartbeat
+    columns: tuple  # as in Beat; () before any heartbeat, or when read back (only the newest's are written)
 
 
 def land(row: Contact | None, beat: Beat, *, fenced: bool) -> Contact:
