@@ -49,12 +49,12 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
 
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
         async with units.begin() as unit:
-            jobs = await store.job_contacts(unit.conn, sorted({b.job_id for b in beats if b.job_id}))
-            job_beats, stale = store.split_stale(beats, jobs)
+            epochs = await store.job_epochs(unit.conn, sorted({b.job_id for b in beats if b.job_id}))
+            job_beats, stale = store.split_stale(beats, epochs)
             for fact in stale:
                 unit.stale(fact)
             now = runtime.clock.now()
-            await store.record_heartbeats(unit.conn, beats, jobs, job_beats, now)
+            await store.record_heartbeats(unit.conn, beats, job_beats, now)
             if stale:
                 await store.note_stale(unit.conn, stale, now)
 

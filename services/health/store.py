@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -17,8 +17,6 @@ from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import outbox
 from libs.runtime.fencing import StaleEpoch, is_stale
 
-from .domain.contact import Beat, Contact, fold
-from .domain.tracking import Event, JobRow, fold_events
 from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
 
 log = logging.getLogger(__name__)
@@ -26,107 +24,80 @@ log = logging.getLogger(__name__)
 SCHEMA = "health"
 _TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
 
-# The heartbeat columns of each table, as ``Contact`` lays them out (services/health/domain/contact.py).
-# Only what the fold compares: the other columns a heartbeat sets are overwritten whole, never read.
-_EXECUTOR_CONTACT = ("SELECT executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at"
-                     " FROM health.executors WHERE executor_id = ANY($1::text[])")
-_JOB_CONTACT = ("SELECT job_id, last_contact_at, step, phase, epoch, step_changed_at"
-                " FROM health.jobs WHERE job_id = ANY($1::text[])")
-
-_WRITE_EXECUTORS = """
-UPDATE health.executors AS e SET node_id = u.node_id, group_name = u.group_name, gpus = u.gpus::jsonb,
-    accepting = u.accepting, phase = u.phase, step = u.step, job_id = u.job_id, epoch = u.epoch,
-    last_heartbeat = u.last_heartbeat, step_changed_at = u.step_changed_at,
-    heartbeat_interval_seconds = u.heartbeat_interval_seconds, progress_interval_seconds = u.progress_interval_seconds,
-    updated_at = now()
-FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::text[], $6::int[], $7::timestamptz[],
-            $8::text[], $9::text[], $10::text[], $11::bool[], $12::float8[], $13::float8[])
-     AS u(executor_id, last_heartbeat, step, phase, job_id, epoch, step_changed_at, node_id, group_name, gpus,
-          accepting, heartbeat_interval_seconds, progress_interval_seconds)
-WHERE e.executor_id = u.executor_id
+# One heartbeat's upsert, for every row of a round at once (``rounds``): the heartbeat's send time becomes the
+# row's last contact, and restarts the stuck clock when the step, the phase, the job or its epoch changed. A
+# heartbeat older than the row's last one (late, or out of order) is ignored, and for a job one about an older
+# lease epoch than the job's (a race with job events; the handler has already counted those it could see).
+_UPSERT_EXECUTORS = """
+INSERT INTO health.executors AS e (executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch,
+    last_heartbeat, step_changed_at, heartbeat_interval_seconds, progress_interval_seconds, updated_at)
+SELECT u.executor_id, u.node_id, u.group_name, u.gpus::jsonb, u.accepting, u.phase, u.step, u.job_id, u.epoch,
+    u.sent_at, u.sent_at, u.heartbeat_interval_seconds, u.progress_interval_seconds, now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::bigint[], $8::text[],
+            $9::int[], $10::timestamptz[], $11::float8[], $12::float8[])
+     AS u(executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch, sent_at,
+          heartbeat_interval_seconds, progress_interval_seconds)
+ORDER BY u.executor_id
+ON CONFLICT (executor_id) DO UPDATE SET
+    node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name, gpus = EXCLUDED.gpus,
+    accepting = EXCLUDED.accepting, phase = EXCLUDED.phase, step = EXCLUDED.step, job_id = EXCLUDED.job_id,
+    epoch = EXCLUDED.epoch, last_heartbeat = EXCLUDED.last_heartbeat,
+    step_changed_at = CASE
+        WHEN e.step IS DISTINCT FROM EXCLUDED.step OR e.phase IS DISTINCT FROM EXCLUDED.phase
+          OR e.job_id IS DISTINCT FROM EXCLUDED.job_id OR e.epoch IS DISTINCT FROM EXCLUDED.epoch
+          OR e.step_changed_at IS NULL
+        THEN EXCLUDED.last_heartbeat ELSE e.step_changed_at END,
+    heartbeat_interval_seconds = EXCLUDED.heartbeat_interval_seconds,
+    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
+WHERE e.last_heartbeat IS NULL OR EXCLUDED.last_heartbeat >= e.last_heartbeat
 """
-_WRITE_JOBS = """
-UPDATE health.jobs AS j SET last_contact_at = u.last_contact_at, step = u.step, phase = u.phase, epoch = u.epoch,
-    step_changed_at = u.step_changed_at, executor_id = u.executor_id,
-    progress_interval_seconds = u.progress_interval_seconds, updated_at = now()
-FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::int[], $6::timestamptz[], $7::text[],
-            $8::float8[]) AS u(job_id, last_contact_at, step, phase, epoch, step_changed_at, executor_id,
-                               progress_interval_seconds)
-WHERE j.job_id = u.job_id
+_UPSERT_JOB_CONTACTS = """
+INSERT INTO health.jobs AS j (job_id, epoch, executor_id, last_contact_at, phase, step, step_changed_at,
+    progress_interval_seconds, updated_at)
+SELECT u.job_id, u.epoch, u.executor_id, u.sent_at, u.phase, u.step, u.sent_at, u.progress_interval_seconds, now()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::timestamptz[], $5::text[], $6::bigint[], $7::float8[])
+     AS u(job_id, epoch, executor_id, sent_at, phase, step, progress_interval_seconds)
+ORDER BY u.job_id
+ON CONFLICT (job_id) DO UPDATE SET
+    epoch = EXCLUDED.epoch, executor_id = EXCLUDED.executor_id, last_contact_at = EXCLUDED.last_contact_at,
+    phase = EXCLUDED.phase, step = EXCLUDED.step,
+    step_changed_at = CASE
+        WHEN j.step IS DISTINCT FROM EXCLUDED.step OR j.phase IS DISTINCT FROM EXCLUDED.phase
+          OR j.epoch IS DISTINCT FROM EXCLUDED.epoch OR j.step_changed_at IS NULL
+        THEN EXCLUDED.last_contact_at ELSE j.step_changed_at END,
+    progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
+WHERE EXCLUDED.epoch >= j.epoch AND (j.last_contact_at IS NULL OR EXCLUDED.last_contact_at >= j.last_contact_at)
 """
 
 
-async def lock_rows(conn: asyncpg.Connection, table: str, key: str, ids: list[str]) -> set[str]:
-    """Create the rows a batch names that do not exist yet, and lock every one of them, in key order: one
-    statement (ON CONFLICT DO UPDATE locks a conflicting row even when its WHERE says not to update it). Every
-    writer of these tables takes its row locks in key order (the evaluator, the job events), so two of them can
-    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load). The keys it created
-    (bare rows, to be written by the caller in the same transaction)."""
-    return {r[0] for r in await conn.fetch(
-        f"INSERT INTO health.{table} ({key}) SELECT k FROM unnest($1::text[]) AS k ORDER BY k"
-        f" ON CONFLICT ({key}) DO UPDATE SET {key} = EXCLUDED.{key} WHERE false RETURNING {key}", sorted(set(ids)))}
-
-
-def executor_beats(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:
-    """Each executor's heartbeats as they land on its row, oldest first (stream order within one send time).
-    The send time is used, clamped to now against a fast executor clock, so heartbeats that waited in the
-    stream while this service was down are not mistaken for fresh ones."""
-    out: dict[str, list[Beat]] = {}
-    for b in sorted(beats, key=lambda b: b.sent_at):
-        out.setdefault(b.executor_id, []).append(Beat(
-            at=min(b.sent_at, now), epoch=0, progress=(b.step, str(b.phase), b.job_id, b.epoch),
-            columns=(b.node_id, b.group, _gpus(b), b.accepting,
-                     b.interval_seconds, b.progress_interval_seconds)))
+def rounds(rows: list[tuple]) -> list[list[tuple]]:
+    """Rows (key first; each key's in the order they must be applied) split so that no key is twice in a round:
+    round k holds the k-th row of every key. One upsert cannot touch a row twice, and a row's updates must land
+    in order, as one statement per row applied them: written round by round they do. The first round names every
+    key, so it takes all the batch's row locks, in key order (its ORDER BY), as the evaluator takes them: two
+    writers never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load). Later
+    rounds touch only rows already held. A fleet's batch is one round (one heartbeat per executor)."""
+    out: list[list[tuple]] = []
+    seen: dict[object, int] = {}
+    for row in rows:
+        k = seen.get(row[0], 0)
+        seen[row[0]] = k + 1
+        if k == len(out):
+            out.append([])
+        out[k].append(row)
     return out
 
 
-def _gpus(b: Heartbeat) -> str:
-    return json.dumps([g.model_dump(mode="json") for g in b.gpus]) if b.gpus else "[]"  # most send none
+async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, int]:
+    rows = await conn.fetch("SELECT job_id, epoch FROM health.jobs WHERE job_id = ANY($1::text[])", job_ids)
+    return {r["job_id"]: r["epoch"] for r in rows}
 
 
-def job_beats_of(beats: list[Heartbeat], now: datetime) -> dict[str, list[Beat]]:
-    """Each job's heartbeats as they land on its contact, oldest first (see ``executor_beats``)."""
-    out: dict[str, list[Beat]] = {}
-    for b in sorted(beats, key=lambda b: b.sent_at):
-        if b.job_id:
-            out.setdefault(b.job_id, []).append(Beat(
-                at=min(b.sent_at, now), epoch=b.epoch or 0, progress=(b.step, str(b.phase), b.epoch or 0),
-                columns=(b.executor_id, b.progress_interval_seconds)))
-    return out
-
-
-def _executor_contact(r: asyncpg.Record) -> Contact:
-    return Contact(at=r["last_heartbeat"], epoch=0, progress=(r["step"], r["phase"], r["job_id"], r["epoch"]),
-                   step_changed_at=r["step_changed_at"], columns=())
-
-
-def _job_contact(r: asyncpg.Record) -> Contact:
-    return Contact(at=r["last_contact_at"], epoch=r["epoch"], progress=(r["step"], r["phase"], r["epoch"]),
-                   step_changed_at=r["step_changed_at"], columns=())
-
-
-def folded(rows: dict[str, Contact], beats: dict[str, list[Beat]], *, fenced: bool) -> list[tuple[str, Contact]]:
-    """Each row a batch changed, as its heartbeats left it applied one by one, in key order."""
-    out = []
-    for key in sorted(beats):
-        before = rows.get(key)
-        after = fold(before, beats[key], fenced=fenced)
-        if after is not None and after is not before:
-            out.append((key, after))
-    return out
-
-
-async def job_contacts(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, Contact]:
-    """Lock the jobs (see ``lock_rows``) and read their contacts: the epochs the batch is fenced by."""
-    await lock_rows(conn, "jobs", "job_id", job_ids)
-    return {r["job_id"]: _job_contact(r) for r in await conn.fetch(_JOB_CONTACT, job_ids)}
-
-
-def split_stale(beats: list[Heartbeat], jobs: dict[str, Contact]) -> tuple[list[Heartbeat], list[StaleEpoch]]:
+def split_stale(beats: list[Heartbeat], epochs: dict[str, int]) -> tuple[list[Heartbeat], list[StaleEpoch]]:
     """The heartbeats that may reach their jobs, and the facts of those about an older epoch than their job's."""
     fresh, stale = [], []
     for b in beats:
-        current = jobs[b.job_id].epoch if b.job_id else 0
+        current = epochs.get(b.job_id, 0) if b.job_id else 0
         if b.job_id and is_stale(b.epoch or 0, current):
             stale.append(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat"))
         else:
@@ -134,23 +105,35 @@ def split_stale(beats: list[Heartbeat], jobs: dict[str, Contact]) -> tuple[list[
     return fresh, stale
 
 
-async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], jobs: dict[str, Contact],
-                            job_beats: list[Heartbeat], now: datetime) -> None:
-    """Store ``job_beats`` (those not about a stale epoch) on their jobs (locked by ``job_contacts``), then every
-    heartbeat on its executor: jobs before executors, as the evaluator writes them. One statement per table and
-    batch, whatever the number of heartbeats: each row's heartbeats are folded first, exactly as writing them
-    one by one in send order would have left it (services/health/domain/contact.py)."""
-    changed_jobs = folded(jobs, job_beats_of(job_beats, now), fenced=True)
-    if changed_jobs:
-        await conn.execute(_WRITE_JOBS, *_columns([
-            (k, c.at, c.progress[0], c.progress[1], c.epoch, c.step_changed_at, *c.columns) for k, c in changed_jobs]))
-    by_executor = executor_beats(beats, now)
-    await lock_rows(conn, "executors", "executor_id", list(by_executor))
-    rows = {r["executor_id"]: _executor_contact(r) for r in await conn.fetch(_EXECUTOR_CONTACT, sorted(by_executor))}
-    changed = folded(rows, by_executor, fenced=False)
-    if changed:
-        await conn.execute(_WRITE_EXECUTORS, *_columns([(k, c.at, *c.progress, c.step_changed_at, *c.columns)
-                                                        for k, c in changed]))
+def executor_rows(beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The executor upserts of a batch, oldest first (stream order within one send time). The heartbeat's own
+    send time is used, clamped to now against a fast executor clock, so heartbeats that waited in the stream
+    while this service was down are not mistaken for fresh ones."""
+    return [(b.executor_id, b.node_id, b.group, _gpus(b), b.accepting, str(b.phase), b.step, b.job_id, b.epoch,
+             min(b.sent_at, now), b.interval_seconds, b.progress_interval_seconds)
+            for b in sorted(beats, key=lambda b: b.sent_at)]
+
+
+def job_rows(job_beats: list[Heartbeat], now: datetime) -> list[tuple]:
+    """The job contacts of a batch, oldest first (see ``executor_rows``); only heartbeats about a job."""
+    return [(b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step,
+             b.progress_interval_seconds) for b in sorted(job_beats, key=lambda b: b.sent_at) if b.job_id]
+
+
+def _gpus(b: Heartbeat) -> str:
+    return json.dumps([g.model_dump(mode="json") for g in b.gpus]) if b.gpus else "[]"  # most send none
+
+
+async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
+                            now: datetime) -> None:
+    """Store ``job_beats`` (those not about a stale epoch) on their jobs, then every heartbeat on its executor:
+    jobs before executors, as the evaluator writes them. One statement per table and round (``rounds``: one
+    round unless an executor sent several heartbeats in the batch), each row's heartbeats applied in send order
+    exactly as one upsert per heartbeat did."""
+    for part in rounds(job_rows(job_beats, now)):
+        await conn.execute(_UPSERT_JOB_CONTACTS, *_columns(part))
+    for part in rounds(executor_rows(beats, now)):
+        await conn.execute(_UPSERT_EXECUTORS, *_columns(part))
 
 
 def _columns(rows: list[tuple]) -> list[list]:
@@ -178,37 +161,34 @@ async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> 
     )
 
 
-_JOB_ROW = ("SELECT job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at, phase, step"
-            " FROM health.jobs WHERE job_id = ANY($1::text[])")
-_WRITE_JOB_EVENTS = """
-UPDATE health.jobs AS j SET state = u.state, event_seq = u.event_seq, epoch = u.epoch, executor_id = u.executor_id,
-    last_contact_at = u.last_contact_at, step_changed_at = u.step_changed_at, phase = u.phase, step = u.step,
+# One job event's upsert, for every job of a round at once (``rounds``). A new lease epoch resets the job's
+# contact to the event: the new executor has one signal timeout to send its first heartbeat, and the old
+# executor's numbers no longer describe it. An event at or below the job's last one is a redelivery: ignored.
+_UPSERT_JOB_EVENTS = """
+INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at)
+SELECT u.job_id, u.state, u.seq, COALESCE(u.epoch, 0), u.executor_id, u.time, u.time
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[])
+     AS u(job_id, state, seq, epoch, executor_id, time)
+ORDER BY u.job_id
+ON CONFLICT (job_id) DO UPDATE SET
+    state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
+    epoch = GREATEST(j.epoch, EXCLUDED.epoch),
+    executor_id = COALESCE(EXCLUDED.executor_id, j.executor_id),
+    last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at ELSE j.last_contact_at END,
+    step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at ELSE j.step_changed_at END,
+    phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
+    step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
     updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[], $7::timestamptz[],
-            $8::text[], $9::bigint[])
-     AS u(job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at, phase, step)
-WHERE j.job_id = u.job_id
+WHERE EXCLUDED.event_seq > j.event_seq
 """
 
 
-async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> int:
-    """Track the jobs' states (services/health/domain/tracking.py): the jobs locked in key order, each job's
-    events folded in sequence order, every changed job written in one statement. The number of jobs written."""
-    by_job: dict[str, list[Event]] = {}
-    for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-        by_job.setdefault(ev.job_id, []).append(Event(str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time))
-    created = await lock_rows(conn, "jobs", "job_id", list(by_job))
-    rows = {r["job_id"]: JobRow(*list(r)[1:]) for r in await conn.fetch(_JOB_ROW, sorted(by_job))
-            if r["job_id"] not in created}
-    changed = []
-    for job_id in sorted(by_job):
-        before = rows.get(job_id)
-        after = fold_events(before, by_job[job_id])
-        if after is not None and after is not before:
-            changed.append((job_id, *astuple(after)))
-    if changed:
-        await conn.execute(_WRITE_JOB_EVENTS, *_columns(changed))
-    return len(changed)
+async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> None:
+    """Track the jobs' states: each job's events in sequence order, one statement per round (``rounds``)."""
+    rows = [(ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
+            for ev in sorted(events, key=lambda e: e.seq)]
+    for part in rounds(rows):
+        await conn.execute(_UPSERT_JOB_EVENTS, *_columns(part))
 
 
 # A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on
@@ -265,7 +245,7 @@ def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
 
 async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
     """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
-    The rows are locked first in key order, as the heartbeat writes take them (see ``lock_rows``): the
+    The rows are locked first in key order, as the heartbeat writes take them (see ``rounds``): the
     UPDATE's own join would lock them in whatever order its plan reads them."""
     if not rows:
         return set()
@@ -309,7 +289,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     async with pool.acquire() as conn, conn.transaction():
         jobs = await conn.fetch(
             "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
-            " ORDER BY job_id",  # lock order: see lock_rows
+            " ORDER BY job_id",  # lock order: see rounds
             _TERMINAL,
         )
         job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
