@@ -226,9 +226,11 @@ WHERE CASE e.signal
             AND (e.progress_interval_seconds IS NULL
                  OR e.step_changed_at < $4::timestamptz - e.progress_interval_seconds * interval '2 seconds'))
     WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
-        OR NOT coalesce(e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $5::timestamptz
-                        AND (e.progress_interval_seconds IS NULL
-                             OR e.step_changed_at < $6::timestamptz - e.progress_interval_seconds * interval '2 seconds'), false)
+        OR NOT coalesce(
+            e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $5::timestamptz
+            AND (e.progress_interval_seconds IS NULL
+                 OR e.step_changed_at < $6::timestamptz - e.progress_interval_seconds * interval '2 seconds'),
+            false)
     ELSE true END
 ORDER BY e.executor_id
 """
