@@ -229,10 +229,11 @@ class ConsumerLoop(Generic[M]):
         """Decode, handle and settle one fetched batch; never raises (but for cancellation)."""
         c = self.consumer
         decoded: list[tuple[Msg, M]] = []
+        skipped = 0
         for m in msgs:
             try:
                 if c.accepts is not None and not c.accepts(m.data):
-                    self._count("skipped")
+                    skipped += 1  # counted once a batch: a consumer that skips most of a stream pays per message
                     await _ack(m)
                     continue
                 if _deliveries(m) > c.max_deliver + CRASH_MARGIN:
@@ -246,6 +247,8 @@ class ConsumerLoop(Generic[M]):
                 await self._malformed(m, exc.reason)
             except Exception as exc:  # noqa: BLE001 - a reader that cannot read it: refused like a malformed one
                 await self._malformed(m, f"unreadable: {type(exc).__name__}: {exc}")
+        if skipped:
+            self._count("skipped", skipped)
         if not decoded:
             return
         try:

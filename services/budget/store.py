@@ -66,6 +66,11 @@ def _exhausted(subjects: Subjects, job_id: str, acc: Account) -> tuple[str, Budg
         reason=CEILING_REASON, detail={"overshoot_seconds": max(0.0, acc.consumed - acc.ceiling)})
 
 
+def _stored(acc: Account) -> tuple:
+    """The account's figures ``_save_account`` writes."""
+    return (acc.ceiling, acc.consumed, acc.exhausted_for, acc.overshoot)
+
+
 async def _save_account(conn: asyncpg.Connection, job_id: str, d: Decision, subjects: Subjects,
                         effects: Effects) -> None:
     acc = d.account
@@ -196,18 +201,33 @@ def _spec_of(detail: dict[str, Any]) -> JobSpec | None:
         return None
 
 
-async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subjects) -> Effects:
+async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects) -> Effects:
+    """A batch of job events: every job locked once, in id order, then each event in (job, seq) order."""
+    total = Effects()
+    await lock_jobs(conn, [ev.job_id for ev in events])
+    for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
+        total.events += (await apply_job_event(conn, ev, subjects, locked=True)).events
+    return total
+
+
+async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subjects, *,
+                          locked: bool = False) -> Effects:
+    """One job event (``locked``: the caller holds the job's row lock already, see ``apply_job_events``)."""
     effects = Effects()
-    row = (await lock_jobs(conn, [ev.job_id]))[ev.job_id]
-    decision = Decision(account_of(row), False)
+    if locked:
+        row = await conn.fetchrow("SELECT * FROM budget.jobs WHERE job_id = $1", ev.job_id)
+    else:
+        row = (await lock_jobs(conn, [ev.job_id]))[ev.job_id]
+    before = account_of(row)
+    decision = Decision(before, False)
     if ev.seq > row["event_seq"]:
         await conn.execute(
-            "UPDATE budget.jobs SET state = $2, event_seq = $3, epoch = GREATEST(epoch, $4), updated_at = now()"
-            " WHERE job_id = $1", ev.job_id, str(ev.state), ev.seq, ev.epoch or 0)
+            "UPDATE budget.jobs SET state = $2, event_seq = $3, epoch = GREATEST(epoch, $4), updated_at = now(),"
+            " running_since = CASE WHEN $5::bool THEN $6::timestamptz ELSE running_since END WHERE job_id = $1",
+            ev.job_id, str(ev.state), ev.seq, ev.epoch or 0,
+            ledger.starts_run(str(ev.state), ev.previous_state and str(ev.previous_state)), ev.time)
         if ev.state in TERMINAL_STATES:
             decision = Decision(ledger.on_terminal(decision.account), False)
-        if ledger.starts_run(str(ev.state), ev.previous_state and str(ev.previous_state)):
-            await conn.execute("UPDATE budget.jobs SET running_since = $2 WHERE job_id = $1", ev.job_id, ev.time)
 
     ceiling, actor, spec = None, None, None
     if ev.event == JobEventKind.SUBMITTED:
@@ -225,7 +245,8 @@ async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subj
         current = await conn.fetchval("SELECT ceiling_seconds FROM budget.ceilings WHERE job_id = $1"
                                       " ORDER BY event_seq DESC LIMIT 1", ev.job_id)
         decision = ledger.on_ceiling(decision.account, current)
-    await _save_account(conn, ev.job_id, decision, subjects, effects)
+    if decision.exhausted or _stored(decision.account) != _stored(before):  # most events change no account
+        await _save_account(conn, ev.job_id, decision, subjects, effects)
 
     if spec is not None:
         devices = ledger.gang_devices(spec.workers, spec.gpus_per_worker)

@@ -15,7 +15,7 @@ from libs.contracts.telemetry import Heartbeat
 from libs.contracts import senders
 from libs.runtime import metrics
 from libs.runtime.edge import Consumer, from_sender
-from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
+from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
@@ -50,13 +50,9 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
         async with units.begin() as unit:
             epochs = await store.job_epochs(unit.conn, sorted({b.job_id for b in beats if b.job_id}))
-            job_beats, stale = [], []
-            for b in beats:
-                current = epochs.get(b.job_id, 0) if b.job_id else 0
-                if b.job_id and is_stale(b.epoch or 0, current):
-                    stale.append(unit.stale(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat")))
-                else:
-                    job_beats.append(b)
+            job_beats, stale = store.split_stale(beats, epochs)
+            for fact in stale:
+                unit.stale(fact)
             now = runtime.clock.now()
             await store.record_heartbeats(unit.conn, beats, job_beats, now)
             if stale:
@@ -87,8 +83,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
 
     async def on_job_events(events: list[JobEvent]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():
-            for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-                await store.apply_job_event(conn, ev)
+            await store.apply_job_events(conn, events)
 
     return [
         Consumer(s.heartbeat_all, "HB", "health-heartbeats", None, on_heartbeats, batch=500,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import asyncpg
 
@@ -15,7 +15,7 @@ from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import outbox
-from libs.runtime.fencing import StaleEpoch
+from libs.runtime.fencing import StaleEpoch, is_stale
 
 from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
 
@@ -24,10 +24,20 @@ log = logging.getLogger(__name__)
 SCHEMA = "health"
 _TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
 
-_UPSERT_EXECUTOR = """
+# One heartbeat's upsert, for every row of a round at once (``rounds``): the heartbeat's send time becomes the
+# row's last contact, and restarts the stuck clock when the step, the phase, the job or its epoch changed. A
+# heartbeat older than the row's last one (late, or out of order) is ignored, and for a job one about an older
+# lease epoch than the job's (a race with job events; the handler has already counted those it could see).
+_UPSERT_EXECUTORS = """
 INSERT INTO health.executors AS e (executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch,
     last_heartbeat, step_changed_at, heartbeat_interval_seconds, progress_interval_seconds, updated_at)
-VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $10, $11, $12, now())
+SELECT u.executor_id, u.node_id, u.group_name, u.gpus::jsonb, u.accepting, u.phase, u.step, u.job_id, u.epoch,
+    u.sent_at, u.sent_at, u.heartbeat_interval_seconds, u.progress_interval_seconds, now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[], $7::bigint[], $8::text[],
+            $9::int[], $10::timestamptz[], $11::float8[], $12::float8[])
+     AS u(executor_id, node_id, group_name, gpus, accepting, phase, step, job_id, epoch, sent_at,
+          heartbeat_interval_seconds, progress_interval_seconds)
+ORDER BY u.executor_id
 ON CONFLICT (executor_id) DO UPDATE SET
     node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name, gpus = EXCLUDED.gpus,
     accepting = EXCLUDED.accepting, phase = EXCLUDED.phase, step = EXCLUDED.step, job_id = EXCLUDED.job_id,
@@ -41,13 +51,13 @@ ON CONFLICT (executor_id) DO UPDATE SET
     progress_interval_seconds = EXCLUDED.progress_interval_seconds, updated_at = now()
 WHERE e.last_heartbeat IS NULL OR EXCLUDED.last_heartbeat >= e.last_heartbeat
 """
-
-# A heartbeat about a job at an older epoch than the job's own never reaches it (the WHERE clause); the
-# handler has already counted and dropped those it could see, this guards against a race with job events.
-_UPSERT_JOB_CONTACT = """
+_UPSERT_JOB_CONTACTS = """
 INSERT INTO health.jobs AS j (job_id, epoch, executor_id, last_contact_at, phase, step, step_changed_at,
     progress_interval_seconds, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $4, $7, now())
+SELECT u.job_id, u.epoch, u.executor_id, u.sent_at, u.phase, u.step, u.sent_at, u.progress_interval_seconds, now()
+FROM unnest($1::text[], $2::int[], $3::text[], $4::timestamptz[], $5::text[], $6::bigint[], $7::float8[])
+     AS u(job_id, epoch, executor_id, sent_at, phase, step, progress_interval_seconds)
+ORDER BY u.job_id
 ON CONFLICT (job_id) DO UPDATE SET
     epoch = EXCLUDED.epoch, executor_id = EXCLUDED.executor_id, last_contact_at = EXCLUDED.last_contact_at,
     phase = EXCLUDED.phase, step = EXCLUDED.step,
@@ -60,43 +70,74 @@ WHERE EXCLUDED.epoch >= j.epoch AND (j.last_contact_at IS NULL OR EXCLUDED.last_
 """
 
 
+def rounds(rows: list[tuple]) -> list[list[tuple]]:
+    """Rows (key first; each key's in the order they must be applied) split so that no key is twice in a round:
+    round k holds the k-th row of every key. One upsert cannot touch a row twice, and a row's updates must land
+    in order, as one statement per row applied them: written round by round they do. The first round names every
+    key, so it takes all the batch's row locks, in key order (its ORDER BY), as the evaluator takes them: two
+    writers never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load). Later
+    rounds touch only rows already held. A fleet's batch is one round (one heartbeat per executor)."""
+    out: list[list[tuple]] = []
+    seen: dict[object, int] = {}
+    for row in rows:
+        k = seen.get(row[0], 0)
+        seen[row[0]] = k + 1
+        if k == len(out):
+            out.append([])
+        out[k].append(row)
+    return out
+
+
 async def job_epochs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, int]:
     rows = await conn.fetch("SELECT job_id, epoch FROM health.jobs WHERE job_id = ANY($1::text[])", job_ids)
     return {r["job_id"]: r["epoch"] for r in rows}
 
 
+def split_stale(beats: list[Heartbeat], epochs: dict[str, int]) -> tuple[list[Heartbeat], list[StaleEpoch]]:
+    """The heartbeats that may reach their jobs, and the facts of those about an older epoch than their job's."""
+    fresh, stale = [], []
+    for b in beats:
+        current = epochs.get(b.job_id, 0) if b.job_id else 0
+        if b.job_id and is_stale(b.epoch or 0, current):
+            stale.append(StaleEpoch(b.executor_id, b.job_id, b.epoch, current, "heartbeat"))
+        else:
+            fresh.append(b)
+    return fresh, stale
+
+
 def executor_rows(beats: list[Heartbeat], now: datetime) -> list[tuple]:
-    """The executor upserts of a batch in lock order: by executor, then oldest first so the newest wins. Every
-    writer of ``health.executors`` (this, the evaluator) takes its row locks in executor order, so two of them can
-    never wait on each other in a cycle (a deadlock aborted the evaluator's pass under load)."""
-    return [
-        (b.executor_id, b.node_id, b.group, json.dumps([g.model_dump(mode="json") for g in b.gpus]), b.accepting,
-         str(b.phase), b.step, b.job_id, b.epoch, min(b.sent_at, now), b.interval_seconds,
-         b.progress_interval_seconds)
-        for b in sorted(beats, key=lambda b: (b.executor_id, b.sent_at))
-    ]
+    """The executor upserts of a batch, oldest first (stream order within one send time). The heartbeat's own
+    send time is used, clamped to now against a fast executor clock, so heartbeats that waited in the stream
+    while this service was down are not mistaken for fresh ones."""
+    return [(b.executor_id, b.node_id, b.group, _gpus(b), b.accepting, str(b.phase), b.step, b.job_id, b.epoch,
+             min(b.sent_at, now), b.interval_seconds, b.progress_interval_seconds)
+            for b in sorted(beats, key=lambda b: b.sent_at)]
 
 
 def job_rows(job_beats: list[Heartbeat], now: datetime) -> list[tuple]:
-    """The job contacts of a batch in lock order: by job, then oldest first (see ``executor_rows``)."""
-    return [
-        (b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step, b.progress_interval_seconds)
-        for b in sorted(job_beats, key=lambda b: (b.job_id or "", b.sent_at)) if b.job_id
-    ]
+    """The job contacts of a batch, oldest first (see ``executor_rows``); only heartbeats about a job."""
+    return [(b.job_id, b.epoch or 0, b.executor_id, min(b.sent_at, now), str(b.phase), b.step,
+             b.progress_interval_seconds) for b in sorted(job_beats, key=lambda b: b.sent_at) if b.job_id]
+
+
+def _gpus(b: Heartbeat) -> str:
+    return json.dumps([g.model_dump(mode="json") for g in b.gpus]) if b.gpus else "[]"  # most send none
 
 
 async def record_heartbeats(conn: asyncpg.Connection, beats: list[Heartbeat], job_beats: list[Heartbeat],
                             now: datetime) -> None:
     """Store ``job_beats`` (those not about a stale epoch) on their jobs, then every heartbeat on its executor:
-    jobs before executors, each in key order, as the evaluator writes them (no lock cycle between the two).
+    jobs before executors, as the evaluator writes them. One statement per table and round (``rounds``: one
+    round unless an executor sent several heartbeats in the batch), each row's heartbeats applied in send order
+    exactly as one upsert per heartbeat did."""
+    for part in rounds(job_rows(job_beats, now)):
+        await conn.execute(_UPSERT_JOB_CONTACTS, *_columns(part))
+    for part in rounds(executor_rows(beats, now)):
+        await conn.execute(_UPSERT_EXECUTORS, *_columns(part))
 
-    The heartbeat's own send time is used (clamped to now, against a fast executor clock), so heartbeats
-    that waited in the stream while this service was down are not mistaken for fresh ones.
-    """
-    jobs = job_rows(job_beats, now)
-    if jobs:
-        await conn.executemany(_UPSERT_JOB_CONTACT, jobs)
-    await conn.executemany(_UPSERT_EXECUTOR, executor_rows(beats, now))
+
+def _columns(rows: list[tuple]) -> list[list]:
+    return [list(column) for column in zip(*rows)]
 
 
 async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: datetime) -> None:
@@ -120,27 +161,34 @@ async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> 
     )
 
 
-async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent) -> None:
-    """Track the job's state. A new lease epoch resets the job's contact to the event: the new executor has
-    one signal timeout to send its first heartbeat, and the old executor's numbers no longer describe it."""
-    await conn.execute(
-        """INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at,
-               step_changed_at)
-           VALUES ($1, $2, $3, COALESCE($4, 0), $5, $6, $6)
-           ON CONFLICT (job_id) DO UPDATE SET
-               state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
-               epoch = GREATEST(j.epoch, EXCLUDED.epoch),
-               executor_id = COALESCE($5, j.executor_id),
-               last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at
-                                      ELSE j.last_contact_at END,
-               step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at
-                                      ELSE j.step_changed_at END,
-               phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
-               step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
-               updated_at = now()
-           WHERE EXCLUDED.event_seq > j.event_seq""",
-        ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time,
-    )
+# One job event's upsert, for every job of a round at once (``rounds``). A new lease epoch resets the job's
+# contact to the event: the new executor has one signal timeout to send its first heartbeat, and the old
+# executor's numbers no longer describe it. An event at or below the job's last one is a redelivery: ignored.
+_UPSERT_JOB_EVENTS = """
+INSERT INTO health.jobs AS j (job_id, state, event_seq, epoch, executor_id, last_contact_at, step_changed_at)
+SELECT u.job_id, u.state, u.seq, COALESCE(u.epoch, 0), u.executor_id, u.time, u.time
+FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $5::text[], $6::timestamptz[])
+     AS u(job_id, state, seq, epoch, executor_id, time)
+ORDER BY u.job_id
+ON CONFLICT (job_id) DO UPDATE SET
+    state = EXCLUDED.state, event_seq = EXCLUDED.event_seq,
+    epoch = GREATEST(j.epoch, EXCLUDED.epoch),
+    executor_id = COALESCE(EXCLUDED.executor_id, j.executor_id),
+    last_contact_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.last_contact_at ELSE j.last_contact_at END,
+    step_changed_at = CASE WHEN EXCLUDED.epoch > j.epoch THEN EXCLUDED.step_changed_at ELSE j.step_changed_at END,
+    phase = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.phase END,
+    step = CASE WHEN EXCLUDED.epoch > j.epoch THEN NULL ELSE j.step END,
+    updated_at = now()
+WHERE EXCLUDED.event_seq > j.event_seq
+"""
+
+
+async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> None:
+    """Track the jobs' states: each job's events in sequence order, one statement per round (``rounds``)."""
+    rows = [(ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
+            for ev in sorted(events, key=lambda e: e.seq)]
+    for part in rounds(rows):
+        await conn.execute(_UPSERT_JOB_EVENTS, *_columns(part))
 
 
 # A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on
@@ -165,9 +213,41 @@ RETURNING e.executor_id
 """
 
 
+# The executors whose verdict can differ from their stored signal (``executor_signal``, judged in Python on what
+# this returns): a superset, each bound taken 1 ms wide the lenient way, so PostgreSQL's interval arithmetic can
+# never leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors going
+# silent, coming back or standing still, not all 10,000 of them, and judges only those.
+_DUE_EXECUTORS = """
+SELECT * FROM health.executors e
+WHERE CASE e.signal
+    WHEN 'no_signal' THEN e.last_heartbeat >= $1::timestamptz
+    WHEN 'ok' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
+        OR (e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $3::timestamptz
+            AND (e.progress_interval_seconds IS NULL
+                 OR e.step_changed_at < $4::timestamptz - e.progress_interval_seconds * interval '2 seconds'))
+    WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
+        OR NOT coalesce(
+            e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $5::timestamptz
+            AND (e.progress_interval_seconds IS NULL
+                 OR e.step_changed_at < $6::timestamptz - e.progress_interval_seconds * interval '2 seconds'),
+            false)
+    ELSE true END
+ORDER BY e.executor_id
+"""
+
+
+def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
+    """``_DUE_EXECUTORS``'s parameters: the instants its tests compare with, each 1 ms wide the lenient way (the
+    stuck threshold is the larger of ``stuck_after`` and two progress intervals: both must have passed)."""
+    slack, timeout, still = timedelta(milliseconds=1), timedelta(seconds=th.signal_timeout_seconds), \
+        timedelta(seconds=th.stuck_after_seconds)
+    return (now - timeout - slack, now - timeout + slack, now - still + slack, now + slack, now - still - slack,
+            now - slack)
+
+
 async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
     """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
-    The rows are locked first in key order, as the heartbeat writes take them (see ``executor_rows``): the
+    The rows are locked first in key order, as the heartbeat writes take them (see ``rounds``): the
     UPDATE's own join would lock them in whatever order its plan reads them."""
     if not rows:
         return set()
@@ -200,7 +280,8 @@ def _reading_of(row: asyncpg.Record, contact: str, state: JobState | None, now: 
 
 
 async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: datetime) -> Evaluation:
-    """Re-derive every signal; write the changed ones, with a SignalChanged event per job, in one transaction.
+    """Re-derive every signal that can have changed (every job's; the executors ``_DUE_EXECUTORS`` returns);
+    write the changed ones, with a SignalChanged event per job, in one transaction.
 
     Each write is conditional on the inputs read (contact time, step time, state) being unchanged, so a
     heartbeat that lands between the read and the write is never overwritten with a verdict made without it;
@@ -210,7 +291,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     async with pool.acquire() as conn, conn.transaction():
         jobs = await conn.fetch(
             "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
-            " ORDER BY job_id",  # lock order: see executor_rows
+            " ORDER BY job_id",  # lock order: see rounds
             _TERMINAL,
         )
         job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
@@ -237,7 +318,7 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
         await outbox.add(conn, SCHEMA, events)
 
         changed_executors = []
-        for row in await conn.fetch("SELECT * FROM health.executors ORDER BY executor_id"):
+        for row in await conn.fetch(_DUE_EXECUTORS, *due_bounds(now, th)):
             state = job_state.get(row["job_id"]) if row["job_id"] else None
             reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
             if reading.signal != _signal(row["signal"]):

@@ -62,7 +62,7 @@ async def test_hundreds_of_signal_changes_take_a_fixed_number_of_statements(env)
 
         async def fetch_then_beat(self, query, *args, **kw):
             rows = await real_fetch(self, query, *args, **kw)
-            if "FROM health.executors ORDER BY" in query:
+            if query == store._DUE_EXECUTORS:  # noqa: SLF001 - the pass has read the executors
                 async with runtime.pool.acquire() as other:
                     await other.execute("UPDATE health.executors SET last_heartbeat = $1 WHERE executor_id = 'ex000'",
                                         now)

@@ -41,6 +41,14 @@ async def test_another_schema_on_the_subject_is_acknowledged_unread():
     assert handle.calls == [["a"]] and [m.outcome for m in msgs] == ["ack", "ack"] and not reporter.rejected
 
 
+async def test_skipped_messages_are_each_acknowledged_and_all_counted():
+    edge, _ = loop(Recorder(), accepts=lambda body: body != b"other")
+    msgs = [FakeMsg(b"other"), FakeMsg(b"a"), FakeMsg(b"other"), FakeMsg(b"other")]
+    await edge.settle(msgs)
+    assert [m.outcome for m in msgs] == ["ack"] * 4
+    assert (edge.counters.skipped, edge.counters.handled) == (3, 1)
+
+
 async def test_a_malformed_message_is_refused_visibly_terminated_answered_and_the_rest_handled():
     handle, answered = Recorder(), []
 

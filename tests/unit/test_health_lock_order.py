@@ -1,44 +1,61 @@
-"""The health service's heartbeat writes take their row locks in key order (services/health/store.py): a batch
-arrives in stream order, interleaving executors; written in that order, two transactions on the same executors
-(a heartbeat batch and the evaluator's pass) could each hold a row the other wants, and PostgreSQL aborted one
-of them (seen under load: the evaluator's pass, and a heartbeat batch that then fell back to one message per
-transaction). Within one executor or job the oldest still comes first, so the newest wins."""
+"""How health writes a batch of heartbeats or job events (services/health/store.py): rows oldest first (stream
+order within one send time), split into rounds so that one upsert statement never touches a row twice and each
+row's updates land in order; the first round names every key, so it takes all the batch's row locks in key
+order (its ORDER BY), as the evaluator takes them (two writers locking in different orders deadlocked under
+load)."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from libs.contracts.telemetry import Heartbeat
-from services.health.store import executor_rows, job_rows
+from services.health.store import executor_rows, job_rows, rounds
 
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def beat(executor: str, seconds: float, job: str | None = None) -> Heartbeat:
+def beat(executor: str, seconds: float, job: str | None = None, step: int | None = None) -> Heartbeat:
     return Heartbeat(executor_id=executor, node_id=f"n-{executor}", group="g", sent_at=T0 + timedelta(seconds=seconds),
-                     job_id=job, epoch=1 if job else None, interval_seconds=30, progress_interval_seconds=30)
+                     job_id=job, epoch=1 if job else None, step=step, interval_seconds=30,
+                     progress_interval_seconds=30)
 
 
-def test_executor_rows_are_in_executor_order_and_oldest_first_within_one_executor():
-    beats = [beat("ex2", 3), beat("ex1", 2), beat("ex2", 1), beat("ex0", 5), beat("ex1", 0)]
+def test_executor_rows_are_oldest_first_and_in_stream_order_within_one_send_time():
+    beats = [beat("ex2", 3), beat("ex1", 2), beat("ex0", 5, step=7), beat("ex1", 0), beat("ex0", 5, step=8)]
     rows = executor_rows(beats, T0 + timedelta(hours=1))
-    assert [(r[0], r[9]) for r in rows] == [
-        ("ex0", T0 + timedelta(seconds=5)), ("ex1", T0), ("ex1", T0 + timedelta(seconds=2)),
-        ("ex2", T0 + timedelta(seconds=1)), ("ex2", T0 + timedelta(seconds=3))]
+    assert [(r[0], r[6]) for r in rows] == [("ex1", None), ("ex1", None), ("ex2", None), ("ex0", 7), ("ex0", 8)]
 
 
-def test_job_rows_are_in_job_order_oldest_first_and_only_beats_about_a_job():
+def test_job_rows_are_only_beats_about_a_job_oldest_first():
     beats = [beat("a", 4, job="j2"), beat("b", 1, job="j1"), beat("c", 2), beat("a", 0, job="j2")]
     rows = job_rows(beats, T0 + timedelta(hours=1))
     assert [(r[0], r[2], r[3]) for r in rows] == [
-        ("j1", "b", T0 + timedelta(seconds=1)), ("j2", "a", T0), ("j2", "a", T0 + timedelta(seconds=4))]
+        ("j2", "a", T0), ("j1", "b", T0 + timedelta(seconds=1)), ("j2", "a", T0 + timedelta(seconds=4))]
 
 
 def test_a_send_time_ahead_of_the_service_clock_is_clamped_to_now():
     now = T0 + timedelta(seconds=1)
     (row,) = executor_rows([beat("ex0", 60)], now)
     assert row[9] == now
+
+
+def test_one_row_per_key_is_one_round():
+    rows = [("b", 1), ("a", 2), ("c", 3)]
+    assert rounds(rows) == [rows]
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_rounds_hold_each_key_once_keep_each_key_s_order_and_the_first_names_every_key(n):
+    for keys in itertools.product("abc", repeat=n):
+        rows = [(k, i) for i, k in enumerate(keys)]
+        out = rounds(rows)
+        assert all(len({k for k, _ in part}) == len(part) for part in out)
+        assert {k for k, _ in out[0]} == set(keys)
+        assert len(out) == max(keys.count(k) for k in set(keys))
+        for key in set(keys):
+            assert [i for part in out for k, i in part if k == key] == [i for k, i in rows if k == key]

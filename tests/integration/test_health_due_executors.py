@@ -1,0 +1,66 @@
+"""The health evaluator reads only the executors whose signal can have changed (services/health/store.py
+``_DUE_EXECUTORS``), and never leaves out one whose verdict (``executor_signal``, the pure rule) differs from
+its stored signal: checked over a grid of every stored signal, heartbeat age and step age around the thresholds
+(to the millisecond), phase, step and progress interval, against real PostgreSQL. A steady fleet is not read."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from libs.runtime.service import Runtime
+from services.health import store
+from services.health.domain.signals import Thresholds
+from services.health.settings import HealthSettings
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+TH = Thresholds(signal_timeout_seconds=60.0, stuck_after_seconds=120.0)
+
+
+def _ages(threshold: float) -> list[float | None]:
+    return [None, -5.0, 0.0, threshold - 0.002, threshold - 0.0005, threshold, threshold + 0.0005,
+            threshold + 0.002, threshold + 50]
+
+
+async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_not(env):
+    settings = env.settings(HealthSettings)
+    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
+    try:
+        rows = []
+        grid = itertools.product([None, "ok", "no_signal", "stuck"], _ages(TH.signal_timeout_seconds),
+                                 _ages(TH.stuck_after_seconds) + _ages(200.0), ["training", "idle", None],
+                                 [None, 7], [None, 100.0])
+        for i, (signal, hb_age, step_age, phase, step, progress) in enumerate(grid):
+            rows.append((f"ex{i:06d}", signal, None if hb_age is None else NOW - timedelta(seconds=hb_age),
+                         None if step_age is None else NOW - timedelta(seconds=step_age), phase, step, progress))
+        async with runtime.pool.acquire() as conn:
+            await conn.executemany(
+                "INSERT INTO health.executors (executor_id, signal, last_heartbeat, step_changed_at, phase, step,"
+                " progress_interval_seconds) VALUES ($1, $2, $3, $4, $5, $6, $7)", rows)
+            every = await conn.fetch("SELECT * FROM health.executors")
+            due = {r["executor_id"] for r in await conn.fetch(store._DUE_EXECUTORS,  # noqa: SLF001
+                                                              *store.due_bounds(NOW, TH))}
+        changing = set()
+        for r in every:
+            reading = store._reading_of(r, "last_heartbeat", None, NOW, TH,  # noqa: SLF001
+                                        judge=store.executor_signal)
+            if (reading.signal and str(reading.signal)) != r["signal"]:
+                changing.add(r["executor_id"])
+        assert changing and changing <= due, sorted(changing - due)[:5]
+        # Only the rows near a threshold (the 1 ms slack) are read without changing.
+        assert len(due - changing) < len(every) / 10, (len(due - changing), len(every))
+
+        # A steady fleet: fresh heartbeats, steps moving, signal ok. Nothing to read.
+        async with runtime.pool.acquire() as conn:
+            await conn.execute("DELETE FROM health.executors")
+            await conn.executemany(
+                "INSERT INTO health.executors (executor_id, signal, last_heartbeat, step_changed_at, phase, step)"
+                " VALUES ($1, 'ok', $2, $2, 'training', 3)",
+                [(f"ex{i:05d}", NOW - timedelta(seconds=i % 30)) for i in range(2000)])
+            assert await conn.fetch(store._DUE_EXECUTORS, *store.due_bounds(NOW, TH)) == []  # noqa: SLF001
+    finally:
+        await runtime.close()
