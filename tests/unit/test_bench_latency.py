@@ -62,16 +62,44 @@ def test_overhead_is_the_relative_slowdown_in_percent():
     assert overhead.overhead_percent(0.0099, 0.0100) == pytest.approx(-1.0)
 
 
-def test_a_run_s_file_gives_its_step_time_and_its_report_step_time(tmp_path):
+def test_a_run_s_file_gives_its_step_time_its_mean_report_step_time_and_run_queue_wait(tmp_path):
     out = tmp_path / "run.json"
-    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2]}')
-    assert overhead.read_run(out) == (0.02, 0.00002, 2)
+    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2], '
+                   '"wait": [0.001, 0.0, 0.002]}')
+    assert overhead.read_run(out, 0.5) == overhead.Arm(0.02, pytest.approx(0.00002), 2, pytest.approx(0.001), 0.5)
+    out.write_text('{"steps": [0.02], "report": [0.00002], "cpu": [3]}')  # a script that does not say its wait
+    assert overhead.read_run(out).wait == 0.0
 
 
-def test_the_overhead_has_a_verdict_only_when_the_rounds_agree_well_enough_to_resolve_the_target():
-    assert overhead.verdict(0.4, 0.1, 0.9) is True
-    assert overhead.verdict(1.5, 1.0, 2.0) is False
-    assert overhead.verdict(-44.9, -87.4, 89.5) is None  # a spread of 177 points cannot resolve 1 %
+def test_the_accounted_overhead_is_the_extra_report_step_and_wait_time_over_the_step_without_the_agent():
+    without = overhead.Arm(step=0.010, report=0.000020, cpu=0.010, wait=0.000100)
+    with_agent = overhead.Arm(step=0.013, report=0.000030, cpu=0.012, wait=0.000190, agent_cpu=0.0002)
+    # (10 us + 90 us) of a 10 ms step; the step times and CPU times (the machine's noise) play no part
+    assert overhead.accounted_percent(with_agent, without) == pytest.approx(1.0)
+
+
+def test_the_overhead_has_a_verdict_only_when_its_interval_is_on_one_side_of_the_target():
+    assert overhead.verdict(0.1, 0.9) is True
+    assert overhead.verdict(1.2, 2.0) is False
+    assert overhead.verdict(0.5, 1.5) is None  # 1 % lies inside: not resolved
+    assert overhead.verdict(-87.4, 89.5) is None
+
+
+def test_the_rows_give_each_figure_with_the_interval_of_its_median():
+    rounds = [(overhead.Arm(0.0101 + i * 1e-5, 20e-6 + 1e-6, 0.01, 1e-5), overhead.Arm(0.0100, 20e-6, 0.01, 0.0))
+              for i in range(16)]
+    acc, wall = overhead.rows(rounds, steps=150, cgroup=True, seconds=60.0, load=1.0)
+    assert acc["figure"] == pytest.approx(0.11) and acc["passed"] is True  # 1 us + 10 us of a 10 ms step
+    assert wall["figure"] == pytest.approx(1.75) and wall["passed"] is False  # 1.0 % .. 2.5 %: all above 1 %
+    assert "[+1.30..+2.20]" in wall["note"]  # the 4th and 13th of 16 ordered rounds
+
+
+@pytest.mark.parametrize(("n", "ranks"), [(5, (1, 5)), (6, (1, 6)), (8, (1, 8)), (9, (2, 8)), (16, (4, 13)),
+                                          (100, (40, 61))])
+def test_the_median_s_interval_is_the_order_statistics_of_the_binomial_table(n, ranks):
+    from bench._latency import median_interval
+
+    assert median_interval([float(i) for i in range(n, 0, -1)]) == (float(ranks[0]), float(ranks[1]))
 
 
 def test_an_open_loop_schedule_is_evenly_spaced_and_dealt_round_robin():
