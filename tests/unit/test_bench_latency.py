@@ -64,17 +64,19 @@ def test_overhead_is_the_relative_slowdown_in_percent():
 
 def test_a_run_s_file_gives_its_step_time_its_mean_report_step_time_and_run_queue_wait(tmp_path):
     out = tmp_path / "run.json"
-    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [3, 1, 2], '
-                   '"wait": [0.001, 0.0, 0.002]}')
-    assert overhead.read_run(out, 0.5) == overhead.Arm(0.02, pytest.approx(0.00002), 2, pytest.approx(0.001), 0.5)
-    out.write_text('{"steps": [0.02], "report": [0.00002], "cpu": [3]}')  # a script that does not say its wait
-    assert overhead.read_run(out).wait == 0.0
+    out.write_text('{"steps": [0.02, 0.01, 0.03], "report": [0.00002, 0.00001, 0.00003], "cpu": [0.015, 0.01, 0.02], '
+                   '"wait": [0.001, 0.0, 0.002], "report_cpu": [0.00001, 0.00001, 0.00004]}')
+    assert overhead.read_run(out, 0.5) == overhead.Arm(
+        0.02, pytest.approx(0.00002), 0.015, pytest.approx(0.001), pytest.approx(0.005), pytest.approx(0.00002), 0.5)
+    out.write_text('{"steps": [0.02], "report": [0.00002], "cpu": [0.02]}')  # a script that does not say them
+    assert (overhead.read_run(out).wait, overhead.read_run(out).report_cpu) == (0.0, 0.0)
 
 
-def test_the_accounted_overhead_is_the_extra_report_step_and_wait_time_over_the_step_without_the_agent():
-    without = overhead.Arm(step=0.010, report=0.000020, cpu=0.010, wait=0.000100)
-    with_agent = overhead.Arm(step=0.013, report=0.000030, cpu=0.012, wait=0.000190, agent_cpu=0.0002)
-    # (10 us + 90 us) of a 10 ms step; the step times and CPU times (the machine's noise) play no part
+def test_the_accounted_overhead_is_the_extra_time_off_the_cpu_and_report_step_cpu_over_the_step_without():
+    without = overhead.Arm(step=0.010, report=0.000020, cpu=0.010, wait=0.000100, off_cpu=0.000150, report_cpu=15e-6)
+    with_agent = overhead.Arm(step=0.013, report=0.000030, cpu=0.012, wait=0.000190, off_cpu=0.000230,
+                              report_cpu=35e-6, agent_cpu=0.0002)
+    # (80 us + 20 us) of a 10 ms step; the step times and model CPU times (the machine's noise) play no part
     assert overhead.accounted_percent(with_agent, without) == pytest.approx(1.0)
 
 
@@ -86,7 +88,8 @@ def test_the_overhead_has_a_verdict_only_when_its_interval_is_on_one_side_of_the
 
 
 def test_the_rows_give_each_figure_with_the_interval_of_its_median():
-    rounds = [(overhead.Arm(0.0101 + i * 1e-5, 20e-6 + 1e-6, 0.01, 1e-5), overhead.Arm(0.0100, 20e-6, 0.01, 0.0))
+    rounds = [(overhead.Arm(0.0101 + i * 1e-5, 25e-6, 0.01, 1e-5, 10e-6, 21e-6), overhead.Arm(0.0100, 20e-6, 0.01, 0.0,
+                                                                                            0.0, 20e-6))
               for i in range(16)]
     acc, wall = overhead.rows(rounds, steps=150, cgroup=True, seconds=60.0, load=1.0)
     assert acc["figure"] == pytest.approx(0.11) and acc["passed"] is True  # 1 us + 10 us of a 10 ms step
