@@ -53,7 +53,9 @@ def kind(subject: str, prefix: str) -> str:
     if subject.startswith("$JS.API."):
         return "$JS.API." + subject.split(".")[2]
     words = subject.removeprefix(prefix + ".").split(".")
-    return ".".join(words[:2])
+    if words[0] == "rpc":
+        return ".".join(words[:2])
+    return words[0] + (f".*.{words[-1]}" if words[0] == "agent" and len(words) > 2 else "")
 
 
 async def _bare(n: int) -> float:

@@ -114,3 +114,13 @@ def test_an_open_loop_schedule_is_evenly_spaced_and_dealt_round_robin():
     assert schedule(rate=2, seconds=1, clients=4) == [[0.0], [0.5], [], []]
     with pytest.raises(ValueError):
         schedule(rate=0, seconds=1, clients=1)
+
+
+@pytest.mark.parametrize(("subject", "folded"), [
+    ("bx.agent.ex-1.run", "agent.*.run"), ("bx.progress.job1.ex-1", "progress"), ("bx.rpc.lease.renew.ex-1", "rpc.lease"),
+    ("_INBOX.abc.def", "_INBOX (replies)"), ("$JS.ACK.AGENT.c.1.2.3", "$JS.ACK (acknowledgements)"),
+    ("$JS.API.CONSUMER.MSG.NEXT.x.y", "$JS.API.CONSUMER"), ("bx.usage.ex-1", "usage")])
+def test_the_executor_cpu_bench_counts_messages_by_subject_without_their_ids(subject, folded):
+    from bench.bench_executor_cpu import kind
+
+    assert kind(subject, "bx") == folded
