@@ -6,7 +6,8 @@ training process can never outlive its agent (and so its lease); the SDK also ex
 stdout and stderr are read by the agent through pipes (enlarged, so a burst never waits on the agent): each goes
 to the run's log file and to ``on_output`` (the log shipping, logsender.py); the last ~4 KB of stderr are kept
 for ``RunFinished.error``. With a
-``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec, and whatever it left behind is
+``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec (a guarded run that keeps the
+agent's uid is started by vfork and its guard joins the cgroup: ``spawn_of``), and whatever it left behind is
 killed as soon as it has exited or been stopped.
 """
 
