@@ -63,6 +63,7 @@ TARGET_PERCENT = 1.0
 WARMUP_STEPS = 20
 HEARTBEAT = 1.0
 ROUNDS, STEPS = 16, 150  # many short rounds: the process-to-process noise averages out over rounds, not steps
+MIN_ROUNDS = 6  # the fewest whose min..max holds the median with 95 % confidence (1 - 2 / 2**6): fewer, no verdict
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,8 @@ def _median_and_interval(values: list[float]) -> tuple[float, float, float]:
 
 
 def rows(pairs: list[tuple[Arm, Arm]], *, steps: int, cgroup: bool, seconds: float, load: float) -> list[dict]:
-    """The two result rows of a set of rounds (pure)."""
+    """The two result rows of a set of rounds (pure); no verdict from fewer than ``MIN_ROUNDS`` (``--quick``)."""
+    judge = verdict if len(pairs) >= MIN_ROUNDS else (lambda low, high: None)
     acc = _median_and_interval([accounted_percent(a, b) for a, b in pairs])
     wall = _median_and_interval([overhead_percent(a.step, b.step) for a, b in pairs])
     cpu = _median_and_interval([overhead_percent(a.cpu, b.cpu) for a, b in pairs])
@@ -237,14 +239,14 @@ def rows(pairs: list[tuple[Arm, Arm]], *, steps: int, cgroup: bool, seconds: flo
     interval = "median [95 % interval of the median]"
     return [
         {"name": "agent overhead (accounted)", "figure": round(acc[0], 3), "reference": round(without_ms, 3),
-         "ratio": None, "target": TARGET_PERCENT, "unit": "% step time", "passed": verdict(acc[1], acc[2]),
+         "ratio": None, "target": TARGET_PERCENT, "unit": "% step time", "passed": judge(acc[1], acc[2]),
          "note": (f"{interval} {acc[0]:+.3f} % [{acc[1]:+.3f}..{acc[2]:+.3f}] of a {without_ms:.3f} ms step: "
                   f"time off the CPU {off[0]:.0f} us per step with the agent, {off[1]:.0f} us without (run-queue wait "
                   f"{wait[0]:.0f} / {wait[1]:.0f} us); report_step {report[0]:.1f} / {report[1]:.1f} us; agent CPU {agent_us:.0f} us per step "
                   f"({agent_us / 10 / without_ms:.2f} % of a core); {common}")},
         {"name": "agent overhead (step time)", "figure": round(wall[0], 3), "reference": round(without_ms, 3),
          "ratio": round(with_ms / without_ms, 4), "target": TARGET_PERCENT, "unit": "% step time",
-         "passed": verdict(wall[1], wall[2]),
+         "passed": judge(wall[1], wall[2]),
          "note": (f"{interval} {wall[0]:+.2f} % [{wall[1]:+.2f}..{wall[2]:+.2f}]; step {with_ms:.3f} ms with the "
                   f"agent, {without_ms:.3f} ms without (reference); the training thread's CPU time per step "
                   f"{cpu[0]:+.2f} % [{cpu[1]:+.2f}..{cpu[2]:+.2f}] (the machine's noise, not the agent's, where it "

@@ -95,6 +95,8 @@ def test_the_rows_give_each_figure_with_the_interval_of_its_median():
     assert acc["figure"] == pytest.approx(0.11) and acc["passed"] is True  # 1 us + 10 us of a 10 ms step
     assert wall["figure"] == pytest.approx(1.75) and wall["passed"] is False  # 1.0 % .. 2.5 %: all above 1 %
     assert "[+1.30..+2.20]" in wall["note"]  # the 4th and 13th of 16 ordered rounds
+    few = overhead.rows(rounds[:overhead.MIN_ROUNDS - 1], steps=60, cgroup=True, seconds=9.0, load=1.0)
+    assert [r["passed"] for r in few] == [None, None]  # 5 rounds: min..max is only a 94 % interval
 
 
 @pytest.mark.parametrize(("n", "ranks"), [(5, (1, 5)), (6, (1, 6)), (8, (1, 8)), (9, (2, 8)), (16, (4, 13)),
