@@ -31,3 +31,19 @@ def summary(latencies: Sequence[float], seconds: float) -> dict[str, float]:
 def spread(values: Sequence[float]) -> tuple[float, float, float]:
     """(median, min, max) of a few rounds' figures."""
     return percentile(values, 50), min(values), max(values)
+
+
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of ``values`` (order statistics: the k-th smallest
+    and k-th largest, with k the largest rank whose binomial(n, 1/2) tail stays within (1 - confidence) / 2).
+    Too few values for that confidence: (min, max), which then says little."""
+    if not values:
+        raise ValueError("no values")
+    ordered, n = sorted(values), len(values)
+    alpha, k, tail = (1 - confidence) / 2, 0, 0.0
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n  # P(fewer than k + 1 of n below the median)
+        if tail > alpha:
+            break
+        k += 1
+    return (ordered[k - 1], ordered[n - k]) if k else (ordered[0], ordered[-1])

@@ -135,7 +135,8 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
-    return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work)
+    return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
+                  guarded=isinstance(workload, CommandWorkload))
 
 
 def trace_env(agent_env: Mapping[str, str], context: Mapping[str, str]) -> dict[str, str]:

@@ -122,6 +122,19 @@ def test_quick_smoke_of_the_submit_and_agent_overhead_benchmarks(tmp_path):
     assert {r["target"] for r in submit.values()} == {10.0, 50.0, 300.0}
     for r in submit.values():
         assert r["figure"] > 0 and r["reference"] > 0 and isinstance(r["passed"], bool), r
-    (agent,) = [r for r in rows if r["bench"] == "agent_overhead"]
-    assert agent["target"] == 1.0 and agent["reference"] > 0 and isinstance(agent["figure"], float)
-    assert "2 rounds A/B interleaved" in agent["note"] and "report_step" in agent["note"]
+    agent = {r["name"]: r for r in rows if r["bench"] == "agent_overhead"}
+    assert set(agent) == {"agent overhead (accounted)", "agent overhead (step time)"}
+    for r in agent.values():
+        assert r["target"] == 1.0 and r["reference"] > 0 and isinstance(r["figure"], float)
+        assert "2 rounds A/B interleaved" in r["note"] and "interval of the median" in r["note"]
+    assert "time off the CPU" in agent["agent overhead (accounted)"]["note"]
+
+
+def test_quick_smoke_of_the_executor_cpu_benchmark(tmp_path):
+    """Issue 12 item 1: one agent's CPU per trivial job, and the messages each job causes on the bus."""
+    out = tmp_path / "bench-results.json"
+    proc = _teto("executor_cpu", "--quick", "--timeout", "300", "--json", str(out), cwd=REPO, timeout=360)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["figure"] > row["reference"] > 0 and row["unit"] == "CPU ms/job"
+    assert "run guard + job" in row["note"] and "agent.*.run" in row["note"] and "progress" in row["note"]
