@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.contracts.secrets import redact
-from services.audit.domain.entries import clean, parse_payload
+from services.audit.domain.entries import parse_number, clean, parse_payload
 
 pytestmark = __import__("pytest").mark.unit
 
@@ -21,7 +21,7 @@ _json = st.recursive(_scalars, lambda kids: st.one_of(st.lists(kids, max_size=4)
 
 
 def _walked(data: bytes):
-    return redact(clean(json.loads(data)))
+    return redact(clean(json.loads(data, parse_float=parse_number)))
 
 
 @settings(max_examples=400, deadline=None)
