@@ -45,10 +45,15 @@ class Entry:
     payload_normal: bool = False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # left alone by json.loads (a "\ud800" escape without its pair)
+
+
 def clean(value: Any) -> Any:
-    """What PostgreSQL can store: no NUL characters (text and jsonb refuse them), no NaN or infinities."""
+    """What PostgreSQL can store: no NUL characters and no lone surrogates (text and jsonb refuse them, and
+    neither can be written as UTF-8), no NaN or infinities."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        value = value.replace("\x00", "\ufffd")
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
@@ -60,9 +65,11 @@ def clean(value: Any) -> Any:
 
 # A JSON text with none of these needs neither cleaning nor redaction: without \u escapes a NUL cannot be written
 # (a raw control character is invalid JSON) and a secret's key can only be spelled out; NaN and the infinities
-# are their own tokens; a NUL byte means UTF-16 or UTF-32, where the spelled-out markers would not match. The
-# common case (every command the gateway publishes) skips two full walks of the payload.
-_NEEDS_WALK = (b"\\u", b"NaN", b"Infinity", b"secret", b"sealed", b"\x00")
+# are their own tokens; a NUL byte means UTF-16 or UTF-32, where the spelled-out markers would not match; a
+# surrogate written raw (0xED 0xA0-0xBF, which json.loads lets through) starts with 0xED, as do some Hangul
+# syllables, which only take the walk. The common case (every command the gateway publishes) skips two full
+# walks of the payload.
+_NEEDS_WALK = (b"\\u", b"NaN", b"Infinity", b"secret", b"sealed", b"\x00", b"\xed")
 
 
 def parse_number(text: str) -> float | int | str:
