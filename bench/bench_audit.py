@@ -9,12 +9,17 @@ command id must be there once. The reference then copies exactly those rows (rea
 ``copy_records_to_table`` into a table made ``LIKE audit.log INCLUDING ALL`` (same columns, indexes and unique
 key) in the same database, twice (the faster counts): the rate of COPY alone, with no hashing, no dedupe and no broker.
 
+The note also gives the ceiling any consumer of the bus has here: a plain nats-py pull consumer (fetch a batch of
+the service's size, ack each message, nothing else) draining the same stream, as a rate and against COPY; the
+service cannot be faster than that, whatever its store does. And the load average, since the machine is shared.
+
 Run: .venv/bin/python -m bench.bench_audit [N], or ``teto bench audit`` (``main``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import asyncpg
 
-from bench._drain import row, service_rate
+from bench._drain import reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.commands import SubmitJob
 from libs.runtime.service import Runtime
@@ -66,6 +71,7 @@ async def run(n: int) -> dict:
             await asyncio.gather(*(js.publish(s.cmd("submit"), c.encode()) for c in sent[i:i + 500]))
         settings = AuditSettings.from_env(env={}, audit_key_file=key_file, **base)
         (seconds,) = await service_rate(audit, settings, js, [(s.stream_name("CMD"), "audit-commands")])
+        bus_seconds = await reference(js, s.cmd_all, s.stream_name("CMD"), "bench-raw", n, batch=settings.batch_size)
 
         conn = await asyncpg.connect(pg_url)
         stored = await conn.fetch("SELECT command_id FROM audit.log")
@@ -83,7 +89,10 @@ async def run(n: int) -> dict:
     result = row("audit append (service vs COPY)", n, seconds, ref_seconds, unit="rows/s")
     result["note"] = (f"{n} commands; rows {len(ids)}, lost {lost}, chain verified {verified.ok} "
                       f"({verified.checked} rows, {verified.macs_checked} macs); COPY reference copied {copied} "
-                      f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used)")
+                      f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used); ceiling: a "
+                      f"plain pull consumer of the same stream {n / bus_seconds:.0f} msg/s = "
+                      f"{ref_seconds / bus_seconds:.2f}x COPY; batch {settings.batch_size}; load average "
+                      f"{os.getloadavg()[0]:.1f}")
     # Loss or a broken chain fails the benchmark whatever the speed.
     result["passed"] = bool(result["passed"]) and whole and copied == n
     return result
