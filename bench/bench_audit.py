@@ -13,7 +13,10 @@ The note also gives the ceiling any consumer of the bus has here: a plain nats-p
 the service's size, ack each message, nothing else) draining the same stream, as a rate and against COPY; the
 service cannot be faster than that, whatever its store does. And the load average, since the machine is shared.
 
-Run: .venv/bin/python -m bench.bench_audit [N], or ``teto bench audit`` (``main``).
+Run: .venv/bin/python -m bench.bench_audit [N] [--layers], or ``teto bench audit`` (``main``). ``--layers`` also
+drains the stream with the edge (libs/runtime/edge.py) and a handler that does nothing, reading each message
+first as bytes, then as the audit service reads it: with the plain consumer, the service and COPY this splits a
+row's time into bus, edge, reader and store.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from pathlib import Path
 
 import asyncpg
 
-from bench._drain import reference, row, service_rate
+from bench._drain import drained_by, reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.commands import SubmitJob
+from libs.runtime.edge import Consumer
 from libs.runtime.service import Runtime
 from libs.runtime.settings import CommonSettings
+from services.audit.domain import entries
+from services.audit.handlers import fallback_id
 from services.audit.store import COLUMNS  # the columns the service writes, copied by the reference
 
 PREFIX = "bench"
@@ -54,7 +60,16 @@ async def copy_reference(conn: asyncpg.Connection, table: str) -> tuple[float, i
     return seconds, await conn.fetchval(f"SELECT count(*) FROM public.{table}")
 
 
-async def run(n: int) -> dict:
+async def edge_alone(rt: Runtime, durable: str, batch: int, read) -> float:
+    """Seconds the edge takes to drain the command stream with a handler that does nothing (``read`` per message)."""
+    async def nothing(_items: list) -> None:
+        return None
+
+    await rt.consume([Consumer(rt.subjects.cmd_all, "CMD", durable, None, nothing, batch=batch, read=read)])
+    return await asyncio.wait_for(drained_by(rt.js, rt.subjects.stream_name("CMD"), durable), 900)
+
+
+async def run(n: int, layers: bool = False) -> dict:
     from services.audit import store
     from services.audit.app import serve as audit
     from services.audit.keyfile import create_key_file, load_key
@@ -72,6 +87,11 @@ async def run(n: int) -> dict:
         settings = AuditSettings.from_env(env={}, audit_key_file=key_file, **base)
         (seconds,) = await service_rate(audit, settings, js, [(s.stream_name("CMD"), "audit-commands")])
         bus_seconds = await reference(js, s.cmd_all, s.stream_name("CMD"), "bench-raw", n, batch=settings.batch_size)
+        split = {}
+        if layers:
+            split["edge, bytes"] = await edge_alone(rt, "bench-edge", settings.batch_size, lambda m: m.data)
+            split["edge + reader"] = await edge_alone(rt, "bench-reader", settings.batch_size, lambda m: (
+                entries.from_command(m.subject, m.data, fallback_id("CMD", m), rt.clock.now())))
 
         conn = await asyncpg.connect(pg_url)
         stored = await conn.fetch("SELECT command_id FROM audit.log")
@@ -93,6 +113,10 @@ async def run(n: int) -> dict:
                       f"plain pull consumer of the same stream {n / bus_seconds:.0f} msg/s = "
                       f"{ref_seconds / bus_seconds:.2f}x COPY; batch {settings.batch_size}; load average "
                       f"{os.getloadavg()[0]:.1f}")
+    if split:
+        split.update({"plain consumer": bus_seconds, "audit service": seconds})
+        result["note"] += "; per row: " + ", ".join(f"{k} {t / n * 1e6:.0f} us ({ref_seconds / t:.2f}x COPY)"
+                                                     for k, t in sorted(split.items(), key=lambda kv: kv[1]))
     # Loss or a broken chain fails the benchmark whatever the speed.
     result["passed"] = bool(result["passed"]) and whole and copied == n
     return result
@@ -103,6 +127,7 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    r = asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000))
+    args = [a for a in sys.argv[1:] if a != "--layers"]
+    r = asyncio.run(run(int(args[0]) if args else 20_000, layers="--layers" in sys.argv))
     print(f"audit service {r['figure']:.0f} rows/s, COPY {r['reference']:.0f} rows/s, ratio {r['ratio']:.3f} "
           f"(target 0.5): {'pass' if r['passed'] else 'short'}\n{r['note']}")
