@@ -16,7 +16,9 @@ service cannot be faster than that, whatever its store does. And the load averag
 Run: .venv/bin/python -m bench.bench_audit [N] [--layers], or ``teto bench audit`` (``main``). ``--layers`` also
 drains the stream with the edge (libs/runtime/edge.py) and a handler that does nothing, reading each message
 first as bytes, then as the audit service reads it: with the plain consumer, the service and COPY this splits a
-row's time into bus, edge, reader and store.
+row's time into bus, edge, reader and store. ``--store [BATCH]`` instead times ``store.append`` alone, called
+directly on N entries in batches of BATCH (default the service's), against COPY of the same rows, with the CPU
+time per row of this process (what the audit service spends per row, least moved by a loaded machine).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
@@ -33,11 +36,13 @@ import asyncpg
 from bench._drain import drained_by, reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.commands import SubmitJob
+from libs.runtime import db
 from libs.runtime.edge import Consumer
 from libs.runtime.service import Runtime
 from libs.runtime.settings import CommonSettings
 from services.audit.domain import entries
 from services.audit.handlers import fallback_id
+from services.audit.settings import AuditSettings
 from services.audit.store import COLUMNS  # the columns the service writes, copied by the reference
 
 PREFIX = "bench"
@@ -73,7 +78,6 @@ async def run(n: int, layers: bool = False) -> dict:
     from services.audit import store
     from services.audit.app import serve as audit
     from services.audit.keyfile import create_key_file, load_key
-    from services.audit.settings import AuditSettings
 
     with servers() as (nats_url, pg_url), tempfile.TemporaryDirectory(prefix="teto-bench-key-") as tmp:
         key_file = Path(tmp) / "audit.key"
@@ -122,12 +126,40 @@ async def run(n: int, layers: bool = False) -> dict:
     return result
 
 
+async def store_alone(n: int, batch: int) -> str:
+    from services.audit import store
+
+    key = b"k" * 32
+    with servers() as (_, pg_url):
+        pool = await db.create_pool(pg_url, max_size=2)
+        await db.migrate(pool, store.SCHEMA, "services.audit")
+        now = datetime.now(UTC)
+        found = [entries.from_command("bench.cmd.submit", c.encode(), f"CMD-{i}", now)
+                 for i, c in enumerate(commands(n))]
+        async with pool.acquire() as conn:
+            role = await store.writer_role(conn, None)
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            for i in range(0, n, batch):
+                await store.append(conn, found[i:i + batch], role=role, now=now, key=key)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            ref_seconds = min([(await copy_reference(conn, f"audit_copy_{i}"))[0] for i in (1, 2)])
+        verified = await store.verify(pool, key)
+        await pool.close()
+    return (f"store.append alone, batches of {batch}: {n / seconds:.0f} rows/s, COPY {n / ref_seconds:.0f} rows/s, "
+            f"ratio {ref_seconds / seconds:.3f}; CPU {cpu / n * 1e6:.0f} us/row; verified {verified.ok} "
+            f"({verified.checked} rows); load average {os.getloadavg()[0]:.1f}")
+
+
 def main(quick: bool = False) -> dict:
     return asyncio.run(run(1_000 if quick else 20_000))
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--layers"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--store" in sys.argv:  # N [BATCH]
+        print(asyncio.run(store_alone(int(args[0]) if args else 10_000, int(args[1]) if len(args) > 1 else
+                                      AuditSettings.model_fields["batch_size"].default)))
+        sys.exit(0)
     r = asyncio.run(run(int(args[0]) if args else 20_000, layers="--layers" in sys.argv))
     print(f"audit service {r['figure']:.0f} rows/s, COPY {r['reference']:.0f} rows/s, ratio {r['ratio']:.3f} "
           f"(target 0.5): {'pass' if r['passed'] else 'short'}\n{r['note']}")
