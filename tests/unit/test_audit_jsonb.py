@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -69,8 +70,9 @@ def test_every_parsed_payload_is_already_normal(value, ascii_only, key):
 
 
 def test_entries_made_from_messages_say_their_payload_is_normal():
-    made = [entries.from_command("t.cmd.submit", b'{"n": 1e16}', "CMD-1", entries.datetime.now(entries.UTC)),
-            entries.from_outcome("t.outcome.x", b"not json", "OUT-1", entries.datetime.now(entries.UTC)),
-            entries.from_rejected("t.rejected.q", b"{}", "REJ-1", entries.datetime.now(entries.UTC))]
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    made = [entries.from_command("t.cmd.submit", b'{"n": 1e16}', "CMD-1", now),
+            entries.from_outcome("t.outcome.x", b"not json", "OUT-1", now),
+            entries.from_rejected("t.rejected.q", b"{}", "REJ-1", now)]
     assert all(e.payload_normal for e in made)
     assert made[0].payload == {"n": 10**16}

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.contracts.secrets import redact
-from services.audit.domain.entries import parse_number, clean, parse_payload
+from services.audit.domain.entries import clean, parse_number, parse_payload
 
 pytestmark = __import__("pytest").mark.unit
 
