@@ -9,24 +9,40 @@ command id must be there once. The reference then copies exactly those rows (rea
 ``copy_records_to_table`` into a table made ``LIKE audit.log INCLUDING ALL`` (same columns, indexes and unique
 key) in the same database, twice (the faster counts): the rate of COPY alone, with no hashing, no dedupe and no broker.
 
-Run: .venv/bin/python -m bench.bench_audit [N], or ``teto bench audit`` (``main``).
+The note also gives the ceiling any consumer of the bus has here: a plain nats-py pull consumer (fetch a batch of
+the service's size, ack each message, nothing else) draining the same stream, as a rate and against COPY; the
+service cannot be faster than that, whatever its store does. And the load average, since the machine is shared.
+
+Run: .venv/bin/python -m bench.bench_audit [N] [--layers], or ``teto bench audit`` (``main``). ``--layers`` also
+drains the stream with the edge (libs/runtime/edge.py) and a handler that does nothing, reading each message
+first as bytes, then as the audit service reads it: with the plain consumer, the service and COPY this splits a
+row's time into bus, edge, reader and store. ``--store [BATCH]`` instead times ``store.append`` alone, called
+directly on N entries in batches of BATCH (default the service's), against COPY of the same rows, with the CPU
+time per row of this process (what the audit service spends per row, least moved by a loaded machine).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
 
-from bench._drain import row, service_rate
+from bench._drain import drained_by, reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.commands import SubmitJob
+from libs.runtime import db
+from libs.runtime.edge import Consumer
 from libs.runtime.service import Runtime
 from libs.runtime.settings import CommonSettings
+from services.audit.domain import entries
+from services.audit.handlers import fallback_id
+from services.audit.settings import AuditSettings
 from services.audit.store import COLUMNS  # the columns the service writes, copied by the reference
 
 PREFIX = "bench"
@@ -49,11 +65,19 @@ async def copy_reference(conn: asyncpg.Connection, table: str) -> tuple[float, i
     return seconds, await conn.fetchval(f"SELECT count(*) FROM public.{table}")
 
 
-async def run(n: int) -> dict:
+async def edge_alone(rt: Runtime, durable: str, batch: int, read) -> float:
+    """Seconds the edge takes to drain the command stream with a handler that does nothing (``read`` per message)."""
+    async def nothing(_items: list) -> None:
+        return None
+
+    await rt.consume([Consumer(rt.subjects.cmd_all, "CMD", durable, None, nothing, batch=batch, read=read)])
+    return await asyncio.wait_for(drained_by(rt.js, rt.subjects.stream_name("CMD"), durable), 900)
+
+
+async def run(n: int, layers: bool = False) -> dict:
     from services.audit import store
     from services.audit.app import serve as audit
     from services.audit.keyfile import create_key_file, load_key
-    from services.audit.settings import AuditSettings
 
     with servers() as (nats_url, pg_url), tempfile.TemporaryDirectory(prefix="teto-bench-key-") as tmp:
         key_file = Path(tmp) / "audit.key"
@@ -66,6 +90,12 @@ async def run(n: int) -> dict:
             await asyncio.gather(*(js.publish(s.cmd("submit"), c.encode()) for c in sent[i:i + 500]))
         settings = AuditSettings.from_env(env={}, audit_key_file=key_file, **base)
         (seconds,) = await service_rate(audit, settings, js, [(s.stream_name("CMD"), "audit-commands")])
+        bus_seconds = await reference(js, s.cmd_all, s.stream_name("CMD"), "bench-raw", n, batch=settings.batch_size)
+        split = {}
+        if layers:
+            split["edge, bytes"] = await edge_alone(rt, "bench-edge", settings.batch_size, lambda m: m.data)
+            split["edge + reader"] = await edge_alone(rt, "bench-reader", settings.batch_size, lambda m: (
+                entries.from_command(m.subject, m.data, fallback_id("CMD", m), rt.clock.now())))
 
         conn = await asyncpg.connect(pg_url)
         stored = await conn.fetch("SELECT command_id FROM audit.log")
@@ -83,10 +113,41 @@ async def run(n: int) -> dict:
     result = row("audit append (service vs COPY)", n, seconds, ref_seconds, unit="rows/s")
     result["note"] = (f"{n} commands; rows {len(ids)}, lost {lost}, chain verified {verified.ok} "
                       f"({verified.checked} rows, {verified.macs_checked} macs); COPY reference copied {copied} "
-                      f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used)")
+                      f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used); ceiling: a "
+                      f"plain pull consumer of the same stream {n / bus_seconds:.0f} msg/s = "
+                      f"{ref_seconds / bus_seconds:.2f}x COPY; batch {settings.batch_size}; load average "
+                      f"{os.getloadavg()[0]:.1f}")
+    if split:
+        split.update({"plain consumer": bus_seconds, "audit service": seconds})
+        result["note"] += "; per row: " + ", ".join(f"{k} {t / n * 1e6:.0f} us ({ref_seconds / t:.2f}x COPY)"
+                                                     for k, t in sorted(split.items(), key=lambda kv: kv[1]))
     # Loss or a broken chain fails the benchmark whatever the speed.
     result["passed"] = bool(result["passed"]) and whole and copied == n
     return result
+
+
+async def store_alone(n: int, batch: int) -> str:
+    from services.audit import store
+
+    key = b"k" * 32
+    with servers() as (_, pg_url):
+        pool = await db.create_pool(pg_url, max_size=2)
+        await db.migrate(pool, store.SCHEMA, "services.audit")
+        now = datetime.now(UTC)
+        found = [entries.from_command("bench.cmd.submit", c.encode(), f"CMD-{i}", now)
+                 for i, c in enumerate(commands(n))]
+        async with pool.acquire() as conn:
+            role = await store.writer_role(conn, None)
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            for i in range(0, n, batch):
+                await store.append(conn, found[i:i + batch], role=role, now=now, key=key)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            ref_seconds = min([(await copy_reference(conn, f"audit_copy_{i}"))[0] for i in (1, 2)])
+        verified = await store.verify(pool, key)
+        await pool.close()
+    return (f"store.append alone, batches of {batch}: {n / seconds:.0f} rows/s, COPY {n / ref_seconds:.0f} rows/s, "
+            f"ratio {ref_seconds / seconds:.3f}; CPU {cpu / n * 1e6:.0f} us/row; verified {verified.ok} "
+            f"({verified.checked} rows); load average {os.getloadavg()[0]:.1f}")
 
 
 def main(quick: bool = False) -> dict:
@@ -94,6 +155,11 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    r = asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--store" in sys.argv:  # N [BATCH]
+        print(asyncio.run(store_alone(int(args[0]) if args else 10_000, int(args[1]) if len(args) > 1 else
+                                      AuditSettings.model_fields["batch_size"].default)))
+        sys.exit(0)
+    r = asyncio.run(run(int(args[0]) if args else 20_000, layers="--layers" in sys.argv))
     print(f"audit service {r['figure']:.0f} rows/s, COPY {r['reference']:.0f} rows/s, ratio {r['ratio']:.3f} "
           f"(target 0.5): {'pass' if r['passed'] else 'short'}\n{r['note']}")

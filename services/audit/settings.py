@@ -15,7 +15,9 @@ class AuditSettings(CommonSettings):
         description="Role the service writes as (INSERT/SELECT only); default <database>_audit_writer, which "
         "the migration creates when it may",
     )
-    batch_size: int = Field(200, ge=1, le=2000, description="Messages per audit transaction at most")
+    batch_size: int = Field(
+        1000, ge=1, le=2000, description="Messages per audit transaction at most (one chain lock, one COPY each; "
+        "a fetch takes what is waiting, so a quiet stream still gets batches of one)")
     audit_key_file: Path | None = Field(
         None, description="Secret key file (at least 32 bytes) for the rows' and anchors' HMACs; only the audit "
         "service may read it (`teto up` makes <data-dir>/audit.key). Unset: no macs, and verify checks the chain "

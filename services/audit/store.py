@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from libs.runtime.db import lock_key
+from libs.runtime.errors import PermanentError
 
-from .domain import anchoring, chain
+from .domain import anchoring, chain, jsonb
 from .domain.entries import Entry, Outcome
 
 log = logging.getLogger(__name__)
@@ -55,59 +56,75 @@ def _dedupe(entries: Sequence[Entry]) -> list[Entry]:
     return out
 
 
+# Under the chain lock, one round trip: the chain's head, which of the batch's (command id, outcome) pairs are not
+# stored yet (their positions in the batch), a sequence number for each of those, and the actor of each command
+# as received for the outcomes that name none. ``fresh`` is materialised once (a CTE read twice), so the numbers
+# drawn match it one for one; their order is fixed in Python (the chain takes them ascending).
+_PLAN = """
+WITH k AS (SELECT c, o, i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(c, o, i)),
+fresh AS (SELECT i FROM k WHERE NOT EXISTS (SELECT FROM audit.log l WHERE l.command_id = k.c AND l.outcome = k.o))
+SELECT (SELECT hash FROM audit.log ORDER BY seq DESC LIMIT 1) AS head,
+       (SELECT array_agg(i ORDER BY i) FROM fresh) AS fresh,
+       (SELECT array_agg(nextval('audit.log_seq_seq')) FROM fresh) AS seqs,
+       (SELECT array_agg(ARRAY[command_id, actor]) FROM audit.log
+         WHERE command_id = ANY($3::text[]) AND outcome = 'received' AND actor IS NOT NULL) AS actors
+"""
+
+
+def _payloads(entries: Sequence[Entry]) -> list[tuple[object, str]]:
+    """Each payload as PostgreSQL will give it back, and its canonical text (what is hashed and stored). A payload
+    that cannot be stored (not JSON, a NaN) fails the batch as the database would: permanently, so the edge
+    isolates it and dead-letters it alone."""
+    try:
+        return [(e.payload, jsonb.canonical_text(e.payload)) if e.payload_normal else jsonb.normal(e.payload)
+                for e in entries]
+    except (TypeError, ValueError) as exc:
+        raise PermanentError(f"payload cannot be stored: {exc}") from exc
+
+
+def _link(fields: Iterable[dict], head: str, texts: list[str]) -> list[dict]:
+    try:
+        return chain.chain(fields, head, texts)
+    except UnicodeEncodeError as exc:  # a lone surrogate in a text field: PostgreSQL could not store it either
+        raise PermanentError(f"entry cannot be stored: {exc}") from exc
+
+
 async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: str | None, now: datetime,
                  chain_name: str = "audit", key: bytes | None = None) -> int:
     """Append entries not stored yet; returns how many were stored. Call outside a transaction.
 
     With the audit ``key`` each row also carries its mac (HMAC of its hash), which nobody without the key can
-    recompute after changing the row."""
+    recompute after changing the row. Round trips: begin, role and lock, the plan (``_PLAN``), one COPY, commit."""
     entries = _dedupe(entries)
     if not entries:
         return 0
+    payloads = _payloads(entries)  # before the lock: no other writer waits on this
     async with conn.transaction():
-        if role:
-            await conn.execute(f'SET LOCAL ROLE "{role}"')
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(f"audit-chain:{chain_name}"))
-        stored = await conn.fetch(
-            "SELECT command_id, outcome FROM audit.log l JOIN unnest($1::text[], $2::text[]) AS k(c, o)"
-            " ON l.command_id = k.c AND l.outcome = k.o",
-            [e.command_id for e in entries], [str(e.outcome) for e in entries])
-        known = {(r["command_id"], r["outcome"]) for r in stored}
-        entries = [e for e in entries if (e.command_id, str(e.outcome)) not in known]
-        if not entries:
+        # One simple-protocol message: role, then the lock (taken before the plan's snapshot, which must see
+        # every row a previous holder committed).
+        await conn.execute((f'SET LOCAL ROLE "{role}"; ' if role else "")
+                           + f"SELECT pg_advisory_xact_lock({lock_key(f'audit-chain:{chain_name}')})")
+        plan = await conn.fetchrow(_PLAN, [e.command_id for e in entries], [str(e.outcome) for e in entries],
+                                   [e.command_id for e in entries if e.actor is None])
+        if not plan["fresh"]:
             return 0
-        actors = await _actors_of_commands(conn, [e.command_id for e in entries if e.actor is None])
-        # The payload as PostgreSQL will give it back (jsonb normalizes numbers and key order), so the hash
-        # computed now is the one a verifier recomputes from the stored row.
-        normalized = await conn.fetch(
-            "SELECT v::jsonb::text AS p FROM unnest($1::text[]) WITH ORDINALITY AS t(v, i) ORDER BY i",
-            [json.dumps(e.payload, allow_nan=False) for e in entries])
-        head = await conn.fetchrow("SELECT hash FROM audit.log ORDER BY seq DESC LIMIT 1")
-        seqs = await conn.fetch("SELECT nextval(pg_get_serial_sequence('audit.log', 'seq')) AS s"
-                                " FROM generate_series(1, $1)", len(entries))
-        rows = chain.chain(
-            ({"seq": s["s"], "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id),
-              "time": e.time, "recorded_at": now, "subject": e.subject, "kind": e.kind, "job_id": e.job_id,
-              "payload": json.loads(p["p"]), "outcome": str(e.outcome), "reason": e.reason}
-             for s, e, p in zip(seqs, entries, normalized, strict=True)),
-            head["hash"] if head else chain.GENESIS)
-        # One COPY for the batch (binary, one round trip): executemany cost a statement execution per row.
+        actors = dict(plan["actors"] or ())
+        fresh = [entries[i - 1] for i in plan["fresh"]]
+        texts = [payloads[i - 1][1] for i in plan["fresh"]]
+        rows = _link(
+            ({"seq": seq, "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id), "time": e.time,
+              "recorded_at": now, "subject": e.subject, "kind": e.kind, "job_id": e.job_id,
+              "payload": payloads[i - 1][0], "outcome": str(e.outcome), "reason": e.reason}
+             for seq, e, i in zip(sorted(plan["seqs"]), fresh, plan["fresh"], strict=True)),
+            plan["head"] or chain.GENESIS, texts)
+        # One binary COPY for the batch; the payload goes as its canonical text (jsonb parses it).
         await conn.copy_records_to_table(
             "log", schema_name="audit", columns=COLUMNS,
             records=[(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
-                      r["job_id"], json.dumps(r["payload"]), r["outcome"], r["reason"], r["prev_hash"], r["hash"],
+                      r["job_id"], text, r["outcome"], r["reason"], r["prev_hash"], r["hash"],
                       anchoring.row_mac(key, r["hash"]) if key is not None else None)
-                     for r in rows])
+                     for r, text in zip(rows, texts, strict=True)])
     return len(rows)
-
-
-async def _actors_of_commands(conn: asyncpg.Connection, command_ids: list[str]) -> dict[str, str]:
-    """An outcome names no actor unless its decider did: take the actor from the command as received."""
-    if not command_ids:
-        return {}
-    rows = await conn.fetch("SELECT command_id, actor FROM audit.log WHERE command_id = ANY($1::text[])"
-                            " AND outcome = $2 AND actor IS NOT NULL", command_ids, str(Outcome.RECEIVED))
-    return {r["command_id"]: r["actor"] for r in rows}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.contracts.secrets import redact
-from services.audit.domain.entries import clean, parse_payload
+from services.audit.domain.entries import clean, parse_number, parse_payload
 
 pytestmark = __import__("pytest").mark.unit
 
@@ -21,7 +21,7 @@ _json = st.recursive(_scalars, lambda kids: st.one_of(st.lists(kids, max_size=4)
 
 
 def _walked(data: bytes):
-    return redact(clean(json.loads(data)))
+    return redact(clean(json.loads(data, parse_float=parse_number)))
 
 
 @settings(max_examples=400, deadline=None)
@@ -48,3 +48,11 @@ def test_a_number_too_large_for_a_float_is_kept_as_text_like_the_full_walk_keeps
     payload, ok = parse_payload(data)
     assert ok and payload == _walked(data) == {"gpu_ceiling_seconds": "inf", "small": -0.0025, "n": 7}
     assert json.dumps(payload, allow_nan=False)  # storable: PostgreSQL's jsonb refuses infinities
+
+
+def test_a_lone_surrogate_escaped_or_raw_is_replaced_so_the_entry_can_be_stored():
+    for data in (b'{"a": "\\ud800x", "\\udfff": 1}', b'{"a": "\xed\xa0\x80x", "\xed\xbf\xbf": 1}'):
+        payload, ok = parse_payload(data)
+        assert ok and payload == {"a": "\ufffdx", "\ufffd": 1}
+        json.dumps(payload, ensure_ascii=False).encode()  # UTF-8 can hold it (PostgreSQL too)
+    assert parse_payload('{"k": "한"}'.encode()) == ({"k": "한"}, True)  # starts with 0xED too: walked, unchanged

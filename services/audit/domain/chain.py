@@ -8,11 +8,13 @@ microseconds (what PostgreSQL keeps), so a row read back from the database hashe
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring
 from typing import Any
+
+from .jsonb import canonical_text
 
 GENESIS = "0" * 64  # the "previous hash" of the first row
 HASHED_FIELDS = ("seq", "command_id", "actor", "time", "recorded_at", "subject", "kind", "job_id", "payload",
@@ -27,13 +29,40 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def canonical(fields: Mapping[str, Any]) -> bytes:
-    body = {name: _plain(fields.get(name)) for name in HASHED_FIELDS}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+# The canonical text is ``json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+# allow_nan=False)`` of the hashed fields (times as above), written field by field in sorted order: strings, ints
+# and None directly, anything else (the payload) by the encoder. A writer that already has the payload's
+# canonical text (it stores that very text) passes it, so the payload is not encoded twice.
+_SORTED = tuple(sorted(HASHED_FIELDS))
+_string = encode_basestring  # a JSON string literal, non-ASCII kept (the encoder's own, in C)
 
 
-def row_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
-    return hashlib.sha256(prev_hash.encode() + canonical(fields)).hexdigest()
+def _value(value: Any) -> str:
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is str:
+        return _string(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is datetime:
+        return _string(_plain(value))
+    return canonical_text(_plain(value))
+
+
+def canonical(fields: Mapping[str, Any], payload_text: str | None = None) -> bytes:
+    """The row's canonical JSON; ``payload_text``, when given, is ``canonical_text(fields["payload"])``."""
+    parts = []
+    for name in _SORTED:
+        if name == "payload" and payload_text is not None:
+            parts.append(f'"payload":{payload_text}')
+        else:
+            parts.append(f'"{name}":{_value(fields.get(name))}')
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def row_hash(prev_hash: str, fields: Mapping[str, Any], payload_text: str | None = None) -> str:
+    return hashlib.sha256(prev_hash.encode() + canonical(fields, payload_text)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -64,11 +93,14 @@ def verify(rows: Iterable[Mapping[str, Any]]) -> int | None:
     return check_chain(rows).first_bad_seq
 
 
-def chain(entries: Iterable[Mapping[str, Any]], prev_hash: str = GENESIS) -> list[dict[str, Any]]:
-    """Link new entries (each with its ``seq``) after ``prev_hash``: returns them with prev_hash and hash."""
+def chain(entries: Iterable[Mapping[str, Any]], prev_hash: str = GENESIS,
+          payload_texts: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Link new entries (each with its ``seq``) after ``prev_hash``: returns them with prev_hash and hash.
+    ``payload_texts``, when given, are the entries' payloads' canonical texts, in order (not encoded again)."""
     linked = []
+    texts = iter(payload_texts) if payload_texts is not None else None
     for entry in entries:
-        digest = row_hash(prev_hash, entry)
+        digest = row_hash(prev_hash, entry, next(texts) if texts is not None else None)
         linked.append({**entry, "prev_hash": prev_hash, "hash": digest})
         prev_hash = digest
     return linked

@@ -16,6 +16,8 @@ from typing import Any
 from libs.contracts.bounds import ID_PATTERN
 from libs.contracts.secrets import redact
 
+from . import jsonb
+
 _COMMAND_ID = re.compile(ID_PATTERN)  # the contracts' ids (an Idempotency-Key's derived id is 66 characters)
 RAW_EXCERPT_CHARS = 4000
 
@@ -38,12 +40,20 @@ class Entry:
     payload: Any
     outcome: Outcome
     reason: str | None
+    # The payload is already as PostgreSQL's jsonb gives it back (parse_payload made it so): the store hashes and
+    # stores it as it is instead of normalising it first (jsonb.normal).
+    payload_normal: bool = False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # left alone by json.loads (a "\ud800" escape without its pair)
 
 
 def clean(value: Any) -> Any:
-    """What PostgreSQL can store: no NUL characters (text and jsonb refuse them), no NaN or infinities."""
+    """What PostgreSQL can store: no NUL characters and no lone surrogates (text and jsonb refuse them, and
+    neither can be written as UTF-8), no NaN or infinities."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        value = value.replace("\x00", "\ufffd")
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
@@ -55,14 +65,18 @@ def clean(value: Any) -> Any:
 
 # A JSON text with none of these needs neither cleaning nor redaction: without \u escapes a NUL cannot be written
 # (a raw control character is invalid JSON) and a secret's key can only be spelled out; NaN and the infinities
-# are their own tokens; a NUL byte means UTF-16 or UTF-32, where the spelled-out markers would not match. The
-# common case (every command the gateway publishes) skips two full walks of the payload.
-_NEEDS_WALK = (b"\\u", b"NaN", b"Infinity", b"secret", b"sealed", b"\x00")
+# are their own tokens; a NUL byte means UTF-16 or UTF-32, where the spelled-out markers would not match; a
+# surrogate written raw (0xED 0xA0-0xBF, which json.loads lets through) starts with 0xED, as do some Hangul
+# syllables, which only take the walk. The common case (every command the gateway publishes) skips two full
+# walks of the payload.
+_NEEDS_WALK = (b"\\u", b"NaN", b"Infinity", b"secret", b"sealed", b"\x00", b"\xed")
 
 
-def _finite(text: str) -> float | str:
+def parse_number(text: str) -> float | int | str:
+    """A JSON number with a fraction or exponent, as the store will keep it: a float too large for a float
+    (1e999) as text, as ``clean`` keeps an infinity; any other as jsonb gives it back (jsonb.stored_float)."""
     value = float(text)
-    return value if math.isfinite(value) else str(value)
+    return jsonb.stored_float(value) if math.isfinite(value) else str(value)
 
 
 def _plain_json(data: bytes) -> bool:
@@ -71,13 +85,14 @@ def _plain_json(data: bytes) -> bool:
 
 def parse_payload(data: bytes) -> tuple[Any, bool]:
     """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON. Secret env
-    values (sealed by the gateway) are recorded as redacted: the log shows that a value was given, not it."""
+    values (sealed by the gateway) are recorded as redacted: the log shows that a value was given, not it. Either
+    way the value is as PostgreSQL's jsonb will give it back (``Entry.payload_normal``)."""
     try:
         if _plain_json(data):
             # A number too large for a float (1e999) parses to infinity without any marker: kept as text, as
             # ``clean`` keeps it.
-            return json.loads(data, parse_float=_finite), True
-        return redact(clean(json.loads(data))), True
+            return json.loads(data, parse_float=parse_number), True
+        return redact(clean(json.loads(data, parse_float=parse_number))), True
     except (ValueError, RecursionError):
         excerpt = clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace"))
         return {"raw": redact(excerpt), "bytes": len(data)}, False
@@ -113,7 +128,8 @@ def from_command(subject: str, data: bytes, fallback_id: str, now: datetime) -> 
     payload, _ = parse_payload(data)
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(payload, "actor", 200),
                  time=_time(payload, "issued_at", now), subject=clean(subject), kind=_last_token(clean(subject)),
-                 job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None)
+                 job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None,
+                 payload_normal=True)
 
 
 def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
@@ -124,11 +140,13 @@ def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> 
     detail = payload.get("detail") if isinstance(payload, dict) else None
     if not ok or not isinstance(accepted, bool):
         return Entry(command_id=fallback_id, actor=None, time=now, subject=clean(subject), kind=None, job_id=None,
-                     payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome")
+                     payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome",
+                     payload_normal=True)
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(detail, "actor", 200),
                  time=_time(payload, "time", now), subject=clean(subject), kind=_text(payload, "kind", 100),
                  job_id=_text(payload, "job_id", 200), payload=payload,
-                 outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000))
+                 outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000),
+                 payload_normal=True)
 
 
 def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
@@ -139,4 +157,4 @@ def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) ->
     return Entry(command_id=_text(note, "id", 100) or fallback_id, actor=_text(excerpt, "actor", 200),
                  time=_time(note, "time", now), subject=original_subject, kind=_last_token(original_subject),
                  job_id=_text(excerpt, "job_id", 200), payload=note, outcome=Outcome.REJECTED,
-                 reason=_text(note, "reason", 4000) or "refused")
+                 reason=_text(note, "reason", 4000) or "refused", payload_normal=True)

@@ -1,0 +1,63 @@
+"""The audit row's canonical text, written field by field (services/audit/domain/chain.py), is byte for byte the
+``json.dumps`` of the whole row it was defined as, so every chain written before still verifies; and a payload's
+canonical text passed in gives the same bytes as the payload encoded there."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.audit.domain import chain
+from services.audit.domain.entries import Outcome
+from services.audit.domain.jsonb import canonical_text
+
+pytestmark = __import__("pytest").mark.unit
+
+
+def _reference(fields) -> bytes:
+    """The definition: the hashed fields, times in UTC with microseconds, one sorted compact UTF-8 dump."""
+    def plain(v):
+        if isinstance(v, datetime):
+            v = v if v.tzinfo else v.replace(tzinfo=UTC)
+            return v.astimezone(UTC).isoformat(timespec="microseconds")
+        return v
+    body = {name: plain(fields.get(name)) for name in chain.HASHED_FIELDS}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+_text = st.text(max_size=12)  # any code point but lone surrogates: quotes, backslashes, controls, U+2028, emoji
+_times = st.datetimes(timezones=st.sampled_from([None, UTC, timezone(timedelta(hours=-7, minutes=-30))]))
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+                     _text)
+_json = st.recursive(_scalars, lambda kids: st.one_of(st.lists(kids, max_size=4),
+                                                      st.dictionaries(_text, kids, max_size=4)), max_leaves=20)
+_fields = st.fixed_dictionaries({
+    "seq": st.one_of(st.integers(min_value=1), st.booleans()), "command_id": _text,
+    "actor": st.one_of(st.none(), _text), "time": _times, "recorded_at": st.one_of(_times, _text),
+    "subject": st.one_of(_text, st.sampled_from(list(Outcome))), "kind": st.one_of(st.none(), _text),
+    "job_id": st.one_of(st.none(), _text), "payload": _json,
+    "outcome": st.one_of(_text, st.sampled_from(list(Outcome))),
+    "reason": st.one_of(st.none(), _text, st.floats(allow_nan=False, allow_infinity=False)),
+})
+
+
+@settings(max_examples=500, deadline=None)
+@given(_fields)
+def test_the_canonical_text_is_the_whole_row_dumped_at_once(fields):
+    assert chain.canonical(fields) == _reference(fields)
+    assert chain.canonical(fields, canonical_text(fields["payload"])) == _reference(fields)
+
+
+def test_a_known_row_hashes_as_it_always_did():
+    row = {"seq": 7, "command_id": "c1", "actor": "\u00e9ve", "time": datetime(2026, 1, 1, 12, tzinfo=UTC),
+           "recorded_at": datetime(2026, 1, 1, 13, 0, 0, 5, tzinfo=timezone(timedelta(hours=1))),
+           "subject": "teto.cmd.submit", "kind": "submit", "job_id": None, "outcome": Outcome.RECEIVED,
+           "payload": {"b": [1, 2.5, None, True], "a": "x\"\n"}, "reason": None}
+    assert chain.canonical(row) == (
+        '{"actor":"\u00e9ve","command_id":"c1","job_id":null,"kind":"submit","outcome":"received",'
+        '"payload":{"a":"x\\"\\n","b":[1,2.5,null,true]},"reason":null,"recorded_at":"2026-01-01T12:00:00.000005'
+        '+00:00","seq":7,"subject":"teto.cmd.submit","time":"2026-01-01T12:00:00.000000+00:00"}').encode()
+    assert chain.row_hash(chain.GENESIS, row) == chain.row_hash(chain.GENESIS, row, canonical_text(row["payload"]))
