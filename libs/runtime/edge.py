@@ -50,7 +50,7 @@ from libs.contracts import senders
 from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
-from . import logs, metrics, tracing
+from . import logs, metrics, quickfetch, tracing
 from .errors import is_permanent, reason_of
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,9 @@ class ConsumerLoop(Generic[M]):
             try:
                 self._sub = await self.js.pull_subscribe(c.subject, durable=c.durable,
                                                          stream=self.subjects.stream_name(c.stream), config=config)
+                if not quickfetch.quicken(self._sub):  # a message already arrived costs no task (quickfetch.py)
+                    log.warning("%s: nats-py's subscription is not the one quickfetch knows; fetching as is",
+                                c.durable)
                 return
             except asyncio.CancelledError:
                 raise
