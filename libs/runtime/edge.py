@@ -362,9 +362,16 @@ def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
 
 
 def _deliveries(m: Msg) -> int:
+    """How many times JetStream has delivered ``m`` (1 for a message that is not JetStream's). Read straight from
+    the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>...``, or with ``<domain>.<account hash>`` after
+    ``ACK``), the token nats-py's ``metadata`` reads too: checked for every message of every batch, and
+    ``metadata`` also builds a datetime and two objects a message (about a twentieth of a consumer's time)."""
+    tokens = (m.reply or "").split(".")
+    if tokens[0] != "$JS" or len(tokens) < 2 or tokens[1] != "ACK" or not (len(tokens) == 9 or len(tokens) >= 11):
+        return 1
     try:
-        return int(m.metadata.num_delivered)
-    except Exception:  # noqa: BLE001 - not a JetStream message
+        return int(tokens[4] if len(tokens) == 9 else tokens[6])
+    except ValueError:
         return 1
 
 

@@ -26,6 +26,11 @@ class FakeMsg:
     def metadata(self):
         return SimpleNamespace(num_delivered=self.delivered, sequence=SimpleNamespace(stream=self.seq))
 
+    @property
+    def reply(self) -> str:
+        """The ack subject JetStream gives a delivery (its count and stream sequence in it, as the edge reads)."""
+        return f"$JS.ACK.TEST.durable.{self.delivered}.{self.seq}.{self.seq}.1764590000000000000.0"
+
     async def ack(self):
         self.settled.append(("ack", None))
 
