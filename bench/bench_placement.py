@@ -160,7 +160,8 @@ async def run(sizes: data.Sizes, rounds: int, *, service: bool = True, out: Path
     with servers() as (nats_url, pg_url):
         base = dict(nats_url=nats_url, database_url=pg_url, subject_prefix=PREFIX)
         settings = QueueSettings.from_env(env={}, **base)
-        pool = await db.create_pool(pg_url, max_size=4)
+        # The pool as the queue service opens it (Runtime.open): connections returned without asyncpg's reset.
+        pool = await db.create_pool(pg_url, max_size=4, reset=db.rollback_only)
         await db.migrate(pool, store.SCHEMA, "services.queue")
         async with pool.acquire() as conn:
             now = await conn.fetchval("SELECT clock_timestamp()")
