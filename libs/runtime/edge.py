@@ -362,10 +362,8 @@ def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
 
 
 def _deliveries(m: Msg) -> int:
-    """How many times JetStream has delivered ``m`` (1 for a message that is not JetStream's). Read straight from
-    the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>...``, or with ``<domain>.<account hash>`` after
-    ``ACK``), the token nats-py's ``metadata`` reads too: checked for every message of every batch, and
-    ``metadata`` also builds a datetime and two objects a message (about a twentieth of a consumer's time)."""
+    """JetStream's delivery count of ``m`` (1 if not JetStream's), read from its ack subject as nats-py's
+    ``metadata`` reads it, without building the rest of ``metadata`` (checked for every message)."""
     tokens = (m.reply or "").split(".")
     if tokens[0] != "$JS" or len(tokens) < 2 or tokens[1] != "ACK" or not (len(tokens) == 9 or len(tokens) >= 11):
         return 1
