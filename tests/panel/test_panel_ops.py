@@ -130,6 +130,12 @@ def test_executor_rows_show_stuck_and_no_signal_like_their_jobs(stack, chromium,
     badge.focus()
     tip = hung_row.get_by_role("tooltip")
     assert tip.is_visible() and re.fullmatch(r"Passo parado há \d+ s \(limite \d+ s\)", tip.inner_text())
+    # A live refresh replaces the rows (an age on them has changed a second later): the focused badge keeps the
+    # keyboard focus, so its tooltip stays up instead of vanishing under a keyboard user every second.
+    page.wait_for_timeout(1100)
+    page.evaluate("() => new Promise(done => { TetoPanel.on('fragment', () => done()); TetoPanel.emit('signal', {}); })")
+    assert page.evaluate("() => document.activeElement.classList.contains('signal-stuck')")
+    assert hung_row.get_by_role("tooltip").is_visible()
     assert hung_row.get_by_role("link", name=hung).count() == 1
     eventually(lambda: "Sem sinal" in row.inner_text(), 60, "the killed executor's row to say Sem sinal")
     assert words(row.locator(".badge.alert")).startswith("✕ Sem sinal")

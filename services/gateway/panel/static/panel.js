@@ -37,8 +37,29 @@
 
   /* Server-rendered fragments (escaped by the server) swapped in when the feed says they changed:
      at most one refresh a second per fragment. */
+  // A refresh replaces the fragment's elements: the one that had the keyboard focus (a badge showing its
+  // tooltip, a button) gets it back when the new fragment has an element of the same kind at the same place.
+  function pathTo(root, el) {
+    var path = [];
+    if (!el || el === root || !root.contains(el)) { return null; }
+    for (; el !== root; el = el.parentElement) {
+      path.unshift([Array.prototype.indexOf.call(el.parentElement.children, el), el.tagName, el.className]);
+    }
+    return path;
+  }
+
+  function refocus(root, path) {
+    if (!path) { return; }
+    var el = root;
+    for (var i = 0; i < path.length; i++) {
+      el = el.children[path[i][0]];
+      if (!el || el.tagName !== path[i][1]) { return; }
+    }
+    if (el.className === path[path.length - 1][2] && typeof el.focus === "function") { el.focus(); }
+  }
+
   function refresher(element) {
-    var timer = null, last = 0, busy = false;
+    var timer = null, last = 0, busy = false, shown = null;
     return function () {
       if (timer) { return; }
       var wait = Math.max(0, 1000 - (Date.now() - last));
@@ -49,7 +70,12 @@
         fetch(element.getAttribute("data-fragment"), {credentials: "same-origin"})
           .then(function (r) { return r.ok ? r.text() : null; })
           .then(function (html) {
-            if (html !== null) { element.innerHTML = html; emit("fragment", {element: element}); }
+            if (html === null || html === shown) { return; }  // nothing changed: nothing replaced
+            var path = pathTo(element, document.activeElement);
+            element.innerHTML = html;
+            shown = html;
+            refocus(element, path);
+            emit("fragment", {element: element});
           })
           .finally(function () { busy = false; });
       }, wait);
