@@ -402,7 +402,9 @@ class Agent:
         grant = run.grant
         if run.child is None:
             error = launch.cannot_start(grant, exc)
-            log.error("job %s epoch %d: %s", grant.job_id, grant.epoch, error)
+            # the traceback too when the reason is not one the launch itself gave (a bug, not bad input)
+            log.error("job %s epoch %d: %s", grant.job_id, grant.epoch, error,
+                      exc_info=None if isinstance(exc, launch.CannotStart) else exc)
         else:
             log.exception("job %s epoch %d: the executor failed while serving the run", grant.job_id, grant.epoch)
             await run.child.stop(self.settings.abandon_grace_seconds)

@@ -51,14 +51,16 @@ if sys.platform.startswith("linux"):
 
 
 def _enlarge(pipe: Any) -> None:
-    """Grow a pipe's kernel buffer (Linux; best effort): the process writes on while the agent is busy."""
+    """Grow a pipe's kernel buffer (Linux; best effort): the process writes on while the agent is busy. A
+    process that exits at once (``true``) may have had its pipe read to the end and closed already, on a busy
+    machine, before its start returns: nothing to grow then (its ``fileno()`` is a ValueError)."""
     transport = getattr(pipe, "_transport", None)
-    fd = transport.get_extra_info("pipe").fileno() if transport is not None else None
-    if fd is not None:
-        with contextlib.suppress(OSError, ValueError):
-            import fcntl
+    if transport is None or transport.is_closing():
+        return
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        import fcntl
 
-            fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+        fcntl.fcntl(transport.get_extra_info("pipe").fileno(), F_SETPIPE_SZ, PIPE_BYTES)
 
 
 def _die_with_parent(parent_pid: int) -> Callable[[], None]:

@@ -71,3 +71,28 @@ def test_the_guard_reads_its_options_then_the_command(argv, parsed):
 def test_the_guard_refuses_options_it_cannot_read(argv):
     with pytest.raises(ValueError):
         guard.parse(argv)
+
+
+def test_growing_the_pipe_of_a_process_that_already_ended_is_no_error():
+    """CI once failed a trivial job with "cannot start '/usr/bin/true': ValueError: I/O operation on closed
+    file": on a busy machine ``true`` had exited and its output pipe had been read to the end and closed before
+    the start returned, and growing that pipe's buffer asked a closed file for its descriptor."""
+    import asyncio
+    import os
+
+    from agents.executor.runner import _enlarge
+
+    async def scenario() -> bool:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                    os.fdopen(read_fd, "rb", buffering=0))
+        os.close(write_fd)
+        assert await reader.read() == b""  # the end read; the transport closes its pipe
+        await asyncio.sleep(0)
+        closed = transport.get_extra_info("pipe").closed
+        _enlarge(reader)
+        return closed
+
+    assert asyncio.run(scenario())  # the case really arose (the pipe's file closed), and nothing was raised
