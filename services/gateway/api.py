@@ -140,7 +140,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         permission = route_permission(route) if isinstance(route, APIRoute) else None
         if permission is not None:
             try:
-                require(permission)(request)
+                require(permission).check(request)
             except AuthError as denied:
                 return await on_auth_error(request, denied)
         reason, items = describe_errors(errors)

@@ -273,7 +273,12 @@ class require:  # noqa: N801 - reads as a declaration on the route: Depends(requ
     def __init__(self, permission: Permission) -> None:
         self.permission = Permission(permission)
 
-    def __call__(self, request: Request) -> Principal:
+    async def __call__(self, request: Request) -> Principal:
+        # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop on every request for
+        # what is a dictionary lookup and a hash (docs/performance.md, item 2)
+        return self.check(request)
+
+    def check(self, request: Request) -> Principal:
         principal = authenticate(request)
         if not principal.can(self.permission):
             raise AuthError(403, f"role {principal.role.value!r} lacks permission {self.permission.value!r}",

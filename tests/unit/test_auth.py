@@ -371,3 +371,28 @@ def test_dead_letters_are_listed_for_operators_and_a_replay_is_recorded_with_the
     assert app.state.dead_letters.replayed == [1]
     (rec,) = [o for o in commands.recorded if o.kind == "dead_letter_replay"]
     assert rec.detail["actor"] == Role.OPERATOR.value and rec.detail["seq"] == 1
+
+
+def test_the_token_check_runs_on_the_event_loop_not_in_a_thread_pool(gateway, monkeypatch):
+    """A plain ``def`` dependency is run by FastAPI in its thread pool: a thread hop on every request for a
+    dictionary lookup and a hash (a twentieth of the gateway's busy time in a submit profile)."""
+    import asyncio
+
+    _, client, tokens, _ = gateway
+    on_loop: list[bool] = []
+    real = auth.authenticate
+
+    def watched(request):
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:  # a worker thread has no running loop
+            on_loop.append(False)
+        return real(request)
+
+    monkeypatch.setattr(auth, "authenticate", watched)
+    headers = {"Authorization": f"Bearer {tokens[Role.ADMIN][1]}"}
+    assert client.get("/v1/jobs/j1", headers=headers).status_code == 200
+    assert client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers=headers).status_code < 300
+    assert client.get("/jobs", headers=headers).status_code == 200  # a panel page (signed_in)
+    assert on_loop and all(on_loop), on_loop

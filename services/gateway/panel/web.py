@@ -64,9 +64,9 @@ class signed_in:  # noqa: N801 - a declaration on the route, like auth.require
     """Page dependency: the principal holding ``permission``; else sign-in redirect (401) or 403 page."""
 
     def __init__(self, permission: Permission = Permission.READ) -> None:
-        self.check = require(permission)
+        self.check = require(permission).check
 
-    def __call__(self, request: Request) -> Principal:
+    async def __call__(self, request: Request) -> Principal:
         try:
             return self.check(request)
         except AuthError as exc:
