@@ -113,6 +113,7 @@ class OutboxRelay:
         self.published = 0
         self.quarantined = 0
         self.ack_timeout = 15.0
+        self.fetched = 0  # rows the last batch read
         self._pipe: AckPipe | None = None
         self._wake = asyncio.Event()
 
@@ -131,6 +132,7 @@ class OutboxRelay:
             " WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY id LIMIT $1",
             self.batch,
         )
+        self.fetched = len(rows)
         done: list[int] = []
         try:
             for wave in waves(rows, _subject):
@@ -192,15 +194,19 @@ class OutboxRelay:
                 log.warning("outbox %s: dead letter for row %s not published: %r", self.schema, row["id"], exc)
 
     async def run(self, idle_wait: float = 0.1) -> None:
+        """Relay until cancelled. A batch smaller than the limit was all there was when it was read, so the relay
+        then waits for a kick (or ``idle_wait``) instead of reading again at once: one statement fewer a commit.
+        The kick is cleared before each read, so a commit landing after the read wakes the wait at once."""
         while True:
+            self._wake.clear()
             try:
-                n = await self.relay_once()
+                await self.relay_once()
+                more = self.fetched >= self.batch
             except (OSError, asyncpg.PostgresError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001
                 log.warning("outbox relay %s: %s; retrying", self.schema, exc)
-                n = 0
+                more = False
                 await asyncio.sleep(1.0)
-            if n == 0:
-                self._wake.clear()
+            if not more:
                 try:
                     await asyncio.wait_for(self._wake.wait(), idle_wait)
                 except TimeoutError:

@@ -5,6 +5,9 @@ rest once, in order (JetStream drops what it already stored by the message id)."
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NoStreamResponseError
@@ -108,3 +111,61 @@ async def test_a_failure_in_the_middle_of_a_batch_publishes_the_rest_once_in_ord
         assert pipe.waiting == 0
     finally:
         await rt.close()
+
+
+class _CountingPool:
+    """The relay's pool, counting its reads and writes (the relay uses the pool's own fetch and execute)."""
+
+    def __init__(self, pool) -> None:
+        self._pool, self.fetches, self.executes = pool, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+    async def fetch(self, *args, **kw):
+        self.fetches += 1
+        return await self._pool.fetch(*args, **kw)
+
+    async def execute(self, *args, **kw):
+        self.executes += 1
+        return await self._pool.execute(*args, **kw)
+
+
+async def test_the_running_relay_reads_once_a_kick_when_the_batch_was_not_full_and_misses_no_commit(env):
+    rt = await _open(env)
+    pool = _CountingPool(rt.pool)
+    relay = outbox.OutboxRelay(pool, "tq", rt.js, batch=3)
+    task = asyncio.create_task(relay.run(idle_wait=60.0))  # no poll in this test: only kicks wake it
+    try:
+        s = rt.subjects
+        await _until(lambda: pool.fetches == 1)  # its first look: nothing
+        msgs = _msgs(7)
+
+        async def commit(items) -> None:
+            async with rt.pool.acquire() as conn, conn.transaction():
+                await outbox.add(conn, "tq", items)
+            relay.kick()
+
+        await commit([(s.job_event(f"a{i}", "queued"), m) for i, m in enumerate(msgs[:2])])
+        await _until(lambda: relay.published == 2)
+        await asyncio.sleep(0.2)
+        assert pool.fetches == 2 and pool.executes == 1  # one read, one mark; no second read of nothing
+        # a full batch is read again at once (there may be more), the rest waits for nothing
+        await commit([(s.job_event(f"b{i}", "queued"), m) for i, m in enumerate(msgs[2:])])
+        await _until(lambda: relay.published == 7)
+        await asyncio.sleep(0.2)
+        assert pool.fetches == 4 and pool.executes == 3  # 3 rows (full), then 2 (not full)
+        ids = [m.id for m in msgs]
+        assert await _stream_order(rt, f"{s.prefix}.job.>", 7) == ids
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await rt.close()
+
+
+async def _until(check, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)
