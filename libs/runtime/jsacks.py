@@ -73,7 +73,8 @@ class AckPipe:
         else:
             future.set_result(result)
 
-    async def send(self, subject: str, payload: bytes, headers: dict[str, str] | None) -> asyncio.Future[dict[str, Any]]:
+    async def send(self, subject: str, payload: bytes,
+                   headers: dict[str, str] | None) -> asyncio.Future[dict[str, Any]]:
         """Write one message (buffered by the client, in order) and return the future of its acknowledgement.
         Raises what the client raises before anything is sent (``MaxPayloadError``, a closed connection)."""
         prefix = await self._inbox()

@@ -78,7 +78,8 @@ async def test_a_batch_applies_each_jobs_reports_in_order_in_one_transaction(env
         assert [(r["job_id"], r["step"]) for r in steps] == [("job-0", 10), ("job-1", 10)]  # not the forged one
         # each job's events went to the outbox in its order
         subjects = [r["subject"] for r in await runtime.pool.fetch(
-            "SELECT subject FROM queue.outbox WHERE subject LIKE $1 ORDER BY id", f"{settings.subject_prefix}.job.job-0.%")]
+            "SELECT subject FROM queue.outbox WHERE subject LIKE $1 ORDER BY id",
+            f"{settings.subject_prefix}.job.job-0.%")]
         assert [s.rsplit(".", 1)[1] for s in subjects] == ["submitted", "leased", "started", "checkpointed",
                                                            "succeeded"]
         # a redelivered batch changes nothing (every fact is old news now)
