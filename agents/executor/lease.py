@@ -92,7 +92,13 @@ class LeaseKeeper:
         return None
 
     async def watch(self) -> LeaseLost:
-        """Renew every heartbeat until the lease is refused or contact is lost; returns why."""
+        """Renew every heartbeat until the lease is refused or contact is lost; returns why. After ``acquire``
+        the first renewal is a heartbeat after the acquiring one, not at once: a renewal a moment after another
+        tells the queue nothing (two bus messages and a queue transaction per job, issue 12 item 1)."""
+        if self.renewals:
+            now = time.monotonic()
+            await asyncio.sleep(max(0.0, min(self.contact.last_contact + self.heartbeat_seconds - now,
+                                             self.contact.remaining(now))))
         while True:
             sent_at = time.monotonic()
             budget = self.contact.remaining(sent_at)

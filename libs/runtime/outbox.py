@@ -1,9 +1,13 @@
 """The transactional outbox: events are written in the same transaction as the state they describe, and a
-relay publishes them to JetStream in insertion order with their message id.
+relay publishes them to JetStream in insertion order with their message id, a batch at a time with the
+acknowledgements awaited together (``jsacks``; which rows may be in flight together: ``outbox_order``).
 
 A crash between the commit and the publish loses nothing (the row is still unpublished); a crash between the
 publish and marking the row published publishes it again with the same ``Nats-Msg-Id``, which JetStream drops
-as a duplicate. So every event is published once, in order, per service.
+as a duplicate. So every event is published once, in order, per service. With publishes in flight together, a
+failure in the middle of a wave (a connection lost, a stream unavailable) can let rows after the failed one be
+stored before it is retried: never a row about the same job, executor or node (no wave holds two), so only
+the order between different ones' events can change, and only after such a failure.
 
 A row the bus can never accept (over the server's max payload, say) is quarantined with its reason instead of
 being retried forever in front of every row behind it: the relay marks it, publishes a dead letter, hands it to
@@ -16,6 +20,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import asyncpg
 from nats.errors import MaxPayloadError
@@ -26,6 +31,8 @@ from libs.contracts.dead import DeadCause, DeadLetter, dead_letter
 from libs.contracts.envelope import Envelope
 
 from .bus import trace_headers
+from .jsacks import AckPipe
+from .outbox_order import waves
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +95,10 @@ async def add_rows(conn: asyncpg.Connection, schema: str, rows: list[OutboxRow])
     return len(rows)
 
 
+def _subject(row: asyncpg.Record) -> str:
+    return row["subject"]
+
+
 class OutboxRelay:
     """Publishes unpublished rows in id order. Run it under a SingletonLoop so one replica relays."""
 
@@ -101,6 +112,9 @@ class OutboxRelay:
         self.bury = bury
         self.published = 0
         self.quarantined = 0
+        self.ack_timeout = 15.0
+        self.fetched = 0  # rows the last batch read
+        self._pipe: AckPipe | None = None
         self._wake = asyncio.Event()
 
     def kick(self) -> None:
@@ -108,24 +122,21 @@ class OutboxRelay:
         self._wake.set()
 
     async def relay_once(self) -> int:
+        """Publish one batch of unpublished rows in id order, a wave at a time (``outbox_order``): every row of a
+        wave is sent before any acknowledgement is awaited. Rows are marked published only once acknowledged,
+        also when a later one failed; the first transient failure ends the batch (raised, retried from the
+        first unpublished row with the same ``Nats-Msg-Id``, so what was stored but not marked is dropped by
+        JetStream as a duplicate)."""
         rows = await self.pool.fetch(
             f'SELECT id, msg_id, subject, payload, headers FROM "{self.schema}".outbox'
             " WHERE published_at IS NULL AND quarantined_at IS NULL ORDER BY id LIMIT $1",
             self.batch,
         )
+        self.fetched = len(rows)
         done: list[int] = []
         try:
-            for row in rows:
-                headers = json.loads(row["headers"]) if row["headers"] else {}
-                headers["Nats-Msg-Id"] = row["msg_id"]
-                try:
-                    await self.js.publish(row["subject"], bytes(row["payload"]), headers=headers, timeout=15.0)
-                except Exception as exc:
-                    if not unpublishable(exc):
-                        raise  # transient: the same row first on the next try, so order holds
-                    await self.quarantine(row, headers, f"the bus refused it: {type(exc).__name__}: {exc}")
-                    continue
-                done.append(row["id"])
+            for wave in waves(rows, _subject):
+                await self._publish_wave(wave, done)
         finally:
             # Mark what was acknowledged even when a later publish failed, so order holds on the retry.
             if done:
@@ -134,6 +145,34 @@ class OutboxRelay:
                 )
                 self.published += len(done)
         return len(done)
+
+    async def _publish_wave(self, wave: list[asyncpg.Record], done: list[int]) -> None:
+        """Send every row of the wave, then await their acknowledgements; the acknowledged rows' ids go to
+        ``done``, a row the bus can never take is quarantined, and the first other failure is raised."""
+        if self._pipe is None:
+            self._pipe = AckPipe(self.js)
+        sent: list[tuple[asyncpg.Record, dict[str, str], asyncio.Future[Any]]] = []
+        failure: BaseException | None = None
+        for row in wave:
+            headers = json.loads(row["headers"]) if row["headers"] else {}
+            headers["Nats-Msg-Id"] = row["msg_id"]
+            try:
+                sent.append((row, headers, await self._pipe.send(row["subject"], bytes(row["payload"]), headers)))
+            except Exception as exc:
+                if not unpublishable(exc):
+                    failure = exc  # nothing after it is sent: its key's order holds on the retry
+                    break
+                await self.quarantine(row, headers, f"the bus refused it: {type(exc).__name__}: {exc}")
+        outcomes = await self._pipe.settle([future for _, _, future in sent], self.ack_timeout)
+        for (row, headers, _), exc in zip(sent, outcomes):
+            if exc is None:
+                done.append(row["id"])
+            elif unpublishable(exc):
+                await self.quarantine(row, headers, f"the bus refused it: {type(exc).__name__}: {exc}")
+            elif failure is None:
+                failure = exc
+        if failure is not None:
+            raise failure
 
     async def quarantine(self, row: asyncpg.Record, headers: dict[str, str], reason: str) -> None:
         """Set the row aside for good (with its reason), tell the service, and leave a dead letter."""
@@ -155,15 +194,19 @@ class OutboxRelay:
                 log.warning("outbox %s: dead letter for row %s not published: %r", self.schema, row["id"], exc)
 
     async def run(self, idle_wait: float = 0.1) -> None:
+        """Relay until cancelled. A batch smaller than the limit was all there was when it was read, so the relay
+        then waits for a kick (or ``idle_wait``) instead of reading again at once: one statement fewer a commit.
+        The kick is cleared before each read, so a commit landing after the read wakes the wait at once."""
         while True:
+            self._wake.clear()
             try:
-                n = await self.relay_once()
+                await self.relay_once()
+                more = self.fetched >= self.batch
             except (OSError, asyncpg.PostgresError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001
                 log.warning("outbox relay %s: %s; retrying", self.schema, exc)
-                n = 0
+                more = False
                 await asyncio.sleep(1.0)
-            if n == 0:
-                self._wake.clear()
+            if not more:
                 try:
                     await asyncio.wait_for(self._wake.wait(), idle_wait)
                 except TimeoutError:

@@ -4,8 +4,10 @@ answered by any replica). What happens to a malformed, failing or poison message
 (libs/runtime/edge.py); these declarations say only what to read and whom to hand it to.
 
 Submits are decided a fetched batch per transaction (``submits``; a batch that fails is applied one message at a
-time by the edge); cancel and requeue one command per transaction. Progress is applied one message at a time in arrival order inside each batch, so a job's reports keep their
-order (a checkpoint before the finish that follows it).
+time by the edge); cancel and requeue one command per transaction. Run reports (started, steps, checkpoints,
+finished) are applied a fetched batch per transaction too (``Runs.progress_all``), each in arrival order, so a
+job's reports keep their order (a checkpoint before the finish that follows it); a batch that fails is applied
+one report at a time by the edge.
 """
 
 from __future__ import annotations
@@ -56,11 +58,7 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
                         on_malformed=malformed)
 
     async def on_progress(reports: list[ProgressBase]) -> None:
-        for report in reports:  # a traced run's reports continue its trace (the job events they cause too)
-            kind = getattr(report, "kind", "report")
-            with tracing.continued(tracing.of(report), f"queue progress {kind}", new_trace=False,
-                                   job_id=report.job_id, epoch=report.epoch):
-                await runs.progress(report)
+        await runs.progress_all(reports)  # one transaction, each report in its run's trace and in order
 
     async def on_budget(events: list[BudgetEvent]) -> None:
         for event in events:

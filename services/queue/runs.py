@@ -6,7 +6,9 @@ executors' last-seen times are on the database's clock (``store.db_now``), never
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
 
 from libs.contracts.budget import BudgetEvent, BudgetEventKind
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
@@ -22,7 +24,7 @@ from libs.contracts.telemetry import (
     StepReport,
     WorkerReady,
 )
-from libs.runtime import metrics
+from libs.runtime import metrics, tracing
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
 from libs.runtime import wake
@@ -31,7 +33,7 @@ from libs.runtime.unit import Units
 from . import store
 from .domain import lifecycle as lc
 from .domain.wakes import PLACEMENT, offers_an_executor
-from .effects import apply
+from .effects import apply, messages_for
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,18 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
     raise TypeError(f"not a progress message: {type(msg).__name__}")
 
 
+def decide_report(job: lc.Job | None, msg: ProgressBase, now: datetime) -> lc.Transition | lc.Refusal:
+    """What a run report does to its job: refused unless its executor holds the run it reports on, else the
+    lifecycle's decision on the fact it states (``effects.apply`` without the I/O)."""
+    refusal = lc.from_holder(job, msg.executor_id, msg.epoch)
+    return refusal if refusal is not None else lc.decide(job, fact_of(msg), now)
+
+
+def _report_span(msg: ProgressBase) -> AbstractContextManager[object]:
+    return tracing.continued(tracing.of(msg), f"queue progress {getattr(msg, 'kind', 'report')}", new_trace=False,
+                             job_id=msg.job_id, epoch=msg.epoch)
+
+
 class Runs:
     def __init__(self, runtime: Runtime, settings: QueueSettings, units: Units | None = None) -> None:
         self.runtime = runtime
@@ -67,15 +81,44 @@ class Runs:
         return self.units.counter
 
     async def progress(self, msg: ProgressBase) -> lc.Transition | lc.Refusal:
+        """One run report in its own transaction (a batch of one)."""
+        return (await self.progress_all([msg]))[0]
+
+    async def progress_all(self, reports: Sequence[ProgressBase]) -> list[lc.Transition | lc.Refusal]:
+        """A fetched batch of run reports in one transaction, each decided in arrival order against its job as
+        the reports before it left it (a job's reports keep their order: a checkpoint before the finish that
+        follows it). Statements per batch, not per report: the jobs read and locked in one (in id order, so two
+        batches never wait on each other in a cycle), the changed jobs, their events and outbox rows in three
+        pipelined ones (``store.write_staged``), the accepted steps in one. What follows a commit (a forgery
+        refused visibly, a warning) follows it for each report in turn."""
         now = self.runtime.clock.now()
+        results: list[lc.Transition | lc.Refusal] = []
         async with self.units.begin() as unit:
-            result = await apply(unit.conn, self.settings, msg.job_id, fact_of(msg), now, reporter=msg.executor_id)
-            if isinstance(msg, StepReport) and isinstance(result, lc.Transition) and result.ignored is None:
-                await store.record_step(unit.conn, msg)  # the history of what the lifecycle accepted
-            if isinstance(result, lc.Transition) and result.stale:
-                await store.note_stale(unit.conn, unit.stale(StaleEpoch(
-                    msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
-        if isinstance(result, lc.ForeignReport):  # a forgery: refused visibly (audited)
+            jobs = await store.load_jobs(unit.conn, sorted({r.job_id for r in reports}), lock=True)
+            staged: list[store.Staged] = []
+            steps: list[StepReport] = []
+            for msg in reports:
+                with _report_span(msg):  # the job events it causes continue the run's trace
+                    result = decide_report(jobs.get(msg.job_id), msg, now)
+                    if isinstance(result, lc.Transition) and result.changed:
+                        staged.append(store.stage(self.settings.subjects, result, now,
+                                                  messages_for(result.job, result, self.settings)))
+                        jobs[msg.job_id] = staged[-1].job
+                        if isinstance(msg, StepReport):
+                            steps.append(msg)  # the history of what the lifecycle accepted
+                results.append(result)
+                if isinstance(result, lc.Transition) and result.stale:
+                    await store.note_stale(unit.conn, unit.stale(StaleEpoch(
+                        msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
+            await store.write_staged(unit.conn, self.settings.subjects, staged)
+            await store.record_steps(unit.conn, steps)
+        for msg, result in zip(reports, results):
+            await self._reported(msg, result)
+        return results
+
+    async def _reported(self, msg: ProgressBase, result: lc.Transition | lc.Refusal) -> None:
+        """What follows a report's commit: a forgery refused visibly (audited), a refusal or hand-back logged."""
+        if isinstance(result, lc.ForeignReport):
             await self.runtime.reject(self.runtime.subjects.progress(msg.job_id, msg.executor_id), msg.encode(),
                                       f"{result.reason}: {result.detail}")
         elif isinstance(result, lc.Refusal):
@@ -84,7 +127,6 @@ class Runs:
             self.handed_back += 1
             log.warning("executor %s handed job %s back unstarted (%d so far): %s", msg.executor_id, msg.job_id,
                         self.handed_back, msg.error)
-        return result
 
     async def renew(self, req: LeaseRenewRequest) -> LeaseRenewReply:
         """ok only for the executor holding the job's current lease while it runs; the expiry is written before

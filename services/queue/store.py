@@ -145,11 +145,13 @@ async def write(conn: asyncpg.Connection, subjects: Subjects, transition: Transi
 
 async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged], *,
                        new: bool = False) -> None:
-    """Store staged transitions (distinct jobs) in three pipelined statements whatever their number: the jobs,
-    their events, their outbox rows in the order staged (each job's events before its messages, as ``write``)."""
+    """Store staged transitions in three pipelined statements whatever their number: the jobs (a job staged
+    twice, as by two reports of one batch, written once as last staged), their events, their outbox rows in the
+    order staged (each job's events before its messages, as ``write``)."""
     if not staged:
         return
-    await conn.executemany(_INSERT_JOB if new else _UPSERT_JOB, [_job_values(s.job) for s in staged])
+    last = {s.job.id: s.job for s in staged}
+    await conn.executemany(_INSERT_JOB if new else _UPSERT_JOB, [_job_values(job) for job in last.values()])
     await _write_events(conn, subjects, staged)
 
 
@@ -416,15 +418,10 @@ async def running_gangs_of(conn: asyncpg.Connection, executor_id: str) -> list[s
     return [r["id"] for r in rows]
 
 
-async def record_step(conn: asyncpg.Connection, report: StepReport) -> None:
-    """One accepted step report into the job's step history (a redelivery is stored once)."""
-    await conn.execute(
-        "INSERT INTO queue.job_steps (job_id, epoch, step, loss, step_seconds, metrics, time)"
-        " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7) ON CONFLICT DO NOTHING",
-        report.job_id, report.epoch, report.step, report.loss, report.step_seconds, json.dumps(report.metrics),
-        report.time)
-
-
-async def jobs_by_state(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
-    rows = await conn.fetch(f"SELECT state, count(*) AS n FROM {T}.jobs GROUP BY state")
-    return {r["state"]: r["n"] for r in rows}
+async def record_steps(conn: asyncpg.Connection, reports: Sequence[StepReport]) -> None:
+    """Accepted step reports into their jobs' step history, one pipelined statement (a redelivery stored once)."""
+    if reports:
+        await conn.executemany(
+            "INSERT INTO queue.job_steps (job_id, epoch, step, loss, step_seconds, metrics, time)"
+            " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7) ON CONFLICT DO NOTHING",
+            [(r.job_id, r.epoch, r.step, r.loss, r.step_seconds, json.dumps(r.metrics), r.time) for r in reports])
