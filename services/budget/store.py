@@ -83,9 +83,11 @@ def charges_of(reports: list[UsageReport]) -> list[Charge]:
 
 
 def utc(at: datetime | None) -> str | None:
-    """A time as PostgreSQL reads a ``timestamptz`` from JSON, converted as asyncpg converts one (a naive time
-    is the machine's local time)."""
-    return None if at is None else at.astimezone(UTC).isoformat()
+    """A time as PostgreSQL reads a ``timestamptz`` from JSON: with its offset, or, naive, converted as asyncpg
+    converts one (the machine's local time)."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.astimezone(UTC)).isoformat()
 
 
 # A batch's rows travel as one JSON parameter, unpacked by PostgreSQL, rather than one array per column: asyncpg

@@ -8,7 +8,7 @@ service did before), and charging the same deliveries one record per transaction
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import asyncpg
 import pytest
@@ -32,7 +32,8 @@ def deliveries(rng: random.Random, n: int) -> list[Charge]:
         job, ex, epoch, seq = rng.choice(JOBS), rng.choice(["ex1", "ex2"]), rng.randint(1, 3), rng.randint(1, 8)
         devices = 1 + (seq % 3)  # the figures follow from the identity: a redelivery is identical
         wall = 0.25 * (seq + epoch) + 1 / 3  # not exact in binary: proves the float round trip
-        start = T0 + timedelta(seconds=seq * 30, microseconds=123_457 * epoch)
+        start = (T0 + timedelta(seconds=seq * 30, microseconds=123_457 * epoch)).astimezone(
+            timezone(timedelta(hours=epoch - 2)))  # any offset: the instant is what lands
         c = Charge(job, ex, epoch, seq, devices, wall, start, start + timedelta(seconds=wall), rng.random() < 0.2)
         if rng.random() < 0.1:
             c = Charge(c.job_id, c.executor_id, c.epoch, c.seq, c.devices + 1, c.wall_seconds)  # conflicting
