@@ -44,18 +44,30 @@ class Effects:
     overshoot: float = 0.0  # growth of the jobs' overshoot (charged past a ceiling)
 
 
-def ids_param(job_ids: list[str]) -> str:
-    """Job ids, each once and sorted (the lock order), as one JSON parameter (see ``_LEDGER_ROWS``)."""
-    return json.dumps(sorted(set(job_ids)))
+_LOCK_JOBS = ("SELECT * FROM budget.jobs WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text($1::json)))"
+              " ORDER BY job_id FOR UPDATE")
+
+
+async def locked(conn: asyncpg.Connection, job_ids: list[str], select: str) -> dict[str, asyncpg.Record]:
+    """The jobs' rows, locked in id order by ``select`` (``$1``: the ids as JSON), in id order; a job not known
+    yet is created first. Known jobs (nearly every batch) take one statement. Unknown ones are then inserted in id
+    order and locked by a second read, which also sees a row another replica created meanwhile: every
+    transaction locks the rows that exist in id order before it inserts any, and inserts in id order, so two
+    replicas never wait on each other in a cycle."""
+    ordered = sorted(set(job_ids))  # the lock order; one JSON parameter (see ``_LEDGER_ROWS``)
+    rows = {r["job_id"]: r for r in await conn.fetch(select, json.dumps(ordered))}
+    missing = [j for j in ordered if j not in rows]
+    if missing:
+        more = json.dumps(missing)
+        await conn.execute("INSERT INTO budget.jobs (job_id) SELECT json_array_elements_text($1::json)"
+                           " ON CONFLICT DO NOTHING", more)
+        rows.update((r["job_id"], r) for r in await conn.fetch(select, more))
+        rows = dict(sorted(rows.items()))
+    return rows
 
 
 async def lock_jobs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, asyncpg.Record]:
-    ids = ids_param(job_ids)
-    await conn.execute("INSERT INTO budget.jobs (job_id) SELECT json_array_elements_text($1::json)"
-                       " ON CONFLICT DO NOTHING", ids)
-    rows = await conn.fetch("SELECT * FROM budget.jobs WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text("
-                            "$1::json))) ORDER BY job_id FOR UPDATE", ids)
-    return {r["job_id"]: r for r in rows}
+    return await locked(conn, job_ids, _LOCK_JOBS)
 
 
 def account_of(row: asyncpg.Record) -> Account:
@@ -96,7 +108,7 @@ def utc(at: datetime | None) -> str | None:
 _LEDGER_ROWS = """(SELECT r->>0 AS job_id, (r->>1)::int AS epoch, r->>2 AS executor_id, (r->>3)::int AS seq,
                           (r->>4)::int AS devices, (r->>5)::float8 AS wall_seconds, (r->>6)::float8 AS gpu_seconds,
                           (r->>7)::timestamptz AS started_at, (r->>8)::timestamptz AS ended_at, (r->>9)::bool AS last
-                   FROM json_array_elements($1::json) AS r)"""
+                   FROM jsonb_array_elements($1::jsonb) AS r)"""
 
 
 def _ledger_rows(batch: list[Charge]) -> str:
@@ -170,7 +182,7 @@ async def _save_charged(conn: asyncpg.Connection, decisions: dict[str, Decision]
                   epoch = GREATEST(j.epoch, u.epoch), updated_at = now()
            FROM (SELECT r->>0 AS job_id, (r->>1)::float8 AS ceiling, (r->>2)::float8 AS consumed,
                         (r->>3)::float8 AS exhausted_for, (r->>4)::float8 AS overshoot, (r->>5)::int AS epoch
-                 FROM json_array_elements($1::json) AS r) AS u
+                 FROM jsonb_array_elements($1::jsonb) AS r) AS u
            WHERE j.job_id = u.job_id""", accounts)
 
 
