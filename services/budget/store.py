@@ -91,7 +91,9 @@ def charge_of(executor_id: str, record: UsageRecord | UsageSample) -> Charge:
 
 
 def charges_of(reports: list[UsageReport]) -> list[Charge]:
-    return [charge_of(r.executor_id, rec) for r in reports for rec in r.records]
+    """Every record of the reports as a ledger row (``charge_of`` without its look-ups: a record has every field)."""
+    return [Charge(rec.job_id, r.executor_id, rec.epoch, rec.seq, rec.devices, rec.wall_seconds, rec.started_at,
+                   rec.ended_at, rec.last) for r in reports for rec in r.records]
 
 
 def utc(at: datetime | None) -> str | None:
