@@ -13,7 +13,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from .bounds import Id, Label, Time, bounded_text, defuse
 
@@ -46,19 +46,33 @@ class Envelope(Model):
     """Base of every message on a subject."""
 
     SCHEMA: ClassVar[str] = ""
+    # The W3C trace headers this message arrived with (set by the consumer's edge; not part of the contract). A
+    # slot, not a pydantic private attribute: those are initialised on every instance (pydantic's
+    # ``init_private_attributes``, about a twentieth of a busy consumer's CPU), and most messages carry no trace.
+    __slots__ = ("_received_trace",)
 
     schema_: Label = Field(default="", alias="schema", description="Schema name and version, e.g. teto.cmd.submit/1")
     id: Id = Field(default_factory=new_id, description="Unique message id (also the NATS de-duplication id)")
     time: Time = Field(default_factory=utcnow, description="When the message was made (UTC)")
-    # The W3C trace headers this message arrived with (set by the consumer's edge; not part of the contract).
-    _received_trace: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def note_trace(self, headers: dict[str, str]) -> None:
-        self._received_trace = dict(headers)
+        object.__setattr__(self, "_received_trace", dict(headers))
 
     @property
     def received_trace(self) -> dict[str, str]:
-        return self._received_trace
+        """The trace context noted on arrival; empty when none was (a fresh dict: never shared between messages)."""
+        return getattr(self, "_received_trace", None) or {}
+
+    def __copy__(self) -> Self:
+        """A copy (``model_copy``) keeps the trace context it arrived with, as a pydantic private attribute would."""
+        copied = super().__copy__()
+        _copy_trace(self, copied)
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        copied = super().__deepcopy__(memo)
+        _copy_trace(self, copied)
+        return copied
 
     def __eq__(self, other: object) -> bool:
         """Equal by the contract's fields: how a message travelled (its trace context) is not part of it."""
@@ -89,6 +103,12 @@ class Envelope(Model):
             return cls.model_validate_json(data)
         except ValidationError as exc:
             raise ContractError(cls.SCHEMA, describe(exc)) from None
+
+
+def _copy_trace(source: Envelope, copied: Envelope) -> None:
+    trace = getattr(source, "_received_trace", None)
+    if trace is not None:
+        object.__setattr__(copied, "_received_trace", dict(trace))
 
 
 def schema_of(data: bytes | str) -> str | None:

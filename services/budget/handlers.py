@@ -22,7 +22,7 @@ from libs.runtime.unit import Units
 from libs.runtime.edge import Consumer, Responder, from_sender
 from libs.runtime.fencing import StaleCounter
 
-from . import orgs, store
+from . import jobevents, orgs, store
 from .settings import BudgetSettings
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             await commit(lambda conn: store.record_usage(conn, charges, s))
 
     async def on_job_events(events: list[JobEvent]) -> None:
-        await commit(lambda conn: store.apply_job_events(conn, events, s))
+        await commit(lambda conn: jobevents.apply_job_events(conn, events, s))
 
     async def on_steps(reports: list[StepReport]) -> None:
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))

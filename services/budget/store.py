@@ -9,15 +9,13 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
 
 import asyncpg
-from pydantic import ValidationError
 
 from libs.contracts.budget import BudgetEvent, BudgetEventKind
 from libs.contracts.envelope import Envelope
-from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobEventKind, JobSpec
+from libs.contracts.jobs import TERMINAL_STATES
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport, UsageSample
 from libs.contracts.usage import UsageRecord, UsageReport
@@ -46,12 +44,30 @@ class Effects:
     overshoot: float = 0.0  # growth of the jobs' overshoot (charged past a ceiling)
 
 
+_LOCK_JOBS = ("SELECT * FROM budget.jobs WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text($1::json)))"
+              " ORDER BY job_id FOR UPDATE")
+
+
+async def locked(conn: asyncpg.Connection, job_ids: list[str], select: str) -> dict[str, asyncpg.Record]:
+    """The jobs' rows, locked in id order by ``select`` (``$1``: the ids as JSON), in id order; a job not known
+    yet is created first. Known jobs (nearly every batch) take one statement. Unknown ones are then inserted in id
+    order and locked by a second read, which also sees a row another replica created meanwhile: every
+    transaction locks the rows that exist in id order before it inserts any, and inserts in id order, so two
+    replicas never wait on each other in a cycle."""
+    ordered = sorted(set(job_ids))  # the lock order; one JSON parameter (see ``_LEDGER_ROWS``)
+    rows = {r["job_id"]: r for r in await conn.fetch(select, json.dumps(ordered))}
+    missing = [j for j in ordered if j not in rows]
+    if missing:
+        more = json.dumps(missing)
+        await conn.execute("INSERT INTO budget.jobs (job_id) SELECT json_array_elements_text($1::json)"
+                           " ON CONFLICT DO NOTHING", more)
+        rows.update((r["job_id"], r) for r in await conn.fetch(select, more))
+        rows = dict(sorted(rows.items()))
+    return rows
+
+
 async def lock_jobs(conn: asyncpg.Connection, job_ids: list[str]) -> dict[str, asyncpg.Record]:
-    ids = sorted(set(job_ids))
-    await conn.execute("INSERT INTO budget.jobs (job_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING", ids)
-    rows = await conn.fetch("SELECT * FROM budget.jobs WHERE job_id = ANY($1::text[]) ORDER BY job_id FOR UPDATE",
-                            ids)
-    return {r["job_id"]: r for r in rows}
+    return await locked(conn, job_ids, _LOCK_JOBS)
 
 
 def account_of(row: asyncpg.Record) -> Account:
@@ -60,26 +76,10 @@ def account_of(row: asyncpg.Record) -> Account:
                    active=row["state"] not in TERMINAL_STATES)
 
 
-def _exhausted(subjects: Subjects, job_id: str, acc: Account) -> tuple[str, BudgetEvent]:
+def exhausted_event(subjects: Subjects, job_id: str, acc: Account) -> tuple[str, BudgetEvent]:
     return subjects.budget(job_id, "exhausted"), BudgetEvent(
         job_id=job_id, event=BudgetEventKind.EXHAUSTED, ceiling_seconds=acc.ceiling, consumed_seconds=acc.consumed,
         reason=CEILING_REASON, detail={"overshoot_seconds": max(0.0, acc.consumed - acc.ceiling)})
-
-
-def _stored(acc: Account) -> tuple:
-    """The account's figures ``_save_account`` writes."""
-    return (acc.ceiling, acc.consumed, acc.exhausted_for, acc.overshoot)
-
-
-async def _save_account(conn: asyncpg.Connection, job_id: str, d: Decision, subjects: Subjects,
-                        effects: Effects) -> None:
-    acc = d.account
-    await conn.execute(
-        "UPDATE budget.jobs SET ceiling_seconds = $2, consumed_seconds = $3, exhausted_for_ceiling = $4,"
-        " overshoot_seconds = $5, updated_at = now() WHERE job_id = $1",
-        job_id, acc.ceiling, acc.consumed, acc.exhausted_for, acc.overshoot)
-    if d.exhausted:
-        effects.events.append(_exhausted(subjects, job_id, acc))
 
 
 def charge_of(executor_id: str, record: UsageRecord | UsageSample) -> Charge:
@@ -91,15 +91,37 @@ def charge_of(executor_id: str, record: UsageRecord | UsageSample) -> Charge:
 
 
 def charges_of(reports: list[UsageReport]) -> list[Charge]:
-    return [charge_of(r.executor_id, rec) for r in reports for rec in r.records]
+    """Every record of the reports as a ledger row (``charge_of`` without its look-ups: a record has every field)."""
+    return [Charge(rec.job_id, r.executor_id, rec.epoch, rec.seq, rec.devices, rec.wall_seconds, rec.started_at,
+                   rec.ended_at, rec.last) for r in reports for rec in r.records]
+
+
+def utc(at: datetime | None) -> str | None:
+    """A time as PostgreSQL reads a ``timestamptz`` from JSON: with its offset, or, naive, converted as asyncpg
+    converts one (the machine's local time)."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.astimezone(UTC)).isoformat()
+
+
+# A batch's rows travel as one JSON parameter, unpacked by PostgreSQL, rather than one array per column: asyncpg
+# checks every element of an array parameter against several abstract base classes (about 30 checks per usage
+# record, the largest Python cost of a batch after decoding it).
+_LEDGER_ROWS = """(SELECT r->>0 AS job_id, (r->>1)::int AS epoch, r->>2 AS executor_id, (r->>3)::int AS seq,
+                          (r->>4)::int AS devices, (r->>5)::float8 AS wall_seconds, (r->>6)::float8 AS gpu_seconds,
+                          (r->>7)::timestamptz AS started_at, (r->>8)::timestamptz AS ended_at, (r->>9)::bool AS last
+                   FROM jsonb_array_elements($1::jsonb) AS r)"""
+
+
+def _ledger_rows(batch: list[Charge]) -> str:
+    return json.dumps([[c.job_id, c.epoch, c.executor_id, c.seq, c.devices, c.wall_seconds, c.gpu_seconds,
+                        utc(c.started_at), utc(c.ended_at), c.last] for c in batch])
 
 
 async def _charged(conn: asyncpg.Connection, batch: list[Charge]) -> dict[tuple[str, str, int, int], Charge]:
     rows = await conn.fetch(
-        """SELECT l.job_id, l.executor_id, l.epoch, l.seq, l.devices, l.wall_seconds FROM budget.ledger l
-           JOIN unnest($1::text[], $2::text[], $3::int[], $4::int[]) AS k(job_id, executor_id, epoch, seq)
-             USING (job_id, executor_id, epoch, seq)""",
-        [c.job_id for c in batch], [c.executor_id for c in batch], [c.epoch for c in batch], [c.seq for c in batch])
+        f"""SELECT l.job_id, l.executor_id, l.epoch, l.seq, l.devices, l.wall_seconds FROM budget.ledger l
+            JOIN {_LEDGER_ROWS} AS k USING (job_id, executor_id, epoch, seq)""", _ledger_rows(batch))
     return {(r["job_id"], r["executor_id"], r["epoch"], r["seq"]): Charge(
         r["job_id"], r["executor_id"], r["epoch"], r["seq"], r["devices"], r["wall_seconds"]) for r in rows}
 
@@ -109,58 +131,61 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
 
     A record of an old lease epoch is charged too (counted in ``late``): the worker really ran. The job rows
     are locked first, so two replicas charging the same job serialise and the second sees the first's rows.
+    The batch's distinct records are inserted first (``ON CONFLICT DO NOTHING``); only when some were in the
+    ledger already (a redelivery) are those read back, and the batch is planned again against them, so the
+    counts are those of planning against the ledger first (``usage.plan_charges``) with one statement fewer.
     """
     effects = Effects()
     if not batch:
         return effects
     rows = await lock_jobs(conn, [c.job_id for c in batch])
-    plan = usage.plan_charges(batch, await _charged(conn, batch), {j: r["epoch"] for j, r in rows.items()})
+    epochs_now = {j: r["epoch"] for j, r in rows.items()}
+    plan = usage.plan_charges(batch, {}, epochs_now)
+    inserted = await conn.fetch(
+        f"""INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds,
+                                       started_at, ended_at, last)
+            SELECT * FROM {_LEDGER_ROWS} AS r
+            ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
+            RETURNING job_id, executor_id, epoch, seq, gpu_seconds""", _ledger_rows(plan.fresh)) if plan.fresh else []
+    if len(inserted) < len(plan.fresh):  # some were charged before: the figures they were charged with decide
+        added_keys = {(r["job_id"], r["executor_id"], r["epoch"], r["seq"]) for r in inserted}
+        plan = usage.plan_charges(batch, await _charged(conn, [c for c in plan.fresh if c.key not in added_keys]),
+                                  epochs_now)
     effects.late, effects.duplicates = plan.late, plan.duplicates
     for c in plan.conflicts:
         log.warning("usage record %s sent again with other figures (%s devices x %ss): the first one stays charged",
                     c.key, c.devices, c.wall_seconds)
-    fresh = plan.fresh
-    if not fresh:
-        return effects
-    inserted = await conn.fetch(
-        """INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds,
-                                      started_at, ended_at, last)
-           SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::int[], $5::int[], $6::float8[],
-                                $7::float8[], $8::timestamptz[], $9::timestamptz[], $10::bool[])
-           ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
-           RETURNING job_id, epoch, gpu_seconds""",
-        [c.job_id for c in fresh], [c.epoch for c in fresh], [c.executor_id for c in fresh], [c.seq for c in fresh],
-        [c.devices for c in fresh], [c.wall_seconds for c in fresh], [c.gpu_seconds for c in fresh],
-        [c.started_at for c in fresh], [c.ended_at for c in fresh], [c.last for c in fresh])
     effects.inserted = len(inserted)
+    if not inserted:
+        return effects
     added: dict[str, float] = {}
     epochs: dict[str, int] = {}
     for r in inserted:
         added[r["job_id"]] = added.get(r["job_id"], 0.0) + r["gpu_seconds"]
         epochs[r["job_id"]] = max(epochs.get(r["job_id"], 0), r["epoch"])
     effects.charged = sum(added.values())
-    decisions = {job_id: ledger.on_usage(account_of(rows[job_id]), added[job_id]) for job_id in sorted(added)}
+    before = {job_id: account_of(rows[job_id]) for job_id in sorted(added)}
+    decisions = {job_id: ledger.on_usage(acc, added[job_id]) for job_id, acc in before.items()}
     await _save_charged(conn, decisions, epochs)
     for job_id, d in decisions.items():
-        effects.overshoot += max(0.0, d.account.overshoot - account_of(rows[job_id]).overshoot)
+        effects.overshoot += max(0.0, d.account.overshoot - before[job_id].overshoot)
         if d.exhausted:
-            effects.events.append(_exhausted(subjects, job_id, d.account))
+            effects.events.append(exhausted_event(subjects, job_id, d.account))
     return effects
 
 
 async def _save_charged(conn: asyncpg.Connection, decisions: dict[str, Decision], epochs: dict[str, int]) -> None:
     """Every charged job's account and lease epoch in one statement (a batch touches many jobs: one round trip)."""
-    ids = list(decisions)
-    accs = [decisions[j].account for j in ids]
+    accounts = json.dumps([[j, d.account.ceiling, d.account.consumed, d.account.exhausted_for, d.account.overshoot,
+                            epochs[j]] for j, d in decisions.items()])
     await conn.execute(
         """UPDATE budget.jobs AS j SET ceiling_seconds = u.ceiling, consumed_seconds = u.consumed,
                   exhausted_for_ceiling = u.exhausted_for, overshoot_seconds = u.overshoot,
                   epoch = GREATEST(j.epoch, u.epoch), updated_at = now()
-           FROM unnest($1::text[], $2::float8[], $3::float8[], $4::float8[], $5::float8[], $6::int[])
-                AS u(job_id, ceiling, consumed, exhausted_for, overshoot, epoch)
-           WHERE j.job_id = u.job_id""",
-        ids, [a.ceiling for a in accs], [a.consumed for a in accs], [a.exhausted_for for a in accs],
-        [a.overshoot for a in accs], [epochs[j] for j in ids])
+           FROM (SELECT r->>0 AS job_id, (r->>1)::float8 AS ceiling, (r->>2)::float8 AS consumed,
+                        (r->>3)::float8 AS exhausted_for, (r->>4)::float8 AS overshoot, (r->>5)::int AS epoch
+                 FROM jsonb_array_elements($1::jsonb) AS r) AS u
+           WHERE j.job_id = u.job_id""", accounts)
 
 
 async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] | None = None) -> list[Reconciliation]:
@@ -185,7 +210,7 @@ async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] 
                            open_runs.get(r["job_id"], 0)) for r in rows]
 
 
-def _warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,
+def warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,
                    consumed: float) -> tuple[str, BudgetEvent]:
     numbers = {k: float(v) for k, v in w.as_dict().items() if isinstance(v, int | float)}
     return subjects.budget(job_id, "warning"), BudgetEvent(
@@ -193,79 +218,10 @@ def _warning_event(subjects: Subjects, job_id: str, w: FirstCheckpointWarning,
         reason=w.reason, detail=numbers)
 
 
-def _spec_of(detail: dict[str, Any]) -> JobSpec | None:
-    try:
-        return JobSpec.model_validate(detail.get("spec") or {})
-    except ValidationError as exc:
-        log.warning("submitted event without a readable spec: %s", exc)
-        return None
-
-
-async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects) -> Effects:
-    """A batch of job events: every job locked once, in id order, then each event in (job, seq) order."""
-    total = Effects()
-    await lock_jobs(conn, [ev.job_id for ev in events])
-    for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-        total.events += (await apply_job_event(conn, ev, subjects, locked=True)).events
-    return total
-
-
-async def apply_job_event(conn: asyncpg.Connection, ev: JobEvent, subjects: Subjects, *,
-                          locked: bool = False) -> Effects:
-    """One job event (``locked``: the caller holds the job's row lock already, see ``apply_job_events``)."""
-    effects = Effects()
-    if locked:
-        row = await conn.fetchrow("SELECT * FROM budget.jobs WHERE job_id = $1", ev.job_id)
-    else:
-        row = (await lock_jobs(conn, [ev.job_id]))[ev.job_id]
-    before = account_of(row)
-    decision = Decision(before, False)
-    if ev.seq > row["event_seq"]:
-        await conn.execute(
-            "UPDATE budget.jobs SET state = $2, event_seq = $3, epoch = GREATEST(epoch, $4), updated_at = now(),"
-            " running_since = CASE WHEN $5::bool THEN $6::timestamptz ELSE running_since END WHERE job_id = $1",
-            ev.job_id, str(ev.state), ev.seq, ev.epoch or 0,
-            ledger.starts_run(str(ev.state), ev.previous_state and str(ev.previous_state)), ev.time)
-        if ev.state in TERMINAL_STATES:
-            decision = Decision(ledger.on_terminal(decision.account), False)
-
-    ceiling, actor, spec = None, None, None
-    if ev.event == JobEventKind.SUBMITTED:
-        spec = _spec_of(ev.detail)
-        ceiling, actor = (spec.gpu_ceiling_seconds if spec else None), ev.detail.get("owner")
-    elif ev.event == JobEventKind.REQUEUED and ev.detail.get("gpu_ceiling_seconds") is not None:
-        ceiling, actor = float(ev.detail["gpu_ceiling_seconds"]), ev.detail.get("actor")
-    if ceiling is not None:
-        # Idempotent by (job, event seq); the current ceiling is the one set by the latest event, whatever
-        # order redeliveries come in.
-        await conn.execute(
-            "INSERT INTO budget.ceilings (job_id, event_seq, ceiling_seconds, actor, reason, consumed_seconds, set_at)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-            ev.job_id, ev.seq, ceiling, actor, str(ev.event), decision.account.consumed, ev.time)
-        current = await conn.fetchval("SELECT ceiling_seconds FROM budget.ceilings WHERE job_id = $1"
-                                      " ORDER BY event_seq DESC LIMIT 1", ev.job_id)
-        decision = ledger.on_ceiling(decision.account, current)
-    if decision.exhausted or _stored(decision.account) != _stored(before):  # most events change no account
-        await _save_account(conn, ev.job_id, decision, subjects, effects)
-
-    if spec is not None:
-        devices = ledger.gang_devices(spec.workers, spec.gpus_per_worker)
-        await conn.execute(
-            "UPDATE budget.jobs SET owner = COALESCE(owner, $2), devices = $3, checkpoint_every_steps = $4,"
-            " estimated_step_seconds = $5, org = COALESCE($6, org) WHERE job_id = $1",
-            ev.job_id, actor, devices, spec.checkpoint_every_steps, spec.estimated_step_seconds, ev.detail.get("org"))
-        if row["warning"] is None:
-            w = ledger.first_checkpoint_warning(spec.checkpoint_every_steps, spec.estimated_step_seconds, devices,
-                                                decision.account.ceiling, "estimate")
-            if w is not None:
-                await _store_warning(conn, ev.job_id, w, decision.account.consumed, subjects, effects)
-    return effects
-
-
 async def _store_warning(conn: asyncpg.Connection, job_id: str, w: FirstCheckpointWarning, consumed: float,
                          subjects: Subjects, effects: Effects) -> None:
     await conn.execute("UPDATE budget.jobs SET warning = $2::jsonb WHERE job_id = $1", job_id, json.dumps(w.as_dict()))
-    effects.events.append(_warning_event(subjects, job_id, w, consumed))
+    effects.events.append(warning_event(subjects, job_id, w, consumed))
 
 
 async def record_steps(conn: asyncpg.Connection, reports: list[StepReport], subjects: Subjects,

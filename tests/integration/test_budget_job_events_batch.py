@@ -1,9 +1,11 @@
-"""The budget applies a batch of job events with every job locked once for the batch
-(services/budget/store.py ``apply_job_events``) and leaves each job, ceiling history and emitted event exactly
-as applying the events one by one did; an event that changes no account writes none."""
+"""The budget applies a batch of job events in four statements whatever its size (services/budget/jobevents.py:
+every job locked and read once with its latest ceiling, the events folded in memory, one write per table) and
+leaves each job, ceiling history and emitted event exactly as applying the events one by one, a statement each,
+did (tests/integration/helpers_budget_events.py, the code the service ran before)."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -11,7 +13,10 @@ import pytest
 
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from services.budget import store
+from services.budget.domain.usage import Charge
+from services.budget.jobevents import apply_job_events
 from services.budget.settings import BudgetSettings
+from tests.integration.helpers_budget_events import apply_one
 from tests.integration.helpers_sql import migrated, statements
 
 pytestmark = pytest.mark.integration
@@ -38,29 +43,96 @@ def lifecycle(job: str) -> list[JobEvent]:
 
 
 async def snapshot(conn: asyncpg.Connection) -> tuple:
-    jobs = await conn.fetch("SELECT * FROM budget.jobs ORDER BY job_id")
+    """Every row; of ``updated_at`` only whether this transaction wrote it (two transactions differ in now())."""
+    jobs = await conn.fetch("SELECT *, updated_at = now() AS touched FROM budget.jobs ORDER BY job_id")
     ceilings = await conn.fetch("SELECT job_id, event_seq, ceiling_seconds, actor, reason, consumed_seconds, set_at"
                                 " FROM budget.ceilings ORDER BY 1, 2")
     return ([{k: v for k, v in r.items() if k != "updated_at"} for r in jobs], [tuple(r) for r in ceilings])
 
 
-async def test_a_batch_locks_each_job_once_and_ends_as_one_by_one(env):
+def emitted(effects: store.Effects) -> list:
+    return [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in effects.events]
+
+
+async def both_ways(conn: asyncpg.Connection, s, events: list[JobEvent]) -> tuple[list[str], list]:
+    """Apply ``events`` one by one (rolled back), then as a batch; assert the same end; the batch's statements."""
+    tx = conn.transaction()
+    await tx.start()
+    one = store.Effects()
+    for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
+        one.events += (await apply_one(conn, ev, s)).events
+    expected = await snapshot(conn)
+    await tx.rollback()
+    async with conn.transaction():
+        with statements(conn, "budget.") as sent:
+            batch = await apply_job_events(conn, events, s)
+        got = await snapshot(conn)
+    assert got == expected
+    assert emitted(batch) == emitted(one)
+    return sent, emitted(batch)
+
+
+async def test_a_batch_is_three_statements_and_ends_as_one_by_one(env):
     events = [ev for j in ("j3", "j1", "j2") for ev in lifecycle(j)]
     async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
-        s = settings.subjects
-        tx = conn.transaction()
-        await tx.start()
-        one = store.Effects()
-        for ev in sorted(events, key=lambda e: (e.job_id, e.seq)):
-            one.events += (await store.apply_job_event(conn, ev, s)).events
-        expected = await snapshot(conn)
-        await tx.rollback()
-        with statements(conn, "budget.") as sent:
-            async with conn.transaction():
-                batch = await store.apply_job_events(conn, events, s)
-        assert await snapshot(conn) == expected
-        assert [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in batch.events] == \
-            [(subj, e.model_dump(exclude={"id", "time"})) for subj, e in one.events]
         # Before: a lock (2 statements), a state update and an account write per event, more for submissions.
-        assert len([q for q in sent if "FOR UPDATE" in q]) == 1
-        assert len(sent) <= 2 + 2 * len(events) + 4 * 3, len(sent)
+        sent, announced = await both_ways(conn, settings.subjects, events)
+        assert [subj.rsplit(".", 1)[-1] for subj, _ in announced] == ["warning"] * 3
+        # New jobs: read and lock (none there), create, read and lock; the ceilings; the jobs.
+        assert len(sent) == 5 and len([q for q in sent if "FOR UPDATE" in q]) == 2, sent
+        # Known jobs: read and lock, the ceilings (a requeue with a new one), the jobs.
+        again = [JobEvent(job_id=j, seq=5, event="requeued", state=JobState.QUEUED, time=T0,
+                          previous_state=JobState.SUCCEEDED, detail={"gpu_ceiling_seconds": 20.0, "actor": "carol"})
+                 for j in ("j2", "j1")]
+        sent, _ = await both_ways(conn, settings.subjects, again)
+        assert len(sent) == 3, sent
+
+
+def random_events(rng: random.Random, jobs: list[str]) -> list[JobEvent]:
+    """Events of a few jobs in any order: submissions, requeues with and without a ceiling, runs starting and
+    ending, terminal states, redeliveries (the same seq again) and seqs at or below what is stored."""
+    out = []
+    for job in rng.sample(jobs, rng.randint(1, len(jobs))):
+        for _ in range(rng.randint(1, 6)):
+            seq = rng.randint(1, 12)
+            at = T0 + timedelta(seconds=seq, microseconds=rng.randint(0, 999_999))
+            kind = rng.choice(["submitted", "requeued", "requeued", "leased", "started", "succeeded", "failed",
+                               "interrupted"])
+            state = {"submitted": JobState.QUEUED, "requeued": JobState.QUEUED, "leased": JobState.ADMITTING,
+                     "started": JobState.RUNNING, "succeeded": JobState.SUCCEEDED, "failed": JobState.FAILED,
+                     "interrupted": JobState.INTERRUPTED}[kind]
+            previous = rng.choice([None, JobState.QUEUED, JobState.ADMITTING, JobState.RUNNING])
+            detail: dict = {}
+            if kind == "submitted":
+                spec = SPEC.model_copy(update={"gpu_ceiling_seconds": rng.choice([5.0, 10.0, 50.0, 500.0])})
+                detail = {"spec": spec.model_dump(mode="json"), "owner": rng.choice(["alice", "bob"])}
+                if rng.random() < 0.5:
+                    detail["org"] = rng.choice(["org-a", "org-b"])
+            elif kind == "requeued" and rng.random() < 0.7:
+                detail = {"gpu_ceiling_seconds": rng.choice([8.0, 20.0, 100.0]), "actor": "carol"}
+            ev = JobEvent(job_id=job, seq=seq, event=kind, state=state, previous_state=previous,
+                          epoch=rng.choice([None, 1, 2, 3]), time=at, detail=detail)
+            out.append(ev)
+            if rng.random() < 0.2:
+                out.append(ev.model_copy())  # redelivered within the batch
+    rng.shuffle(out)
+    return out
+
+
+async def test_random_batches_end_as_one_by_one_over_rows_already_there(env):
+    rng = random.Random(1213)
+    jobs = [f"job-{i}" for i in range(5)]
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        s = settings.subjects
+        for round_ in range(40):
+            events = random_events(rng, jobs)
+            sent, _ = await both_ways(conn, s, events)
+            assert len(sent) <= 5, sent
+            # Leave something behind for the next round to build on: the batch's effect, and some usage charged
+            # (accounts near or past their ceilings, so requeues and submissions decide exhaustion).
+            async with conn.transaction():
+                await apply_job_events(conn, random_events(rng, jobs), s)
+                await store.record_usage(conn, [Charge(job, "ex1", 1, round_ + 1, 1, rng.choice([1.0, 4.0, 9.0]))
+                                                for job in rng.sample(jobs, 2)], s)
+        assert await conn.fetchval("SELECT count(*) FROM budget.ceilings") > 10
+        assert await conn.fetchval("SELECT count(*) FROM budget.jobs WHERE exhausted_for_ceiling IS NOT NULL") > 0

@@ -4,6 +4,7 @@ once whatever the order, the duplicates or the epoch; and the reconciliation of 
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -98,3 +99,17 @@ def test_missing_records_of_a_run_are_the_numbers_below_its_highest_not_in_the_l
 def test_missing_records_do_not_fail_the_totals_they_are_reported_apart():
     r = Reconciliation("j", 2.0, 2.0, 2, missing=1, open_runs=1)
     assert r.ok and r.as_dict()["missing"] == 1 and r.as_dict()["open_runs"] == 1
+
+
+def test_a_reports_records_become_the_same_rows_as_one_record_at_a_time():
+    from libs.contracts.usage import UsageRecord, UsageReport
+    from services.budget.store import charge_of, charges_of
+
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    records = [UsageRecord(job_id="j", epoch=2, seq=1, devices=4, wall_seconds=2.5, started_at=start,
+                           ended_at=start + timedelta(seconds=2.5), last=True),
+               UsageRecord(job_id="k", epoch=1, seq=7, devices=1, wall_seconds=0.0)]
+    reports = [UsageReport(executor_id="ex1", node_id="n1", records=records),
+               UsageReport(executor_id="ex2", node_id="n2", records=records[1:])]
+    assert charges_of(reports) == [charge_of(r.executor_id, rec) for r in reports for rec in r.records]
+    assert charges_of(reports)[0] == Charge("j", "ex1", 2, 1, 4, 2.5, start, start + timedelta(seconds=2.5), True)

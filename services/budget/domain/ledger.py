@@ -51,17 +51,20 @@ class Decision:
 
 
 def _decide(account: Account) -> Decision:
-    over = account.ceiling is not None and account.consumed >= account.ceiling
-    if account.ceiling is not None:
-        account = replace(account, overshoot=max(account.overshoot, account.consumed - account.ceiling))
-    if over and account.active and account.exhausted_for != account.ceiling:
-        return Decision(replace(account, exhausted_for=account.ceiling), True)
-    return Decision(account, False)
+    """The overshoot and the announcement an account's figures call for (one new Account at most: this runs for
+    every job of every usage batch)."""
+    ceiling = account.ceiling
+    if ceiling is None:
+        return Decision(account, False)
+    announce = account.consumed >= ceiling and account.active and account.exhausted_for != ceiling
+    return Decision(Account(ceiling, account.consumed, ceiling if announce else account.exhausted_for,
+                            max(account.overshoot, account.consumed - ceiling), account.active), announce)
 
 
 def on_usage(account: Account, added_seconds: float) -> Decision:
     """New ledger rows for the job: the total grows; reaching the ceiling is announced once per ceiling."""
-    return _decide(replace(account, consumed=account.consumed + max(0.0, added_seconds)))
+    return _decide(Account(account.ceiling, account.consumed + max(0.0, added_seconds), account.exhausted_for,
+                           account.overshoot, account.active))
 
 
 def on_ceiling(account: Account, ceiling: float) -> Decision:
