@@ -200,15 +200,15 @@ class ConsumerLoop(Generic[M]):
                 msgs = await ahead
                 if not read_ahead:
                     ahead = self._ahead = asyncio.create_task(self._fetch(sub))
-                decoded = await self.read(msgs) if msgs else []
+                decoded = (await self._logged(self.read(msgs)) or []) if msgs else []
                 if applying is not None:  # (read ahead) the batch before, handled meanwhile; never raises
                     applying = await applying
                 if read_ahead:
                     ahead = self._ahead = asyncio.create_task(self._fetch(sub))
                 if decoded and read_ahead:
-                    applying = asyncio.create_task(self._apply_logged(decoded))
+                    applying = asyncio.create_task(self._logged(self.apply(decoded)))
                 elif decoded:
-                    await self._apply_logged(decoded)
+                    await self._logged(self.apply(decoded))
         finally:
             # An open pull request would hold the connection's drain at shutdown; the durable stays.
             self._sub = None
@@ -216,13 +216,14 @@ class ConsumerLoop(Generic[M]):
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _apply_logged(self, decoded: list[tuple[Msg, M]]) -> None:
-        try:
-            await self.apply(decoded)
+    async def _logged(self, work: Awaitable[Any]) -> Any:
+        try:  # reading or handling a batch
+            return await work
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a bug here must not end the consumer: its messages come back
             log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait", self.durable)
+            return None
 
     async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
         """One batch, or none when nothing came within the wait or the fetch failed (after a pause)."""

@@ -126,3 +126,20 @@ async def test_at_shutdown_the_batch_read_ahead_is_handed_back_and_the_one_in_it
     await stop(task)
     assert [m.settled for m in first] == [[], []]  # its handler never returned: redelivered after the ack wait
     assert [m.outcome for m in second] == ["nak", "nak"]  # back to the stream now, for another replica
+
+
+@pytest.mark.parametrize("read_ahead", [True, False])
+async def test_a_batch_whose_reading_fails_does_not_end_the_consumer(read_ahead):
+    journal: list[tuple[str, object]] = []
+    first, second = batches("malformed x,a", "b")
+    edge, reporter = read_ahead_loop(journal, ScriptedSub(first, second))
+    edge.consumer = type(edge.consumer)(**{**edge.consumer.__dict__, "read_ahead": read_ahead})
+
+    async def refusing(subject: str, body: bytes, reason: str) -> None:
+        raise ConnectionError("bus away")  # refusing the malformed message fails: reading the batch raises
+
+    reporter.reject = refusing
+    task = await run_until(edge, lambda: all(m.settled for m in second))
+    await stop(task)
+    assert [m.outcome for m in second] == ["ack"] and ("end", ["b"]) in journal
+    assert [m.settled for m in first] == [[], []]  # unsettled: back after the ack wait, nothing lost
