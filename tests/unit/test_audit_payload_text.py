@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.audit.domain import entries
+from services.audit.domain import entries, jsonb
 from services.audit.domain.jsonb import canonical_text
 
 pytestmark = __import__("pytest").mark.unit
@@ -44,3 +44,12 @@ def test_a_body_that_is_not_json_or_not_utf8_still_gets_its_text():
     for data in (b"\x00 not json", b'{"a": "\xff"}', b"[1, 2]", b"{"):
         entry = entries.from_command("t.cmd.submit", data, "CMD-9", NOW)
         assert entry.payload_text == canonical_text(entry.payload)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                 st.sampled_from([1e16, -1e16, 9999999999999998.0, 1e-320, -0.0, 0.0, 1.2345e20])))
+def test_a_number_takes_the_short_path_only_where_jsonb_keeps_it_as_it_is(value):
+    for text in (repr(value), f"{value:.17e}"):
+        parsed, stored = entries.parse_number(text), jsonb.stored_float(float(text))
+        assert parsed == stored and type(parsed) is type(stored) and str(parsed) == str(stored)

@@ -79,6 +79,8 @@ def parse_number(text: str) -> float | int | str:
     """A JSON number with a fraction or exponent, as the store will keep it: a float too large for a float
     (1e999) as text, as ``clean`` keeps an infinity; any other as jsonb gives it back (jsonb.stored_float)."""
     value = float(text)
+    if 0 < abs(value) < 1e16:  # the usual number: its repr has no "e+", jsonb gives it back as it is
+        return value
     return jsonb.stored_float(value) if math.isfinite(value) else str(value)
 
 
