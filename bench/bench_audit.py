@@ -11,7 +11,9 @@ key) in the same database, twice (the faster counts): the rate of COPY alone, wi
 
 The note also gives the ceiling any consumer of the bus has here: a plain nats-py pull consumer (fetch a batch of
 the service's size, ack each message, nothing else) draining the same stream, as a rate and against COPY; the
-service cannot be faster than that, whatever its store does. And the load average, since the machine is shared.
+service cannot be faster than that, whatever its store does. And the load average, since the machine is shared,
+and the CPU per row of the service's run and of one COPY (this process, PostgreSQL's postmaster with every backend,
+NATS), which a loaded machine moves much less than the rates.
 
 Run: .venv/bin/python -m bench.bench_audit [N] [--layers], or ``teto bench audit`` (``main``). ``--layers`` also
 drains the stream with the edge (libs/runtime/edge.py) and a handler that does nothing, reading each message
