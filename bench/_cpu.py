@@ -76,3 +76,38 @@ def per_job_ms(cpu: dict[str, float], jobs: int) -> dict[str, float]:
     for label, seconds in cpu.items():
         grouped["executors" if label.startswith("executor") else label] += seconds
     return {k: round(1000 * v / jobs, 1) for k, v in sorted(grouped.items(), key=lambda kv: -kv[1])}
+
+
+def parent(pid: int) -> int | None:
+    """The parent of a live process (e.g. of a PostgreSQL backend: its postmaster)."""
+    found = _stat(pid)
+    return found[0] if found is not None else None
+
+
+def tree_cpu(root: int | None = None) -> dict[str, float]:
+    """CPU seconds so far of ``root`` (default this process: ``self``) and of each live process descended from it,
+    summed by command name (``postgres``, ``nats-server``), each with the children it reaped: a backend that
+    exits between two snapshots is then counted in its postmaster's reaped time."""
+    root = os.getpid() if root is None else root
+    stats = {pid: s for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()) if (s := _stat(pid))}
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _own, _kids) in stats.items():
+        children[ppid].append(pid)
+    out: dict[str, float] = defaultdict(float)
+    todo = list(children[root])
+    while todo:
+        pid = todo.pop()
+        todo.extend(children[pid])
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        out[name] += stats[pid][1] + stats[pid][2]
+    if root in stats:
+        out["self"] = stats[root][1] + stats[root][2]
+    return dict(out)
+
+
+def tree_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds per name between two ``tree_cpu`` snapshots (processes that exited in between are lost)."""
+    return {name: max(0.0, cpu - before.get(name, 0.0)) for name, cpu in after.items()}

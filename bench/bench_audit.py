@@ -11,7 +11,9 @@ key) in the same database, twice (the faster counts): the rate of COPY alone, wi
 
 The note also gives the ceiling any consumer of the bus has here: a plain nats-py pull consumer (fetch a batch of
 the service's size, ack each message, nothing else) draining the same stream, as a rate and against COPY; the
-service cannot be faster than that, whatever its store does. And the load average, since the machine is shared.
+service cannot be faster than that, whatever its store does. And the load average, since the machine is shared,
+and the CPU per row of the service's run and of one COPY (this process, PostgreSQL's postmaster with every backend,
+NATS), which a loaded machine moves much less than the rates.
 
 Run: .venv/bin/python -m bench.bench_audit [N] [--layers], or ``teto bench audit`` (``main``). ``--layers`` also
 drains the stream with the edge (libs/runtime/edge.py) and a handler that does nothing, reading each message
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import asyncpg
 
+from bench._cpu import parent, tree_cpu, tree_spent
 from bench._drain import drained_by, reference, row, service_rate
 from bench._servers import servers
 from libs.contracts.commands import SubmitJob
@@ -89,7 +92,12 @@ async def run(n: int, layers: bool = False) -> dict:
         for i in range(0, n, 500):
             await asyncio.gather(*(js.publish(s.cmd("submit"), c.encode()) for c in sent[i:i + 500]))
         settings = AuditSettings.from_env(env={}, audit_key_file=key_file, **base)
+        probe = await asyncpg.connect(pg_url)
+        postmaster = parent(await probe.fetchval("SELECT pg_backend_pid()"))
+        await probe.close()
+        cpu0 = stack_cpu(postmaster)
         (seconds,) = await service_rate(audit, settings, js, [(s.stream_name("CMD"), "audit-commands")])
+        service_cpu = tree_spent(cpu0, stack_cpu(postmaster))
         bus_seconds = await reference(js, s.cmd_all, s.stream_name("CMD"), "bench-raw", n, batch=settings.batch_size)
         split = {}
         if layers:
@@ -104,7 +112,9 @@ async def run(n: int, layers: bool = False) -> dict:
         verified = await store.verify(pool, load_key(key_file))
         await pool.close()
         # Twice, each into a fresh table: on a shared machine one run can be disturbed; the faster counts.
+        cpu0 = stack_cpu(postmaster)
         copies = [await copy_reference(conn, f"audit_copy_{i}") for i in (1, 2)]
+        copy_cpu = {k: v / 2 for k, v in tree_spent(cpu0, stack_cpu(postmaster)).items()}  # one COPY's
         ref_seconds, copied = min(copies)
         await conn.close()
         await rt.close()
@@ -116,7 +126,7 @@ async def run(n: int, layers: bool = False) -> dict:
                       f"(two runs {'/'.join(f'{n / t:.0f}' for t, _ in copies)} rows/s, the faster used); ceiling: a "
                       f"plain pull consumer of the same stream {n / bus_seconds:.0f} msg/s = "
                       f"{ref_seconds / bus_seconds:.2f}x COPY; batch {settings.batch_size}; load average "
-                      f"{os.getloadavg()[0]:.1f}")
+                      f"{os.getloadavg()[0]:.1f}; {cpu_note(service_cpu, copy_cpu, n)}")
     if split:
         split.update({"plain consumer": bus_seconds, "audit service": seconds})
         result["note"] += "; per row: " + ", ".join(f"{k} {t / n * 1e6:.0f} us ({ref_seconds / t:.2f}x COPY)"
@@ -124,6 +134,25 @@ async def run(n: int, layers: bool = False) -> dict:
     # Loss or a broken chain fails the benchmark whatever the speed.
     result["passed"] = bool(result["passed"]) and whole and copied == n
     return result
+
+
+def stack_cpu(postmaster: int | None) -> dict[str, float]:
+    """CPU seconds so far: this process (the service runs in it), the NATS server, and PostgreSQL (the postmaster
+    with every backend, live or reaped)."""
+    mine = tree_cpu()
+    pg = sum(tree_cpu(postmaster).values()) if postmaster else 0.0
+    return {"self": mine.get("self", 0.0), "nats-server": mine.get("nats-server", 0.0), "postgres": pg}
+
+
+def cpu_note(service: dict[str, float], copy: dict[str, float], n: int) -> str:
+    """CPU per row of the service's run and of one COPY (this process, PostgreSQL, NATS), and their ratio: what a
+    loaded machine moves least (the COPY's own part includes reading nothing: its rows were read untimed)."""
+    def parts(cpu: dict[str, float]) -> tuple[float, str]:
+        us = {k: v / n * 1e6 for k, v in cpu.items() if k in ("self", "postgres", "nats-server")}
+        return sum(us.values()), ", ".join(f"{k} {v:.0f}" for k, v in sorted(us.items(), key=lambda kv: -kv[1]))
+    (total, split), (ref, ref_split) = parts(service), parts(copy)
+    return (f"CPU per row: service {total:.0f} us ({split}), COPY {ref:.0f} us ({ref_split}), CPU ratio "
+            f"{ref / total if total else 0:.2f}")
 
 
 async def store_alone(n: int, batch: int) -> str:

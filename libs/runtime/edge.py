@@ -51,6 +51,7 @@ from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
 from . import logs, metrics, quickfetch, tracing
+from .acksubject import deliveries as _deliveries, stream_seq as _stream_seq
 from .errors import is_permanent, reason_of
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,8 @@ class Consumer(Generic[M]):
     wait_seconds: float = 0.5  # how long a fetch waits for the first message
     # How long messages fetched by a replica that died wait before another replica gets them.
     ack_wait_seconds: float = 15.0
+    # Read the batch fetched ahead while this one is handled (a costly reader); still handled one at a time, in order.
+    read_ahead: bool = False
 
     def __post_init__(self) -> None:
         if (self.decode is None) == (self.read is None):
@@ -186,32 +189,41 @@ class ConsumerLoop(Generic[M]):
     async def run(self) -> None:
         """Fetch and settle batches until cancelled. The next batch is fetched while the current one is handled
         (one batch ahead): handling stays one batch at a time in stream order, so per-executor and per-job order
-        is what it was without the prefetch; only the wait for the broker overlaps the handler's work."""
+        is what it was without the prefetch; only the wait for the broker overlaps the handler's work. With
+        ``read_ahead`` the batch ahead is also read meanwhile, and the one after it fetched once this one settled."""
         await self.subscribe()
-        sub = self._sub
+        sub, read_ahead = self._sub, self.consumer.read_ahead
         ahead: asyncio.Task[list[Msg]] = asyncio.create_task(self._fetch(sub))
+        applying: asyncio.Task[None] | None = None
         try:
             while True:
                 msgs = await ahead
-                ahead = asyncio.create_task(self._fetch(sub))
-                if not msgs:
-                    continue
-                self._ahead = ahead
-                try:
-                    await self.settle(msgs)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # noqa: BLE001 - a bug here must not end the consumer: its messages come back
-                    log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait",
-                                  self.durable)
-                finally:
-                    self._ahead = None
+                if not read_ahead:
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub))
+                decoded = (await self._logged(self.read(msgs)) or []) if msgs else []
+                if applying is not None:  # (read ahead) the batch before, handled meanwhile; never raises
+                    applying = await applying
+                if read_ahead:
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub))
+                if decoded and read_ahead:
+                    applying = asyncio.create_task(self._logged(self.apply(decoded)))
+                elif decoded:
+                    await self._logged(self.apply(decoded))
         finally:
             # An open pull request would hold the connection's drain at shutdown; the durable stays.
             self._sub = None
-            await _give_back(ahead)
+            await _give_back(ahead, applying)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _logged(self, work: Awaitable[Any]) -> Any:
+        try:  # reading or handling a batch
+            return await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a bug here must not end the consumer: its messages come back
+            log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait", self.durable)
+            return None
 
     async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
         """One batch, or none when nothing came within the wait or the fetch failed (after a pause)."""
@@ -230,6 +242,10 @@ class ConsumerLoop(Generic[M]):
 
     async def settle(self, msgs: list[Msg]) -> None:
         """Decode, handle and settle one fetched batch; never raises (but for cancellation)."""
+        await self.apply(await self.read(msgs))
+
+    async def read(self, msgs: list[Msg]) -> list[tuple[Msg, M]]:
+        """Decode a fetched batch: settles at once what is not handled (skipped, malformed, buried)."""
         c = self.consumer
         decoded: list[tuple[Msg, M]] = []
         skipped = 0
@@ -252,6 +268,10 @@ class ConsumerLoop(Generic[M]):
                 await self._malformed(m, f"unreadable: {type(exc).__name__}: {exc}")
         if skipped:
             self._count("skipped", skipped)
+        return decoded
+
+    async def apply(self, decoded: list[tuple[Msg, M]]) -> None:
+        """Handle a decoded batch and settle each of its messages; never raises (but for cancellation)."""
         if not decoded:
             return
         try:
@@ -361,25 +381,6 @@ def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
     return logs.shared_fields([item for _, item in decoded], [getattr(m, "headers", None) for m, _ in decoded])
 
 
-def _deliveries(m: Msg) -> int:
-    """JetStream's delivery count of ``m`` (1 if not JetStream's), read from its ack subject as nats-py's
-    ``metadata`` reads it, without building the rest of ``metadata`` (checked for every message)."""
-    tokens = (m.reply or "").split(".")
-    if tokens[0] != "$JS" or len(tokens) < 2 or tokens[1] != "ACK" or not (len(tokens) == 9 or len(tokens) >= 11):
-        return 1
-    try:
-        return int(tokens[4] if len(tokens) == 9 else tokens[6])
-    except ValueError:
-        return 1
-
-
-def _stream_seq(m: Msg) -> int | None:
-    try:
-        return int(m.metadata.sequence.stream)
-    except Exception:  # noqa: BLE001 - not a JetStream message
-        return None
-
-
 def _fetched(ahead: asyncio.Task[list[Msg]] | None) -> list[Msg]:
     """The messages of the batch fetched ahead, once it has arrived (none before)."""
     if ahead is None or not ahead.done() or ahead.cancelled() or ahead.exception() is not None:
@@ -387,13 +388,13 @@ def _fetched(ahead: asyncio.Task[list[Msg]] | None) -> list[Msg]:
     return list(ahead.result())
 
 
-async def _give_back(ahead: asyncio.Task[list[Msg]]) -> None:
-    """At shutdown: stop the fetch ahead; a batch that already arrived is handed back at once (nak without
-    delay) for another replica, instead of waiting out its ack wait. Never raises."""
-    if not ahead.done():
-        ahead.cancel()
-    with contextlib.suppress(BaseException):
-        await ahead
+async def _give_back(ahead: asyncio.Task[list[Msg]], applying: asyncio.Task[None] | None = None) -> None:
+    """At shutdown: stop the batch being handled (read ahead) and the fetch ahead; a batch that already arrived is
+    handed back at once (nak without delay) for another replica, instead of waiting out its ack wait. Never raises."""
+    for task in filter(None, (applying, ahead)):
+        task.cancel()  # no-op when done
+        with contextlib.suppress(BaseException):
+            await task
     for m in _fetched(ahead):
         with contextlib.suppress(MsgAlreadyAckdError, Exception):
             await m.nak()

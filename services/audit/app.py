@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 
+from libs.runtime.gctune import tune_for_batches
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.tasks import stop_tasks
 
@@ -34,6 +35,7 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
         await runtime.consume(consumers(runtime, settings, role, key))
         await runtime.respond(responders(runtime, key, settings.verify_queue_group))
         runtime.singleton("audit-anchor", lambda: anchorer.loop(settings.anchor_seconds))
+        tune_for_batches()  # batches of up to a thousand parsed messages (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

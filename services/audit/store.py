@@ -76,8 +76,8 @@ def _payloads(entries: Sequence[Entry]) -> list[tuple[object, str]]:
     that cannot be stored (not JSON, a NaN) fails the batch as the database would: permanently, so the edge
     isolates it and dead-letters it alone."""
     try:
-        return [(e.payload, jsonb.canonical_text(e.payload)) if e.payload_normal else jsonb.normal(e.payload)
-                for e in entries]
+        return [(e.payload, e.payload_text if e.payload_text is not None else jsonb.canonical_text(e.payload))
+                if e.payload_normal else jsonb.normal(e.payload) for e in entries]
     except (TypeError, ValueError) as exc:
         raise PermanentError(f"payload cannot be stored: {exc}") from exc
 

@@ -43,3 +43,27 @@ def test_a_snapshot_labels_the_parts_and_counts_their_reaped_children(tmp_path):
     finally:
         burner.kill()
         burner.wait()
+
+
+def test_a_process_tree_counts_each_descendant_by_name_with_what_it_reaped():
+    # A child that burned CPU in a grandchild it reaped (as a postmaster reaps its backends): counted under the
+    # child's name; this process is "self"; the child is found as a descendant and its parent is this process.
+    burner = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess,sys,time; subprocess.run([sys.executable,'-c',"
+                               "'sum(range(3_000_000))']); print('done', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout.readline().strip() == "done"
+        mine = _cpu.tree_cpu()
+        assert _cpu.parent(burner.pid) == os.getpid()
+        name = open(f"/proc/{burner.pid}/comm").read().strip()
+        assert mine[name] > 0.02 and mine["self"] > 0
+        assert _cpu.tree_cpu(burner.pid)["self"] > 0.02  # a root of its own: "self", with what it reaped
+    finally:
+        burner.kill()
+        burner.wait()
+
+
+def test_tree_spent_takes_differences_and_never_goes_below_zero():
+    assert _cpu.tree_spent({"self": 1.0, "postgres": 4.0}, {"self": 1.5, "postgres": 3.0, "nats-server": 0.25}) == {
+        "self": 0.5, "postgres": 0.0, "nats-server": 0.25}

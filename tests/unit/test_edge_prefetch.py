@@ -9,55 +9,10 @@ import asyncio
 
 import pytest
 
-from tests.support.edgefakes import FakeMsg, loop
+from tests.support.edgefakes import loop
+from tests.support.edgescript import ScriptedSub, batches, run_until, stop
 
 pytestmark = pytest.mark.unit
-
-
-class ScriptedSub:
-    """A pull subscription that hands out the given batches, one per fetch, then waits like an empty stream."""
-
-    def __init__(self, *batches: list[FakeMsg], fail_first: BaseException | None = None) -> None:
-        self.batches = list(batches)
-        self.fetches = 0
-        self.fail_first = fail_first
-        self.unsubscribed = False
-
-    async def fetch(self, batch: int, timeout: float) -> list[FakeMsg]:
-        self.fetches += 1
-        if self.fail_first is not None:
-            exc, self.fail_first = self.fail_first, None
-            raise exc
-        if self.batches:
-            return self.batches.pop(0)
-        await asyncio.Event().wait()
-        return []
-
-    async def unsubscribe(self) -> None:
-        self.unsubscribed = True
-
-
-def batches(*bodies: str) -> list[list[FakeMsg]]:
-    return [[FakeMsg(b.encode(), seq=i) for i, b in enumerate(body.split(","))] for body in bodies]
-
-
-async def until(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
-
-
-async def run_until(edge, condition) -> asyncio.Task:
-    task = asyncio.create_task(edge.run())
-    await until(condition)
-    return task
-
-
-async def stop(task: asyncio.Task) -> None:
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
 
 
 async def test_the_next_batch_is_fetched_while_the_current_one_is_handled_and_batches_never_overlap():

@@ -8,6 +8,7 @@ microseconds (what PostgreSQL keeps), so a row read back from the database hashe
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,19 +22,27 @@ HASHED_FIELDS = ("seq", "command_id", "actor", "time", "recorded_at", "subject",
                  "outcome", "reason")
 
 
+# Equal datetimes give the same text (a naive one is never equal to an aware one); a batch's rows share one
+# recorded_at, so most of a batch's times are formatted once.
+@lru_cache(maxsize=256)
+def _utc_text(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat(timespec="microseconds")
-    return value
+    return _utc_text(value) if isinstance(value, datetime) else value
 
 
 # The canonical text is ``json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-# allow_nan=False)`` of the hashed fields (times as above), written field by field in sorted order: strings, ints
-# and None directly, anything else (the payload) by the encoder. A writer that already has the payload's
-# canonical text (it stores that very text) passes it, so the payload is not encoded twice.
+# allow_nan=False)`` of the hashed fields (times as above), written field by field into one template in sorted
+# order: strings, ints and None directly, anything else (the payload) by the encoder. A writer that already has
+# the payload's canonical text (it stores that very text) passes it, so the payload is not encoded twice.
 _SORTED = tuple(sorted(HASHED_FIELDS))
+_TEMPLATE = "{" + ",".join(f'"{name}":%s' for name in _SORTED) + "}"
+_BEFORE_PAYLOAD = _SORTED[:_SORTED.index("payload")]
+_AFTER_PAYLOAD = _SORTED[_SORTED.index("payload") + 1:]
 _string = encode_basestring  # a JSON string literal, non-ASCII kept (the encoder's own, in C)
 
 
@@ -46,19 +55,16 @@ def _value(value: Any) -> str:
     if kind is int:
         return int.__repr__(value)
     if kind is datetime:
-        return _string(_plain(value))
+        return _string(_utc_text(value))
     return canonical_text(_plain(value))
 
 
 def canonical(fields: Mapping[str, Any], payload_text: str | None = None) -> bytes:
     """The row's canonical JSON; ``payload_text``, when given, is ``canonical_text(fields["payload"])``."""
-    parts = []
-    for name in _SORTED:
-        if name == "payload" and payload_text is not None:
-            parts.append(f'"payload":{payload_text}')
-        else:
-            parts.append(f'"{name}":{_value(fields.get(name))}')
-    return ("{" + ",".join(parts) + "}").encode()
+    get = fields.get
+    payload = payload_text if payload_text is not None else _value(get("payload"))
+    return (_TEMPLATE % (*[_value(get(name)) for name in _BEFORE_PAYLOAD], payload,
+                         *[_value(get(name)) for name in _AFTER_PAYLOAD])).encode()
 
 
 def row_hash(prev_hash: str, fields: Mapping[str, Any], payload_text: str | None = None) -> str:

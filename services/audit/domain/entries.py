@@ -43,6 +43,9 @@ class Entry:
     # The payload is already as PostgreSQL's jsonb gives it back (parse_payload made it so): the store hashes and
     # stores it as it is instead of normalising it first (jsonb.normal).
     payload_normal: bool = False
+    # With payload_normal: the payload's canonical text (jsonb.canonical_text), taken when the message was read
+    # (the edge reads a batch while the one before is in the database), so the store does not encode it again.
+    payload_text: str | None = None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # left alone by json.loads (a "\ud800" escape without its pair)
@@ -76,11 +79,25 @@ def parse_number(text: str) -> float | int | str:
     """A JSON number with a fraction or exponent, as the store will keep it: a float too large for a float
     (1e999) as text, as ``clean`` keeps an infinity; any other as jsonb gives it back (jsonb.stored_float)."""
     value = float(text)
+    if 0 < abs(value) < 1e16:  # the usual number: its repr has no "e+", jsonb gives it back as it is
+        return value
     return jsonb.stored_float(value) if math.isfinite(value) else str(value)
 
 
 def _plain_json(data: bytes) -> bool:
     return not any(marker in data for marker in _NEEDS_WALK)
+
+
+# json.loads(data, parse_float=...) builds this decoder and sniffs the encoding on every call. A JSON object with
+# none of the markers above starts with "{" and has no NUL byte, so it is UTF-8 without a byte-order mark, which
+# is what json.loads would decode it as; invalid UTF-8 raises the ValueError json.loads raises.
+_DECODE = json.JSONDecoder(parse_float=parse_number).decode
+
+
+def _loads(data: bytes) -> Any:
+    if data[:1] == b"{":
+        return _DECODE(data.decode("utf-8"))
+    return json.loads(data, parse_float=parse_number)
 
 
 def parse_payload(data: bytes) -> tuple[Any, bool]:
@@ -91,7 +108,7 @@ def parse_payload(data: bytes) -> tuple[Any, bool]:
         if _plain_json(data):
             # A number too large for a float (1e999) parses to infinity without any marker: kept as text, as
             # ``clean`` keeps it.
-            return json.loads(data, parse_float=parse_number), True
+            return _loads(data), True
         return redact(clean(json.loads(data, parse_float=parse_number))), True
     except (ValueError, RecursionError):
         excerpt = clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace"))
@@ -123,13 +140,22 @@ def _last_token(subject: str) -> str:
     return subject.rsplit(".", 1)[-1]
 
 
+def _encoded(payload: Any) -> str | None:
+    """``Entry.payload_text``; None where the store must find out (and fail the batch) that it cannot be stored."""
+    try:
+        return jsonb.canonical_text(payload)
+    except (TypeError, ValueError):
+        return None
+
+
 def from_command(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
     """A command as received; ``fallback_id`` (stream and sequence) names one without a usable command id."""
     payload, _ = parse_payload(data)
+    subject = clean(subject)
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(payload, "actor", 200),
-                 time=_time(payload, "issued_at", now), subject=clean(subject), kind=_last_token(clean(subject)),
+                 time=_time(payload, "issued_at", now), subject=subject, kind=_last_token(subject),
                  job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None,
-                 payload_normal=True)
+                 payload_normal=True, payload_text=_encoded(payload))
 
 
 def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
@@ -141,12 +167,12 @@ def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> 
     if not ok or not isinstance(accepted, bool):
         return Entry(command_id=fallback_id, actor=None, time=now, subject=clean(subject), kind=None, job_id=None,
                      payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome",
-                     payload_normal=True)
+                     payload_normal=True, payload_text=_encoded(payload))
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(detail, "actor", 200),
                  time=_time(payload, "time", now), subject=clean(subject), kind=_text(payload, "kind", 100),
                  job_id=_text(payload, "job_id", 200), payload=payload,
                  outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000),
-                 payload_normal=True)
+                 payload_normal=True, payload_text=_encoded(payload))
 
 
 def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
@@ -157,4 +183,5 @@ def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) ->
     return Entry(command_id=_text(note, "id", 100) or fallback_id, actor=_text(excerpt, "actor", 200),
                  time=_time(note, "time", now), subject=original_subject, kind=_last_token(original_subject),
                  job_id=_text(excerpt, "job_id", 200), payload=note, outcome=Outcome.REJECTED,
-                 reason=_text(note, "reason", 4000) or "refused", payload_normal=True)
+                 reason=_text(note, "reason", 4000) or "refused", payload_normal=True,
+                 payload_text=_encoded(note))
