@@ -86,8 +86,10 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
 
     return [
+        # Read ahead: a batch of reports is decoded while the one before waits for its durable commit (the
+        # commit's wait, not CPU, was most of a batch's time: docs/performance.md, item 3).
         Consumer(s.usage_all, "USAGE", "budget-usage-reports", None, on_usage,
-                 batch=settings.usage_batch_size, read=from_sender(UsageReport.decode)),
+                 batch=settings.usage_batch_size, read=from_sender(UsageReport.decode), read_ahead=True),
         Consumer(s.heartbeat_all, "HB", "budget-usage", None, on_heartbeats,
                  batch=settings.usage_batch_size, read=from_sender(Heartbeat.decode), accepts=may_carry_usage),
         # Health's signal events share the stream under another schema: not ours to read.
