@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
 
@@ -21,8 +21,15 @@ from .bounds import Id, Label, Time, bounded_text, defuse
 
 
 def new_id() -> str:
-    """A time-sortable-enough random id (uuid4 hex) used for messages, commands and jobs."""
-    return uuid.uuid4().hex
+    """A random id used for messages, commands and jobs: a version-4 UUID's 32 hex digits, what
+    ``uuid.uuid4().hex`` gives, made without building the UUID object (a third of its cost, once per message)."""
+    n = int.from_bytes(os.urandom(16))
+    return f"{n & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
+# The version (4) and variant (RFC 4122) bits of a UUID, as ``uuid.UUID(..., version=4)`` sets them.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
 def utcnow() -> datetime:

@@ -1,15 +1,17 @@
 """A placement pass's grant messages are made without validating them again (``Envelope.trusted``): they must be
 the very messages the validating constructors make, byte for byte on the wire, for a single job and a gang, and
-``trusted`` refuses an unknown or a missing field instead of making a half message."""
+``trusted`` refuses an unknown or a missing field instead of making a half message. Message ids stay version-4
+UUIDs' hex (``new_id``, made without the UUID object)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from libs.contracts.agents import RunJob
-from libs.contracts.envelope import Envelope
+from libs.contracts.envelope import Envelope, new_id
 from libs.contracts.jobs import JobEvent, JobEventKind, JobSpec, JobState
 from libs.contracts.leases import LeaseEvent
 from libs.contracts.subjects import Subjects
@@ -81,3 +83,11 @@ def test_trusted_takes_defaults_and_refuses_an_unknown_or_missing_field() -> Non
         LeaseEvent.trusted(job_id="j-1", epoch=1, executor_id="ex-0", event="granted", colour="red")
     with pytest.raises(TypeError, match="missing"):
         LeaseEvent.trusted(job_id="j-1", epoch=1, event="granted")
+
+
+def test_new_ids_are_version_4_uuids_hex_and_distinct() -> None:
+    ids = [new_id() for _ in range(5000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(hex=value)
+        assert parsed.hex == value and parsed.version == 4 and parsed.variant == uuid.RFC_4122
