@@ -11,6 +11,7 @@ import asyncio
 import pytest
 
 from bench._recording import Recording
+from bench.bench_placement import _Reply
 from libs.contracts.agents import RunJob
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest, OrgBudgetReply, OrgBudgetRequest
 from libs.runtime.service import Runtime
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.integration
 
 CHOICE = "WITH RECURSIVE queued_orgs"
 LOCK = "pg_advisory_xact_lock"
-
-
-class _Reply:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
 
 
 class SlowBudget:
