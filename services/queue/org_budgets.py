@@ -2,8 +2,9 @@
 ``tenancy/budget.py``): what the budget service says each budgeted organisation consumed this period and what
 its jobs consumed, asked over ``teto.rpc.budget.orgs`` with no row lock held (``ask``: by a placement pass once
 it holds the placement lock and has chosen its candidates, before it locks their rows; or before a requeue
-command is decided); the accounts a placement pass reserves against, built from those answers (``accounts``); and the requeue command's check of a new ceiling
-against its organisation's remaining budget (``requeue_refusal``).
+command is decided); the accounts a placement pass reserves against, built from those answers (``accounts``);
+and the requeue command's check of a new ceiling against its organisation's remaining budget
+(``requeue_refusal``).
 """
 
 from __future__ import annotations

@@ -79,13 +79,13 @@ async def test_a_job_leaving_the_queue_while_the_budget_answers_is_not_granted_a
         await rt.pool.execute("UPDATE queue.jobs SET lease_epoch = 1 WHERE id = $1", first)  # ran before: asked
         await _executors(rt, ["ex-0", "ex-1", "ex-2", "ex-3"])
         budget = SlowBudget(settings)
-        one = asyncio.create_task(Scheduler(Runtime(rt.name, settings, rt.pool, budget, rt.js),  # type: ignore[arg-type]
-                                            settings).place_once())
+        placing = Runtime(rt.name, settings, rt.pool, budget, rt.js)  # type: ignore[arg-type]
+        one = asyncio.create_task(Scheduler(placing, settings).place_once())
         await asyncio.wait_for(budget.asked.wait(), 30)
         # The first pass holds the placement lock and waits for the budget; it has chosen first, gone, third.
         recording = Recording(rt.pool)
-        two = asyncio.create_task(Scheduler(Runtime(rt.name, settings, recording, budget, rt.js),  # type: ignore[arg-type]
-                                            settings).place_once())
+        replica = Runtime(rt.name, settings, recording, budget, rt.js)  # type: ignore[arg-type]
+        two = asyncio.create_task(Scheduler(replica, settings).place_once())
         for _ in range(300):
             if any(LOCK in q for q, _ in recording.calls):
                 break
