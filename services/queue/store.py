@@ -186,7 +186,7 @@ _GRANT_TYPES = {"state": "text", "lease_epoch": "int", "executor_id": "text", "w
                 "next_admission_at": "timestamptz", "on_node_failure": "text"}
 # One statement for a pass's grants: a column each as an array ($1 the ids, then the grant's columns, the node
 # group and devices); workers as a JSON list (an array of arrays would be flattened), the gang as JSON. The jobs
-# are found by primary key, among the queued rows the pass holds.
+# are found by primary key (rows the pass holds locked).
 _WRITE_GRANTS = (f"UPDATE {T}.jobs j SET "
                  + ", ".join("workers = ARRAY(SELECT w FROM jsonb_array_elements_text(g.workers::jsonb)"
                              " WITH ORDINALITY AS x(w, n) ORDER BY n)" if c == "workers"
@@ -195,7 +195,7 @@ _WRITE_GRANTS = (f"UPDATE {T}.jobs j SET "
                  + ", ".join(f"${i}::{_GRANT_TYPES[c]}[]" for i, c in enumerate(_GRANT_COLUMNS, 2))
                  + f", ${len(_GRANT_COLUMNS) + 2}::text[], ${len(_GRANT_COLUMNS) + 3}::int[])"
                  + f" AS g(id, {', '.join(_GRANT_COLUMNS)}, node_group, devices)"
-                 + " WHERE j.id = g.id AND j.state = 'queued'")
+                 + " WHERE j.id = g.id")
 
 
 _NOT_GRANTED = tuple(c for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
