@@ -221,7 +221,8 @@ async def write_grants(conn: asyncpg.Connection, subjects: Subjects,
 
 
 def _grant_values(job: Job) -> list[Any]:
-    """The values of the grant's columns, as ``_job_values`` makes them (the spec and history not serialised)."""
+    """The values of the grant's columns, as ``_job_values`` makes them but the workers as a JSON list (one element
+    of ``_WRITE_GRANTS``' text array); the spec and history not serialised."""
     values = {c: getattr(job, c) for c in _GRANT_COLUMNS}
     values.update(state=job.state.value, workers=json.dumps(job.workers), gang=gang_to_json(job.gang))
     return [values[c] for c in _GRANT_COLUMNS]
