@@ -131,14 +131,15 @@ async def passes(runtime: Runtime, settings: QueueSettings, rounds: int) -> dict
             "load": os.getloadavg()[0]}
 
 
-async def plans(runtime: Runtime, settings: QueueSettings) -> list[dict]:
-    """Every statement of one pass, explained on the state that pass saw."""
+async def plans(runtime: Runtime, settings: QueueSettings) -> tuple[list[dict], int]:
+    """Every statement of one pass, explained on the state that pass saw; and how many round trips the pass made
+    (statements sent, a pipelined ``executemany`` one; the transaction's BEGIN and COMMIT not counted)."""
     recording = rec.Recording(runtime.pool)
     await restore(runtime.pool)
     await Scheduler(Runtime(runtime.name, settings, recording, runtime.nc, None), settings).place_once()
     await restore(runtime.pool)
     async with runtime.pool.acquire() as conn:
-        return await rec.explain(conn, recording.statements)
+        return await rec.explain(conn, recording.statements), len(recording.calls)
 
 
 def _row(name: str, r: dict, settings: QueueSettings, counts: dict, note: str = "") -> dict:
@@ -176,11 +177,11 @@ async def run(sizes: data.Sizes, rounds: int, *, service: bool = True, out: Path
             detail[f"passes_{per_pass}"] = r
             rows.append(_row(f"placement pass, {per_pass} considered", r, s, counts))
         runtime.settings = settings
-        explained = await plans(runtime, settings)
-        detail["plans"] = explained
+        explained, sent = await plans(runtime, settings)
+        detail["plans"], detail["statements_per_pass"] = explained, sent
         scans = [p for p in explained if p["seq_scan_jobs"]]
-        rows[0]["note"] += (f"; {len(explained)} distinct statements explained, "
-                            f"{len(scans)} seq-scan the jobs table")
+        rows[0]["note"] += (f"; {sent} statements a pass (BEGIN and COMMIT besides), {len(explained)} distinct "
+                            f"explained, {len(scans)} seq-scan the jobs table")
         if service:
             await restore(pool)
             rss = await service_rss(settings, pg_url, pool, sizes)

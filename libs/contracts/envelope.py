@@ -8,8 +8,10 @@ with beside its fields (``received_trace``, never serialised).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-import uuid
+import os
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
 
@@ -19,8 +21,15 @@ from .bounds import Id, Label, Time, bounded_text, defuse
 
 
 def new_id() -> str:
-    """A time-sortable-enough random id (uuid4 hex) used for messages, commands and jobs."""
-    return uuid.uuid4().hex
+    """A random id used for messages, commands and jobs: a version-4 UUID's 32 hex digits, what
+    ``uuid.uuid4().hex`` gives, made without building the UUID object (a third of its cost, once per message)."""
+    n = int.from_bytes(os.urandom(16))
+    return f"{n & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
+# The version (4) and variant (RFC 4122) bits of a UUID, as ``uuid.UUID(..., version=4)`` sets them.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
 def utcnow() -> datetime:
@@ -95,6 +104,30 @@ class Envelope(Model):
         return self.model_dump_json(by_alias=True).encode()
 
     @classmethod
+    def trusted(cls, **fields: Any) -> Self:
+        """The message made without validating ``fields`` again: for a hot path whose every value is already of its
+        field's type and within its bounds (a placement pass's grants: a stored, validated spec, the database's
+        clock, its own counters), never for values from outside. A field left out takes its default (a new id,
+        the time now); an unknown or missing field is refused; the schema is the class's. About a tenth of the
+        constructor's cost (pydantic's ``model_construct`` costs more than validating)."""
+        names, required, order = _shape(cls)
+        if not fields.keys() <= names or not required <= fields.keys():
+            raise TypeError(f"{cls.__name__}.trusted: unknown {sorted(fields.keys() - names)}, "
+                            f"missing {sorted(required - fields.keys())}")
+        message = cls.__new__(cls)
+        # In the fields' order (the order they are serialised in), as validation makes them.
+        values = {n: fields[n] if n in fields else factory() if factory else default for n, default, factory in order}
+        values["schema_"] = cls.SCHEMA
+        object.__setattr__(message, "__dict__", values)
+        object.__setattr__(message, "__pydantic_fields_set__", set(fields))
+        object.__setattr__(message, "__pydantic_extra__", None)
+        # As validation leaves it: None without private attributes (the received trace is a slot, not one)
+        object.__setattr__(message, "__pydantic_private__",
+                           {k: a.default_factory() if a.default_factory else copy.deepcopy(a.default)
+                            for k, a in cls.__private_attributes__.items()} or None)
+        return message
+
+    @classmethod
     def decode(cls, data: bytes | str | dict[str, Any]) -> Self:
         """Parse wire data, raising ContractError with a readable reason for anything malformed."""
         try:
@@ -109,6 +142,15 @@ def _copy_trace(source: Envelope, copied: Envelope) -> None:
     trace = getattr(source, "_received_trace", None)
     if trace is not None:
         object.__setattr__(copied, "_received_trace", dict(trace))
+
+
+@functools.cache
+def _shape(cls: type[Envelope]) -> tuple[frozenset[str], frozenset[str], tuple[tuple[str, Any, Any], ...]]:
+    """A message class's fields for ``Envelope.trusted``: names, required ones, and each (name, default, default
+    factory) in the fields' order."""
+    fields = cls.model_fields
+    return (frozenset(fields), frozenset(n for n, f in fields.items() if f.is_required()),
+            tuple((n, f.default, f.default_factory) for n, f in fields.items()))
 
 
 def schema_of(data: bytes | str) -> str | None:

@@ -85,12 +85,15 @@ async def add(conn: asyncpg.Connection, schema: str, items: Iterable[tuple[str, 
 
 
 async def add_rows(conn: asyncpg.Connection, schema: str, rows: list[OutboxRow]) -> int:
-    """Queue rows made by ``rows_of`` (in their order, one pipelined statement for all of them)."""
+    """Queue rows made by ``rows_of``: one statement for all of them, inserted in their order (the relay publishes
+    by ``id``, drawn row after row in that order); a message id already queued is skipped, as before."""
     if rows:
-        await conn.executemany(
-            f'INSERT INTO "{schema}".outbox (msg_id, subject, payload, headers) VALUES ($1, $2, $3, $4::jsonb)'
-            " ON CONFLICT (msg_id) DO NOTHING",
-            rows,
+        msg_ids, subjects, payloads, headers = (list(c) for c in zip(*rows, strict=True))
+        await conn.execute(
+            f'INSERT INTO "{schema}".outbox (msg_id, subject, payload, headers) SELECT m, s, p, h::jsonb'
+            " FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS r(m, s, p, h, n)"
+            " ORDER BY n ON CONFLICT (msg_id) DO NOTHING",
+            msg_ids, subjects, payloads, headers,
         )
     return len(rows)
 

@@ -26,15 +26,19 @@ SERVICE = "queue"
 
 
 def messages_for(job: Job, transition: Transition, settings: QueueSettings,
-                 remaining: float | None = None) -> list[tuple[str, Envelope]]:
+                 remaining: float | None = None, *, trusted: bool = False) -> list[tuple[str, Envelope]]:
     """The outbox messages a transition's effects ask for (its job events are added by the store);
-    ``remaining``: the job's GPU-seconds left, carried by its grants (None: unknown)."""
+    ``remaining``: the job's GPU-seconds left, carried by its grants (None: unknown). ``trusted``: every value is
+    the queue's own or a stored job's, already validated (a placement pass's grants): the messages are made
+    without validating them again (``Envelope.trusted``)."""
     subjects = settings.subjects
     out: list[tuple[str, Envelope]] = []
+    run_job = RunJob.trusted if trusted else RunJob
+    lease_event = LeaseEvent.trusted if trusted else LeaseEvent
     for effect in transition.effects:
         if isinstance(effect, RunOn):
             for rank, executor_id in enumerate(effect.workers):
-                run = RunJob(job_id=job.id, epoch=effect.epoch, executor_id=executor_id, spec=job.spec,
+                run = run_job(job_id=job.id, epoch=effect.epoch, executor_id=executor_id, spec=job.spec,
                              attempt=effect.attempt, lease_seconds=settings.lease_seconds,
                              heartbeat_seconds=settings.heartbeat_seconds, rank=rank,
                              world_size=len(effect.workers), rendezvous=job.rendezvous,
@@ -46,7 +50,7 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings,
                                checkpoint_first=effect.checkpoint_first, grace_seconds=settings.stop_grace_seconds)
                 out.append((subjects.agent(executor_id, "stop"), stop))
         elif isinstance(effect, LeaseFact):
-            lease = LeaseEvent(job_id=job.id, epoch=effect.epoch, executor_id=effect.executor_id,
+            lease = lease_event(job_id=job.id, epoch=effect.epoch, executor_id=effect.executor_id,
                                event=effect.event, expires_at=effect.expires_at, reason=effect.reason)
             out.append((subjects.lease(job.id, effect.event.value), lease))
     return out

@@ -1,9 +1,10 @@
 """Organisations' period budgets at the queue's edges (the budget service owns consumption; the rules are
 ``tenancy/budget.py``): what the budget service says each budgeted organisation consumed this period and what
-its jobs consumed, asked over ``teto.rpc.budget.orgs`` with no row lock held (``ask``: before the placement
-pass's transaction, or before a requeue command is decided); the accounts a placement pass reserves against,
-built from those answers inside its transaction (``accounts``); and the requeue command's check of a new ceiling
-against its organisation's remaining budget (``requeue_refusal``).
+its jobs consumed, asked over ``teto.rpc.budget.orgs`` with no row lock held (``ask``: by a placement pass once
+it holds the placement lock and has chosen its candidates, before it locks their rows; or before a requeue
+command is decided); the accounts a placement pass reserves against, built from those answers (``accounts``);
+and the requeue command's check of a new ceiling against its organisation's remaining budget
+(``requeue_refusal``).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 service, the single writer of consumption, says it consumed. A job never granted before has consumed nothing
 (usage is only charged while a granted process runs), so only a job placed again is asked about, over
 ``teto.rpc.budget.status``, all at once, with a short timeout: no answer gives None (unknown, the executor then
-waits for the budget's stop as before). The placement pass asks before its transaction (``ask``), so no row lock
-is held while the budget answers, and reads the answers inside it (``remaining_of``); a job placed again that was
-not asked (queued again in between) carries None."""
+waits for the budget's stop as before). The placement pass asks about the candidates it has just chosen under its
+placement lock, before it locks any row (``ask``), so no row lock is held while the budget answers, and reads the
+answers once it has (``remaining_of``); a job placed again that was not asked carries None."""
 
 from __future__ import annotations
 

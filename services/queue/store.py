@@ -118,12 +118,14 @@ class Staged:
 
 
 def stage(subjects: Subjects, transition: Transition, now: datetime,
-          messages: Iterable[tuple[str, Envelope]] = ()) -> Staged:
-    """Number the transition's events and make its outbox rows (its events, then ``messages``); nothing written."""
+          messages: Iterable[tuple[str, Envelope]] = (), *, trusted: bool = False) -> Staged:
+    """Number the transition's events and make its outbox rows (its events, then ``messages``); nothing written.
+    ``trusted``: the events' values are the queue's own (a grant's), made without validating them again."""
     job = transition.job
     events: list[JobEvent] = []
+    job_event = JobEvent.trusted if trusted else JobEvent
     for draft in transition.events:
-        events.append(JobEvent(job_id=job.id, seq=job.event_seq + len(events) + 1, event=draft.event,
+        events.append(job_event(job_id=job.id, seq=job.event_seq + len(events) + 1, event=draft.event,
                                state=draft.state, previous_state=draft.previous_state, reason=draft.reason,
                                epoch=draft.epoch, executor_id=draft.executor_id, detail=draft.detail, time=now))
     out = [(subjects.job_event(e.job_id, e.event.value), e) for e in events]
@@ -158,12 +160,15 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
 async def _write_events(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged]) -> None:
     """The staged transitions' events, then their outbox rows (each job's events before its messages)."""
     events = [e for s in staged for e in s.events]
-    if events:
-        await conn.executemany(
+    if events:  # one statement, whatever their number (arrays, a column each)
+        await conn.execute(
             f"INSERT INTO {T}.job_events (job_id, seq, event, state, previous_state, reason, epoch, executor_id,"
-            " detail, time, msg_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11)",
-            [(e.job_id, e.seq, e.event.value, e.state.value, e.previous_state and e.previous_state.value, e.reason,
-              e.epoch, e.executor_id, json.dumps(e.detail), e.time, e.id) for e in events],
+            " detail, time, msg_id) SELECT j, s, e, st, ps, r, ep, ex, d::jsonb, t, m FROM unnest($1::text[],"
+            " $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::text[],"
+            " $10::timestamptz[], $11::text[]) AS e(j, s, e, st, ps, r, ep, ex, d, t, m)",
+            *(list(c) for c in zip(*((e.job_id, e.seq, e.event.value, e.state.value,
+                                      e.previous_state and e.previous_state.value, e.reason, e.epoch, e.executor_id,
+                                      json.dumps(e.detail), e.time, e.id) for e in events), strict=True)),
         )
     await outbox.add_rows(conn, SCHEMA, [r for s in staged for r in s.outbox])
     if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
@@ -176,11 +181,23 @@ async def _write_events(conn: asyncpg.Connection, subjects: Subjects, staged: Se
 _GRANT_COLUMNS = ("state", "lease_epoch", "executor_id", "workers", "lease_expires_at", "attempt_number", "reason",
                   "stop_requested", "updated_at", "event_seq", "gang", "rendezvous", "ready_deadline", "admitted_at",
                   "next_admission_at", "on_node_failure")
-_WRITE_GRANT = (f"UPDATE {T}.jobs SET "
-                + ", ".join(f"{c} = ${i}{'::jsonb' if c in _JSON_COLUMNS else ''}"
-                            for i, c in enumerate(_GRANT_COLUMNS, 2))
-                + f", node_group = ${len(_GRANT_COLUMNS) + 2}, devices = ${len(_GRANT_COLUMNS) + 3}, waiting = NULL"
-                " WHERE id = $1")
+_GRANT_TYPES = {"state": "text", "lease_epoch": "int", "executor_id": "text", "workers": "text",
+                "lease_expires_at": "timestamptz", "attempt_number": "int", "reason": "text",
+                "stop_requested": "text", "updated_at": "timestamptz", "event_seq": "int", "gang": "text",
+                "rendezvous": "text", "ready_deadline": "timestamptz", "admitted_at": "timestamptz",
+                "next_admission_at": "timestamptz", "on_node_failure": "text"}
+# One statement for a pass's grants: a column each as an array ($1 the ids, then the grant's columns, the node
+# group and devices); workers as a JSON list (an array of arrays would be flattened), the gang as JSON. The jobs
+# are found by primary key (rows the pass holds locked).
+_WRITE_GRANTS = (f"UPDATE {T}.jobs j SET "
+                 + ", ".join("workers = ARRAY(SELECT w FROM jsonb_array_elements_text(g.workers::jsonb)"
+                             " WITH ORDINALITY AS x(w, n) ORDER BY n)" if c == "workers"
+                             else f"{c} = g.{c}{'::jsonb' if c in _JSON_COLUMNS else ''}" for c in _GRANT_COLUMNS)
+                 + ", node_group = g.node_group, devices = g.devices, waiting = NULL FROM unnest($1::text[], "
+                 + ", ".join(f"${i}::{_GRANT_TYPES[c]}[]" for i, c in enumerate(_GRANT_COLUMNS, 2))
+                 + f", ${len(_GRANT_COLUMNS) + 2}::text[], ${len(_GRANT_COLUMNS) + 3}::int[])"
+                 + f" AS g(id, {', '.join(_GRANT_COLUMNS)}, node_group, devices)"
+                 + " WHERE j.id = g.id")
 
 
 _NOT_GRANTED = tuple(c for c in _JOB_COLUMNS if c not in _GRANT_COLUMNS)
@@ -197,18 +214,19 @@ async def write_grants(conn: asyncpg.Connection, subjects: Subjects,
                        grants: Sequence[tuple[Staged, str, int]]) -> None:
     """Store a placement pass's staged grants (distinct jobs, each changed by ``only_granted`` columns), each with
     the node group and devices its organisation's quota now counts, and its waiting reason cleared: three
-    pipelined statements whatever their number (the jobs, their events, their outbox rows, as ``write_staged``)."""
+    statements whatever their number (the jobs, their events, their outbox rows), each of arrays."""
     if not grants:
         return
-    await conn.executemany(_WRITE_GRANT, [(s.job.id, *_grant_values(s.job), group, devices)
-                                          for s, group, devices in grants])
+    rows = [(s.job.id, *_grant_values(s.job), group, devices) for s, group, devices in grants]
+    await conn.execute(_WRITE_GRANTS, *(list(c) for c in zip(*rows, strict=True)))
     await _write_events(conn, subjects, [s for s, _, _ in grants])
 
 
 def _grant_values(job: Job) -> list[Any]:
-    """The values of the grant's columns, as ``_job_values`` makes them (the spec and history not serialised)."""
+    """The values of the grant's columns, as ``_job_values`` makes them but the workers as a JSON list (one element
+    of ``_WRITE_GRANTS``' text array); the spec and history not serialised."""
     values = {c: getattr(job, c) for c in _GRANT_COLUMNS}
-    values.update(state=job.state.value, workers=list(job.workers), gang=gang_to_json(job.gang))
+    values.update(state=job.state.value, workers=json.dumps(job.workers), gang=gang_to_json(job.gang))
     return [values[c] for c in _GRANT_COLUMNS]
 
 

@@ -50,13 +50,16 @@ async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_even
         await _executors(rt, ["ex-0", "ex-1", "ex-2"])
         recording = Recording(rt.pool)
         placing = Runtime(rt.name, settings, recording, rt.nc, rt.js)  # type: ignore[arg-type]
+        queued_before = await rt.pool.fetchval("SELECT count(*) FROM queue.outbox")
         assert await Scheduler(placing, settings).place_once() == 3
         writes = [(q.split(" SET ")[0].split("(")[0].strip(), n) for q, n in recording.calls
                   if q.startswith(("INSERT", "UPDATE"))]
-        # One call each for three grants: the jobs' grant columns with the node group and devices the quota
-        # counts (no second statement for those), their events, their outbox rows (3 each).
-        assert writes == [('UPDATE "queue".jobs', 3), ('INSERT INTO "queue".job_events', 3),
-                          ('INSERT INTO "queue".outbox', 9)]
+        # One statement each for three grants (arrays, not a row each): the jobs' grant columns with the node
+        # group and devices the quota counts (no second statement for those), their events, their outbox rows.
+        assert writes == [('UPDATE "queue".jobs j', 1), ('INSERT INTO "queue".job_events', 1),
+                          ('INSERT INTO "queue".outbox', 1)]
+        # Three rows a grant (its lease event, RunJob, LeaseEvent).
+        assert await rt.pool.fetchval("SELECT count(*) FROM queue.outbox") == queued_before + 9
         held = await rt.pool.fetch("SELECT node_group, devices, waiting FROM queue.jobs WHERE id = ANY($1)", jobs)
         assert [(r["node_group"], r["devices"], r["waiting"]) for r in held] == [("g", 1, None)] * 3
         s = settings.subjects

@@ -1,6 +1,6 @@
 """Which queued jobs a placement pass considers (services/queue/tenancy/candidates.py): by share deficit, so an
 organisation with many old queued jobs cannot hide a smaller one's from fair share; and the budget accounts a
-pass builds from the budget service's answers asked before its transaction (services/queue/org_budgets.py)."""
+pass builds from the budget service's answers, asked before it locks any row (services/queue/org_budgets.py)."""
 
 from __future__ import annotations
 
