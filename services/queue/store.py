@@ -443,3 +443,8 @@ async def record_steps(conn: asyncpg.Connection, reports: Sequence[StepReport]) 
             "INSERT INTO queue.job_steps (job_id, epoch, step, loss, step_seconds, metrics, time)"
             " VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7) ON CONFLICT DO NOTHING",
             [(r.job_id, r.epoch, r.step, r.loss, r.step_seconds, json.dumps(r.metrics), r.time) for r in reports])
+
+
+async def jobs_by_state(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
+    rows = await conn.fetch(f"SELECT state, count(*) AS n FROM {T}.jobs GROUP BY state")
+    return {r["state"]: r["n"] for r in rows}
