@@ -80,14 +80,19 @@ def seq_scans(plan: str, table: str) -> list[str]:
     return [ln.strip() for ln in plan.splitlines() if re.search(rf"Seq Scan on (\w+\.)?{table}\b", ln)]
 
 
-async def explain(conn: asyncpg.Connection, statements: list[tuple[str, tuple]]) -> list[dict]:
+async def explain(conn: asyncpg.Connection, statements: list[tuple[str, tuple]], *,
+                  index_paths: bool = False) -> list[dict]:
     """The pass replayed in one transaction that is rolled back: each statement in its order, the first run of
-    each distinct text under EXPLAIN (ANALYZE, BUFFERS) (so each plan is of the state that statement met)."""
+    each distinct text under EXPLAIN (ANALYZE, BUFFERS) (so each plan is of the state that statement met).
+    ``index_paths``: with sequential scans priced out (``enable_seqscan = off``), so a plan still scanning a
+    table has no index to use at all: the check for a small table, where a seq scan is rightly cheapest."""
     counts = {q: n for q, _, n in distinct(statements)}
     plans: dict[str, dict] = {}
     tr = conn.transaction()
     await tr.start()
     try:
+        if index_paths:
+            await conn.execute("SET LOCAL enable_seqscan = off")
         for query, args in statements:
             if query in plans:
                 await conn.execute(query, *args)

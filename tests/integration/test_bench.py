@@ -87,7 +87,8 @@ def test_quick_smoke_of_the_real_benchmarks(tmp_path):
 
 def test_quick_smoke_of_the_placement_benchmark(tmp_path):
     """The placement pass at a small scale, with every statement's plan recorded and none seq-scanning the jobs
-    table (the benchmark itself refuses that), and the queue service's memory read from its process."""
+    table (the benchmark itself refuses that; at this size explained with seq scans priced out, so what is
+    checked is that each statement has an index to use), and the queue service's memory read from its process."""
     out, plans = tmp_path / "bench-results.json", tmp_path / "placement.json"
     proc = subprocess.run([sys.executable, "-m", "teto.cli", "bench", "placement", "--quick", "--timeout", "500",
                            "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=560,

@@ -10,6 +10,7 @@ published *after* it on an allowed subject reaches an admin subscriber that saw 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,18 +66,24 @@ async def publish_is_refused(client: Probe, admin: Client, subject: str, sentine
     subs = [await admin.subscribe(subject, cb=on_msg), await admin.subscribe(sentinel, cb=on_msg)]
     await admin.flush()
     try:
-        refused = False
-        for _ in range(3):  # under load an error report was once not seen in time: ask again, never accept less
+        refused = seen = False
+        for _ in range(4):  # under load an error report was once not seen in time: ask again, never accept less
             arrived.clear()
             await client.nc.publish(subject, data)
+            # The refused message handled (its error is sent before the PONG) before the sentinel leaves: nats-server
+            # 2.15 now and then drops a message that shares a read with a refused one (seen about once a run of
+            # this module: the sentinel lost, the same one published a second later delivered).
+            await client.nc.flush()
             await client.nc.publish(sentinel, b"sentinel")
             await client.nc.flush()
-            await asyncio.wait_for(arrived.wait(), 20)
+            with contextlib.suppress(TimeoutError):
+                seen = await asyncio.wait_for(arrived.wait(), 10)
             refused = await client.refused("publish", subject, timeout=7)
-            if refused:
+            if seen and refused:
                 break
-        assert refused and subject not in got, (f"{subject}: error received {refused}, delivered {subject in got}",
-                                                client.errors)
+        assert seen and refused and subject not in got, (
+            f"{subject}: sentinel delivered {seen}, error received {refused}, delivered {subject in got}",
+            client.errors)
         return True
     finally:
         for sub in subs:
