@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import os
 import subprocess
@@ -110,6 +111,54 @@ class Watch:
             await asyncio.sleep(0.2)
 
 
+def read_batches(lines: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
+    """Health's heartbeat batches as ``bench._fleet_service`` logs them (``start end id:sent_at ...``): for each
+    heartbeat (executor, send time to the microsecond), when its batch's handler began and when it had committed
+    (the first time, should a batch be handled again)."""
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    for line in lines:
+        start, end, *beats = line.split()
+        for beat in beats:
+            executor, sent_at = beat.rsplit(":", 1)
+            out.setdefault((executor, sent_at), (float(start), float(end)))
+    return out
+
+
+def mark_stored(probes, batches: dict[tuple[str, str], tuple[float, float]]) -> None:
+    """Each probe's arrival at health's handler and its commit, from the batch log; its ``ingested`` becomes the
+    commit (exact) instead of the table poll's first sight (up to 0.2 s late) where the log has it."""
+    for p in probes:
+        seen = batches.get((p.executor_id, f"{p.sent_at.timestamp():.6f}"))
+        if seen is not None:
+            p.received, p.ingested = seen
+
+
+PARTS = ("late", "to_health", "write", "wait", "pass", "lag", "lag_from_due")
+
+
+def breakdown(probes, passes: list[tuple[float, float]], since: float, until: float) -> dict[str, list[float]]:
+    """A probe heartbeat's signal lag in its parts, each in seconds: ``late`` the simulator sending after the
+    heartbeat's place in the schedule; ``to_health`` from the send to health's handler (the broker, the stream's
+    backlog, the edge's fetch and decode); ``write`` the handler's transaction; ``wait`` from the commit to the
+    start of the evaluator pass that judged it; ``pass`` that pass; ``lag`` (send to the pass's end: the figure)
+    and ``lag_from_due`` (the same from the schedule). Only probes sent in [since, until) with a logged batch,
+    a due time and a pass after them."""
+    starts = [s for s, _ in passes]
+    out: dict[str, list[float]] = {k: [] for k in PARTS}
+    for p in probes:
+        received = p.received
+        if received is None or p.ingested is None or p.due is None or not since <= p.sent < until:
+            continue
+        i = bisect.bisect_left(starts, p.ingested)
+        if i == len(passes):
+            continue
+        start, end = passes[i]
+        for key, value in zip(PARTS, (p.sent - p.due, received - p.sent, p.ingested - received,
+                                      start - p.ingested, end - start, end - p.sent, end - p.due)):
+            out[key].append(value)
+    return out
+
+
 def evaluation_lags(probes, passes: list[tuple[float, float]], since: float, until: float) -> list[float]:
     """Seconds from each probe heartbeat's send to the end of the first evaluator pass that began after it was
     stored; probes sent outside [since, until) or never stored are left out (counted separately)."""
@@ -165,14 +214,21 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             tasks = [asyncio.create_task(c()) for c in (watch.backlog, watch.signals, watch.ingestion)]
             await asyncio.sleep(interval)  # warm-up: every executor has sent its first heartbeat
             since = time.time()
-            killed = [e.id for e in fleet.executors[50::100]][:max(1, int(n * kill))]
+            # Every hundredth executor, among those up (registered and heard): one whose start the simulator has
+            # not reached yet is not part of the fleet health knows (counted as kill_skipped).
+            stride = fleet.executors[50::100]
+            killed = [e.id for e in stride if e.beats][:max(1, int(n * kill))]
+            kill_skipped = min(len(stride), max(1, int(n * kill))) - len(killed)
             fleet.kill(killed)
-            _say(f"measuring; killed {len(killed)}")
+            _say(f"measuring; killed {len(killed)} ({kill_skipped} not up yet)")
             # Measure at least `cycles` intervals, and long enough for the killed ones' silence to be judged.
             await asyncio.sleep(max(cycles * interval, 2 * interval + max(5.0, interval / 2)))
             until = time.time() - interval  # probes sent in the last interval may not be judged yet
             await asyncio.sleep(0)
             busy_now = fleet.busy
+            killed_rows = {r["executor_id"]: dict(r) for r in await pool.fetch(
+                "SELECT executor_id, signal, signal_since, last_heartbeat, registered_at FROM health.executors"
+                " WHERE executor_id = ANY($1::text[])", killed)}
         finally:
             for t in tasks:
                 t.cancel()
@@ -190,8 +246,12 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
                 pool.terminate()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(rt.close(), 30)
-        passes = [tuple(map(float, line.split())) for line in passes_file.read_text().splitlines() if line.strip()]
+        passes = sorted(tuple(map(float, line.split())) for line in passes_file.read_text().splitlines()
+                        if line.strip())
         pass_seconds = [e - s for s, e in passes]
+        batches_file = Path(f"{passes_file}.batches")
+        if batches_file.exists():
+            mark_stored(fleet.probe_log, read_batches(batches_file.read_text().splitlines()))
     alive_killed = set(killed)
     probes = [p for p in fleet.probe_log if p.executor_id not in alive_killed]
     lags = evaluation_lags(probes, passes, since, until)
@@ -199,6 +259,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
     false_jobs = sorted(f"job {j} ({ex})" for j, ex in watch.job_no_signal.items()
                         if ex.split()[0] not in alive_killed)
     found = [watch.no_signal[k] - since for k in killed if k in watch.no_signal]
+    parts = breakdown(probes, passes, since, until)
+    missing = [killed_trace(fleet.by_id(k), killed_rows.get(k), since) for k in killed if k not in watch.no_signal]
     rate = n / interval
     return {"executors": n, "interval": interval, "jobs": jobs, "busy_at_end": busy_now,
             "measured_s": until - since + interval, "lag_p50": percentile(lags, 0.5), "lag_p99": percentile(lags, 0.99),
@@ -208,9 +270,22 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "passes": len(passes), "false_no_signal": len(false_exec) + len(false_jobs),
             "false_examples": (false_exec + false_jobs)[:5], "killed": len(killed), "killed_found": len(found),
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
+            "kill_skipped": kill_skipped, "killed_missing": missing,
+            "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
+                      for k, v in parts.items()}, "parts_n": len(parts["lag"]),
             "stuck": len(watch.stuck), "pending_max": dict(watch.pending),
             "pending_seconds": {d: v / rate for d, v in watch.pending.items()},
             "counters": vars(fleet.counters)}
+
+
+def killed_trace(e, row: dict | None, since: float) -> dict:
+    """What is known of a killed executor health never judged no_signal: the simulator's side (registered,
+    heartbeats sent, the last one relative to the kill) and health's row at the end of the run."""
+    rel = (lambda t: None if t is None else round(t - since, 3))
+    return {"id": e.id, "registered": rel(e.registered), "beats": e.beats, "last_beat": rel(e.last_beat),
+            "killed": rel(e.killed), "job": e.job_id,
+            "row": None if row is None else {k: (v.timestamp() - since if hasattr(v, "timestamp") else v)
+                                             for k, v in row.items()}}
 
 
 def holds(r: dict) -> bool:
@@ -225,7 +300,8 @@ def rows(results: list[dict]) -> list[dict]:
                 f"heartbeats timed (p50 {r['lag_p50']:.2f} s, max {r['lag_max']:.2f} s), evaluator pass p50 "
                 f"{r['pass_p50']:.2f} s; killed {r['killed']}, found {r['killed_found']} "
                 f"(p50 {r['found_after_p50']:.1f} s after the kill); max backlog "
-                + ", ".join(f"{d} {v}" for d, v in r["pending_max"].items()))
+                + ", ".join(f"{d} {v}" for d, v in r["pending_max"].items())
+                + "; lag parts p50/p99 (s): " + ", ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b, _) in r["parts"].items()))
         base = {"reference": None, "ratio": None, "note": note}
         out.append({**base, "name": f"fleet {r['executors']}: signal evaluation lag p99", "figure": r["lag_p99"],
                     "target": 2.0, "unit": "s", "passed": r["lag_p99"] <= 2.0})
