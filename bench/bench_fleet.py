@@ -65,6 +65,19 @@ async def _ready(js, stream: str, durable: str, timeout: float = 180) -> None:
             await asyncio.sleep(0.2)
 
 
+_LOCK_WAITS = """
+SELECT w.query AS waiting, b.query AS blocking FROM pg_stat_activity w
+JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS bp(pid) ON true JOIN pg_stat_activity b ON b.pid = bp.pid
+WHERE w.wait_event_type = 'Lock'
+"""
+
+
+def _sql_head(sql: str | None) -> str:
+    """A statement's first words, enough to tell which one it is (the table it writes)."""
+    words = " ".join((sql or "").split())
+    return words[:70]
+
+
 class Watch:
     """What the bench observes while the fleet runs (one task each, stopped together)."""
 
@@ -74,6 +87,15 @@ class Watch:
         self.no_signal: dict[str, float] = {}  # executor -> first seen
         self.job_no_signal: dict[str, str] = {}  # job -> its executor
         self.stuck: set[str] = set()
+        self.lock_waits: dict[str, int] = {}  # "waiting statement <- blocking statement" -> samples seen
+
+    async def locks(self) -> None:
+        """Which statements wait on a lock and which hold it, sampled twice a second (pg_stat_activity)."""
+        while True:
+            for r in await self.pool.fetch(_LOCK_WAITS):
+                key = f"{_sql_head(r['waiting'])} <- {_sql_head(r['blocking'])}"
+                self.lock_waits[key] = self.lock_waits.get(key, 0) + 1
+            await asyncio.sleep(0.5)
 
     async def backlog(self) -> None:
         while True:
@@ -203,7 +225,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             for stream, durable in DURABLES:
                 await _ready(rt.js, rt.subjects.stream_name(stream), durable)
             _say("services ready")
-            pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=3)
+            pool = await asyncpg.create_pool(pg_url, min_size=1, max_size=5)
             jobs = int(n * busy)
             for _ in range(jobs):
                 await rt.js.publish(rt.subjects.cmd(SubmitJob.KIND), SubmitJob(
@@ -211,7 +233,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             _say(f"{jobs} jobs submitted; {n} executors starting over {interval:g} s")
             await fleet.start()
             watch = Watch(rt, pool, fleet)
-            tasks = [asyncio.create_task(c()) for c in (watch.backlog, watch.signals, watch.ingestion)]
+            tasks = [asyncio.create_task(c()) for c in (watch.backlog, watch.signals, watch.ingestion,
+                                                               watch.locks)]
             await asyncio.sleep(interval)  # warm-up: every executor has sent its first heartbeat
             since = time.time()
             # Every hundredth executor, among those up (registered and heard): one whose start the simulator has
@@ -274,6 +297,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
                       for k, v in parts.items()}, "parts_n": len(parts["lag"]),
             "stuck": len(watch.stuck), "pending_max": dict(watch.pending),
+            "lock_waits": dict(sorted(watch.lock_waits.items(), key=lambda kv: -kv[1])[:8]),
             "pending_seconds": {d: v / rate for d, v in watch.pending.items()},
             "counters": vars(fleet.counters)}
 

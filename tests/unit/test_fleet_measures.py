@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bench._fleet import Probe
+from bench import bench_fleet
 from bench.bench_fleet import evaluation_lags, holds, percentile
 
 pytestmark = pytest.mark.unit
@@ -43,3 +44,46 @@ def test_percentile_of_nothing_is_nan_and_of_values_is_an_observed_value():
                                                       (float("nan"), 0, 100, False)])
 def test_a_size_holds_only_when_every_bar_is_met(lag, false, found, held):
     assert holds({"lag_p99": lag, "false_no_signal": false, "killed": 100, "killed_found": found}) is held
+
+
+def test_the_batch_log_gives_each_heartbeat_its_first_handling_and_commit():
+    lines = ["10.000000 10.250000 sim00000:9.500000 sim00001:9.600000",
+             "11.000000 11.100000 sim00000:10.500000",
+             "12.000000 12.300000 sim00000:9.500000"]  # a batch handled again: the first handling counts
+    assert bench_fleet.read_batches(lines) == {("sim00000", "9.500000"): (10.0, 10.25),
+                                                 ("sim00001", "9.600000"): (10.0, 10.25),
+                                                 ("sim00000", "10.500000"): (11.0, 11.1)}
+    assert bench_fleet.read_batches([]) == {}
+
+
+def test_marking_stored_takes_the_commit_from_the_log_and_leaves_unlogged_probes_to_the_poll():
+    logged = Probe("sim00000", T, 9.5, ingested=10.4)
+    unlogged = Probe("sim00001", T, 9.6, ingested=10.6)
+    bench_fleet.mark_stored([logged, unlogged], {("sim00000", f"{T.timestamp():.6f}"): (10.0, 10.25)})
+    assert (logged.received, logged.ingested) == (10.0, 10.25)
+    assert (unlogged.received, unlogged.ingested) == (None, 10.6)
+
+
+def test_the_lag_splits_into_parts_that_add_up_to_it():
+    # Due 9.0, sent 9.5, handled 10.0-10.25, the pass that began at 10.0 read before the commit: 11.0-11.4.
+    p = Probe("sim00000", T, 9.5, ingested=10.25, due=9.0, received=10.0)
+    parts = bench_fleet.breakdown([p], [(10.0, 10.5), (11.0, 11.4)], since=0, until=100)
+    assert {k: round(v[0], 6) for k, v in parts.items()} == {
+        "late": 0.5, "to_health": 0.5, "write": 0.25, "wait": 0.75, "pass": 0.4, "lag": 1.9, "lag_from_due": 2.4}
+    assert sum(parts[k][0] for k in ("to_health", "write", "wait", "pass")) == pytest.approx(parts["lag"][0])
+    assert parts["lag_from_due"][0] == pytest.approx(parts["late"][0] + parts["lag"][0])
+    # The same probe by the figure's own rule: the parts describe the lag the bench reports.
+    assert evaluation_lags([p], [(10.0, 10.5), (11.0, 11.4)], since=0, until=100) == [pytest.approx(1.9)]
+
+
+@pytest.mark.parametrize("probe_, since, until", [
+    (Probe("sim00000", T, 9.5, ingested=10.25, due=9.0, received=None), 0, 100),  # not in health's log
+    (Probe("sim00000", T, 9.5, ingested=None, due=9.0, received=10.0), 0, 100),  # never stored
+    (Probe("sim00000", T, 9.5, ingested=10.25, due=None, received=10.0), 0, 100),  # no schedule
+    (Probe("sim00000", T, 9.5, ingested=10.25, due=9.0, received=10.0), 9.6, 100),  # sent before the window
+    (Probe("sim00000", T, 9.5, ingested=10.25, due=9.0, received=10.0), 0, 9.5),  # sent at its end
+    (Probe("sim00000", T, 9.5, ingested=11.5, due=9.0, received=10.0), 0, 100),  # no pass after its commit
+])
+def test_a_probe_without_every_part_is_left_out_of_the_breakdown(probe_, since, until):
+    parts = bench_fleet.breakdown([probe_], [(10.0, 10.5), (11.0, 11.4)], since=since, until=until)
+    assert parts == {k: [] for k in bench_fleet.PARTS}
