@@ -42,7 +42,7 @@ from libs.runtime.settings import CommonSettings
 
 PREFIX = "fleet"
 DURABLES = [("HB", "queue-heartbeats"), ("HB", "health-heartbeats"), ("HB", "budget-usage"),
-            ("USAGE", "budget-usage-reports")]
+            ("USAGE", "budget-usage-reports"), ("NODE", "health-nodes")]
 
 
 def _env(nats_url: str, pg_url: str, interval: float) -> dict[str, str]:

@@ -64,8 +64,10 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
     async def on_registrations(regs: list[NodeRegistered]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():
             for reg in regs:
-                await store.record_registration(conn, reg)
                 await checks.on_registration(conn, reg)
+            # The executors last, in key order (as heartbeats and the evaluator lock them): a node's lock waited
+            # for above (the check loop holds joining nodes) never holds up their heartbeats (issue 12).
+            await store.record_registrations(conn, regs)
 
     async def on_check_reports(reports: list[CheckReport]) -> None:
         provision = []

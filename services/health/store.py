@@ -151,15 +151,20 @@ async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: dat
         [(s.executor_id, s.job_id, s.epoch, s.current, now) for s in stale])
 
 
-async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> None:
-    await conn.execute(
+def registration_rows(regs: list[NodeRegistered]) -> list[tuple]:
+    """A batch's registrations as executor rows in key order (the lock order: see ``rounds``), each executor's
+    in stream order, so its last registration is applied last."""
+    return [(r.executor_id, r.node_id, r.group, json.dumps([g.model_dump(mode="json") for g in r.gpus]), r.time)
+            for r in sorted(regs, key=lambda r: r.executor_id)]
+
+
+async def record_registrations(conn: asyncpg.Connection, regs: list[NodeRegistered]) -> None:
+    await conn.executemany(
         """INSERT INTO health.executors (executor_id, node_id, group_name, gpus, registered_at)
            VALUES ($1, $2, $3, $4::jsonb, $5)
            ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,
                gpus = EXCLUDED.gpus, registered_at = EXCLUDED.registered_at, updated_at = now()""",
-        reg.executor_id, reg.node_id, reg.group, json.dumps([g.model_dump(mode="json") for g in reg.gpus]),
-        reg.time,
-    )
+        registration_rows(regs))
 
 
 # One job event's upsert, for every job of a round at once (``rounds``). A new lease epoch resets the job's

@@ -1,7 +1,8 @@
-"""The health evaluator reads only the executors whose signal can have changed (services/health/store.py
-``_DUE_EXECUTORS``), and never leaves out one whose verdict (``executor_signal``, the pure rule) differs from
-its stored signal: checked over a grid of every stored signal, heartbeat age and step age around the thresholds
-(to the millisecond), phase, step and progress interval, against real PostgreSQL. A steady fleet is not read."""
+"""The health evaluator reads only the executors and jobs whose signal can have changed (services/health/store.py
+``_DUE_EXECUTORS``, ``_DUE_JOBS``), and never leaves out one whose verdict (``executor_signal``, ``job_signal``:
+the pure rules) differs from its stored signal: checked over a grid of every stored signal, heartbeat age and
+step age around the thresholds (to the millisecond), phase, step, progress interval and, for jobs, state, against
+real PostgreSQL. A steady fleet is not read."""
 
 from __future__ import annotations
 
@@ -62,5 +63,47 @@ async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_
                 " VALUES ($1, 'ok', $2, $2, 'training', 3)",
                 [(f"ex{i:05d}", NOW - timedelta(seconds=i % 30)) for i in range(2000)])
             assert await conn.fetch(store._DUE_EXECUTORS, *store.due_bounds(NOW, TH)) == []  # noqa: SLF001
+    finally:
+        await runtime.close()
+
+
+async def test_every_job_whose_verdict_changes_is_read_and_a_steady_one_is_not(env):
+    settings = env.settings(HealthSettings)
+    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
+    try:
+        rows = []
+        grid = itertools.product([None, "running", "queued", "succeeded"], [None, "ok", "no_signal", "stuck"],
+                                 _ages(TH.signal_timeout_seconds), _ages(TH.stuck_after_seconds),
+                                 ["training", None], [None, 7], [None, 100.0])
+        for i, (state, signal, contact_age, step_age, phase, step, progress) in enumerate(grid):
+            rows.append((f"j{i:06d}", state, signal,
+                         None if contact_age is None else NOW - timedelta(seconds=contact_age),
+                         None if step_age is None else NOW - timedelta(seconds=step_age), phase, step, progress))
+        async with runtime.pool.acquire() as conn:
+            await conn.executemany(
+                "INSERT INTO health.jobs (job_id, state, signal, last_contact_at, step_changed_at, phase, step,"
+                " progress_interval_seconds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", rows)
+            every = await conn.fetch("SELECT * FROM health.jobs")
+            due = {r["job_id"] for r in await conn.fetch(store._DUE_JOBS, *store.due_bounds(NOW, TH),  # noqa: SLF001
+                                                         store._APPLIES)}  # noqa: SLF001
+        changing = set()
+        for r in every:
+            reading = store._reading_of(r, "last_contact_at", store._state(r["state"]), NOW, TH)  # noqa: SLF001
+            if (reading.signal and str(reading.signal)) != r["signal"]:
+                changing.add(r["job_id"])
+        assert changing and changing <= due, sorted(changing - due)[:5]
+        # Only the rows near a threshold (the 1 ms slack) are read without changing: not the queued or finished
+        # jobs without a signal, nor the steady running ones.
+        assert len(due - changing) < len(every) / 10, (len(due - changing), len(every))
+
+        # A steady fleet's running jobs, and finished jobs without a signal: nothing to read.
+        async with runtime.pool.acquire() as conn:
+            await conn.execute("DELETE FROM health.jobs")
+            await conn.executemany(
+                "INSERT INTO health.jobs (job_id, state, signal, last_contact_at, step_changed_at, phase, step)"
+                " VALUES ($1, $2, $3, $4, $4, 'training', 3)",
+                [(f"j{i:05d}", "running" if i % 2 else "succeeded", "ok" if i % 2 else None,
+                  NOW - timedelta(seconds=i % 30)) for i in range(2000)])
+            assert await conn.fetch(store._DUE_JOBS, *store.due_bounds(NOW, TH), store._APPLIES) == []  # noqa: SLF001
     finally:
         await runtime.close()
