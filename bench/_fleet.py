@@ -87,6 +87,7 @@ class Fleet:
     executors: list[SimExecutor] = field(default_factory=list)
     counters: FleetCounters = field(default_factory=FleetCounters)
     probe_log: list[Probe] = field(default_factory=list)
+    abandoned: set[str] = field(default_factory=set)  # jobs granted whose confirmation the executor gave up on
     _tasks: list[asyncio.Task] = field(default_factory=list)
 
     _t0: float = 0.0  # time.monotonic() at start: executor i's k-th heartbeat is due at _t0 + offset_i + k interval
@@ -217,6 +218,9 @@ class Fleet:
         e.job_id, e.epoch, e.step, e.usage_seq, e.job_started = grant.job_id, grant.epoch, 0, 0, time.monotonic()
         reply = await self._renew(e)  # the agent confirms the grant before starting
         if reply is None or not reply.ok:
+            # Given up without an answer (the queue too slow to confirm): no heartbeat will name the job, which
+            # the queue holds as granted until its lease ends, so health rightly judges it no_signal.
+            self.abandoned.add(grant.job_id)
             e.job_id, e.epoch = None, None
             return
         self.counters.grants += 1

@@ -280,7 +280,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
     lags = evaluation_lags(probes, passes, since, until)
     false_exec = sorted(set(watch.no_signal) - alive_killed)
     false_jobs = sorted(f"job {j} ({ex})" for j, ex in watch.job_no_signal.items()
-                        if ex.split()[0] not in alive_killed)
+                        if ex.split()[0] not in alive_killed and j not in fleet.abandoned)
+    abandoned_no_signal = sum(1 for j in watch.job_no_signal if j in fleet.abandoned)
     found = [watch.no_signal[k] - since for k in killed if k in watch.no_signal]
     parts = breakdown(probes, passes, since, until)
     missing = [killed_trace(fleet.by_id(k), killed_rows.get(k), since) for k in killed if k not in watch.no_signal]
@@ -293,7 +294,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "passes": len(passes), "false_no_signal": len(false_exec) + len(false_jobs),
             "false_examples": (false_exec + false_jobs)[:5], "killed": len(killed), "killed_found": len(found),
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
-            "kill_skipped": kill_skipped, "killed_missing": missing,
+            "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
+            "abandoned_no_signal": abandoned_no_signal,
             "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
                       for k, v in parts.items()}, "parts_n": len(parts["lag"]),
             "stuck": len(watch.stuck), "pending_max": dict(watch.pending),
@@ -323,7 +325,9 @@ def rows(results: list[dict]) -> list[dict]:
         note = (f"{r['executors']} executors at {r['interval']:g} s, {r['jobs']} jobs, {r['probes_timed']} probe "
                 f"heartbeats timed (p50 {r['lag_p50']:.2f} s, max {r['lag_max']:.2f} s), evaluator pass p50 "
                 f"{r['pass_p50']:.2f} s; killed {r['killed']}, found {r['killed_found']} "
-                f"(p50 {r['found_after_p50']:.1f} s after the kill); max backlog "
+                f"(p50 {r['found_after_p50']:.1f} s after the kill; {r['kill_skipped']} of the chosen not up yet); "
+                f"{r['jobs_abandoned']} grants never confirmed (renewal unanswered), {r['abandoned_no_signal']} of "
+                f"those jobs rightly no_signal, not counted as false; max backlog "
                 + ", ".join(f"{d} {v}" for d, v in r["pending_max"].items())
                 + "; lag parts p50/p99 (s): " + ", ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b, _) in r["parts"].items()))
         base = {"reference": None, "ratio": None, "note": note}
