@@ -239,9 +239,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             since = time.time()
             # Every hundredth executor, among those up (registered and heard): one whose start the simulator has
             # not reached yet is not part of the fleet health knows (counted as kill_skipped).
-            stride = fleet.executors[50::100]
-            killed = [e.id for e in stride if e.beats][:max(1, int(n * kill))]
-            kill_skipped = min(len(stride), max(1, int(n * kill))) - len(killed)
+            killed, kill_skipped = choose_killed(fleet.executors, max(1, int(n * kill)))
             fleet.kill(killed)
             _say(f"measuring; killed {len(killed)} ({kill_skipped} not up yet)")
             # Measure at least `cycles` intervals, and long enough for the killed ones' silence to be judged.
@@ -278,10 +276,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
     alive_killed = set(killed)
     probes = [p for p in fleet.probe_log if p.executor_id not in alive_killed]
     lags = evaluation_lags(probes, passes, since, until)
-    false_exec = sorted(set(watch.no_signal) - alive_killed)
-    false_jobs = sorted(f"job {j} ({ex})" for j, ex in watch.job_no_signal.items()
-                        if ex.split()[0] not in alive_killed and j not in fleet.abandoned)
-    abandoned_no_signal = sum(1 for j in watch.job_no_signal if j in fleet.abandoned)
+    false_exec, false_jobs, abandoned_no_signal = false_no_signal(watch.no_signal, watch.job_no_signal,
+                                                                  alive_killed, fleet.abandoned)
     found = [watch.no_signal[k] - since for k in killed if k in watch.no_signal]
     parts = breakdown(probes, passes, since, until)
     missing = [killed_trace(fleet.by_id(k), killed_rows.get(k), since) for k in killed if k not in watch.no_signal]
@@ -302,6 +298,25 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "lock_waits": dict(sorted(watch.lock_waits.items(), key=lambda kv: -kv[1])[:8]),
             "pending_seconds": {d: v / rate for d, v in watch.pending.items()},
             "counters": vars(fleet.counters)}
+
+
+def choose_killed(executors, count: int) -> tuple[list[str], int]:
+    """Every hundredth executor (from the 51st) up to ``count``, among those up (a heartbeat sent): one whose start
+    the simulator has not reached is no machine health has heard of. Also how many of the chosen were skipped."""
+    stride = executors[50::100][:count]
+    killed = [e.id for e in stride if e.beats]
+    return killed, len(stride) - len(killed)
+
+
+def false_no_signal(executors: dict, jobs: dict[str, str], killed: set[str],
+                    abandoned: set[str]) -> tuple[list[str], list[str], int]:
+    """The executors and jobs health marked no_signal though alive (not killed), and how many jobs were left out
+    as abandoned (their grant never confirmed: no executor heartbeats about them). ``jobs`` maps a job to
+    "executor state"."""
+    false_exec = sorted(set(executors) - killed)
+    false_jobs = sorted(f"job {j} ({ex})" for j, ex in jobs.items()
+                        if ex.split()[0] not in killed and j not in abandoned)
+    return false_exec, false_jobs, sum(1 for j in jobs if j in abandoned)
 
 
 def killed_trace(e, row: dict | None, since: float) -> dict:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bench._fleet import Probe
+from bench._fleet import Probe, SimExecutor
 from bench import bench_fleet
 from bench.bench_fleet import evaluation_lags, holds, percentile
 
@@ -87,3 +87,20 @@ def test_the_lag_splits_into_parts_that_add_up_to_it():
 def test_a_probe_without_every_part_is_left_out_of_the_breakdown(probe_, since, until):
     parts = bench_fleet.breakdown([probe_], [(10.0, 10.5), (11.0, 11.4)], since=since, until=until)
     assert parts == {k: [] for k in bench_fleet.PARTS}
+
+
+def test_the_killed_are_every_hundredth_executor_that_is_up():
+    fleet = [SimExecutor(f"sim{i:05d}", beats=0 if i in (150, 350) else 1) for i in range(500)]
+    assert bench_fleet.choose_killed(fleet, 5) == (["sim00050", "sim00250", "sim00450"], 2)
+    assert bench_fleet.choose_killed(fleet, 1) == (["sim00050"], 0)
+    assert bench_fleet.choose_killed(fleet[:40], 1) == ([], 0)
+
+
+def test_false_no_signal_leaves_out_the_killed_and_abandoned_jobs_only():
+    executors = {"sim00001": 1.0, "sim00002": 2.0}
+    jobs = {"j1": "sim00001 running", "j2": "sim00003 running", "j3": "sim00004 running"}
+    false_exec, false_jobs, abandoned = bench_fleet.false_no_signal(executors, jobs, {"sim00001"}, {"j3"})
+    assert false_exec == ["sim00002"] and false_jobs == ["job j2 (sim00003 running)"] and abandoned == 1
+    assert bench_fleet.false_no_signal(executors, jobs, set(), set()) == (
+        ["sim00001", "sim00002"], ["job j1 (sim00001 running)", "job j2 (sim00003 running)",
+                                   "job j3 (sim00004 running)"], 0)
