@@ -40,6 +40,7 @@ class Probe:
     ingested: float | None = None  # when health's table first showed it (polled)
     due: float | None = None  # time.time() when the schedule said to send it (``sent - due``: the simulator late)
     received: float | None = None  # when health's heartbeat handler began on its batch (health's batch log)
+    streamed: float | None = None  # when JetStream stored it (health's batch log)
 
 
 @dataclass
@@ -120,6 +121,11 @@ class Fleet:
 
     def by_id(self, executor_id: str) -> SimExecutor:
         return self._by_id[executor_id]
+
+    @property
+    def up(self) -> int:
+        """Executors that have sent a heartbeat."""
+        return sum(1 for e in self.executors if e.beats)
 
     @property
     def busy(self) -> int:

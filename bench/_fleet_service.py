@@ -3,8 +3,8 @@
 
 For the health service, each pass of the signal evaluator is appended to PASSES_FILE as ``start end`` (wall
 clock, seconds), and each batch of heartbeats it handled to PASSES_FILE + ``.batches`` as ``start end`` and the
-batch's ``executor_id:sent_at`` (the handler's start, after the edge fetched and decoded the batch, and its end,
-after the commit): the bench splits a heartbeat's signal lag into its parts (``bench_fleet.breakdown``). The
+batch's ``executor_id:sent_at:in_stream`` (the handler's start, after the edge fetched and decoded the batch, its
+end, after the commit, and when JetStream stored each heartbeat): the bench splits a heartbeat's signal lag into its parts (``bench_fleet.breakdown``). The
 service is otherwise unchanged: its own ``serve()``.
 """
 
@@ -31,15 +31,35 @@ def _record_passes(path: str) -> None:
     store.evaluate = timed
 
 
-def _timed(handle, out):
-    async def timed(beats):
+def stream_time(reply: str | None) -> float:
+    """When JetStream stored a message (wall clock, seconds), from its ack subject ($JS.ACK.<stream>.<consumer>.
+    <delivered>.<stream seq>.<consumer seq>.<nanoseconds>.<pending>, or with a domain and account hash before
+    the stream); 0.0 if it has none."""
+    tokens = (reply or "").split(".")
+    if tokens[:2] != ["$JS", "ACK"] or not (len(tokens) == 9 or len(tokens) >= 11):
+        return 0.0
+    return int(tokens[7] if len(tokens) == 9 else tokens[9]) / 1e9
+
+
+def _timed(consumer, out):
+    """``consumer`` with its reads noting each heartbeat's time in the stream and its batches logged."""
+    stored: dict[tuple[str, float], float] = {}
+
+    def read(m):
+        beat = consumer.read(m)
+        stored[(beat.executor_id, beat.sent_at.timestamp())] = stream_time(m.reply)
+        return beat
+
+    async def handle(beats):
         start = time.time()
-        await handle(beats)
-        out.write(f"{start:.6f} {time.time():.6f} "
-                  + " ".join(f"{b.executor_id}:{b.sent_at.timestamp():.6f}" for b in beats) + "\n")
+        await consumer.handle(beats)
+        end = time.time()
+        out.write(f"{start:.6f} {end:.6f} " + " ".join(
+            f"{b.executor_id}:{b.sent_at.timestamp():.6f}:{stored.pop((b.executor_id, b.sent_at.timestamp()), 0.0):.6f}"
+            for b in beats) + "\n")
         out.flush()
 
-    return timed
+    return dataclasses.replace(consumer, read=read, handle=handle)
 
 
 def _record_batches(path: str) -> None:
@@ -49,9 +69,7 @@ def _record_batches(path: str) -> None:
     out = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - the process's lifetime; flushed a batch at a time
 
     def timed_consumers(*args, **kwargs):
-        found = consumers(*args, **kwargs)
-        return [dataclasses.replace(c, handle=_timed(c.handle, out)) if c.durable == "health-heartbeats" else c
-                for c in found]
+        return [_timed(c, out) if c.durable == "health-heartbeats" else c for c in consumers(*args, **kwargs)]
 
     app.consumers = timed_consumers
 

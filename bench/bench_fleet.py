@@ -13,9 +13,17 @@ measurement 1 % of the executors are killed (they stop everything at once). Meas
 - signal evaluation lag: for a fixed sample of executors (``probes``), the time from a heartbeat's send to the
   end of the first pass of health's evaluator that began after the heartbeat was in health's table (polled
   every 200 ms, so up to 0.2 s is the poll's); p50, p99 and max; target p99 <= 2 s;
+- the same lag in its parts (``breakdown``), from health's log of its heartbeat batches: the simulator sending
+  after the heartbeat's place in the schedule, send to health's handler, the handler's transaction, commit to
+  the start of the pass that judged it, and that pass; the figure itself is timed from the commit the log
+  gives (the table poll remains for heartbeats the log does not name);
+- which statements wait on which locks, sampled twice a second;
 - false ``no_signal``: executors (and jobs of executors) alive all along that health ever marked no_signal
-  (polled every second); target 0;
-- true positives: killed executors health marked no_signal before the end, and how long after the kill.
+  (polled every second); target 0. A job whose grant the simulated executor gave up confirming (the queue did
+  not answer in an interval) has no heartbeat naming it: counted apart, not as false;
+- true positives: killed executors health marked no_signal before the end, and how long after the kill. Only
+  executors that are up (a heartbeat sent) are killed; for any killed one never found, its trace (the
+  simulator's side and health's row) is in the result.
 
 Run: .venv/bin/python -m bench.bench_fleet [N ...] [--interval S] [--cycles C] [--quick]
 """
@@ -107,7 +115,9 @@ class Watch:
     async def signals(self) -> None:
         while True:
             now = time.time()
-            for r in await self.pool.fetch("SELECT executor_id, signal FROM health.executors WHERE signal IS NOT NULL"):
+            # Only the few rows not ok: reading all 10,000 each second starved the simulator's own event loop.
+            for r in await self.pool.fetch("SELECT executor_id, signal FROM health.executors"
+                                           " WHERE signal IN ('no_signal', 'stuck')"):
                 if r["signal"] == "no_signal":
                     self.no_signal.setdefault(r["executor_id"], now)
                 elif r["signal"] == "stuck":
@@ -133,35 +143,36 @@ class Watch:
             await asyncio.sleep(0.2)
 
 
-def read_batches(lines: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
-    """Health's heartbeat batches as ``bench._fleet_service`` logs them (``start end id:sent_at ...``): for each
-    heartbeat (executor, send time to the microsecond), when its batch's handler began and when it had committed
-    (the first time, should a batch be handled again)."""
-    out: dict[tuple[str, str], tuple[float, float]] = {}
+def read_batches(lines: list[str]) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """Health's heartbeat batches as ``bench._fleet_service`` logs them (``start end id:sent_at:in_stream ...``):
+    for each heartbeat (executor, send time to the microsecond), when JetStream stored it, when its batch's
+    handler began and when it had committed (the first time, should a batch be handled again)."""
+    out: dict[tuple[str, str], tuple[float, float, float]] = {}
     for line in lines:
         start, end, *beats = line.split()
         for beat in beats:
-            executor, sent_at = beat.rsplit(":", 1)
-            out.setdefault((executor, sent_at), (float(start), float(end)))
+            executor, sent_at, streamed = beat.split(":")
+            out.setdefault((executor, sent_at), (float(streamed), float(start), float(end)))
     return out
 
 
-def mark_stored(probes, batches: dict[tuple[str, str], tuple[float, float]]) -> None:
-    """Each probe's arrival at health's handler and its commit, from the batch log; its ``ingested`` becomes the
-    commit (exact) instead of the table poll's first sight (up to 0.2 s late) where the log has it."""
+def mark_stored(probes, batches: dict[tuple[str, str], tuple[float, float, float]]) -> None:
+    """Each probe's time in the stream, arrival at health's handler and commit, from the batch log; its
+    ``ingested`` becomes the commit (exact) instead of the table poll's first sight (up to 0.2 s late)."""
     for p in probes:
         seen = batches.get((p.executor_id, f"{p.sent_at.timestamp():.6f}"))
         if seen is not None:
-            p.received, p.ingested = seen
+            p.streamed, p.received, p.ingested = seen
 
 
-PARTS = ("late", "to_health", "write", "wait", "pass", "lag", "lag_from_due")
+PARTS = ("late", "to_stream", "in_stream", "write", "wait", "pass", "lag", "lag_from_due")
 
 
 def breakdown(probes, passes: list[tuple[float, float]], since: float, until: float) -> dict[str, list[float]]:
     """A probe heartbeat's signal lag in its parts, each in seconds: ``late`` the simulator sending after the
-    heartbeat's place in the schedule; ``to_health`` from the send to health's handler (the broker, the stream's
-    backlog, the edge's fetch and decode); ``write`` the handler's transaction; ``wait`` from the commit to the
+    heartbeat's place in the schedule; ``to_stream`` from the send to JetStream's storing it (the simulator's
+    own publish, in its busy event loop, and the broker); ``in_stream`` from there to health's handler (the
+    stream's backlog, the edge's fetch and decode); ``write`` the handler's transaction; ``wait`` from the commit to the
     start of the evaluator pass that judged it; ``pass`` that pass; ``lag`` (send to the pass's end: the figure)
     and ``lag_from_due`` (the same from the schedule). Only probes sent in [since, until) with a logged batch,
     a due time and a pass after them."""
@@ -175,8 +186,9 @@ def breakdown(probes, passes: list[tuple[float, float]], since: float, until: fl
         if i == len(passes):
             continue
         start, end = passes[i]
-        for key, value in zip(PARTS, (p.sent - p.due, received - p.sent, p.ingested - received,
-                                      start - p.ingested, end - start, end - p.sent, end - p.due)):
+        values = (p.sent - p.due, p.streamed - p.sent, received - p.streamed, p.ingested - received,
+                  start - p.ingested, end - start, end - p.sent, end - p.due)
+        for key, value in zip(PARTS, values):
             out[key].append(value)
     return out
 
@@ -235,18 +247,26 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             watch = Watch(rt, pool, fleet)
             tasks = [asyncio.create_task(c()) for c in (watch.backlog, watch.signals, watch.ingestion,
                                                                watch.locks)]
-            await asyncio.sleep(interval)  # warm-up: every executor has sent its first heartbeat
+            # Warm-up: one interval, and until every executor has sent its first heartbeat (a loaded simulator
+            # starts its last ones late), at most three intervals in all.
+            started = time.monotonic()
+            await asyncio.sleep(interval)
+            while fleet.up < n and time.monotonic() - started < 3 * interval:
+                await asyncio.sleep(0.5)
+            warmup = time.monotonic() - started
             since = time.time()
             # Every hundredth executor, among those up (registered and heard): one whose start the simulator has
             # not reached yet is not part of the fleet health knows (counted as kill_skipped).
             killed, kill_skipped = choose_killed(fleet.executors, max(1, int(n * kill)))
             fleet.kill(killed)
-            _say(f"measuring; killed {len(killed)} ({kill_skipped} not up yet)")
+            _say(f"measuring after {warmup:.0f} s of warm-up ({fleet.up} up); killed {len(killed)}"
+                 f" ({kill_skipped} not up yet)")
             # Measure at least `cycles` intervals, and long enough for the killed ones' silence to be judged.
             await asyncio.sleep(max(cycles * interval, 2 * interval + max(5.0, interval / 2)))
             until = time.time() - interval  # probes sent in the last interval may not be judged yet
             await asyncio.sleep(0)
             busy_now = fleet.busy
+            read_at = time.time()
             killed_rows = {r["executor_id"]: dict(r) for r in await pool.fetch(
                 "SELECT executor_id, signal, signal_since, last_heartbeat, registered_at FROM health.executors"
                 " WHERE executor_id = ANY($1::text[])", killed)}
@@ -278,9 +298,10 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
     lags = evaluation_lags(probes, passes, since, until)
     false_exec, false_jobs, abandoned_no_signal = false_no_signal(watch.no_signal, watch.job_no_signal,
                                                                   alive_killed, fleet.abandoned)
-    found = [watch.no_signal[k] - since for k in killed if k in watch.no_signal]
+    seen = found_at(killed, watch.no_signal, {k: r["signal"] for k, r in killed_rows.items()}, read_at)
+    found = [t - since for t in seen.values()]
     parts = breakdown(probes, passes, since, until)
-    missing = [killed_trace(fleet.by_id(k), killed_rows.get(k), since) for k in killed if k not in watch.no_signal]
+    missing = [killed_trace(fleet.by_id(k), killed_rows.get(k), since) for k in killed if k not in seen]
     rate = n / interval
     return {"executors": n, "interval": interval, "jobs": jobs, "busy_at_end": busy_now,
             "measured_s": until - since + interval, "lag_p50": percentile(lags, 0.5), "lag_p99": percentile(lags, 0.99),
@@ -290,7 +311,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "passes": len(passes), "false_no_signal": len(false_exec) + len(false_jobs),
             "false_examples": (false_exec + false_jobs)[:5], "killed": len(killed), "killed_found": len(found),
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
-            "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
+            "warmup_s": warmup, "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
             "abandoned_no_signal": abandoned_no_signal,
             "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
                       for k, v in parts.items()}, "parts_n": len(parts["lag"]),
@@ -317,6 +338,14 @@ def false_no_signal(executors: dict, jobs: dict[str, str], killed: set[str],
     false_jobs = sorted(f"job {j} ({ex})" for j, ex in jobs.items()
                         if ex.split()[0] not in killed and j not in abandoned)
     return false_exec, false_jobs, sum(1 for j in jobs if j in abandoned)
+
+
+def found_at(killed: list[str], polled: dict[str, float], final: dict[str, str | None],
+             read_at: float) -> dict[str, float]:
+    """When each killed executor was seen no_signal: the poll's first sight, or, for one the poll missed (it
+    runs in the simulator's busy event loop), the final read of its row after the window (an upper bound)."""
+    return {k: polled[k] if k in polled else read_at for k in killed
+            if k in polled or final.get(k) == "no_signal"}
 
 
 def killed_trace(e, row: dict | None, since: float) -> dict:
