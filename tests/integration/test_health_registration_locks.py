@@ -54,3 +54,22 @@ async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_he
     finally:
         await holder.close()
         await runtime.close()
+
+
+async def test_the_check_loop_locks_no_joining_node_before_its_join_run_is_due(env):
+    # A node held by a registration in progress (here: a lock on its row) does not hold up the loop's tick while
+    # no join run is due, and so the loop never makes registrations wait for it either.
+    settings = env.settings(HealthSettings, join_batch_seconds=3600)
+    runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
+    holder = await asyncpg.connect(env.database_url)
+    try:
+        checks = Checks(runtime, settings)
+        handle = {c.durable: c.handle for c in consumers(runtime, Counters(), checks)}
+        await handle["health-nodes"]([registration("b1")])
+        assert await holder.fetchval("SELECT state FROM health.nodes WHERE node_id = 'node-ex1'") == "joining"
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM health.nodes WHERE node_id = 'node-ex1' FOR UPDATE")
+            assert await asyncio.wait_for(checks.tick(), 20) == 0
+    finally:
+        await holder.close()
+        await runtime.close()
