@@ -89,6 +89,7 @@ class Fleet:
     counters: FleetCounters = field(default_factory=FleetCounters)
     probe_log: list[Probe] = field(default_factory=list)
     abandoned: set[str] = field(default_factory=set)  # jobs granted whose confirmation the executor gave up on
+    dropped: set[str] = field(default_factory=set)  # jobs granted to an executor busy with another, ignored
     _tasks: list[asyncio.Task] = field(default_factory=list)
 
     _t0: float = 0.0  # time.monotonic() at start: executor i's k-th heartbeat is due at _t0 + offset_i + k interval
@@ -219,6 +220,10 @@ class Fleet:
                     e = self._by_id.get(grant.executor_id)
                     if e is not None and e.alive and e.job_id is None:
                         asyncio.create_task(self._take(e, grant))
+                    elif e is not None and e.alive:
+                        # Granted while it runs another (the queue placed on an older "accepting" heartbeat): not
+                        # simulated (an agent would refuse it), so no heartbeat will ever name this job.
+                        self.dropped.add(grant.job_id)
 
     async def _take(self, e: SimExecutor, grant: RunJob) -> None:
         e.job_id, e.epoch, e.step, e.usage_seq, e.job_started = grant.job_id, grant.epoch, 0, 0, time.monotonic()

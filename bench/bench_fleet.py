@@ -266,6 +266,10 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             until = time.time() - interval  # probes sent in the last interval may not be judged yet
             await asyncio.sleep(0)
             busy_now = fleet.busy
+            false_rows = [dict(r) for r in await pool.fetch(
+                "SELECT j.job_id, j.state, j.epoch, j.executor_id, extract(epoch FROM j.last_contact_at) AS contact,"
+                " extract(epoch FROM j.signal_since) AS since, e.job_id AS executor_job FROM health.jobs j"
+                " LEFT JOIN health.executors e USING (executor_id) WHERE j.signal = 'no_signal' LIMIT 5")]
             read_at = time.time()
             killed_rows = {r["executor_id"]: dict(r) for r in await pool.fetch(
                 "SELECT executor_id, signal, signal_since, last_heartbeat, registered_at FROM health.executors"
@@ -297,7 +301,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
     probes = [p for p in fleet.probe_log if p.executor_id not in alive_killed]
     lags = evaluation_lags(probes, passes, since, until)
     false_exec, false_jobs, abandoned_no_signal = false_no_signal(watch.no_signal, watch.job_no_signal,
-                                                                  alive_killed, fleet.abandoned)
+                                                                  alive_killed, fleet.abandoned | fleet.dropped)
     seen = found_at(killed, watch.no_signal, {k: r["signal"] for k, r in killed_rows.items()}, read_at)
     found = [t - since for t in seen.values()]
     parts = breakdown(probes, passes, since, until)
@@ -312,6 +316,7 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "false_examples": (false_exec + false_jobs)[:5], "killed": len(killed), "killed_found": len(found),
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
             "warmup_s": warmup, "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
+            "jobs_dropped": len(fleet.dropped), "false_job_rows": false_rows,
             "abandoned_no_signal": abandoned_no_signal,
             "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
                       for k, v in parts.items()}, "parts_n": len(parts["lag"]),
@@ -370,8 +375,9 @@ def rows(results: list[dict]) -> list[dict]:
                 f"heartbeats timed (p50 {r['lag_p50']:.2f} s, max {r['lag_max']:.2f} s), evaluator pass p50 "
                 f"{r['pass_p50']:.2f} s; killed {r['killed']}, found {r['killed_found']} "
                 f"(p50 {r['found_after_p50']:.1f} s after the kill; {r['kill_skipped']} of the chosen not up yet); "
-                f"{r['jobs_abandoned']} grants never confirmed (renewal unanswered), {r['abandoned_no_signal']} of "
-                f"those jobs rightly no_signal, not counted as false; max backlog "
+                f"{r['jobs_abandoned']} grants never confirmed (renewal unanswered) and {r['jobs_dropped']} to a busy "
+                f"executor, {r['abandoned_no_signal']} of those jobs rightly no_signal, not counted as false; "
+                f"max backlog "
                 + ", ".join(f"{d} {v}" for d, v in r["pending_max"].items())
                 + "; lag parts p50/p99 (s): " + ", ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b, _) in r["parts"].items()))
         base = {"reference": None, "ratio": None, "note": note}
