@@ -123,6 +123,9 @@ class Fleet:
     def by_id(self, executor_id: str) -> SimExecutor:
         return self._by_id[executor_id]
 
+    def executor(self, executor_id: str) -> SimExecutor | None:
+        return self._by_id.get(executor_id)
+
     @property
     def up(self) -> int:
         """Executors that have sent a heartbeat."""

@@ -94,6 +94,7 @@ class Watch:
         self.pending: dict[str, int] = {d: 0 for _, d in DURABLES}
         self.no_signal: dict[str, float] = {}  # executor -> first seen
         self.job_no_signal: dict[str, str] = {}  # job -> its executor
+        self.job_first: dict[str, tuple] = {}  # job -> (first seen no_signal, its epoch, its last contact) then
         self.stuck: set[str] = set()
         self.lock_waits: dict[str, int] = {}  # "waiting statement <- blocking statement" -> samples seen
 
@@ -122,9 +123,10 @@ class Watch:
                     self.no_signal.setdefault(r["executor_id"], now)
                 elif r["signal"] == "stuck":
                     self.stuck.add(r["executor_id"])
-            for r in await self.pool.fetch("SELECT job_id, executor_id, state FROM health.jobs"
-                                           " WHERE signal = 'no_signal'"):
+            for r in await self.pool.fetch("SELECT job_id, executor_id, state, epoch, extract(epoch FROM"
+                                           " last_contact_at) AS contact FROM health.jobs WHERE signal = 'no_signal'"):
                 self.job_no_signal.setdefault(r["job_id"], f"{r['executor_id']} {r['state']}")
+                self.job_first.setdefault(r["job_id"], (now, r["epoch"], float(r["contact"] or 0)))
             await asyncio.sleep(1.0)
 
     async def ingestion(self) -> None:
@@ -269,7 +271,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             false_rows = [dict(r) for r in await pool.fetch(
                 "SELECT j.job_id, j.state, j.epoch, j.executor_id, extract(epoch FROM j.last_contact_at) AS contact,"
                 " extract(epoch FROM j.signal_since) AS since, e.job_id AS executor_job FROM health.jobs j"
-                " LEFT JOIN health.executors e USING (executor_id) WHERE j.signal = 'no_signal' LIMIT 5")]
+                " LEFT JOIN health.executors e USING (executor_id) WHERE j.signal = 'no_signal'"
+                " AND j.executor_id <> ALL($1::text[]) LIMIT 5", killed)]
             read_at = time.time()
             killed_rows = {r["executor_id"]: dict(r) for r in await pool.fetch(
                 "SELECT executor_id, signal, signal_since, last_heartbeat, registered_at FROM health.executors"
@@ -317,6 +320,9 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
             "warmup_s": warmup, "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
             "jobs_dropped": len(fleet.dropped), "false_job_rows": false_rows,
+            "false_job_first": [(j, getattr(fleet.executor(watch.job_no_signal[j].split()[0]), "job_id", None),
+                                 *[round(v - since, 2) if isinstance(v, float) else v for v in watch.job_first[j]])
+                                for j in sorted(watch.job_first)[:5] if j in {f.split()[1] for f in false_jobs}],
             "abandoned_no_signal": abandoned_no_signal,
             "parts": {k: (percentile(v, 0.5), percentile(v, 0.99), max(v, default=float("nan")))
                       for k, v in parts.items()}, "parts_n": len(parts["lag"]),
