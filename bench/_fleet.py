@@ -90,6 +90,7 @@ class Fleet:
     probe_log: list[Probe] = field(default_factory=list)
     abandoned: set[str] = field(default_factory=set)  # jobs granted whose confirmation the executor gave up on
     dropped: set[str] = field(default_factory=set)  # jobs granted to an executor busy with another, ignored
+    grant_delays: list[float] = field(default_factory=list)  # seconds from a grant's making to its reading here
     _tasks: list[asyncio.Task] = field(default_factory=list)
 
     _t0: float = 0.0  # time.monotonic() at start: executor i's k-th heartbeat is due at _t0 + offset_i + k interval
@@ -220,6 +221,7 @@ class Fleet:
                     await m.ack()
                 if m.subject.rsplit(".", 1)[-1] == "run":  # checks and stops are not simulated
                     grant = RunJob.decode(m.data)
+                    self.grant_delays.append(time.time() - grant.time.timestamp())
                     e = self._by_id.get(grant.executor_id)
                     if e is not None and e.alive and e.job_id is None:
                         asyncio.create_task(self._take(e, grant))

@@ -320,6 +320,8 @@ async def run(n: int, interval: float, cycles: float = 2, busy: float = 0.1, kil
             "found_after_p50": percentile(found, 0.5), "found_after_max": max(found, default=float("nan")),
             "warmup_s": warmup, "kill_skipped": kill_skipped, "killed_missing": missing, "jobs_abandoned": len(fleet.abandoned),
             "jobs_dropped": len(fleet.dropped), "false_job_rows": false_rows,
+            "grant_delay": (percentile(fleet.grant_delays, 0.5), percentile(fleet.grant_delays, 0.99),
+                            max(fleet.grant_delays, default=float("nan"))),
             "false_job_first": [(j, getattr(fleet.executor(watch.job_no_signal[j].split()[0]), "job_id", None),
                                  *[round(v - since, 2) if isinstance(v, float) else v for v in watch.job_first[j]])
                                 for j in sorted(watch.job_first)[:5] if j in {f.split()[1] for f in false_jobs}],
