@@ -9,6 +9,7 @@ from libs.runtime import metrics
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
+from libs.runtime.wake import Waker, channel, wakeable
 
 from . import store
 from .checks import Checks
@@ -16,7 +17,6 @@ from .handlers import Counters, consumers
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
-
 
 
 async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
@@ -34,8 +34,12 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
             for kind, signal in result.changes:  # committed
                 metrics.SIGNAL_CHANGES.labels(kind, signal).inc()
 
-        tick = periodic(evaluate, settings.evaluate_interval_seconds, "health evaluator")
-        runtime.singleton("health-evaluator", tick)
+        # A pass starts as soon as a heartbeat batch is stored (a notification from its transaction, whichever
+        # replica stored it; passes take at most half the time while batches keep coming), and every evaluate
+        # interval besides, for the silences and standing steps that no message announces.
+        waker = Waker(settings.database_url, channel(settings.subject_prefix, store.EVALUATOR))
+        runtime.singleton("health-evaluator", wakeable(evaluate, settings.evaluate_interval_seconds,
+                                                       "health evaluator", waker))
         runtime.singleton("health-checks", periodic(checks.tick, settings.check_interval_seconds, "check loop"))
         runtime.singleton("health-outbox", relay.run)
         if ready is not None:

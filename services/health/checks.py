@@ -82,13 +82,19 @@ class Checks:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             provision = await self._fail_overdue(conn, now)
             await store.mark_gone(conn, self.s, now, self.settings.node_gone_seconds)
+            # Joining nodes are read unlocked, and a group's locked only once its join run is due (and judged
+            # again on the locked rows): locking every joining node each tick made every registration wait for
+            # the tick, and a fleet registering at once fell tens of seconds behind (issue 12).
             due = await conn.fetch(
-                "SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' ORDER BY group_name, node_id"
-                " FOR UPDATE")
-            by_group: dict[str, list[asyncpg.Record]] = defaultdict(list)
+                "SELECT group_name, since FROM health.nodes WHERE needs_check AND state = 'joining'")
+            joined: dict[str, list] = defaultdict(list)
             for row in due:
-                by_group[row["group_name"]].append(row)
-            for group, rows in by_group.items():
+                joined[row["group_name"]].append(row["since"])
+            for group in sorted(g for g, since in joined.items()
+                                if runs.join_run_due(since, now, self.settings.join_batch_seconds)):
+                rows = await conn.fetch(
+                    "SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' AND group_name = $1"
+                    " ORDER BY node_id FOR UPDATE", group)
                 if not runs.join_run_due([r["since"] for r in rows], now, self.settings.join_batch_seconds):
                     continue
                 kind = runs.run_kind([r["reboots"] for r in rows])

@@ -18,6 +18,7 @@ from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
+from libs.runtime.wake import channel, notify
 
 from . import store
 from .checks import Checks
@@ -46,6 +47,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
     s = runtime.subjects
 
     units = Units(runtime.pool, store.SCHEMA, s, counters.stale)
+    evaluator = channel(s.prefix, store.EVALUATOR)
 
     async def on_heartbeats(beats: list[Heartbeat]) -> None:
         async with units.begin() as unit:
@@ -57,12 +59,15 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
             await store.record_heartbeats(unit.conn, beats, job_beats, now)
             if stale:
                 await store.note_stale(unit.conn, stale, now)
+            await notify(unit.conn, evaluator)  # the evaluator judges them once they are committed
 
     async def on_registrations(regs: list[NodeRegistered]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():
             for reg in regs:
-                await store.record_registration(conn, reg)
                 await checks.on_registration(conn, reg)
+            # The executors last, in key order (as heartbeats and the evaluator lock them): a node's lock waited
+            # for above (the check loop holds joining nodes) never holds up their heartbeats (issue 12).
+            await store.record_registrations(conn, regs)
 
     async def on_check_reports(reports: list[CheckReport]) -> None:
         provision = []

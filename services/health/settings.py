@@ -21,7 +21,8 @@ class HealthSettings(CommonSettings):
         120.0, gt=0, le=7 * 86400, description="A training step standing still this long is stuck (at least 2 "
         "progress intervals, whatever this says)"
     )
-    evaluate_interval_seconds: float = Field(1.0, gt=0, le=60, description="How often signals are re-derived")
+    evaluate_interval_seconds: float = Field(1.0, gt=0, le=60, description="How often signals are re-derived at "
+                                             "the latest (each stored batch of heartbeats also starts a pass)")
     max_reboots: int = Field(2, ge=0, le=100, description="Failed recoveries (reboots) before a node is replaced")
     min_ratio: float = Field(0.75, gt=0, le=1, description="A node's throughput figure below this fraction of "
                              "the group's healthy median (or the baseline) fails the test")

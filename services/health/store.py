@@ -10,19 +10,20 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobState
+from libs.contracts.jobs import JobEvent, JobState
 from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime import outbox
 from libs.runtime.fencing import StaleEpoch, is_stale
 
-from .domain.signals import SignalReading, Thresholds, executor_signal, job_signal
+from .domain.signals import SIGNAL_APPLIES, SignalReading, Thresholds, executor_signal, job_signal
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "health"
-_TERMINAL = sorted(str(s) for s in TERMINAL_STATES)
+EVALUATOR = "evaluator"  # the signal evaluator's wake channel name (libs/runtime/wake.py): stored heartbeats wake it
+_APPLIES = sorted(str(s) for s in SIGNAL_APPLIES)  # the job states a signal applies in
 
 # One heartbeat's upsert, for every row of a round at once (``rounds``): the heartbeat's send time becomes the
 # row's last contact, and restarts the stuck clock when the step, the phase, the job or its epoch changed. A
@@ -150,15 +151,20 @@ async def note_stale(conn: asyncpg.Connection, stale: list[StaleEpoch], now: dat
         [(s.executor_id, s.job_id, s.epoch, s.current, now) for s in stale])
 
 
-async def record_registration(conn: asyncpg.Connection, reg: NodeRegistered) -> None:
-    await conn.execute(
+def registration_rows(regs: list[NodeRegistered]) -> list[tuple]:
+    """A batch's registrations as executor rows in key order (the lock order: see ``rounds``), each executor's
+    in stream order, so its last registration is applied last."""
+    return [(r.executor_id, r.node_id, r.group, json.dumps([g.model_dump(mode="json") for g in r.gpus]), r.time)
+            for r in sorted(regs, key=lambda r: r.executor_id)]
+
+
+async def record_registrations(conn: asyncpg.Connection, regs: list[NodeRegistered]) -> None:
+    await conn.executemany(
         """INSERT INTO health.executors (executor_id, node_id, group_name, gpus, registered_at)
            VALUES ($1, $2, $3, $4::jsonb, $5)
            ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,
                gpus = EXCLUDED.gpus, registered_at = EXCLUDED.registered_at, updated_at = now()""",
-        reg.executor_id, reg.node_id, reg.group, json.dumps([g.model_dump(mode="json") for g in reg.gpus]),
-        reg.time,
-    )
+        registration_rows(regs))
 
 
 # One job event's upsert, for every job of a round at once (``rounds``). A new lease epoch resets the job's
@@ -213,27 +219,30 @@ RETURNING e.executor_id
 """
 
 
-# The executors whose verdict can differ from their stored signal (``executor_signal``, judged in Python on what
-# this returns): a superset, each bound taken 1 ms wide the lenient way, so PostgreSQL's interval arithmetic can
-# never leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors going
-# silent, coming back or standing still, not all 10,000 of them, and judges only those.
-_DUE_EXECUTORS = """
-SELECT * FROM health.executors e
-WHERE CASE e.signal
-    WHEN 'no_signal' THEN e.last_heartbeat >= $1::timestamptz
-    WHEN 'ok' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
-        OR (e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $3::timestamptz
-            AND (e.progress_interval_seconds IS NULL
-                 OR e.step_changed_at < $4::timestamptz - e.progress_interval_seconds * interval '2 seconds'))
-    WHEN 'stuck' THEN e.last_heartbeat IS NULL OR e.last_heartbeat < $2::timestamptz
-        OR NOT coalesce(
-            e.phase = 'training' AND e.step IS NOT NULL AND e.step_changed_at < $5::timestamptz
-            AND (e.progress_interval_seconds IS NULL
-                 OR e.step_changed_at < $6::timestamptz - e.progress_interval_seconds * interval '2 seconds'),
-            false)
-    ELSE true END
-ORDER BY e.executor_id
-"""
+# The rows whose verdict can differ from their stored signal (``job_signal``, judged in Python on what these
+# return): a superset, each bound taken 1 ms wide the lenient way, so PostgreSQL's interval arithmetic can never
+# leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors and jobs going
+# silent, coming back or standing still, not all 10,000 of them, and judges only those. ``contact`` is the
+# row's last heartbeat (executors) or contact (jobs).
+def _liveness_due(a: str, contact: str) -> str:
+    standing = (f"{a}.phase = 'training' AND {a}.step IS NOT NULL AND {a}.step_changed_at < {{still}}::timestamptz"
+                f" AND ({a}.progress_interval_seconds IS NULL OR {a}.step_changed_at < {{now}}::timestamptz"
+                f" - {a}.progress_interval_seconds * interval '2 seconds')")
+    silent = f"{a}.{contact} IS NULL OR {a}.{contact} < $2::timestamptz"
+    return f"""CASE {a}.signal
+    WHEN 'no_signal' THEN {a}.{contact} >= $1::timestamptz
+    WHEN 'ok' THEN {silent} OR ({standing.format(still="$3", now="$4")})
+    WHEN 'stuck' THEN {silent} OR NOT coalesce({standing.format(still="$5", now="$6")}, false)
+    ELSE true END"""
+
+
+_DUE_EXECUTORS = f"SELECT * FROM health.executors e WHERE {_liveness_due('e', 'last_heartbeat')} ORDER BY e.executor_id"
+# A job's signal applies only while it runs (``SIGNAL_APPLIES``; a job no event has described yet is judged on
+# its contacts alone): any other job is due only while it still carries a signal, to clear it.
+_DUE_JOBS = f"""SELECT * FROM health.jobs j
+WHERE CASE WHEN j.state IS NULL OR j.state = ANY($7::text[]) THEN {_liveness_due('j', 'last_contact_at')}
+           ELSE j.signal IS NOT NULL END
+ORDER BY j.job_id"""
 
 
 def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
@@ -280,7 +289,8 @@ def _reading_of(row: asyncpg.Record, contact: str, state: JobState | None, now: 
 
 
 async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: datetime) -> Evaluation:
-    """Re-derive every signal that can have changed (every job's; the executors ``_DUE_EXECUTORS`` returns);
+    """Re-derive every signal that can have changed (the jobs ``_DUE_JOBS`` and the executors ``_DUE_EXECUTORS``
+    return);
     write the changed ones, with a SignalChanged event per job, in one transaction.
 
     Each write is conditional on the inputs read (contact time, step time, state) being unchanged, so a
@@ -289,15 +299,10 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
     """
     result = Evaluation()
     async with pool.acquire() as conn, conn.transaction():
-        jobs = await conn.fetch(
-            "SELECT * FROM health.jobs WHERE state IS NULL OR state <> ALL($1::text[]) OR signal IS NOT NULL"
-            " ORDER BY job_id",  # lock order: see rounds
-            _TERMINAL,
-        )
-        job_state = {r["job_id"]: _state(r["state"]) for r in jobs}
+        bounds = due_bounds(now, th)
         changed_jobs = []
-        for row in jobs:
-            reading = _reading_of(row, "last_contact_at", job_state[row["job_id"]], now, th)
+        for row in await conn.fetch(_DUE_JOBS, *bounds, _APPLIES):  # key order (lock order: see rounds)
+            reading = _reading_of(row, "last_contact_at", _state(row["state"]), now, th)
             if reading.signal != _signal(row["signal"]):
                 changed_jobs.append((row, reading, reading.since or now))
         written = await _set_signals(conn, "jobs", "job_id", _SET_JOB_SIGNALS, [
@@ -318,9 +323,9 @@ async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: 
         await outbox.add(conn, SCHEMA, events)
 
         changed_executors = []
-        for row in await conn.fetch(_DUE_EXECUTORS, *due_bounds(now, th)):
-            state = job_state.get(row["job_id"]) if row["job_id"] else None
-            reading = _reading_of(row, "last_heartbeat", state, now, th, judge=executor_signal)
+        for row in await conn.fetch(_DUE_EXECUTORS, *bounds):
+            # An executor's verdict does not depend on its job's state (``executor_signal``): its job is not read.
+            reading = _reading_of(row, "last_heartbeat", None, now, th, judge=executor_signal)
             if reading.signal != _signal(row["signal"]):
                 changed_executors.append((row["executor_id"], reading.signal and str(reading.signal),
                                           reading.since or now, _thresholds(reading), row["last_heartbeat"],

@@ -136,3 +136,18 @@ async def test_heartbeats_about_an_old_epoch_never_reach_the_job(env):
             await eventually(lambda: pg.fetchval("SELECT step = 6 FROM health.jobs WHERE job_id = 'j4'"))
             await eventually(lambda: asyncio.sleep(0, rejected.msgs))
     await pg.close()
+
+
+async def test_a_stored_heartbeat_is_judged_at_once_not_at_the_next_tick(env):
+    # A tick of a minute: only the wake from the heartbeat batch's transaction can judge the executor in time.
+    settings = env.settings(HealthSettings, evaluate_interval_seconds=60)
+    s = settings.subjects
+    pg = await asyncpg.connect(env.database_url)
+    try:
+        async with running(serve, settings), jetstream(settings.nats_url) as (_, js):
+            await eventually(lambda: pg.fetchval("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"))
+            await publish(js, s.heartbeat("ex1"), beat("ex1", None, step=None, phase=Phase.IDLE))
+            await eventually(lambda: pg.fetchval("SELECT signal FROM health.executors WHERE executor_id = 'ex1'"
+                                                 " AND signal = 'ok'"), what="ex1 judged ok within the minute")
+    finally:
+        await pg.close()

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from libs.contracts.telemetry import Heartbeat
-from services.health.store import executor_rows, job_rows, rounds
+from libs.contracts.nodes import NodeRegistered
+from services.health.store import executor_rows, job_rows, registration_rows, rounds
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +60,19 @@ def test_rounds_hold_each_key_once_keep_each_key_s_order_and_the_first_names_eve
         assert len(out) == max(keys.count(k) for k in set(keys))
         for key in set(keys):
             assert [i for part in out for k, i in part if k == key] == [i for k, i in rows if k == key]
+
+
+def registration(executor: str, n: int) -> NodeRegistered:
+    return NodeRegistered(node_id=f"node-{executor}", executor_id=executor, group=f"g{n}", hostname="h",
+                          cpu_count=1, agent_version="t", time=T0 + timedelta(seconds=n))
+
+
+@pytest.mark.parametrize("size", range(6))
+def test_registrations_are_written_in_key_order_each_executors_last_one_last(size):
+    # Every batch of up to five registrations over three executors, in every stream order.
+    for keys in itertools.product(["ex2", "ex0", "ex1"], repeat=size):
+        regs = [registration(k, i) for i, k in enumerate(keys)]
+        rows = registration_rows(regs)
+        assert [r[0] for r in rows] == sorted(keys)
+        for key in set(keys):  # each executor's registrations keep their stream order
+            assert [r[2] for r in rows if r[0] == key] == [f"g{i}" for i, k in enumerate(keys) if k == key]
