@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+
+import pytest
 
 from bench import _cpu
 
@@ -26,42 +29,39 @@ def test_per_job_groups_executors_and_orders_by_cost():
     assert list(_cpu.per_job_ms(cpu, 100)) == ["queue", "executors", "pg:teto_queue"]
 
 
-def test_a_snapshot_labels_the_parts_and_counts_their_reaped_children(tmp_path):
-    # a part that burns CPU in a child it has reaped: the child's CPU counts for the part
-    burner = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess,sys,time; subprocess.run([sys.executable,'-c',"
-                               "'sum(range(3_000_000))']); print('done', flush=True); time.sleep(30)"],
-                              stdout=subprocess.PIPE, text=True)
+@pytest.fixture
+def burner() -> Iterator[subprocess.Popen]:
+    """A process that burned CPU in a child it has reaped (its CPU is in the process's cutime), then waits."""
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import subprocess,sys,time; subprocess.run([sys.executable,'-c',"
+                             "'sum(range(3_000_000))']); print('done', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
-        assert burner.stdout.readline().strip() == "done"
-        (tmp_path / "processes.json").write_text(json.dumps([{"name": "executor-1", "pid": burner.pid},
-                                                              {"name": "gone", "pid": None}]))
-        snap = _cpu.snapshot(tmp_path)
-        label, cpu = snap[burner.pid]
-        assert label == "executor-1" and cpu > 0.02  # the child's sum, reaped into cutime
-        assert os.getpid() not in snap
+        assert proc.stdout.readline().strip() == "done"
+        yield proc
     finally:
-        burner.kill()
-        burner.wait()
+        proc.kill()
+        proc.wait()
 
 
-def test_a_process_tree_counts_each_descendant_by_name_with_what_it_reaped():
+def test_a_snapshot_labels_the_parts_and_counts_their_reaped_children(tmp_path, burner):
+    # a part that burns CPU in a child it has reaped: the child's CPU counts for the part
+    (tmp_path / "processes.json").write_text(json.dumps([{"name": "executor-1", "pid": burner.pid},
+                                                          {"name": "gone", "pid": None}]))
+    snap = _cpu.snapshot(tmp_path)
+    label, cpu = snap[burner.pid]
+    assert label == "executor-1" and cpu > 0.02  # the child's sum, reaped into cutime
+    assert os.getpid() not in snap
+
+
+def test_a_process_tree_counts_each_descendant_by_name_with_what_it_reaped(burner):
     # A child that burned CPU in a grandchild it reaped (as a postmaster reaps its backends): counted under the
     # child's name; this process is "self"; the child is found as a descendant and its parent is this process.
-    burner = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess,sys,time; subprocess.run([sys.executable,'-c',"
-                               "'sum(range(3_000_000))']); print('done', flush=True); time.sleep(30)"],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert burner.stdout.readline().strip() == "done"
-        mine = _cpu.tree_cpu()
-        assert _cpu.parent(burner.pid) == os.getpid()
-        name = open(f"/proc/{burner.pid}/comm").read().strip()
-        assert mine[name] > 0.02 and mine["self"] > 0
-        assert _cpu.tree_cpu(burner.pid)["self"] > 0.02  # a root of its own: "self", with what it reaped
-    finally:
-        burner.kill()
-        burner.wait()
+    mine = _cpu.tree_cpu()
+    assert _cpu.parent(burner.pid) == os.getpid()
+    name = open(f"/proc/{burner.pid}/comm").read().strip()
+    assert mine[name] > 0.02 and mine["self"] > 0
+    assert _cpu.tree_cpu(burner.pid)["self"] > 0.02  # a root of its own: "self", with what it reaped
 
 
 def test_tree_spent_takes_differences_and_never_goes_below_zero():
