@@ -71,6 +71,9 @@ def document_statuses(app: FastAPI) -> None:
     for route in app.routes:
         if not isinstance(route, APIRoute):
             continue
+        # Routes may share one responses mapping (a module's constant): each gets its own copy, so the model
+        # attached below (and its response field) is made for every route, not only the first to meet it.
+        route.responses = {code: dict(entry) for code, entry in route.responses.items()}
         # What the route's nature implies, plus the errors it declares itself (a replay's 409, say).
         declared = {int(c) for c in route.responses if str(c).isdigit() and int(c) >= 400}
         for code in sorted(_statuses(route, route_permission(route)) | declared):

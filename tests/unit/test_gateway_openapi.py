@@ -34,3 +34,29 @@ def test_every_status_a_route_can_answer_is_documented(name, op):
 
 def test_the_command_routes_are_the_ones_marked_as_commands():
     assert COMMANDS <= {name for name, _ in OPERATIONS}
+
+
+def test_routes_sharing_one_responses_constant_each_document_the_error_body():
+    # Two routes declared with the same module-level dict (as the tenancy routes are): the first app built in a
+    # process documented the error body for the first route only, and the second's 409 had no schema.
+    from fastapi import FastAPI
+
+    from services.gateway.openapi import document_statuses
+
+    shared = {409: {"description": "Refused"}}
+    app = FastAPI()
+
+    @app.put("/a/{name}", responses=shared)
+    async def put_a(name: str) -> dict:
+        return {}
+
+    @app.put("/b/{name}", responses=shared)
+    async def put_b(name: str) -> dict:
+        return {}
+
+    document_statuses(app)
+    paths = app.openapi()["paths"]
+    for path in ("/a/{name}", "/b/{name}"):
+        assert paths[path]["put"]["responses"]["409"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorBody"}
+    assert shared == {409: {"description": "Refused"}}  # the module's constant is left as it was
