@@ -137,7 +137,8 @@ class Reads:
                 if "job-at-once" not in self._warned:
                     self._warned.add("job-at-once")
                     log.warning("a view of the job is missing (%s): reading it view by view", exc)
-            except asyncpg.OutdatedSchemaCacheError:  # an owner replaced its view: decode the new row type
+            except asyncpg.OutdatedSchemaCacheError as exc:  # an owner replaced its view: decode the new row type
+                log.info("a view of the job changed (%s): reloading its row types", exc)
                 await conn.reload_schema_state()
             return await self._job_on(conn, job_id, events)
 

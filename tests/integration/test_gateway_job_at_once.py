@@ -138,3 +138,20 @@ async def test_on_the_owners_real_views_a_submit_answers_what_a_get_shows(env):
             at_once, piecewise = await _both(pool, job_id)
             assert at_once == piecewise
             assert at_once["signal"]["signal"] == "slow" and at_once["budget"]["consumed_seconds"] == 12
+
+
+async def test_a_view_its_owner_changed_while_the_gateway_runs_is_read_with_its_new_columns(env):
+    async with gateway(env, stand_in=False) as gw:
+        pool = gw.rt.pool
+        await pool.execute(STAND_IN_DDL)
+        await pool.execute(HEALTH_BUDGET_DDL)
+        await pool.execute("INSERT INTO queue.jobs_public (id, name, owner, state) VALUES ('j1', 'n', 'ann', 'queued')")
+        await pool.execute("INSERT INTO health.job_signals_public VALUES ('j1', 'x1', 'stuck', now(), '{}')")
+        reads = Reads(pool)
+        for _ in range(3):  # every pooled connection has decoded (and cached) the row types
+            assert (await reads.get_job("j1"))["signal"]["signal"] == "stuck"
+        await pool.execute("ALTER TABLE health.job_signals_public DROP COLUMN executor_id")  # an owner's migration
+        await pool.execute("ALTER TABLE health.job_signals_public ADD COLUMN executor_id text DEFAULT 'x9'")
+        for _ in range(3):
+            job = await reads.get_job("j1")
+            assert job["signal"]["signal"] == "stuck" and job["signal"]["executor_id"] == "x9"
