@@ -58,7 +58,7 @@ def setup(part: str, env: Mapping[str, str] | None = None) -> bool:
     configured, or a provider is already there). Idempotent: a process sets it up once."""
     env = os.environ if env is None else env
     chosen = exporters(env)
-    if not chosen or _installed():
+    if not chosen or installed():
         return False
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -79,7 +79,7 @@ def setup(part: str, env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
-def _installed() -> bool:
+def installed() -> bool:
     """A real (SDK) provider is in place already, not the API's default proxy."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from libs.runtime import tracing
 from libs.runtime.sealing import SealingError, load_key
 from libs.runtime.service import Runtime
 from libs.runtime.settings import SettingsError
@@ -89,6 +90,15 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
                               detail={"path": request.url.path, **detail})
 
 
+def native_telemetry() -> dict[str, bool]:
+    """FastAPI's own OpenTelemetry (the request's server span, which the command's trace descends from) is on
+    when a tracer provider is installed as the app is made (``tracing.setup`` runs in ``Runtime.open``, before);
+    Teto installs no meter or logger provider, so FastAPI's HTTP metrics and logs are off. Left to itself,
+    FastAPI asks the three global providers on every request whether one has appeared since (1-2 % of the
+    gateway's busy time under a stream of submits, docs/performance.md)."""
+    return {"tracing": tracing.installed(), "metrics": False, "logs": False}
+
+
 def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, reads: Any = None,
                commands: Any = None, dead_letters: Any = None, job_logs: Any = None) -> FastAPI:
     """The API. ``runtime`` connects it to PostgreSQL and NATS; tests may pass ``reads``/``commands``/
@@ -96,6 +106,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     # Every body is JSON whatever its Content-Type (JsonBodies, limits.py; curl -d sends form-urlencoded).
     # redirect_slashes=False: "/v1/jobs/" (an empty or "/"-decoded id) is 404, not a 307 to another resource.
     app = FastAPI(title="Teto gateway", version="1", strict_content_type=False, redirect_slashes=False,
+                  telemetry=native_telemetry(),
                   description="Submit and watch GPU fine-tuning jobs. Authenticate with `Authorization: Bearer`.")
     # What the gateway accepts must fit on the bus once wrapped in the largest message a submit causes.
     max_body = settings.max_body_bytes if runtime is None else body_limit(runtime.nc.max_payload,

@@ -25,6 +25,18 @@ _MISSING = (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError)
 _JSON_COLUMNS = frozenset({"spec", "attempts", "last_checkpoint", "ceiling_history", "detail", "gpus", "warning",
                            "payload", "figures", "states", "nodes", "gang", "alert", "metrics",
                            "waiting"})
+# A job with its health signal, budget, usage records of its current run and latest events, each a row of its
+# view's type, in one round trip. ``LIMIT 1``: the view-by-view read keeps one row per job too. The events come
+# newest first (the latest ``$2``) and are turned to seq order by the caller.
+_JOB_AT_ONCE = """
+SELECT j AS job,
+       (SELECT s FROM health.job_signals_public s WHERE s.job_id = j.id LIMIT 1) AS signal,
+       (SELECT b FROM budget.jobs_public b WHERE b.job_id = j.id LIMIT 1) AS budget,
+       ARRAY(SELECT u FROM budget.usage_public u WHERE u.job_id = j.id AND u.epoch = COALESCE(j.lease_epoch, 0)
+             ORDER BY u.executor_id, u.seq) AS usage,
+       ARRAY(SELECT e FROM queue.job_events_public e WHERE e.job_id = j.id ORDER BY e.seq DESC LIMIT $2) AS events
+FROM queue.jobs_public j WHERE j.id = $1
+"""
 
 
 def _row(record: asyncpg.Record) -> dict[str, Any]:
@@ -112,10 +124,36 @@ class Reads:
         return {r["id"]: r["owner"] for r in rows}
 
     async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
-        # Five queries on one connection: each one the pool lends is reset on its return (a round trip of its
-        # own), which made a submit's answer cost ten round trips instead of five (docs/performance.md).
+        """The job as GET /v1/jobs/{id} (and a submit's 201) shows it: ONE statement (``_JOB_AT_ONCE``) that
+        returns the job's row with its signal, budget, usage and latest events as rows of their views' types,
+        which asyncpg decodes like the rows of five separate queries (the same Python values, so the same JSON);
+        five statements were 29 % of the gateway's busy time under a stream of submits (docs/performance.md).
+        Until every view exists (their owners migrate on their own start) the five queries read a missing view
+        as empty."""
         async with self.pool.acquire() as conn:
+            try:
+                return await self._job_at_once(conn, job_id, events)
+            except _MISSING as exc:
+                if "job-at-once" not in self._warned:
+                    self._warned.add("job-at-once")
+                    log.warning("a view of the job is missing (%s): reading it view by view", exc)
+            except asyncpg.OutdatedSchemaCacheError as exc:  # an owner replaced its view: decode the new row type
+                log.info("a view of the job changed (%s): reloading its row types", exc)
+                await conn.reload_schema_state()
             return await self._job_on(conn, job_id, events)
+
+    async def _job_at_once(self, conn: Any, job_id: str, events: int) -> dict[str, Any] | None:
+        rows = await conn.fetch(_JOB_AT_ONCE, job_id, events)
+        if not rows:
+            return None
+        got = rows[0]
+        job = _row(got["job"])
+        usage = [_row(u) for u in got["usage"] or ()]
+        signal = _row(got["signal"]) if got["signal"] is not None else None
+        budget = _row(got["budget"]) if got["budget"] is not None else None
+        decorated = views.job_view(job, signal=signal, budget=budget, usage=usage)
+        decorated["events"] = [views.pick(_row(e), views.EVENT_FIELDS) for e in reversed(got["events"] or ())]
+        return decorated
 
     async def _job_on(self, conn: Any, job_id: str, events: int) -> dict[str, Any] | None:
         job = await self.job_row(job_id, via=conn)
