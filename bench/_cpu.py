@@ -61,6 +61,17 @@ def snapshot(data_dir: Path) -> dict[int, tuple[str, float]]:
     return {pid: (label, stats[pid][1] + stats[pid][2]) for pid, label in labels.items()}
 
 
+def children_cpu(parent: int, naming: str) -> float:
+    """CPU seconds so far of ``parent``'s live children whose command line contains ``naming``, each with the
+    children it reaped (an agent's run guard and the jobs it ran; the agent reaps the guard only at its end)."""
+    total = 0.0
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        found = _stat(pid)
+        if found is not None and found[0] == parent and naming in _cmdline(pid):
+            total += found[1] + found[2]
+    return total
+
+
 def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
     """CPU seconds per label between the snapshots (a process new in ``after`` counts from zero)."""
     out: dict[str, float] = defaultdict(float)

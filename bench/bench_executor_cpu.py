@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import resource
 import shutil
 import sys
@@ -31,17 +32,20 @@ from libs.contracts.agents import RunJob
 from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.runtime import bus
 
+from bench import _cpu
 from bench._servers import servers
 from bench.bench_agent_overhead import AgentArm
 
 TRUE = shutil.which("true") or "/bin/true"
 WARMUP_JOBS = 5
+GUARD_NAME = "agents/executor/guard.py"  # in the run guard's command line
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """(this process's CPU seconds, its reaped children's)."""
+    """(this process's CPU seconds, its children's: those reaped, and the agent's live run guard with the jobs it
+    reaped; the guard lives as long as the agent, so its CPU is read from /proc, not from the reaped total)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + _cpu.children_cpu(os.getpid(), GUARD_NAME)
 
 
 def kind(subject: str, prefix: str) -> str:

@@ -26,17 +26,17 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
-from libs.runtime import logs, metrics
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
                                       RunStarted)
-from libs.runtime import tracing
+from libs.runtime import logs, metrics, tracing
 
 from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
+from .guard_client import Guard
 from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
@@ -77,6 +77,7 @@ class Agent:
         self.address: str | None = None
         self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
         self.collective_port: int | None = None
+        self.guard = Guard(launch.interpreter(settings))  # started with the first command run (guard.py)
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -357,7 +358,7 @@ class Agent:
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write)
+                                          on_output=run.log.write, guard=self.guard)
         except BaseException:
             await box.close()
             raise

@@ -26,7 +26,6 @@ from .secrets import open_env
 from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
-GUARD = Path(__file__).resolve().with_name("guard.py")  # run as a file: no package, no site (guard.py)
 # The installation this agent runs from, so that any python the user's command runs finds the SDK under its
 # public name, `teto.sdk` (which re-exports agents.executor.sdk).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -79,11 +78,10 @@ def packages() -> list[Path]:
 
 def argv(grant: RunJob, settings: ExecutorSettings | None = None) -> list[str]:
     workload = grant.spec.workload
-    python = interpreter(settings)
     if isinstance(workload, CommandWorkload):
-        # Through the guard, so that whatever the command starts dies with the agent (see guard.py).
-        return [python, "-I", "-S", str(GUARD), "--", *workload.command]
-    return [python, "-m", FINETUNE_MODULE]
+        # Started by the agent's guard (``Launch.guarded``), so that whatever it starts dies with the agent.
+        return list(workload.command)
+    return [interpreter(settings), "-m", FINETUNE_MODULE]
 
 
 def job_dir(settings: ExecutorSettings, job_id: str) -> Path:
