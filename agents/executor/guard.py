@@ -31,6 +31,8 @@ import signal
 import socket
 import struct
 import sys
+import warnings  # noqa: F401 - os.execvpe imports it: in the guard, not in a child that may have dropped to a uid
+# that cannot read the standard library
 
 PR_SET_PDEATHSIG = 1
 AGENT_GONE = 137  # as if killed by SIGKILL with the agent, which it would have been
@@ -107,7 +109,10 @@ class Guard:
 
     def receive(self) -> tuple:
         """(request, descriptors) read from the agent, or (None, []) at the end of its socket."""
-        head, fds, _, _ = socket.recv_fds(self.sock, HEADER.size, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
+        # Not socket.recv_fds: it drops its flags (3.11), and the descriptors must not reach another run's exec.
+        head, ancillary, _, _ = self.sock.recvmsg(HEADER.size, socket.CMSG_SPACE(MAX_FDS * 4),
+                                                  socket.MSG_CMSG_CLOEXEC)
+        fds = _descriptors(ancillary)
         while head and len(head) < HEADER.size:
             more = self.sock.recv(HEADER.size - len(head))
             if not more:
@@ -143,6 +148,7 @@ class Guard:
     def spawn(self, request: dict, fds: list) -> None:
         try:
             moves, cgroup = placement(fds, bool(request.get("report")), bool(request.get("cgroup")))
+            done_r, done_w = os.pipe()  # both close-on-exec
             pid = os.fork()
         except (OSError, ValueError) as exc:
             self.send({"id": request.get("id"), "error": f"{type(exc).__name__}: {exc}"})
@@ -150,6 +156,14 @@ class Guard:
         if pid == 0:
             _child(request, fds, moves, cgroup, self.devnull, os.getppid())  # never returns
         self.live.add(pid)
+        os.close(done_w)
+        try:
+            # The reply waits for the exec (or the child's end): the pid the agent signals is then the command's,
+            # its own process group, in its cgroup and under its uid; never the guard's fork on its way there.
+            while os.read(done_r, 1):
+                pass
+        finally:
+            os.close(done_r)
         self.send({"id": request.get("id"), "pid": pid})
 
     def serve(self) -> int:
@@ -175,6 +189,17 @@ class Guard:
                 finally:
                     for received in fds:
                         os.close(received)
+
+
+def _descriptors(ancillary: list) -> list:
+    """The descriptors of SCM_RIGHTS messages, in the order sent."""
+    import array
+
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return list(fds)
 
 
 def _child(request: dict, fds: list, moves: tuple, cgroup, devnull: int, guard: int) -> None:
