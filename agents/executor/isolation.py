@@ -132,7 +132,7 @@ def unreachable(path: Path, need: int, lstat: Callable[[Path], os.stat_result] =
 def reach_problems(interpreter: Path, project_root: Path, packages: Iterable[Path],
                    lstat: Callable[[Path], os.stat_result] = os.stat) -> list[str]:
     """What a per-run uid could not use of what every run needs: the interpreter (resolved through its symlinks,
-    as a venv's python is a link to the real one), the project the guard and SDK are imported from, and the
+    as a venv's python is a link to the real one), the project the SDK is imported from, and the
     installed packages."""
     checks = [(interpreter, stat.S_IXOTH), (project_root, stat.S_IXOTH | stat.S_IROTH)]
     checks += [(p, stat.S_IXOTH | stat.S_IROTH) for p in packages]
