@@ -262,8 +262,7 @@ class Agent:
             asyncio.create_task(run.child.stop(stop.grace_seconds), name=f"stop-{stop.job_id}")
 
     def _uid_start(self) -> int:
-        """Where this agent starts looking for a free workload uid: random per run, so that a uid is rarely
-        handed out again soon after (and two agents rarely contend for one lock)."""
+        """Where the search for a free workload uid starts: random per run (a uid rarely reused soon, or contended)."""
         return int.from_bytes(os.urandom(4), "big")
 
     # -- one grant, start to finish ------------------------------------------------------------------------
@@ -340,7 +339,8 @@ class Agent:
         grant = run.grant
         s = self.settings
         ckpt_dir = s.effective_checkpoint_dir / grant.job_id
-        ckpt, skipped = await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)
+        ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
+                         if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
         for path, reason in skipped:
             log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
             self._send(run, CheckpointSkipped, path=str(path), reason=reason)

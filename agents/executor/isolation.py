@@ -44,9 +44,13 @@ def parse_allow(value: str) -> tuple[str, ...]:
 
 def scrub_env(agent_env: Mapping[str, str], extra_allow: Iterable[str] = ()) -> dict[str, str]:
     """The part of the agent's environment a run may see: the allow-list, and never a ``TETO_*`` setting
-    (even when allowed by a pattern: those are the agent's configuration and credentials)."""
+    (even when allowed by a pattern: those are the agent's configuration and credentials). ``allowed`` for every
+    name, with the patterns split once into names and prefixes (it runs once per run over the whole environment)."""
     allow = (*BASE_ALLOW, *extra_allow)
-    return {k: v for k, v in agent_env.items() if not k.startswith("TETO_") and allowed(k, allow)}
+    names = {p for p in allow if not p.endswith("*")}
+    prefixes = tuple(p[:-1] for p in allow if p.endswith("*"))
+    return {k: v for k, v in agent_env.items()
+            if not k.startswith("TETO_") and (k in names or k.startswith(prefixes))}
 
 
 def device_env(indices: list[int] | None) -> dict[str, str]:
