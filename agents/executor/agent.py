@@ -128,7 +128,7 @@ class Agent:
                                                                  ack_wait=30.0))
         while True:
             try:
-                msgs = await sub.fetch(10, timeout=1.0)
+                msgs = await sub.fetch(1, timeout=1.0)  # one waiting pull: no probe, no status reply a job
             except TimeoutError:
                 continue
             except Exception as exc:  # noqa: BLE001 - server gone for a while: keep trying
