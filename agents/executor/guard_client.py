@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from . import guard as protocol
+from .runner import F_SETPIPE_SZ, PIPE_BYTES
 
 log = logging.getLogger(__name__)
 
 GUARD = Path(protocol.__file__).resolve()  # run as a file, with -I -S: no site, no user path (guard.py)
-F_SETPIPE_SZ = 1031
-PIPE_BYTES = 1 << 20  # room for a burst of output while the agent's loop is busy elsewhere
 GUARD_LOST = protocol.AGENT_GONE  # a command whose guard died was SIGKILLed with it (its parent-death signal)
 
 
