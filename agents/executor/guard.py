@@ -85,7 +85,7 @@ class Guard:
         os.set_blocking(self.wake_w, False)
 
     def kill_all(self) -> None:
-        for pid in self.live:
+        for pid in tuple(self.live):  # a copy: a signal handler may run while the loop changes the set
             try:
                 os.killpg(pid, signal.SIGKILL)  # the command, all it started that stayed in its group
             except (ProcessLookupError, PermissionError):
@@ -95,7 +95,7 @@ class Guard:
         if os.getppid() != self.agent:  # the agent is gone: nothing may train past its lease
             self.kill_all()
             os._exit(AGENT_GONE)
-        for pid in self.live:  # a signal sent to the guard alone still reaches the commands
+        for pid in tuple(self.live):  # a signal sent to the guard alone still reaches the commands
             try:
                 os.killpg(pid, signum)
             except (ProcessLookupError, PermissionError):
@@ -174,6 +174,13 @@ class Guard:
         poll = select.poll()
         poll.register(self.sock, select.POLLIN)
         poll.register(self.wake_r, select.POLLIN)
+        try:
+            return self._loop(poll)
+        except BaseException:
+            self.kill_all()  # a guard that fails takes its commands' groups with it, never leaves them unguarded
+            raise
+
+    def _loop(self, poll: select.poll) -> int:
         while True:
             self.reap()
             for fd, _ in poll.poll():

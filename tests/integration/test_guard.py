@@ -227,3 +227,24 @@ async def test_a_run_in_a_sandbox_is_in_its_cgroup_and_its_leftovers_die(tmp_pat
     left = int(pid_file.read_text())
     assert _wait(lambda: not _alive(left)), "the run's leftover outlived it"
     assert not box.cgroup.path.exists()
+
+
+async def test_a_guard_that_fails_kills_its_commands_groups_before_it_goes(tmp_path):
+    """A request the guard cannot read ends it (a bug, not a run's input): whatever its commands started dies
+    first, grandchildren included (their parent-death signal reaches only the commands themselves)."""
+    pid_file = tmp_path / "grandchild.pid"
+    g = Guard(sys.executable)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await g.spawn(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], {"PATH": os.environ["PATH"]},
+                             report_fd=write_fd)
+        assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
+        grandchild = int(pid_file.read_text())
+        assert g.sock is not None
+        g.sock.sendall(guard.HEADER.pack(5) + b"{nope")  # not JSON
+        assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
+        assert _wait(lambda: not _alive(grandchild)), "a command's grandchild outlived its failed guard"
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+        await g.close()
