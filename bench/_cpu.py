@@ -2,7 +2,8 @@
 
 A throughput on a shared machine moves with the load; the CPU a job costs each process does not, or much less.
 `snapshot(data_dir)` reads /proc: the parts ``teto up`` started (processes.json: gateway, queue, ...,
-executor-N), each with the children it has reaped (an executor's run guards and the jobs' own processes),
+executor-N), each with the children it has reaped and an executor with its live run guard (the guard and the
+jobs' own processes, which the guard reaps),
 the NATS server(s) whose command lines name the stack's data directory, and PostgreSQL (the postmaster of the
 data directory's postmaster.pid, and each backend, labelled by its login: ``pg:teto_queue``). Backends that exit
 between the snapshots are not counted (the services keep pooled connections, so few do)."""
@@ -15,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
+RUN_GUARD = "agents/executor/guard.py"  # in the command line of an executor's run guard
 
 
 def _stat(pid: int) -> tuple[int, float, float] | None:
@@ -47,6 +49,9 @@ def snapshot(data_dir: Path) -> dict[int, tuple[str, float]]:
             labels[pid] = parts[pid]
         elif str(data_dir) in cmd and "nats-server" in cmd:
             labels[pid] = "nats"
+    for pid, (ppid, _own, _kids) in stats.items():
+        if ppid in parts and pid not in labels and RUN_GUARD in _cmdline(pid):
+            labels[pid] = parts[ppid]  # an executor's run guard lives as long as it: its CPU is read live
     for pidfile in [*data_dir.glob("pgdata/postmaster.pid"), *data_dir.glob("*/pgdata/postmaster.pid")]:
         try:  # the data directory may be a link elsewhere (as root: under /var/lib/teto), its pid file is not
             labels[int(pidfile.read_text().split()[0])] = "pg:postmaster"
@@ -59,6 +64,17 @@ def snapshot(data_dir: Path) -> dict[int, tuple[str, float]]:
             words = cmd.split()
             labels[pid] = f"pg:{words[1]}" if len(words) > 2 and words[0] == "postgres:" else "pg:background"
     return {pid: (label, stats[pid][1] + stats[pid][2]) for pid, label in labels.items()}
+
+
+def children_cpu(parent: int, naming: str) -> float:
+    """CPU seconds so far of ``parent``'s live children whose command line contains ``naming``, each with the
+    children it reaped (an agent's run guard and the jobs it ran; the agent reaps the guard only at its end)."""
+    total = 0.0
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        found = _stat(pid)
+        if found is not None and found[0] == parent and naming in _cmdline(pid):
+            total += found[1] + found[2]
+    return total
 
 
 def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:

@@ -3,8 +3,9 @@ and PostgreSQL, its run cgroup on, heartbeat 5 s as ``teto up`` runs it in bench
 ``command`` jobs (``true``) one after another, granted by this process, which plays the queue (the grant, the
 lease renewals, reading the progress). Measured from the kernel's accounting, so the machine's load moves it
 little: this process's CPU time per job (the agent, with the queue's stand-in: a few messages a job) and its
-reaped children's (the run guard and the job's process), against the CPU of starting and reaping one bare
-``true`` from the same process (the reference). The note also counts the messages the job causes on the bus, by
+children's (the agent's run guard, read live from /proc as it lives as long as the agent, with the jobs'
+processes it reaped), against the CPU of starting and reaping one bare ``true`` from the same process (the
+reference). The note also counts the messages the job causes on the bus, by
 subject (the agent's and the stand-in's, JetStream acknowledgements and API calls included).
 
 This is the executors' part of bench_throughput's "CPU ms per job by part" with nothing else running, so a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import resource
 import shutil
 import sys
@@ -31,6 +33,7 @@ from libs.contracts.agents import RunJob
 from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.runtime import bus
 
+from bench import _cpu
 from bench._servers import servers
 from bench.bench_agent_overhead import AgentArm
 
@@ -39,9 +42,10 @@ WARMUP_JOBS = 5
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """(this process's CPU seconds, its reaped children's)."""
+    """(this process's CPU seconds, its children's: those reaped, and the agent's live run guard with the jobs it
+    reaped; the guard lives as long as the agent, so its CPU is read from /proc, not from the reaped total)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + _cpu.children_cpu(os.getpid(), _cpu.RUN_GUARD)
 
 
 def kind(subject: str, prefix: str) -> str:

@@ -26,17 +26,17 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
-from libs.runtime import logs, metrics
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
                                       RunStarted)
-from libs.runtime import tracing
+from libs.runtime import logs, metrics, tracing
 
 from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
+from .guard_client import Guard
 from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
@@ -77,6 +77,7 @@ class Agent:
         self.address: str | None = None
         self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
         self.collective_port: int | None = None
+        self.guard = Guard(launch.interpreter(settings))  # started with the first command run (guard.py)
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class Agent:
                                                                  ack_wait=30.0))
         while True:
             try:
-                msgs = await sub.fetch(10, timeout=1.0)
+                msgs = await sub.fetch(1, timeout=1.0)  # one waiting pull: no probe, no status reply a job
             except TimeoutError:
                 continue
             except Exception as exc:  # noqa: BLE001 - server gone for a while: keep trying
@@ -261,8 +262,7 @@ class Agent:
             asyncio.create_task(run.child.stop(stop.grace_seconds), name=f"stop-{stop.job_id}")
 
     def _uid_start(self) -> int:
-        """Where this agent starts looking for a free workload uid: random per run, so that a uid is rarely
-        handed out again soon after (and two agents rarely contend for one lock)."""
+        """Where the search for a free workload uid starts: random per run (a uid rarely reused soon, or contended)."""
         return int.from_bytes(os.urandom(4), "big")
 
     # -- one grant, start to finish ------------------------------------------------------------------------
@@ -339,7 +339,8 @@ class Agent:
         grant = run.grant
         s = self.settings
         ckpt_dir = s.effective_checkpoint_dir / grant.job_id
-        ckpt, skipped = await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)
+        ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
+                         if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
         for path, reason in skipped:
             log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
             self._send(run, CheckpointSkipped, path=str(path), reason=reason)
@@ -357,7 +358,7 @@ class Agent:
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write)
+                                          on_output=run.log.write, guard=self.guard)
         except BaseException:
             await box.close()
             raise

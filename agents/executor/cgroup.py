@@ -21,11 +21,20 @@ log = logging.getLogger(__name__)
 KILL_WAIT_SECONDS = 10.0
 
 
+_found_root: list[Path] = []  # the cgroup v2 mount once found: it does not move while an agent runs
+
+
 def find_cgroup_root() -> Path | None:
+    """Where cgroup v2 is mounted (read from /proc/self/mounts until found, then remembered: every run asks)."""
+    if _found_root:
+        return _found_root[0]
     try:
-        return isolation.cgroup2_mount(Path("/proc/self/mounts").read_text())
+        root = isolation.cgroup2_mount(Path("/proc/self/mounts").read_text())
     except OSError:
         return None
+    if root is not None:
+        _found_root.append(root)
+    return root
 
 
 @dataclass

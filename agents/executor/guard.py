@@ -1,121 +1,288 @@
-"""The guard between an executor agent and a user's ``command`` workload.
+"""The guard between an executor agent and its users' ``command`` workloads: one process per agent, started once.
 
 The kernel's parent-death signal reaches only the agent's direct child. A user's command often is a shell or a
 launcher whose own children train (``sh -c "python train.py"``); if the agent is SIGKILLed those grandchildren
 would keep training and writing checkpoints past the lease. The guard is that direct child: it asks the kernel
-for SIGTERM when the agent dies, runs the command in its own process group, and on the agent's death kills that
-whole group at once. Every other signal is forwarded to the group, and the command's exit status is passed
-through unchanged (128 + N for a command killed by signal N, as a shell reports it).
+for SIGTERM when the agent dies, starts every command the agent asks for in its own session (its pid is its
+process group), reports each command's exit status, and when the agent dies (the signal, or the end of its
+socket) kills every live command's whole group at once and exits. Each command in turn asks for SIGKILL when
+the guard dies, so a guard killed on its own takes its commands with it.
 
-Usage (by the agent): ``python -I -S .../agents/executor/guard.py [--parent PID] [--cgroup-fd FD] -- argv...``
-(``-m agents.executor.guard`` works too). With ``--parent`` the agent starts the guard without a ``preexec_fn``
-(so with ``vfork``, not a ``fork`` that copies the agent's page tables: about 8 ms of CPU a run less), and the
-guard does what the preexec did before it runs anything: it joins the run's cgroup through the agent's open
-``cgroup.procs`` (``--cgroup-fd``, closed before the command starts), and refuses to start the command when its
-parent is no longer that agent (the agent died before the parent-death signal was asked for). A run that
-changes uid keeps the preexec: the guard never runs as root with the run's environment. It starts once per run, so it imports only what the interpreter has built in or loads anyway: no
-site, no package, no ``os`` (``posix``), no ``signal`` (``_signal``: ``signal`` imports ``enum``, ``functools``
-and ``collections``), no ``ctypes`` (``prctl`` through ``_ctypes``: ``ctypes`` defines its whole type system at
-import), no ``subprocess`` (``posix_spawnp`` and ``waitpid``). Each of those cost several milliseconds of CPU a
-run; ``tests/integration/test_guard.py`` checks that none comes back.
+The agent asks over a Unix socket (``guard_client.py``): a 4-byte length, then a JSON request (argv, env, cwd,
+umask, uid and gid) with the run's descriptors attached (stdout, stderr, the report pipe, and the run's
+``cgroup.procs`` when it has a cgroup). The guard forks (cheap: it is a small process, where forking the agent
+copied 100 MB of page tables) and the child, before it execs the command: takes the descriptors (the report pipe
+as fd 3, ``TETO_REPORT_FD=3``), starts its session, joins the run's cgroup through the agent's ``cgroup.procs``
+(closed at exec: the command cannot move processes), sets the umask, takes the run's uid (no supplementary
+groups) when it has one, asks for its parent-death signal (after the uid change, which clears it) and refuses to
+run when its parent is no longer the guard. The command's environment is only ever handed to ``execve``: the
+guard never runs with it, as root or otherwise. Replies are JSON lines: ``{"id": N, "pid": P}`` once forked,
+``{"exited": P, "status": S}`` when reaped, S as a shell reports it (128 + N for a command killed by signal N).
+A command that cannot start exits 127 (126: cannot join the cgroup; 137: its guard was gone) with the reason on
+its stderr, as the per-run guard before it did.
+
+Usage (by the agent): ``python -I -S .../agents/executor/guard.py --parent PID --socket FD``.
 """
 
-import _signal
-import posix
+import json
+import os
+import select
+import signal
+import socket
+import struct
 import sys
+import warnings  # noqa: F401 - os.execvpe imports it: in the guard, not in a child that may have dropped to a uid
+# that cannot read the standard library
 
 PR_SET_PDEATHSIG = 1
 AGENT_GONE = 137  # as if killed by SIGKILL with the agent, which it would have been
 CANNOT_JOIN = 126
-SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)  # forwarded to the command (the agent's stop)
+CANNOT_START = 127
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+HEADER = struct.Struct("!I")
+MAX_REQUEST = 64 << 20
+REPORT_FD = 3  # where a command finds its report pipe
+MAX_FDS = 8
 
 
-def _exit_status(returncode: int) -> int:
+def exit_status(returncode: int) -> int:
+    """A ``waitstatus_to_exitcode`` result as a shell reports it: 128 + N for a death by signal N (pure)."""
     return 128 - returncode if returncode < 0 else returncode
 
 
 def parse(argv: list) -> tuple:
-    """(parent pid or None, cgroup.procs fd or None, the command) of the guard's arguments; ValueError when they
-    are not ``[--parent PID] [--cgroup-fd FD] [--] command...``."""
-    options = {"--parent": None, "--cgroup-fd": None}
-    while argv and argv[0] in options:
-        if len(argv) < 2 or not argv[1].isdigit():
-            raise ValueError(f"{argv[0]} needs a number")
+    """(agent pid, socket fd) of the guard's arguments; ValueError unless ``--parent PID --socket FD``."""
+    options = {"--parent": None, "--socket": None}
+    while argv:
+        if argv[0] not in options or len(argv) < 2 or not argv[1].isdigit():
+            raise ValueError(f"unreadable option {argv[0]!r}: --parent PID --socket FD")
         options[argv[0]] = int(argv[1])
         argv = argv[2:]
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        raise ValueError("no command given")
-    return options["--parent"], options["--cgroup-fd"], argv
+    if None in options.values():
+        raise ValueError("--parent PID and --socket FD are both needed")
+    return options["--parent"], options["--socket"]
+
+
+def placement(fds: list, report: bool, cgroup: bool) -> tuple:
+    """Which received descriptor goes where: ((target fd, index in ``fds``)...) for stdout, stderr and the report
+    pipe, and the index of the cgroup's ``cgroup.procs`` (or None). ValueError when the count does not match."""
+    wanted = 2 + int(report) + int(cgroup)
+    if len(fds) != wanted:
+        raise ValueError(f"{len(fds)} descriptors received, {wanted} expected")
+    moves = [(1, 0), (2, 1)] + ([(REPORT_FD, 2)] if report else [])
+    return tuple(moves), (wanted - 1 if cgroup else None)
+
+
+class Guard:
+    """The guard's state: the commands alive (pid == process group) and its channel to the agent."""
+
+    def __init__(self, agent: int, sock: socket.socket) -> None:
+        self.agent = agent
+        self.sock = sock
+        self.live: set = set()
+        self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def kill_all(self) -> None:
+        for pid in tuple(self.live):  # a copy: a signal handler may run while the loop changes the set
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the command, all it started that stayed in its group
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def on_signal(self, signum: int, frame: object) -> None:  # noqa: ARG002
+        if os.getppid() != self.agent:  # the agent is gone: nothing may train past its lease
+            self.kill_all()
+            os._exit(AGENT_GONE)
+        for pid in tuple(self.live):  # a signal sent to the guard alone still reaches the commands
+            try:
+                os.killpg(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def send(self, message: dict) -> None:
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            pass  # the agent is gone: its end of the socket is read next, and everything is killed then
+
+    def receive(self) -> tuple:
+        """(request, descriptors) read from the agent, or (None, []) at the end of its socket."""
+        # Not socket.recv_fds: it drops its flags (3.11), and the descriptors must not reach another run's exec.
+        head, ancillary, _, _ = self.sock.recvmsg(HEADER.size, socket.CMSG_SPACE(MAX_FDS * 4),
+                                                  socket.MSG_CMSG_CLOEXEC)
+        fds = _descriptors(ancillary)
+        while head and len(head) < HEADER.size:
+            more = self.sock.recv(HEADER.size - len(head))
+            if not more:
+                break
+            head += more
+        if len(head) < HEADER.size:
+            for fd in fds:
+                os.close(fd)
+            return None, []
+        (size,) = HEADER.unpack(head)
+        if size > MAX_REQUEST:
+            raise ValueError(f"request of {size} bytes")
+        body = bytearray()
+        while len(body) < size:
+            chunk = self.sock.recv(min(size - len(body), 1 << 20))
+            if not chunk:
+                return None, fds
+            body += chunk
+        return json.loads(body), fds
+
+    def reap(self) -> None:
+        while self.live:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.live:
+                self.live.discard(pid)
+                self.send({"exited": pid, "status": exit_status(os.waitstatus_to_exitcode(status))})
+
+    def spawn(self, request: dict, fds: list) -> None:
+        try:
+            moves, cgroup = placement(fds, bool(request.get("report")), bool(request.get("cgroup")))
+            done_r, done_w = os.pipe()  # both close-on-exec
+            pid = os.fork()
+        except (OSError, ValueError) as exc:
+            self.send({"id": request.get("id"), "error": f"{type(exc).__name__}: {exc}"})
+            return
+        if pid == 0:
+            _child(request, fds, moves, cgroup, self.devnull, os.getppid())  # never returns
+        self.live.add(pid)
+        os.close(done_w)
+        try:
+            # The reply waits for the exec (or the child's end): the pid the agent signals is then the command's,
+            # its own process group, in its cgroup and under its uid; never the guard's fork on its way there.
+            while os.read(done_r, 1):
+                pass
+        finally:
+            os.close(done_r)
+        self.send({"id": request.get("id"), "pid": pid})
+
+    def serve(self) -> int:
+        signal.set_wakeup_fd(self.wake_w)  # a SIGCHLD wakes the poll below
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        for sig in SIGNALS:
+            signal.signal(sig, self.on_signal)
+        poll = select.poll()
+        poll.register(self.sock, select.POLLIN)
+        poll.register(self.wake_r, select.POLLIN)
+        try:
+            return self._loop(poll)
+        except BaseException:
+            self.kill_all()  # a guard that fails takes its commands' groups with it, never leaves them unguarded
+            raise
+
+    def _loop(self, poll: select.poll) -> int:
+        while True:
+            self.reap()
+            for fd, _ in poll.poll():
+                if fd == self.wake_r:
+                    os.read(self.wake_r, 4096)
+                    continue
+                request, fds = self.receive()
+                if request is None:  # the agent closed its end or died: nothing it started may run on
+                    self.kill_all()
+                    return 0
+                try:
+                    self.spawn(request, fds)
+                finally:
+                    for received in fds:
+                        os.close(received)
+
+
+def _descriptors(ancillary: list) -> list:
+    """The descriptors of SCM_RIGHTS messages, in the order sent."""
+    import array
+
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
+def _child(request: dict, fds: list, moves: tuple, cgroup, devnull: int, guard: int) -> None:
+    """In the forked child: what the command's process needs before exec, then exec (never returns)."""
+    argv = request["argv"]
+    code = CANNOT_START
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (*SIGNALS, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)  # not the guard's handlers; Python ignores SIGPIPE, a command not
+        high = [fd if fd > REPORT_FD else _above(fd) for fd in fds]  # no source is overwritten by a move below
+        os.dup2(devnull, 0)
+        for target, index in moves:
+            os.dup2(high[index], target)  # inheritable: the command keeps these
+        os.setsid()
+        if cgroup is not None:
+            code = CANNOT_JOIN
+            os.write(high[cgroup], b"0")  # into the run's cgroup before the command can fork (closed at exec)
+            code = CANNOT_START
+        if request.get("umask", -1) >= 0:
+            os.umask(request["umask"])
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        if request.get("uid") is not None:
+            os.setgroups([])
+            os.setgid(request["gid"] if request.get("gid") is not None else request["uid"])
+            os.setuid(request["uid"])
+        _ask_for_signal_on_parent_death(signal.SIGKILL)  # after the uid change, which clears it
+        if os.getppid() != guard:  # the guard died before the request took effect
+            os._exit(AGENT_GONE)
+        env = dict(request["env"])
+        if request.get("report"):
+            env["TETO_REPORT_FD"] = str(REPORT_FD)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001 - whatever it was, the run's stderr says it and the status tells
+        what = "cannot join the run's cgroup" if code == CANNOT_JOIN else f"cannot start {argv[0]!r}"
+        try:
+            os.write(2, f"guard: {what}: {exc}\n".encode(errors="replace"))
+        finally:
+            os._exit(code)
+
+
+def _above(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, REPORT_FD + 1)
+
+
+_prctl = None
+
+
+def _ask_for_signal_on_parent_death(signum: int) -> None:
+    """``prctl(PR_SET_PDEATHSIG, signum)`` (the libc function looked up once, in the guard, before any fork)."""
+    global _prctl
+    try:
+        if _prctl is None:
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        _prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def main(argv: list) -> int:
     try:
-        parent, cgroup_fd, argv = parse(argv)
+        agent, sock_fd = parse(argv)
     except ValueError as exc:
         print(f"guard: {exc}", file=sys.stderr)
         return 2
-    agent = posix.getppid() if parent is None else parent
-    _ask_for_sigterm_on_parent_death()
-    if posix.getppid() != agent:  # the agent died before the request took effect
+    _ask_for_signal_on_parent_death(signal.SIGTERM)
+    if os.getppid() != agent:  # the agent died before the request took effect
         return AGENT_GONE
-    if cgroup_fd is not None:
-        try:
-            posix.write(cgroup_fd, b"0")  # into the run's cgroup before the command can fork
-            posix.close(cgroup_fd)  # the command must not move processes
-        except OSError as exc:
-            print(f"guard: cannot join the run's cgroup: {exc}", file=sys.stderr)
-            return CANNOT_JOIN
-    try:
-        # Same process group as the guard: the agent stops a run by signalling the whole group. Inheritable
-        # descriptors (the report pipe, TETO_REPORT_FD) pass through, as the agent passed them to the guard.
-        child = posix.posix_spawnp(argv[0], argv, posix.environ)
-    except OSError as exc:
-        print(f"guard: cannot start {argv[0]!r}: {exc}", file=sys.stderr)
-        return 127
-
-    def on_signal(signum: int, frame: object) -> None:  # noqa: ARG001
-        if posix.getppid() != agent:
-            # The agent is gone: nothing may train past its lease. Kill the group: the command, all it
-            # started, and the guard itself.
-            posix.killpg(0, _signal.SIGKILL)
-        try:
-            posix.kill(child, signum)  # a signal sent to the guard alone still reaches the command
-        except ProcessLookupError:
-            pass
-
-    for sig in SIGNALS:
-        _signal.signal(sig, on_signal)
-    while True:
-        try:
-            _, status = posix.waitpid(child, 0)  # retried after a handled signal (PEP 475)
-        except ChildProcessError:
-            return 1
-        except InterruptedError:
-            continue
-        return _exit_status(posix.waitstatus_to_exitcode(status))
-
-
-def _ask_for_sigterm_on_parent_death() -> None:
-    """``prctl(PR_SET_PDEATHSIG, SIGTERM)`` through ``_ctypes``, what ``ctypes.CDLL(None).prctl(...)`` does
-    underneath: the interpreter's own libc symbols (no library lookup), an ``int`` result."""
-    try:
-        import _ctypes
-
-        class Int(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-            _restype_ = Int
-
-        class Process:  # what CFuncPtr reads a symbol's library from
-            _handle = _ctypes.dlopen(None, _ctypes.RTLD_LOCAL)
-
-        Function(("prctl", Process))(PR_SET_PDEATHSIG, _signal.SIGTERM, 0, 0, 0)
-    except (ImportError, OSError, AttributeError):
-        pass
+    sock = socket.socket(fileno=sock_fd)
+    sock.set_inheritable(False)
+    return Guard(agent, sock).serve()
 
 
 if __name__ == "__main__":

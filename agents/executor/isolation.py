@@ -44,9 +44,13 @@ def parse_allow(value: str) -> tuple[str, ...]:
 
 def scrub_env(agent_env: Mapping[str, str], extra_allow: Iterable[str] = ()) -> dict[str, str]:
     """The part of the agent's environment a run may see: the allow-list, and never a ``TETO_*`` setting
-    (even when allowed by a pattern: those are the agent's configuration and credentials)."""
+    (even when allowed by a pattern: those are the agent's configuration and credentials). ``allowed`` for every
+    name, with the patterns split once into names and prefixes (it runs once per run over the whole environment)."""
     allow = (*BASE_ALLOW, *extra_allow)
-    return {k: v for k, v in agent_env.items() if not k.startswith("TETO_") and allowed(k, allow)}
+    names = {p for p in allow if not p.endswith("*")}
+    prefixes = tuple(p[:-1] for p in allow if p.endswith("*"))
+    return {k: v for k, v in agent_env.items()
+            if not k.startswith("TETO_") and (k in names or k.startswith(prefixes))}
 
 
 def device_env(indices: list[int] | None) -> dict[str, str]:
@@ -132,7 +136,7 @@ def unreachable(path: Path, need: int, lstat: Callable[[Path], os.stat_result] =
 def reach_problems(interpreter: Path, project_root: Path, packages: Iterable[Path],
                    lstat: Callable[[Path], os.stat_result] = os.stat) -> list[str]:
     """What a per-run uid could not use of what every run needs: the interpreter (resolved through its symlinks,
-    as a venv's python is a link to the real one), the project the guard and SDK are imported from, and the
+    as a venv's python is a link to the real one), the project the SDK is imported from, and the
     installed packages."""
     checks = [(interpreter, stat.S_IXOTH), (project_root, stat.S_IXOTH | stat.S_IROTH)]
     checks += [(p, stat.S_IXOTH | stat.S_IROTH) for p in packages]

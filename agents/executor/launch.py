@@ -8,6 +8,7 @@ can confuse or override what the process is told about its job, or which GPUs it
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -26,7 +27,6 @@ from .secrets import open_env
 from .settings import ExecutorSettings
 
 FINETUNE_MODULE = "agents.executor.workloads.finetune"
-GUARD = Path(__file__).resolve().with_name("guard.py")  # run as a file: no package, no site (guard.py)
 # The installation this agent runs from, so that any python the user's command runs finds the SDK under its
 # public name, `teto.sdk` (which re-exports agents.executor.sdk).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -79,11 +79,10 @@ def packages() -> list[Path]:
 
 def argv(grant: RunJob, settings: ExecutorSettings | None = None) -> list[str]:
     workload = grant.spec.workload
-    python = interpreter(settings)
     if isinstance(workload, CommandWorkload):
-        # Through the guard, so that whatever the command starts dies with the agent (see guard.py).
-        return [python, "-I", "-S", str(GUARD), "--", *workload.command]
-    return [python, "-m", FINETUNE_MODULE]
+        # Started by the agent's guard (``Launch.guarded``), so that whatever it starts dies with the agent.
+        return list(workload.command)
+    return [interpreter(settings), "-m", FINETUNE_MODULE]
 
 
 def job_dir(settings: ExecutorSettings, job_id: str) -> Path:
@@ -121,22 +120,32 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     if settings.workload_python:
         imports += [str(p) for p in packages()]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*imports, env.get("PYTHONPATH", "")) if p)
-    env.update(HOME=str(work.resolve()), TMPDIR=str(tmp_dir(work).resolve()))
+    # Absolute paths from the roots resolved once per agent (``absolute``): below a root only the agent makes
+    # directories, never through a link (sandbox.private_dir refuses one), so resolving each again per run
+    # (six realpath walks of a dozen lstat calls) would find the same paths.
+    home = absolute(settings.effective_work_dir) / "jobs" / grant.job_id
+    env.update(HOME=str(home), TMPDIR=str(tmp_dir(home)))
     env.update(
         TETO_JOB_ID=grant.job_id, TETO_EPOCH=str(grant.epoch), TETO_ATTEMPT=str(grant.attempt),
         TETO_EXECUTOR_ID=settings.executor_id,
-        TETO_CHECKPOINT_DIR=str(checkpoint_dir(settings, grant.job_id).resolve()),
+        TETO_CHECKPOINT_DIR=str(absolute(settings.effective_checkpoint_dir) / grant.job_id),
         TETO_RESUME_FROM=str(resume_from.resolve()) if resume_from else "", TETO_RANK=str(grant.rank),
         TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
         TETO_READY_TIMEOUT=f"{grant.ready_timeout_seconds:g}" if grant.ready_timeout_seconds else "",
         TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=device(gpus),
-        TETO_PARAMS=params, TETO_WORK_DIR=str(work.resolve()), TETO_STOP_FILE=str(stop_file(settings, grant).resolve()),
-        TETO_BASE_DIR=str(settings.effective_base_model_dir.resolve()), PYTHONUNBUFFERED="1")
+        TETO_PARAMS=params, TETO_WORK_DIR=str(home), TETO_STOP_FILE=str(home / stop_file(settings, grant).name),
+        TETO_BASE_DIR=str(absolute(settings.effective_base_model_dir)), PYTHONUNBUFFERED="1")
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
     return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
                   guarded=isinstance(workload, CommandWorkload))
+
+
+@functools.lru_cache(maxsize=64)
+def absolute(root: Path) -> Path:
+    """A root directory of the agent's (work, checkpoints, base model) resolved, once per agent and root."""
+    return root.resolve()
 
 
 def trace_env(agent_env: Mapping[str, str], context: Mapping[str, str]) -> dict[str, str]:

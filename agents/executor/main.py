@@ -74,6 +74,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         for t in work:
             t.cancel()
         await _settle(work, 3 * SHUTDOWN_GRACE_SECONDS)
+        await agent.guard.close()  # after the runs: it kills whatever of theirs is still alive
         await asyncio.to_thread(cgroup.remove_agent_cgroup, settings.executor_id)
         for t in tasks:
             t.cancel()

@@ -6,9 +6,9 @@ training process can never outlive its agent (and so its lease); the SDK also ex
 stdout and stderr are read by the agent through pipes (enlarged, so a burst never waits on the agent): each goes
 to the run's log file and to ``on_output`` (the log shipping, logsender.py); the last ~4 KB of stderr are kept
 for ``RunFinished.error``. With a
-``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec (a guarded run that keeps the
-agent's uid is started by vfork and its guard joins the cgroup: ``spawn_of``), and whatever it left behind is
-killed as soon as it has exited or been stopped.
+``Sandbox`` (sandbox.py) the child joins its cgroup and takes its uid before exec, and whatever it left behind is
+killed as soon as it has exited or been stopped. A ``command`` run is started by the agent's guard
+(guard.py, guard_client.py), which does the same in the child it forks, not by the agent.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from libs.contracts.logs import LogStream
 
 if TYPE_CHECKING:
+    from .guard_client import Guard
     from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -79,39 +80,20 @@ class Launch:
     env: dict[str, str]
     log_path: Path
     cwd: Path | None = None
-    guarded: bool = False  # argv runs the guard (guard.py): ``[python, -I, -S, guard.py, --, command...]``
+    guarded: bool = False  # started by the agent's guard (guard.py), which outlives no agent: a ``command`` run
 
 
-@dataclass(frozen=True)
-class Spawn:
-    """How the agent starts a launch: the argv, the function the forked child runs before exec (None: the
-    interpreter may ``vfork``), and the descriptors the process inherits besides the report pipe."""
-
-    argv: list[str]
-    preexec: Callable[[], None] | None
-    fds: tuple[int, ...] = ()
-
-
-def spawn_of(launch: Launch, parent_pid: int, *, uid_change: bool, cgroup_fd: int | None,
-             sandbox_preexec: Callable[[int], Callable[[], None]] | None) -> Spawn:
-    """A guarded run that keeps the agent's uid needs no ``preexec_fn``: the guard asks for the parent-death
-    signal, checks its parent and joins the cgroup itself (guard.py), so the agent can ``vfork`` instead of
-    ``fork`` (copying a 100 MB agent's page tables cost about 8 ms of CPU a run, half in the child). A uid change
-    stays in the preexec, before exec: the guard never runs as root with the run's environment."""
-    if launch.guarded and not uid_change:
-        at = launch.argv.index("--")  # the guard's own options end here
-        options = ["--parent", str(parent_pid)] + (["--cgroup-fd", str(cgroup_fd)] if cgroup_fd is not None else [])
-        return Spawn([*launch.argv[:at], *options, *launch.argv[at:]], None,
-                     (cgroup_fd,) if cgroup_fd is not None else ())
-    preexec = sandbox_preexec(parent_pid) if sandbox_preexec is not None else _die_with_parent(parent_pid)
-    return Spawn(launch.argv, preexec)
+def preexec_of(parent_pid: int, sandbox_preexec: Callable[[int], Callable[[], None]] | None) -> Callable[[], None]:
+    """What the forked child of a run the agent starts itself (the built-in fine-tune) does before exec: join its
+    cgroup, take its uid and ask for its parent-death signal (sandbox.py), or only ask for the signal."""
+    return sandbox_preexec(parent_pid) if sandbox_preexec is not None else _die_with_parent(parent_pid)
 
 
 @dataclass
 class Child:
     """A running training process and what it has said so far."""
 
-    proc: asyncio.subprocess.Process
+    proc: Any  # an asyncio.subprocess.Process, or a guard_client.GuardedProcess for a guarded launch
     launch: Launch
     _tail: bytearray = field(default_factory=bytearray)
     _tasks: list[asyncio.Task] = field(default_factory=list)
@@ -125,23 +107,33 @@ class Child:
 
     @classmethod
     async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
-                    sandbox: Sandbox | None = None, on_output: Output | None = None) -> Child:
+                    sandbox: Sandbox | None = None, on_output: Output | None = None,
+                    guard: Guard | None = None) -> Child:
+        """Start a launch: a guarded one through ``guard`` (required then), any other as the agent's child."""
+        if launch.guarded and guard is None:
+            raise ValueError("a guarded launch needs the agent's guard")
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_fd, write_fd = os.pipe()
-        env = dict(launch.env, TETO_REPORT_FD=str(write_fd))
         # Never through a link: the job directory may have belonged to a run that planted one.
         logf = os.fdopen(os.open(launch.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
                          "ab")
         cgroup = sandbox.cgroup if sandbox is not None else None
-        how = spawn_of(launch, os.getpid(), uid_change=sandbox is not None and sandbox.uid is not None,
-                       cgroup_fd=cgroup.procs_fd if cgroup is not None and cgroup.procs_fd >= 0 else None,
-                       sandbox_preexec=sandbox.preexec if sandbox is not None else None)
+        umask = 0o077 if sandbox is not None else -1  # as the sandbox's preexec sets it, for every run in one
         try:
-            # umask as the sandbox's preexec sets it, here for a run started without one
-            proc = await asyncio.create_subprocess_exec(
-                *how.argv, env=env, cwd=launch.cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, pass_fds=(write_fd, *how.fds), start_new_session=True,
-                preexec_fn=how.preexec, umask=0o077 if sandbox is not None else -1)
+            if launch.guarded:
+                assert guard is not None
+                proc: Any = await guard.spawn(
+                    launch.argv, launch.env, report_fd=write_fd, cwd=launch.cwd, umask=umask,
+                    uid=sandbox.uid if sandbox is not None else None, gid=sandbox.gid if sandbox is not None else None,
+                    cgroup_fd=cgroup.procs_fd if cgroup is not None and cgroup.procs_fd >= 0 else None)
+            else:
+                preexec = preexec_of(os.getpid(), sandbox.preexec if sandbox is not None else None)
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv, env=dict(launch.env, TETO_REPORT_FD=str(write_fd)), cwd=launch.cwd,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                    pass_fds=(write_fd,), start_new_session=True, preexec_fn=preexec, umask=umask)
+                for pipe in (proc.stdout, proc.stderr):
+                    _enlarge(pipe)
         except BaseException:
             os.close(read_fd)
             logf.close()
@@ -151,8 +143,6 @@ class Child:
         if sandbox is not None:
             sandbox.pgid = proc.pid
         child = cls(proc=proc, launch=launch, sandbox=sandbox, _readers=2)
-        for pipe in (proc.stdout, proc.stderr):
-            _enlarge(pipe)
         child._tasks = [asyncio.create_task(child._read_reports(read_fd, on_report), name=f"reports-{proc.pid}"),
                         asyncio.create_task(child._read_output(LogStream.STDOUT, logf, on_output),
                                             name=f"stdout-{proc.pid}"),

@@ -46,8 +46,8 @@ EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: 
 EXIT_STOPPED = 143  # 128 + SIGTERM, the conventional status of a process ended by SIGTERM
 
 _lock = threading.Lock()
-# Set from the SIGTERM handler: a plain flag, never a threading.Event. A stop is signalled twice (the agent
-# signals the process group and the guard forwards it), and a second handler run that interrupts the first
+# Set from the SIGTERM handler: a plain flag, never a threading.Event. A stop may be signalled twice (a signal to
+# the guard, which forwards it, on top of the agent's), and a handler run that interrupts the first
 # inside Event.set() would block forever on the Event's own lock, leaving the process to be killed at the grace.
 _stop = {"set": False}
 _state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}

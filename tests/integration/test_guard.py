@@ -1,22 +1,27 @@
-"""The guard: a user's command that trains in a grandchild (``sh -c``) dies with its agent, signals reach it,
-and its exit status passes through."""
+"""The agent's long-lived run guard (guard.py, guard_client.py): a user's command that trains in a grandchild
+(``sh -c``) dies with its agent, and with the guard; signals reach it; its exit status passes through; its
+descriptors, environment, working directory, umask, cgroup and uid are the run's; one guard serves every run."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from agents.executor.launch import GUARD
+from agents.executor import guard
+from agents.executor.guard_client import GUARD, GUARD_LOST, Guard
 
 pytestmark = pytest.mark.integration
-GUARD_ARGV = [sys.executable, "-I", "-S", str(GUARD), "--"]  # as the agent starts it (launch.argv)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -24,7 +29,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie (exited, not yet reaped by init) is not training.
+    # A zombie (exited, not yet reaped) is not training.
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
@@ -40,79 +45,157 @@ def _wait(cond, timeout=10.0):
     return False
 
 
-def test_a_grandchild_of_the_guard_dies_when_the_agent_is_killed(tmp_path):
+async def _run(g: Guard, argv: list[str], **kw) -> tuple[int, bytes, bytes, bytes]:
+    """(exit status, stdout, stderr, what the command wrote to its report pipe) of one command."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await g.spawn(argv, kw.pop("env", {"PATH": os.environ["PATH"]}), report_fd=write_fd, **kw)
+    finally:
+        os.close(write_fd)
+    out, err = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+    rc = await proc.wait()
+    with os.fdopen(read_fd, "rb") as f:
+        report = f.read()
+    return rc, out, err, report
+
+
+def _guard_pid(g: Guard) -> int:
+    assert g.proc is not None
+    return g.proc.pid
+
+
+STAND_IN_AGENT = textwrap.dedent("""
+    import asyncio, os, sys
+    from agents.executor.guard_client import Guard
+
+    async def main():
+        g = Guard(sys.executable)
+        r, w = os.pipe()
+        await g.spawn(["sh", "-c", "sleep 300 & echo $! > " + sys.argv[1] + "; wait"],
+                      {"PATH": os.environ["PATH"]}, report_fd=w)
+        print(g.proc.pid, flush=True)
+        await asyncio.sleep(300)
+
+    asyncio.run(main())
+""")
+
+
+def test_a_grandchild_of_a_command_dies_when_the_agent_is_killed(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    # A stand-in agent: starts the guard in its own session (as the runner does), then is SIGKILLed.
-    agent = textwrap.dedent(f"""
-        import subprocess, sys, time
-        subprocess.Popen({GUARD_ARGV!r} + ["sh", "-c",
-                          "sleep 300 & echo $! > {pid_file}; wait"], start_new_session=True)
-        time.sleep(300)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", agent], cwd=Path(__file__).resolve().parents[2])
+    agent = subprocess.Popen([sys.executable, "-c", STAND_IN_AGENT, str(pid_file)], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    guard_pid = int(agent.stdout.readline())
     assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
     grandchild = int(pid_file.read_text())
-    assert _alive(grandchild)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    assert _alive(grandchild) and _alive(guard_pid)
+    agent.send_signal(signal.SIGKILL)
+    agent.wait()
     assert _wait(lambda: not _alive(grandchild)), "the grandchild outlived its agent"
+    assert _wait(lambda: not _alive(guard_pid)), "the guard outlived its agent"
 
 
-def test_exit_status_and_signals_pass_through(tmp_path):
-    root = Path(__file__).resolve().parents[2]
-    res = subprocess.run([*GUARD_ARGV, "sh", "-c", "exit 3"], cwd=root)
-    assert res.returncode == 3
-    guard = subprocess.Popen([*GUARD_ARGV, "sleep", "300"], cwd=root,
-                             start_new_session=True)
-    time.sleep(0.5)
-    guard.send_signal(signal.SIGTERM)  # sent to the guard alone: forwarded to the command
-    assert guard.wait(10) == 128 + signal.SIGTERM
-    res = subprocess.run([*GUARD_ARGV, str(tmp_path / "missing")],
-                         cwd=root, capture_output=True, text=True)
-    assert res.returncode == 127 and "cannot start" in res.stderr
+async def test_a_command_dies_with_its_guard_and_the_next_run_gets_a_new_guard(tmp_path):
+    g = Guard(sys.executable)
+    try:
+        read_fd, write_fd = os.pipe()
+        proc = await g.spawn(["sleep", "300"], {"PATH": os.environ["PATH"]}, report_fd=write_fd)
+        os.close(write_fd)
+        os.close(read_fd)
+        first = _guard_pid(g)
+        os.kill(first, signal.SIGKILL)
+        assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
+        assert _wait(lambda: not _alive(proc.pid)), "the command outlived its guard"
+        rc, out, _, _ = await _run(g, ["sh", "-c", "echo again"])
+        assert (rc, out) == (0, b"again\n") and _guard_pid(g) != first
+    finally:
+        await g.close()
 
 
-def test_the_module_form_still_works_and_a_kill_signal_reads_as_a_shell_reports_it():
-    root = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-m", "agents.executor.guard", "--", "sh", "-c", "kill -9 $$"], cwd=root)
-    assert res.returncode == 128 + signal.SIGKILL
+async def test_exit_status_signals_and_a_missing_program(tmp_path):
+    g = Guard(sys.executable)
+    try:
+        assert (await _run(g, ["sh", "-c", "exit 3"]))[0] == 3
+        assert (await _run(g, ["sh", "-c", "kill -9 $$"]))[0] == 128 + signal.SIGKILL  # as a shell reports it
+        rc, _, err, _ = await _run(g, [str(tmp_path / "missing")])
+        assert rc == 127 and b"cannot start" in err
+        # A signal sent to the guard alone (not by its dying agent) reaches the commands' groups.
+        read_fd, write_fd = os.pipe()
+        proc = await g.spawn(["sleep", "300"], {"PATH": os.environ["PATH"]}, report_fd=write_fd)
+        os.close(write_fd)
+        os.close(read_fd)
+        assert os.getpgid(proc.pid) == proc.pid  # its own group: the agent stops a run by signalling it
+        await asyncio.sleep(0.2)
+        os.kill(_guard_pid(g), signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 128 + signal.SIGTERM
+        assert (await _run(g, ["true"]))[0] == 0  # and the guard serves on
+    finally:
+        await g.close()
 
 
-def test_the_report_pipe_reaches_the_command_and_the_environment_passes_unchanged(tmp_path):
-    read, write = os.pipe()
-    env = {**os.environ, "TETO_REPORT_FD": str(write), "TETO_SOMETHING": "kept"}
-    script = 'import os; os.write(int(os.environ["TETO_REPORT_FD"]), os.environ["TETO_SOMETHING"].encode())'
-    res = subprocess.run([*GUARD_ARGV, sys.executable, "-c", script], env=env, pass_fds=(write,), timeout=30)
-    os.close(write)
-    assert res.returncode == 0
-    assert os.read(read, 100) == b"kept"
-    os.close(read)
+async def test_the_command_gets_its_descriptors_environment_and_directory_and_nothing_else(tmp_path):
+    g = Guard(sys.executable)
+    try:
+        script = ('import json, os, sys; os.write(int(os.environ["TETO_REPORT_FD"]), os.environ["TETO_SOMETHING"]'
+                  '.encode()); print(json.dumps([sorted(int(f) for f in os.listdir("/proc/self/fd")), os.getcwd(),'
+                  ' os.umask(0), os.environ.get("TETO_NATS_URL")])); sys.stderr.write("err")')
+        env = {"PATH": os.environ["PATH"], "TETO_SOMETHING": "kept"}
+        rc, out, err, report = await _run(g, [sys.executable, "-c", script], env=env, cwd=tmp_path, umask=0o077)
+        assert (rc, err, report) == (0, b"err", b"kept")
+        # 0-2, the report pipe as 3, and the listing's own directory: not the guard's socket or anything else
+        assert json.loads(out) == [[0, 1, 2, 3, 4], str(tmp_path), 0o077, None]
+        # The guard holds nothing of the agent's environment (its credentials).
+        assert Path(f"/proc/{_guard_pid(g)}/environ").read_bytes().count(b"=") <= 1
+    finally:
+        await g.close()
 
 
-def test_the_guard_starts_without_the_costly_imports():
-    """It starts once per run: ``os``, ``signal`` (``enum``), ``ctypes`` and ``subprocess`` each cost milliseconds
-    of CPU a run, and the guard needs none of them (``posix``, ``_signal``, ``_ctypes``)."""
-    root = Path(__file__).resolve().parents[2]
-    res = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(GUARD), "--", "true"], cwd=root,
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
-    assert {"posix", "_signal", "_ctypes"} <= imported
-    assert not imported & {"os", "signal", "enum", "ctypes", "subprocess", "functools", "collections"}, imported
+async def test_one_guard_serves_every_run_and_closing_it_kills_what_still_runs():
+    g = Guard(sys.executable)
+    read_fd, write_fd = os.pipe()
+    try:
+        for _ in range(3):
+            assert (await _run(g, ["true"]))[0] == 0
+        first = _guard_pid(g)
+        proc = await g.spawn(["sleep", "300"], {"PATH": os.environ["PATH"]}, report_fd=write_fd)
+        assert _guard_pid(g) == first
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+        await g.close()
+    assert _wait(lambda: not _alive(proc.pid)), "a command outlived its closed guard"
+    assert not _alive(first)
 
 
-def test_a_guard_whose_parent_is_not_the_agent_named_starts_nothing(tmp_path):
-    """The agent died between starting the guard and the guard's parent-death request: nothing may start."""
-    marker = tmp_path / "ran"
-    res = subprocess.run([sys.executable, "-I", "-S", str(GUARD), "--parent", "1", "--", "touch", str(marker)])
-    assert res.returncode == 137 and not marker.exists()
+def test_a_guard_whose_parent_is_not_the_agent_named_serves_nothing():
+    """The agent died between starting the guard and the guard's parent-death request."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    res = subprocess.run([sys.executable, "-I", "-S", str(GUARD), "--parent", "1", "--socket", str(theirs.fileno())],
+                         pass_fds=(theirs.fileno(),), timeout=30)
+    assert res.returncode == guard.AGENT_GONE
+    theirs.close()
+    assert ours.recv(10) == b""  # it closed its end without serving
+    ours.close()
 
 
-async def test_a_run_started_without_a_preexec_is_in_its_cgroup_and_its_leftovers_die(tmp_path):
-    """The vfork path (runner.spawn_of): the guard joins the run's cgroup before the command starts, closes the
-    agent's cgroup.procs, the umask is the sandbox's, and what the command left behind dies with the run."""
-    import uuid
+@pytest.mark.skipif(os.geteuid() != 0, reason="taking a run's uid needs root")
+async def test_a_command_takes_the_runs_uid_without_groups_and_the_guard_stays_the_agents(tmp_path):
+    g = Guard(sys.executable)
+    try:
+        rc, out, _, _ = await _run(g, ["sh", "-c", "id -u; id -g; id -G; grep ^PPid /proc/$$/status"],
+                                   uid=200777, gid=200777, cwd=Path("/"))
+        uid, gid, groups, ppid = out.decode().split("\n")[:4]
+        assert (rc, uid, gid, groups) == (0, "200777", "200777", "200777")
+        assert int(ppid.split()[1]) == _guard_pid(g)
+        assert os.stat(f"/proc/{_guard_pid(g)}").st_uid == 0
+    finally:
+        await g.close()
 
+
+async def test_a_run_in_a_sandbox_is_in_its_cgroup_and_its_leftovers_die(tmp_path):
+    """runner.Child through the guard: the command joins the run's cgroup before it starts, never holds the
+    agent's cgroup.procs, has the sandbox's umask, and what it left behind dies with the run."""
     from agents.executor import sandbox as sandboxes
     from agents.executor.runner import Child, Launch
 
@@ -129,14 +212,39 @@ async def test_a_run_started_without_a_preexec_is_in_its_cgroup_and_its_leftover
     pid_file, seen = tmp_path / "left.pid", tmp_path / "seen"
     script = (f"sleep 300 & echo $! > {pid_file}; cat /proc/self/cgroup > {seen}; ls -l /proc/self/fd/ >> {seen}; "
               f"umask >> {seen}")
-    argv = [sys.executable, "-I", "-S", str(GUARD), "--", "sh", "-c", script]
-    child = await Child.start(Launch(argv=argv, env={"PATH": os.environ["PATH"]}, log_path=tmp_path / "run.log",
-                                     guarded=True), lambda record: None, box)
-    assert await child.wait() == 0
+    g = Guard(sys.executable)
+    try:
+        child = await Child.start(Launch(argv=["sh", "-c", script], env={"PATH": os.environ["PATH"]},
+                                         log_path=tmp_path / "run.log", guarded=True), lambda record: None, box,
+                                  guard=g)
+        assert await child.wait() == 0
+    finally:
+        await g.close()
     text = seen.read_text()
     assert any(line.startswith("0::") and line.endswith(f"/teto/{name}") for line in text.splitlines())
-    assert "cgroup.procs" not in text  # the guard closed the agent's descriptor before the command started
+    assert "cgroup.procs" not in text  # closed at exec: the command cannot move processes
     assert "0077" in text
     left = int(pid_file.read_text())
     assert _wait(lambda: not _alive(left)), "the run's leftover outlived it"
     assert not box.cgroup.path.exists()
+
+
+async def test_a_guard_that_fails_kills_its_commands_groups_before_it_goes(tmp_path):
+    """A request the guard cannot read ends it (a bug, not a run's input): whatever its commands started dies
+    first, grandchildren included (their parent-death signal reaches only the commands themselves)."""
+    pid_file = tmp_path / "grandchild.pid"
+    g = Guard(sys.executable)
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await g.spawn(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], {"PATH": os.environ["PATH"]},
+                             report_fd=write_fd)
+        assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
+        grandchild = int(pid_file.read_text())
+        assert g.sock is not None
+        g.sock.sendall(guard.HEADER.pack(5) + b"{nope")  # not JSON
+        assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
+        assert _wait(lambda: not _alive(grandchild)), "a command's grandchild outlived its failed guard"
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+        await g.close()

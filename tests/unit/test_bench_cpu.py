@@ -67,3 +67,29 @@ def test_a_process_tree_counts_each_descendant_by_name_with_what_it_reaped(burne
 def test_tree_spent_takes_differences_and_never_goes_below_zero():
     assert _cpu.tree_spent({"self": 1.0, "postgres": 4.0}, {"self": 1.5, "postgres": 3.0, "nats-server": 0.25}) == {
         "self": 0.5, "postgres": 0.0, "nats-server": 0.25}
+
+
+def test_an_executors_live_run_guard_counts_for_it_with_the_jobs_it_reaped(tmp_path):
+    """The run guard lives as long as its agent (so the agent never reaps it during a bench): its CPU and that of
+    the jobs it reaped are read live, under the executor's label (snapshot) and as a parent's guard child."""
+    guard = ("import subprocess,sys,time; subprocess.run([sys.executable,'-c','sum(range(3_000_000))']); "
+             "print('done', flush=True); time.sleep(30)")
+    agent = subprocess.Popen([sys.executable, "-c", "import subprocess,sys; subprocess.run([sys.executable, '-c', "
+                              f"{guard!r}, {_cpu.RUN_GUARD!r}])"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout.readline().strip() == "done"
+        (tmp_path / "processes.json").write_text(json.dumps([{"name": "executor-1", "pid": agent.pid}]))
+        snap = _cpu.snapshot(tmp_path)
+        guards = [cpu for pid, (label, cpu) in snap.items() if label == "executor-1" and pid != agent.pid]
+        assert len(guards) == 1 and guards[0] > 0.02
+        assert _cpu.children_cpu(agent.pid, _cpu.RUN_GUARD) == pytest.approx(guards[0], abs=0.02)
+        assert _cpu.children_cpu(agent.pid, "no such command") == 0.0
+    finally:
+        for pid in _cpu_children(agent.pid):
+            os.kill(pid, 9)
+        agent.kill()
+        agent.wait()
+
+
+def _cpu_children(parent: int) -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _cpu.parent(int(d)) == parent]

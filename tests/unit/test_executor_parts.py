@@ -95,8 +95,7 @@ def test_command_environment_tells_the_script_everything_and_cannot_be_overridde
     got = launch.build(grant, _settings(tmp_path), [], resume_from=resume,
                        base_env={"PATH": "/bin", "TETO_NATS_URL": "nats://secret"})
     env = got.env
-    assert got.argv[-2:] == ["--", "train"] and got.argv[1:4] == ["-I", "-S", str(launch.GUARD)]
-    assert launch.GUARD.is_file()
+    assert got.argv == ["train"] and got.guarded  # the command itself, started by the agent's guard
     assert got.cwd == tmp_path / "executors" / "ex-1" / "jobs" / "j1"  # its own, never the agent's
     assert env["LR"] == "0.1" and env["PATH"] == "/bin" and "TETO_NATS_URL" not in env
     assert (env["TETO_JOB_ID"], env["TETO_EPOCH"], env["TETO_ATTEMPT"]) == ("j1", "3", "2")
@@ -210,3 +209,34 @@ async def test_shutdown_waits_are_bounded_even_for_a_task_that_ignores_cancellat
     task.cancel()
     await asyncio.wait([task], timeout=2)
     assert task.done()
+
+
+def test_a_runs_paths_are_absolute_and_resolved_through_a_linked_root_as_realpath_would(tmp_path, monkeypatch):
+    """The roots are resolved once per agent (launch.absolute), the run's own paths joined below them: the same
+    paths a realpath of each gives, for a relative data directory reached through a link."""
+    real = tmp_path / "real"
+    (real / "executors" / "ex-1" / "jobs" / "j1").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    got = launch.build(_grant(CommandWorkload(command=["train"])), _settings(Path("link")), [], resume_from=None,
+                       base_env={})
+    work = Path("link") / "executors" / "ex-1" / "jobs" / "j1"
+    env = got.env
+    assert env["TETO_WORK_DIR"] == env["HOME"] == str(work.resolve()) == str(real / "executors" / "ex-1" / "jobs" / "j1")
+    assert env["TMPDIR"] == str((work / "tmp").resolve())
+    assert env["TETO_STOP_FILE"] == str((work / "epoch-3.stop.json").resolve())
+    assert env["TETO_CHECKPOINT_DIR"] == str((Path("link") / "checkpoints" / "j1").resolve())
+    assert env["TETO_BASE_DIR"] == str((Path("link") / "base").resolve())
+
+
+@pytest.mark.parametrize("extra", ["", "NCCL_*, MY_VAR", "TETO_*"])
+def test_the_scrubbed_environment_is_exactly_the_allowed_names(extra):
+    from agents.executor import isolation
+
+    env = {"PATH": "/bin", "LC_ALL": "C", "LCX": "no", "NCCL_DEBUG": "INFO", "MY_VAR": "1", "MY_VARIANT": "no",
+           "TETO_NATS_URL": "secret", "HOME": "/root"}
+    allow = isolation.parse_allow(extra)
+    expected = {k: v for k, v in env.items()
+                if not k.startswith("TETO_") and isolation.allowed(k, (*isolation.BASE_ALLOW, *allow))}
+    assert isolation.scrub_env(env, allow) == expected
+    assert "LCX" not in expected and "MY_VARIANT" not in expected and "TETO_NATS_URL" not in expected

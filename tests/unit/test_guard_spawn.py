@@ -1,21 +1,17 @@
-"""How the agent starts a run (runner.spawn_of) and how the guard reads its options (guard.parse): a guarded run
-that keeps the agent's uid is started without a preexec (vfork) and the guard takes over the preexec's duties;
-every other run keeps the preexec."""
+"""How the agent starts a run: a ``command`` run through its long-lived guard (the guard's options, where the
+descriptors it receives go, the request it reads, the status it reports: guard.py, guard_client.py), any other run
+as the agent's own child with a preexec (runner.preexec_of)."""
 
 from __future__ import annotations
 
+import json
+import signal
 from pathlib import Path
 
 import pytest
 
-from agents.executor import guard
-from agents.executor.runner import Launch, spawn_of
-
-GUARDED = ["python", "-I", "-S", "/x/guard.py", "--", "sh", "-c", "train -- --fast"]
-
-
-def _launch(argv: list[str], guarded: bool) -> Launch:
-    return Launch(argv=argv, env={}, log_path=Path("/dev/null"), guarded=guarded)
+from agents.executor import guard, guard_client, launch
+from agents.executor.runner import preexec_of
 
 
 def _sandbox_preexec(parent: int):
@@ -26,51 +22,70 @@ def _sandbox_preexec(parent: int):
     return run
 
 
-def test_a_guarded_run_without_uid_change_gets_no_preexec_and_the_guard_gets_the_duties():
-    how = spawn_of(_launch(GUARDED, True), 4242, uid_change=False, cgroup_fd=7, sandbox_preexec=_sandbox_preexec)
-    assert how.preexec is None
-    assert how.argv == ["python", "-I", "-S", "/x/guard.py", "--parent", "4242", "--cgroup-fd", "7", "--",
-                        "sh", "-c", "train -- --fast"]
-    assert how.fds == (7,)
+def test_a_run_the_agent_starts_itself_keeps_the_sandbox_preexec_or_only_dies_with_the_agent():
+    assert preexec_of(5, _sandbox_preexec).parent == 5
+    bare = preexec_of(5, None)
+    assert callable(bare) and not hasattr(bare, "parent")
 
 
-def test_without_a_cgroup_the_guard_only_checks_its_parent():
-    how = spawn_of(_launch(GUARDED, True), 11, uid_change=False, cgroup_fd=None, sandbox_preexec=None)
-    assert how.preexec is None and how.fds == ()
-    assert how.argv[3:7] == ["/x/guard.py", "--parent", "11", "--"]
+def test_a_command_run_is_the_command_itself_started_by_the_guard(tmp_path):
+    from libs.contracts.agents import RunJob
+    from libs.contracts.jobs import CommandWorkload, FinetuneWorkload, JobSpec
 
+    def grant(workload) -> RunJob:
+        return RunJob(job_id="j1", epoch=1, executor_id="ex-1", attempt=1, lease_seconds=6, heartbeat_seconds=1,
+                      spec=JobSpec(workload=workload))
 
-def test_a_uid_change_keeps_the_sandbox_preexec_and_the_argv():
-    how = spawn_of(_launch(GUARDED, True), 5, uid_change=True, cgroup_fd=7, sandbox_preexec=_sandbox_preexec)
-    assert how.argv == GUARDED and how.fds == ()
-    assert how.preexec is not None and how.preexec.parent == 5
-
-
-@pytest.mark.parametrize("sandboxed", [True, False])
-def test_an_unguarded_run_keeps_a_preexec(sandboxed):
-    argv = ["python", "-m", "agents.executor.workloads.finetune"]
-    how = spawn_of(_launch(argv, False), 5, uid_change=False, cgroup_fd=7,
-                   sandbox_preexec=_sandbox_preexec if sandboxed else None)
-    assert how.argv == argv and how.fds == () and how.preexec is not None
-    assert getattr(how.preexec, "parent", None) == (5 if sandboxed else None)
+    assert launch.argv(grant(CommandWorkload(command=["sh", "-c", "train -- --fast"]))) == ["sh", "-c",
+                                                                                            "train -- --fast"]
+    assert launch.argv(grant(FinetuneWorkload()))[1:] == ["-m", launch.FINETUNE_MODULE]
 
 
 @pytest.mark.parametrize(("argv", "parsed"), [
-    (["--", "true"], (None, None, ["true"])),
-    (["true", "--x"], (None, None, ["true", "--x"])),
-    (["--parent", "12", "--", "sh", "-c", "x"], (12, None, ["sh", "-c", "x"])),
-    (["--parent", "12", "--cgroup-fd", "9", "--", "--parent"], (12, 9, ["--parent"])),
-    (["--cgroup-fd", "9", "--parent", "3", "--", "a", "--", "b"], (3, 9, ["a", "--", "b"])),
+    (["--parent", "12", "--socket", "5"], (12, 5)),
+    (["--socket", "9", "--parent", "3"], (3, 9)),
 ])
-def test_the_guard_reads_its_options_then_the_command(argv, parsed):
+def test_the_guard_reads_its_options(argv, parsed):
     assert guard.parse(argv) == parsed
 
 
-@pytest.mark.parametrize("argv", [[], ["--"], ["--parent"], ["--parent", "x", "--", "true"],
-                                  ["--cgroup-fd", "--", "true"], ["--parent", "3", "--"]])
+@pytest.mark.parametrize("argv", [[], ["--parent", "3"], ["--socket", "4"], ["--parent", "x", "--socket", "4"],
+                                  ["--parent", "3", "--socket"], ["--parent", "3", "--socket", "4", "--", "true"]])
 def test_the_guard_refuses_options_it_cannot_read(argv):
     with pytest.raises(ValueError):
         guard.parse(argv)
+
+
+@pytest.mark.parametrize(("count", "report", "cgroup", "moves", "procs"), [
+    (2, False, False, ((1, 0), (2, 1)), None),
+    (3, True, False, ((1, 0), (2, 1), (guard.REPORT_FD, 2)), None),
+    (4, True, True, ((1, 0), (2, 1), (guard.REPORT_FD, 2)), 3),
+    (3, False, True, ((1, 0), (2, 1)), 2),
+])
+def test_the_descriptors_received_go_to_stdout_stderr_the_report_pipe_and_the_cgroup(count, report, cgroup, moves,
+                                                                                       procs):
+    assert guard.placement(list(range(10, 10 + count)), report, cgroup) == (moves, procs)
+
+
+@pytest.mark.parametrize(("count", "report", "cgroup"), [(1, False, False), (3, False, False), (3, True, True)])
+def test_a_request_with_the_wrong_number_of_descriptors_is_refused(count, report, cgroup):
+    with pytest.raises(ValueError):
+        guard.placement(list(range(count)), report, cgroup)
+
+
+@pytest.mark.parametrize(("code", "status"), [(0, 0), (3, 3), (-signal.SIGTERM, 143), (-signal.SIGKILL, 137)])
+def test_a_command_killed_by_a_signal_reads_as_a_shell_reports_it(code, status):
+    assert guard.exit_status(code) == status
+
+
+def test_a_request_is_its_length_then_what_the_guard_needs_to_start_the_command():
+    data = guard_client.request(["sh", "-c", "x"], {"A": "1"}, cwd=Path("/w"), umask=0o077, uid=200001, gid=None,
+                                cgroup=True, rid=7)
+    (size,) = guard.HEADER.unpack(data[:guard.HEADER.size])
+    assert size == len(data) - guard.HEADER.size
+    assert json.loads(data[guard.HEADER.size:]) == {
+        "id": 7, "argv": ["sh", "-c", "x"], "env": {"A": "1"}, "cwd": "/w", "umask": 0o077, "uid": 200001,
+        "gid": None, "report": True, "cgroup": True}
 
 
 def test_growing_the_pipe_of_a_process_that_already_ended_is_no_error():

@@ -126,7 +126,7 @@ def test_a_run_is_told_its_own_home_and_temp_dir_and_can_use_another_interpreter
     got = launch.build(grant, settings, [], resume_from=None, base_env=AGENT_ENV)
     work = tmp_path / "executors" / "ex-1" / "jobs" / "j1"
     assert got.env["HOME"] == str(work.resolve()) and got.env["TMPDIR"] == str((work / "tmp").resolve())
-    assert got.argv[0] == "/usr/bin/python3.11"
+    assert got.argv == ["x"] and launch.interpreter(settings) == "/usr/bin/python3.11"  # the guard's (Agent.guard)
     assert set(got.env["PYTHONPATH"].split(":")) >= {str(launch.PROJECT_ROOT), *map(str, launch.packages())}
     assert "/agent/only" not in got.env["PYTHONPATH"] and "LD_PRELOAD" not in got.env
     assert launch.run_dirs(settings, grant) == [work, work / "tmp", tmp_path / "checkpoints" / "j1"]

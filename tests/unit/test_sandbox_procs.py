@@ -49,3 +49,12 @@ def test_a_status_without_state_before_uid_or_with_a_bad_uid_is_none():
 
 def test_the_real_proc_lists_this_process_with_its_uid():
     assert (os.getpid(), os.getuid()) in live_processes()
+
+
+def test_the_lines_are_found_wherever_they_stand_and_a_name_cannot_pose_as_one():
+    assert state_and_uid(b"State:\tR (running)\nUid:\t5\t5\t5\t5") == (b"R", 5)  # first line, no final newline
+    assert state_and_uid(b"Name:\tx\nUid:\t1\t1\t1\t1\nState:\tS (sleeping)\n") is None  # Uid before State
+    # A process named "Uid:\t0" (its name is escaped in status: never a line of its own) is not uid 0.
+    fake = b"Name:\tState:\tR Uid:\t0\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t70001\t70001\t70001\t70001\n"
+    assert state_and_uid(fake) == (b"S", 70001)
+    assert state_and_uid(b"Name:\tx\nState:\t\nUid:\t9\t9\t9\t9\n") == (b"?", 9)

@@ -1,5 +1,5 @@
-"""A stop reaches a training process as SIGTERM more than once (the agent signals the process group, the guard
-forwards it to the command): a handler run interrupted by the next SIGTERM must never block, or the process
+"""A stop may reach a training process as SIGTERM more than once (the agent signals the process group, and a
+signal sent to the guard is forwarded to it too): a handler run interrupted by the next SIGTERM must never block, or the process
 sits out the whole grace and is killed there (an overshoot of the grace past a GPU ceiling; seen as "process
 ignored SIGTERM for 10.0s" with the process stuck in the handler inside the handler)."""
 
