@@ -101,7 +101,9 @@ class Envelope(Model):
         return self
 
     def encode(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
+        """The wire bytes: ``model_dump_json(by_alias=True).encode()``, made by the serializer straight to bytes
+        (without the wrapper's keyword handling and the round trip through ``str``; once per message sent)."""
+        return self.__pydantic_serializer__.to_json(self, by_alias=True)
 
     @classmethod
     def trusted(cls, **fields: Any) -> Self:
@@ -110,13 +112,18 @@ class Envelope(Model):
         clock, its own counters), never for values from outside. A field left out takes its default (a new id,
         the time now); an unknown or missing field is refused; the schema is the class's. About a tenth of the
         constructor's cost (pydantic's ``model_construct`` costs more than validating)."""
-        names, required, order = _shape(cls)
+        names, required, defaults, factories, private = _shape(cls)
         if not fields.keys() <= names or not required <= fields.keys():
             raise TypeError(f"{cls.__name__}.trusted: unknown {sorted(fields.keys() - names)}, "
                             f"missing {sorted(required - fields.keys())}")
         message = cls.__new__(cls)
-        # In the fields' order (the order they are serialised in), as validation makes them.
-        values = {n: fields[n] if n in fields else factory() if factory else default for n, default, factory in order}
+        # In the fields' order (the order they are serialised in), as validation makes them: the defaults laid out
+        # in that order once per class, then the given values put in their places (an update keeps the order).
+        values = dict(defaults)
+        for name, factory in factories:
+            if name not in fields:
+                values[name] = factory()
+        values.update(fields)
         values["schema_"] = cls.SCHEMA
         object.__setattr__(message, "__dict__", values)
         object.__setattr__(message, "__pydantic_fields_set__", set(fields))
@@ -124,7 +131,7 @@ class Envelope(Model):
         # As validation leaves it: None without private attributes (the received trace is a slot, not one)
         object.__setattr__(message, "__pydantic_private__",
                            {k: a.default_factory() if a.default_factory else copy.deepcopy(a.default)
-                            for k, a in cls.__private_attributes__.items()} or None)
+                            for k, a in private} or None)
         return message
 
     @classmethod
@@ -145,12 +152,16 @@ def _copy_trace(source: Envelope, copied: Envelope) -> None:
 
 
 @functools.cache
-def _shape(cls: type[Envelope]) -> tuple[frozenset[str], frozenset[str], tuple[tuple[str, Any, Any], ...]]:
-    """A message class's fields for ``Envelope.trusted``: names, required ones, and each (name, default, default
-    factory) in the fields' order."""
+def _shape(cls: type[Envelope]) -> tuple[frozenset[str], frozenset[str], dict[str, Any],
+                                         tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]:
+    """A message class's fields for ``Envelope.trusted``: names, required ones, every field in order with its
+    default (a placeholder where a factory or the caller gives it), the (name, default factory) pairs, and the
+    private attributes."""
     fields = cls.model_fields
     return (frozenset(fields), frozenset(n for n, f in fields.items() if f.is_required()),
-            tuple((n, f.default, f.default_factory) for n, f in fields.items()))
+            {n: f.default for n, f in fields.items()},
+            tuple((n, f.default_factory) for n, f in fields.items() if f.default_factory is not None),
+            tuple(cls.__private_attributes__.items()))
 
 
 def schema_of(data: bytes | str) -> str | None:

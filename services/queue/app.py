@@ -9,6 +9,7 @@ import logging
 from libs.contracts.jobs import JobState
 from libs.runtime import metrics
 from libs.runtime.fencing import StaleCounter
+from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay, purge_published
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
@@ -67,6 +68,10 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         # Jobs by state for the metrics endpoint: every replica samples (a gauge, not a count of facts).
         runtime.background(periodic(lambda: sample_jobs(runtime), settings.metrics_sample_seconds, "jobs sampler")(),
                            "jobs-sampler")
+        # What start-up built (modules, schemas) frozen out of every collection, the youngest generation collected
+        # less often: a placement pass of 200 grants no longer pays 3-100 ms gen-2 collections walking it all
+        # (libs/runtime/gctune.py; docs/performance.md, placement's sixth round).
+        tune_for_batches()
         log.info("queue service ready (prefix %s)", settings.subject_prefix)
         if ready is not None:
             ready.set()

@@ -22,7 +22,7 @@ from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
 from libs.runtime.fencing import StaleEpoch
 
-from .domain.lifecycle import GangWorker, Job, Transition, evolve
+from .domain.facts import GangWorker, Job, Transition, evolve, made
 from .domain.wakes import PLACEMENT, queues_a_job
 
 SCHEMA = "queue"
@@ -42,7 +42,7 @@ def _loads(value: str | None) -> Any:
 
 
 def job_from_row(row: asyncpg.Record) -> Job:
-    return Job(
+    return made(dict(
         id=row["id"], name=row["name"], owner=row["owner"], state=JobState(row["state"]),
         spec=JobSpec.model_validate_json(row["spec"]), attempts=_loads(row["attempts"]),
         attempt_number=row["attempt_number"], lease_epoch=row["lease_epoch"], executor_id=row["executor_id"],
@@ -56,7 +56,7 @@ def job_from_row(row: asyncpg.Record) -> Job:
         next_admission_at=row["next_admission_at"], on_node_failure=row["on_node_failure"],
         org=row["org"], project=row["project"], priority=row["priority"], node_group=row["node_group"],
         devices=row["devices"],
-    )
+    ))
 
 
 def gang_from_json(items: list[dict[str, Any]] | None) -> tuple[GangWorker, ...]:

@@ -5,6 +5,7 @@ idempotent commands, and malformed input."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from libs.contracts.jobs import JobSpec
 from libs.contracts.envelope import utcnow
 from libs.contracts.telemetry import CheckpointReport, Heartbeat, RunOutcome, RunStarted, StepReport
 from libs.runtime import bus
+from libs.runtime.gctune import BATCH_GEN0_THRESHOLD
 from libs.runtime.service import Runtime
 from services.queue.commands import Commands
 from services.queue.runs import Runs
@@ -263,3 +265,17 @@ async def test_two_replicas_placing_at_the_same_moment_never_place_twice(env):
     finally:
         for r in replicas:
             await r.close()
+
+
+async def test_the_collector_is_tuned_once_the_service_is_ready(env):
+    """Start-up objects frozen and a larger youngest generation (libs/runtime/gctune.py): a placement pass then
+    walks no start-up object in a collection (docs/performance.md, placement's sixth round)."""
+    before = gc.get_threshold()
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    try:
+        async with queue_service(env.settings(QueueSettings)):
+            assert gc.get_threshold()[0] == BATCH_GEN0_THRESHOLD and gc.get_freeze_count() > 0
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()

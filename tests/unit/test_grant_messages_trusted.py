@@ -91,3 +91,28 @@ def test_new_ids_are_version_4_uuids_hex_and_distinct() -> None:
     for value in ids:
         parsed = uuid.UUID(hex=value)
         assert parsed.hex == value and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_trusted_lays_out_every_field_in_order_whatever_order_the_values_come_in() -> None:
+    given = dict(reason="r", expires_at=T0, event="granted", executor_id="ex-0", epoch=1, job_id="j-1")
+    event = LeaseEvent.trusted(**given)
+    assert list(event.__dict__) == list(LeaseEvent.model_fields)
+    assert event.model_fields_set == set(given) and event.reason == "r" and event.expires_at == T0
+    assert LeaseEvent.trusted(**given).__dict__ is not event.__dict__  # each message its own values
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_encode_is_the_json_dump_of_every_message_byte_for_byte(workers: int) -> None:
+    """``encode`` goes to the serializer straight to bytes: the bytes ``model_dump_json(by_alias=True)`` gave,
+    for validated and trusted messages, with text outside ASCII, a spec and a missing remaining ceiling."""
+    t = _granted(workers)
+    spec = JobSpec(workload={"kind": "command", "command": ["echo", "é ✓ \u2028 \"q\""], "env": {"A": "ü"}},
+                   name="naïve")
+    run = RunJob(job_id="j-1", epoch=1, executor_id="ex-0", spec=spec, attempt=1, lease_seconds=60,
+                 heartbeat_seconds=10)
+    messages = [m for _, m in messages_for(t.job, t, SETTINGS, None, trusted=True)]
+    messages += [e for e in store.stage(Subjects("teto"), t, T0, trusted=True).events]
+    messages += [m for _, m in messages_for(t.job, t, SETTINGS, 12.5)] + [run]
+    for message in messages:
+        assert message.encode() == message.model_dump_json(by_alias=True).encode()
+        assert type(message).decode(message.encode()) == message

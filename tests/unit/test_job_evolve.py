@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from libs.contracts.jobs import JobSpec, JobState
-from services.queue.domain.facts import GangWorker, Job, evolve
+from services.queue.domain.facts import GangWorker, Job, evolve, made
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -64,3 +64,19 @@ def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
     assert not store.only_granted(before, evolve(before, last_checkpoint={"step": 1}))
     assert not store.only_granted(before, evolve(before, spec=before.spec.model_copy(update={"priority": 3})))
     assert store.only_granted(before, evolve(before, spec=before.spec.model_copy()))  # equal, not the same object
+
+
+@settings(max_examples=100, deadline=None)
+@given(CHANGES)
+def test_made_is_the_constructor(changes):
+    """``facts.made`` (a stored row read into a Job without the frozen ``__init__``): the job the constructor
+    makes, fields in their order, still frozen; a missing or unknown name refused."""
+    values = {**job().__dict__, **changes}
+    got = made(dict(values))
+    assert got == Job(**values) and type(got) is Job and list(got.__dict__) == list(Job.__dataclass_fields__)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.state = JobState.RUNNING  # type: ignore[misc] - still frozen
+    with pytest.raises(TypeError, match="missing"):
+        made({k: v for k, v in values.items() if k != "spec"})
+    with pytest.raises(TypeError, match="unknown"):
+        made({**values, "colour": "red"})

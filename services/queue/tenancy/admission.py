@@ -117,7 +117,7 @@ class _Pass:
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.members = quotas.cohort_members(snap.orgs)
-        self.usage: dict[str, dict[str, int]] = {}
+        self.usage: dict[str, dict[str, int]] = quotas.Held(self.members)  # cohorts' pool use counted as it changes
         for run in snap.running:
             quotas.add(self.usage, run.org, run.group, run.devices)
         self.capacity: dict[str, int] = {}
