@@ -124,7 +124,8 @@ _NEEDS_DEFINITION = (b"\\u", b"secret", b"sealed")
 def read_payload(data: bytes) -> tuple[Any, bool, str | None]:
     """``parse_payload_json``'s (value, is JSON) and the value's canonical text (``_encoded``), the same values
     and bytes, by orjson where it provably gives them (services/audit/domain/compiled.py)."""
-    if not (b"\\u" in data or b"secret" in data or b"sealed" in data):  # _NEEDS_DEFINITION, spelled out
+    # _NEEDS_DEFINITION spelled out; a backslash (rare) is looked for before the escape.
+    if not ((b"\\" in data and b"\\u" in data) or b"secret" in data or b"sealed" in data):
         found = compiled.parse_canonical(data)
         if found is not None:
             return found[0], True, found[1]
