@@ -21,6 +21,7 @@ first as bytes, then as the audit service reads it: with the plain consumer, the
 row's time into bus, edge, reader and store. ``--store [BATCH]`` instead times ``store.append`` alone, called
 directly on N entries in batches of BATCH (default the service's), against COPY of the same rows, with the CPU
 time per row of this process (what the audit service spends per row, least moved by a loaded machine).
+``--reader`` times only the reader (``entries.from_command``) on N commands, CPU per row, without any server.
 """
 
 from __future__ import annotations
@@ -179,12 +180,41 @@ async def store_alone(n: int, batch: int) -> str:
             f"({verified.checked} rows); load average {os.getloadavg()[0]:.1f}")
 
 
+def reader_alone(n: int, batch: int, rounds: int = 3) -> str:
+    """CPU per row of the audit's reader alone (``entries.from_command`` of each command, in batches held as the
+    service holds them, the collector tuned as the service tunes it, then its thresholds restored and, where
+    nothing was frozen before, nothing frozen), no servers: the best of ``rounds``."""
+    import gc
+
+    from libs.runtime.gctune import tune_for_batches
+
+    datas, now = [c.encode() for c in commands(n)], datetime.now(UTC)
+    frozen = gc.get_freeze_count()  # a service in this process may have frozen its start-up already
+    before, best = tune_for_batches(), float("inf")
+    try:
+        for _ in range(rounds):
+            cpu0 = time.process_time()
+            for i in range(0, n, batch):
+                _held = [entries.from_command("bench.cmd.submit", d, f"CMD-{j}", now)
+                         for j, d in enumerate(datas[i:i + batch], i)]
+            best = min(best, time.process_time() - cpu0)
+    finally:
+        gc.set_threshold(*before)
+        if not frozen:
+            gc.unfreeze()
+    return (f"reader alone (entries.from_command), {n} commands in batches of {batch}: CPU {best / n * 1e6:.1f} "
+            f"us/row (best of {rounds}); load average {os.getloadavg()[0]:.1f}")
+
+
 def main(quick: bool = False) -> dict:
     return asyncio.run(run(1_000 if quick else 20_000))
 
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--reader" in sys.argv:  # N
+        print(reader_alone(int(args[0]) if args else 20_000, AuditSettings.model_fields["batch_size"].default))
+        sys.exit(0)
     if "--store" in sys.argv:  # N [BATCH]
         print(asyncio.run(store_alone(int(args[0]) if args else 10_000, int(args[1]) if len(args) > 1 else
                                       AuditSettings.model_fields["batch_size"].default)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +62,41 @@ def test_a_known_row_hashes_as_it_always_did():
         '"payload":{"a":"x\\"\\n","b":[1,2.5,null,true]},"reason":null,"recorded_at":"2026-01-01T12:00:00.000005'
         '+00:00","seq":7,"subject":"teto.cmd.submit","time":"2026-01-01T12:00:00.000000+00:00"}').encode()
     assert chain.row_hash(chain.GENESIS, row) == chain.row_hash(chain.GENESIS, row, canonical_text(row["payload"]))
+
+
+# The fields as the store writes them (strings, 64-bit ints, None, times): the row is written by orjson with the
+# payload's text spliced in; any code point but a lone surrogate, controls, quotes and backslashes included.
+_any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+_store_fields = st.fixed_dictionaries({
+    "seq": st.integers(min_value=1, max_value=2 ** 63 - 1), "command_id": _any_text,
+    "actor": st.one_of(st.none(), _any_text), "time": _times, "recorded_at": _times, "subject": _any_text,
+    "kind": st.one_of(st.none(), _any_text), "job_id": st.one_of(st.none(), _any_text), "payload": _json,
+    "outcome": st.sampled_from([str(o) for o in Outcome]), "reason": st.one_of(st.none(), _any_text),
+})
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_store_fields, st.booleans())
+def test_a_row_as_the_store_writes_it_takes_the_compiled_path_with_the_same_bytes(fields, extra_keys):
+    text = canonical_text(fields["payload"])
+    if extra_keys:  # as verify passes rows: their stored hashes along
+        fields = {**fields, "prev_hash": "0" * 64, "hash": "1" * 64}
+    assert chain._compiled(fields, text) == _reference(fields) == chain.canonical(fields, text)
+
+
+def test_a_field_orjson_cannot_write_as_the_template_does_takes_the_template():
+    row = {"seq": 2 ** 70, "command_id": "c", "actor": None, "time": datetime(2026, 1, 1, tzinfo=UTC),
+           "recorded_at": "2026-01-01", "subject": Outcome.RECEIVED, "kind": None, "job_id": None, "payload": [1],
+           "outcome": "received", "reason": 1e-05}
+    for change in ({}, {"seq": 1}, {"seq": 1, "subject": "s"}, {"seq": 1, "subject": "s", "reason": True}):
+        fields = {**row, **change}
+        assert chain.canonical(fields, "[1]") == _reference(fields)
+    assert chain._compiled({**row, "seq": 1, "subject": "s", "reason": None}, "[1]") is not None
+    assert chain._compiled({**row, "seq": 1, "subject": "s"}, "[1]") is None  # the float
+
+
+def test_a_lone_surrogate_in_a_field_still_fails_as_utf8_would():
+    row = {"seq": 1, "command_id": "c\ud800", "actor": None, "time": None, "recorded_at": None, "subject": "s",
+           "kind": None, "job_id": None, "payload": None, "outcome": "received", "reason": None}
+    with pytest.raises(UnicodeEncodeError):
+        chain.canonical(row, "null")

@@ -16,7 +16,7 @@ from typing import Any
 from libs.contracts.bounds import ID_PATTERN
 from libs.contracts.secrets import redact
 
-from . import jsonb
+from . import compiled, jsonb
 
 _COMMAND_ID = re.compile(ID_PATTERN)  # the contracts' ids (an Idempotency-Key's derived id is 66 characters)
 RAW_EXCERPT_CHARS = 4000
@@ -100,10 +100,11 @@ def _loads(data: bytes) -> Any:
     return json.loads(data, parse_float=parse_number)
 
 
-def parse_payload(data: bytes) -> tuple[Any, bool]:
+def parse_payload_json(data: bytes) -> tuple[Any, bool]:
     """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON. Secret env
     values (sealed by the gateway) are recorded as redacted: the log shows that a value was given, not it. Either
-    way the value is as PostgreSQL's jsonb will give it back (``Entry.payload_normal``)."""
+    way the value is as PostgreSQL's jsonb will give it back (``Entry.payload_normal``). The definition, in the
+    standard library; ``read_payload`` takes a compiled path where it gives the same."""
     try:
         if _plain_json(data):
             # A number too large for a float (1e999) parses to infinity without any marker: kept as text, as
@@ -113,6 +114,30 @@ def parse_payload(data: bytes) -> tuple[Any, bool]:
     except (ValueError, RecursionError):
         excerpt = clean(data[:RAW_EXCERPT_CHARS].decode("utf-8", "replace"))
         return {"raw": redact(excerpt), "bytes": len(data)}, False
+
+
+# What a text needs for the compiled path: no escape (it could spell a NUL, or a secret's key) and no secret's key
+# spelled out (both need the walks of the definition). Whatever else the definition cleans, orjson refuses.
+_NEEDS_DEFINITION = (b"\\u", b"secret", b"sealed")
+
+
+def read_payload(data: bytes) -> tuple[Any, bool, str | None]:
+    """``parse_payload_json``'s (value, is JSON) and the value's canonical text (``_encoded``), the same values
+    and bytes, by orjson where it provably gives them (services/audit/domain/compiled.py)."""
+    # _NEEDS_DEFINITION spelled out; a backslash (rare) is looked for before the escape.
+    if not ((b"\\" in data and b"\\u" in data) or b"secret" in data or b"sealed" in data):
+        found = compiled.parse_canonical(data)
+        if found is not None:
+            return found[0], True, found[1]
+    payload, ok = parse_payload_json(data)
+    return payload, ok, _encoded(payload)
+
+
+def parse_payload(data: bytes) -> tuple[Any, bool]:
+    """(JSON value, True), or ({"raw": excerpt, "bytes": n}, False) for something that is not JSON: what
+    ``parse_payload_json`` gives (``read_payload`` without the text)."""
+    payload, ok, _ = read_payload(data)
+    return payload, ok
 
 
 def _text(payload: Any, key: str, limit: int = 1000) -> str | None:
@@ -150,38 +175,37 @@ def _encoded(payload: Any) -> str | None:
 
 def from_command(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
     """A command as received; ``fallback_id`` (stream and sequence) names one without a usable command id."""
-    payload, _ = parse_payload(data)
+    payload, _, text = read_payload(data)
     subject = clean(subject)
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(payload, "actor", 200),
                  time=_time(payload, "issued_at", now), subject=subject, kind=_last_token(subject),
                  job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None,
-                 payload_normal=True, payload_text=_encoded(payload))
+                 payload_normal=True, payload_text=text)
 
 
 def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
     """A command's outcome. The actor is the one the decider names (the gateway does, in ``detail.actor``);
     the store fills it from the command as received otherwise."""
-    payload, ok = parse_payload(data)
+    payload, ok, text = read_payload(data)
     accepted = payload.get("accepted") if isinstance(payload, dict) else None
     detail = payload.get("detail") if isinstance(payload, dict) else None
     if not ok or not isinstance(accepted, bool):
         return Entry(command_id=fallback_id, actor=None, time=now, subject=clean(subject), kind=None, job_id=None,
                      payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome",
-                     payload_normal=True, payload_text=_encoded(payload))
+                     payload_normal=True, payload_text=text)
     return Entry(command_id=_command_id(payload, fallback_id), actor=_text(detail, "actor", 200),
                  time=_time(payload, "time", now), subject=clean(subject), kind=_text(payload, "kind", 100),
                  job_id=_text(payload, "job_id", 200), payload=payload,
                  outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000),
-                 payload_normal=True, payload_text=_encoded(payload))
+                 payload_normal=True, payload_text=text)
 
 
 def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
     """A message some consumer refused, as the ``teto.rejected.<service>`` note describes it."""
-    note, _ = parse_payload(data)
+    note, _, text = read_payload(data)
     original_subject = _text(note, "subject", 1000) or clean(subject)
     excerpt, _ = parse_payload((_text(note, "payload_excerpt", RAW_EXCERPT_CHARS) or "").encode())
     return Entry(command_id=_text(note, "id", 100) or fallback_id, actor=_text(excerpt, "actor", 200),
                  time=_time(note, "time", now), subject=original_subject, kind=_last_token(original_subject),
                  job_id=_text(excerpt, "job_id", 200), payload=note, outcome=Outcome.REJECTED,
-                 reason=_text(note, "reason", 4000) or "refused", payload_normal=True,
-                 payload_text=_encoded(note))
+                 reason=_text(note, "reason", 4000) or "refused", payload_normal=True, payload_text=text)
