@@ -52,8 +52,11 @@ async def run(n: int, executors: int) -> dict:
         cpu0 = stack_cpu(postmaster)
         ref_seconds = await reference(js, s.usage_all, usage, "bench-raw-usage", n)
         ref_cpu = tree_spent(cpu0, stack_cpu(postmaster))
-        full = [0]
-        collected = lambda phase, info: full.__setitem__(0, full[0] + (phase == "stop" and info["generation"] == 2))
+        full = [0]  # gen-2 collections during the service's run
+
+        def collected(phase: str, info: dict) -> None:
+            full[0] += phase == "stop" and info["generation"] == 2
+
         gc.callbacks.append(collected)
         try:
             cpu0 = stack_cpu(postmaster)

@@ -111,7 +111,7 @@ _EXACT_MICROS = 2 ** 53  # PostgreSQL multiplies an interval by a float8: exact 
 
 def micros(at: datetime | None) -> int | str | None:
     """A time as the batch's JSON carries it: whole microseconds since the Unix epoch (an integer, a quarter of
-    ``isoformat``'s cost, and no text for PostgreSQL to parse), read back by ``_AT`` to the same instant. A time
+    ``isoformat``'s cost, and no text for PostgreSQL to parse), read back by ``_at``'s SQL to the same instant. A time
     more than 285 years from 1970 travels as ``utc``'s text instead, so every instant lands exactly."""
     if at is None:
         return None
@@ -155,6 +155,7 @@ def _set_accounts(param: str) -> str:
                         (a->>3)::float8 AS exhausted_for, (a->>4)::float8 AS overshoot, (a->>5)::int AS epoch
                  FROM jsonb_array_elements({param}::jsonb) AS a) AS u
            WHERE j.job_id = u.job_id"""
+
 
 # The ledger rows and the accounts they make, in one statement: the accounts are written only when every row was
 # new (the accounts were decided for exactly those); otherwise nothing is charged and the identities that did
