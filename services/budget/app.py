@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 
 from . import store
 from .handlers import Counters, consumers, responders
 from .settings import BudgetSettings
-
 
 
 async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
@@ -22,6 +22,7 @@ async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event 
         await runtime.consume(consumers(runtime, settings, Counters(), relay))
         await runtime.respond(responders(runtime, settings))
         runtime.singleton("budget-outbox", relay.run)
+        tune_for_batches()  # batches of up to 500 decoded reports and their rows (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

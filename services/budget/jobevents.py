@@ -1,7 +1,8 @@
 """The budget's job events, a batch at a time: every job of the batch locked and read once (with the latest row of
-its ceiling history), the events folded in memory (domain/events.py), then one write per table: the jobs that
-changed in one ``UPDATE``, the ceiling history's new rows in one ``INSERT``. Three statements a batch of known
-jobs whatever its size (two more when some job is new), where applying each event in turn took two to six.
+its ceiling history), the events folded in memory (domain/events.py), then the writes: the jobs that changed in
+one ``UPDATE``, the ceiling history's new rows in one ``INSERT``, both in one statement when there are both (a
+submission, a requeue). Two statements a batch of known jobs whatever its size (two more when some job is new),
+where applying each event in turn took two to six.
 """
 
 from __future__ import annotations
@@ -65,11 +66,16 @@ FROM (SELECT r->>0 AS job_id, r->>1 AS state, (r->>2)::int AS event_seq, (r->>3)
       FROM jsonb_array_elements($1::jsonb) AS r) AS u
 WHERE j.job_id = u.job_id"""
 
-_ADD_CEILINGS = """
-INSERT INTO budget.ceilings (job_id, event_seq, ceiling_seconds, actor, reason, consumed_seconds, set_at)
+def _add_ceilings(param: str) -> str:
+    """The ceiling history's new rows, from the JSON parameter ``param``."""
+    return f"""INSERT INTO budget.ceilings (job_id, event_seq, ceiling_seconds, actor, reason, consumed_seconds, set_at)
 SELECT r->>0, (r->>1)::int, (r->>2)::float8, r->>3, r->>4, (r->>5)::float8, (r->>6)::timestamptz
-FROM jsonb_array_elements($1::jsonb) AS r
+FROM jsonb_array_elements({param}::jsonb) AS r
 ON CONFLICT DO NOTHING"""
+
+# Both writes in one statement ($1: the jobs, $2: the ceiling rows): the tables are distinct, so neither part
+# reads what the other writes.
+_WRITE_BOTH = f"WITH ceilings AS ({_add_ceilings('$2')})\n{_WRITE_JOBS.strip()}"
 
 
 async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects) -> Effects:
@@ -78,16 +84,20 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
     if not events:
         return effects
     done = fold(await _lock(conn, [ev.job_id for ev in events]), events, _spec_of)
-    if done.ceilings:
-        await conn.execute(_ADD_CEILINGS, json.dumps([
-            [c.job_id, c.event_seq, c.ceiling_seconds, c.actor, c.reason, c.consumed_seconds, utc(c.set_at)]
-            for c in done.ceilings]))
+    ceilings = json.dumps([
+        [c.job_id, c.event_seq, c.ceiling_seconds, c.actor, c.reason, c.consumed_seconds, utc(c.set_at)]
+        for c in done.ceilings]) if done.ceilings else None
     changed = done.changed()
-    if changed:
-        await conn.execute(_WRITE_JOBS, json.dumps([
-            [r.job_id, r.state, r.event_seq, r.epoch, utc(r.running_since), r.ceiling, r.consumed, r.exhausted_for,
-             r.overshoot, r.owner, r.devices, r.checkpoint_every_steps, r.estimated_step_seconds, r.org,
-             r.warning.as_dict() if r.warning is not None else None, r.touched] for r in changed]))
+    jobs = json.dumps([
+        [r.job_id, r.state, r.event_seq, r.epoch, utc(r.running_since), r.ceiling, r.consumed, r.exhausted_for,
+         r.overshoot, r.owner, r.devices, r.checkpoint_every_steps, r.estimated_step_seconds, r.org,
+         r.warning.as_dict() if r.warning is not None else None, r.touched] for r in changed]) if changed else None
+    if ceilings is not None and jobs is not None:  # a submission or a requeue: one round trip for both tables
+        await conn.execute(_WRITE_BOTH, jobs, ceilings)
+    elif ceilings is not None:
+        await conn.execute(_add_ceilings("$1"), ceilings)
+    elif jobs is not None:
+        await conn.execute(_WRITE_JOBS, jobs)
     for a in done.announced:
         effects.events.append(exhausted_event(subjects, a.job_id, a.account) if isinstance(a, Exhausted)
                               else warning_event(subjects, a.job_id, a.warning, a.consumed))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -104,18 +104,70 @@ def utc(at: datetime | None) -> str | None:
     return (at if at.tzinfo is not None else at.astimezone(UTC)).isoformat()
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_EXACT_MICROS = 2 ** 53  # PostgreSQL multiplies an interval by a float8: exact for whole numbers below this
+
+
+def micros(at: datetime | None) -> int | str | None:
+    """A time as the batch's JSON carries it: whole microseconds since the Unix epoch (an integer, a quarter of
+    ``isoformat``'s cost, and no text for PostgreSQL to parse), read back by ``_at``'s SQL to the same instant. A time
+    more than 285 years from 1970 travels as ``utc``'s text instead, so every instant lands exactly."""
+    if at is None:
+        return None
+    n = ((at if at.tzinfo is not None else at.astimezone(UTC)) - _EPOCH) // _MICROSECOND
+    return n if -_EXACT_MICROS < n < _EXACT_MICROS else utc(at)
+
+
+def _at(field: int) -> str:
+    """SQL reading ``micros``' value at index ``field`` of the row ``r`` as a ``timestamptz``."""
+    return (f"CASE jsonb_typeof(r->{field}) WHEN 'number' THEN timestamptz 'epoch' + (r->>{field})::bigint"
+            f" * interval '1 microsecond' ELSE (r->>{field})::timestamptz END")
+
+
 # A batch's rows travel as one JSON parameter, unpacked by PostgreSQL, rather than one array per column: asyncpg
 # checks every element of an array parameter against several abstract base classes (about 30 checks per usage
 # record, the largest Python cost of a batch after decoding it).
 _LEDGER_ROWS = """(SELECT r->>0 AS job_id, (r->>1)::int AS epoch, r->>2 AS executor_id, (r->>3)::int AS seq,
                           (r->>4)::int AS devices, (r->>5)::float8 AS wall_seconds, (r->>6)::float8 AS gpu_seconds,
-                          (r->>7)::timestamptz AS started_at, (r->>8)::timestamptz AS ended_at, (r->>9)::bool AS last
+                          """ + _at(7) + " AS started_at, " + _at(8) + """ AS ended_at, (r->>9)::bool AS last
                    FROM jsonb_array_elements($1::jsonb) AS r)"""
 
 
 def _ledger_rows(batch: list[Charge]) -> str:
     return json.dumps([[c.job_id, c.epoch, c.executor_id, c.seq, c.devices, c.wall_seconds, c.gpu_seconds,
-                        utc(c.started_at), utc(c.ended_at), c.last] for c in batch])
+                        micros(c.started_at), micros(c.ended_at), c.last] for c in batch])
+
+
+# What charging reads of a job, locked (``lock_jobs`` reads every column: a usage batch decoded 19 a job).
+_LOCK_ACCOUNTS = ("SELECT job_id, state, epoch, ceiling_seconds, consumed_seconds, exhausted_for_ceiling,"
+                  " overshoot_seconds FROM budget.jobs"
+                  " WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text($1::json))) ORDER BY job_id FOR UPDATE")
+
+
+def _set_accounts(param: str) -> str:
+    """The charged jobs' accounts and lease epochs, from the JSON parameter ``param``: [[job, ceiling, consumed,
+    exhausted_for, overshoot, epoch], ...] (``_Charging.accounts``)."""
+    return f"""UPDATE budget.jobs AS j SET ceiling_seconds = u.ceiling, consumed_seconds = u.consumed,
+                  exhausted_for_ceiling = u.exhausted_for, overshoot_seconds = u.overshoot,
+                  epoch = GREATEST(j.epoch, u.epoch), updated_at = now()
+           FROM (SELECT a->>0 AS job_id, (a->>1)::float8 AS ceiling, (a->>2)::float8 AS consumed,
+                        (a->>3)::float8 AS exhausted_for, (a->>4)::float8 AS overshoot, (a->>5)::int AS epoch
+                 FROM jsonb_array_elements({param}::jsonb) AS a) AS u
+           WHERE j.job_id = u.job_id"""
+
+
+# The ledger rows and the accounts they make, in one statement: the accounts are written only when every row was
+# new (the accounts were decided for exactly those); otherwise nothing is charged and the identities that did
+# land come back ($3: how many rows), for the batch to be planned again against the ledger.
+_CHARGE = f"""WITH added AS (
+    INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds, started_at,
+                               ended_at, last)
+    SELECT * FROM {_LEDGER_ROWS} AS r ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
+    RETURNING job_id, executor_id, epoch, seq),
+  charged AS ({_set_accounts('$2')} AND (SELECT count(*) FROM added) = $3)
+SELECT count(*) AS n, CASE WHEN count(*) < $3 THEN json_agg(json_build_array(job_id, executor_id, epoch, seq))
+                      END::text AS landed FROM added"""
 
 
 async def _charged(conn: asyncpg.Connection, batch: list[Charge]) -> dict[tuple[str, str, int, int], Charge]:
@@ -126,66 +178,67 @@ async def _charged(conn: asyncpg.Connection, batch: list[Charge]) -> dict[tuple[
         r["job_id"], r["executor_id"], r["epoch"], r["seq"], r["devices"], r["wall_seconds"]) for r in rows}
 
 
+@dataclass
+class _Charging:
+    """The accounts a batch's new ledger rows make, decided before they are written."""
+
+    before: dict[str, Account]
+    decisions: dict[str, Decision]
+    epochs: dict[str, int]
+    charged: float
+
+    @classmethod
+    def of(cls, rows: dict[str, asyncpg.Record], fresh: list[Charge]) -> _Charging:
+        added: dict[str, float] = {}
+        epochs: dict[str, int] = {}
+        for c in fresh:
+            added[c.job_id] = added.get(c.job_id, 0.0) + c.gpu_seconds
+            epochs[c.job_id] = max(epochs.get(c.job_id, 0), c.epoch)
+        before = {job_id: account_of(rows[job_id]) for job_id in sorted(added)}
+        return cls(before, {job_id: ledger.on_usage(acc, added[job_id]) for job_id, acc in before.items()}, epochs,
+                   sum(added.values()))
+
+    def accounts(self) -> str:
+        return json.dumps([[j, d.account.ceiling, d.account.consumed, d.account.exhausted_for, d.account.overshoot,
+                            self.epochs[j]] for j, d in self.decisions.items()])
+
+
 async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: Subjects) -> Effects:
     """Append usage records to the ledger and charge their jobs, each (job, executor, epoch, seq) once.
 
     A record of an old lease epoch is charged too (counted in ``late``): the worker really ran. The job rows
     are locked first, so two replicas charging the same job serialise and the second sees the first's rows.
-    The batch's distinct records are inserted first (``ON CONFLICT DO NOTHING``); only when some were in the
-    ledger already (a redelivery) are those read back, and the batch is planned again against them, so the
-    counts are those of planning against the ledger first (``usage.plan_charges``) with one statement fewer.
+    The batch's distinct records are inserted with the accounts they make, decided as if none had been charged
+    before (``_CHARGE``: one statement). Only when some were in the ledger already (a redelivery) are those read
+    back, the batch planned again against them and the accounts of the rows that did land written, so the counts
+    are those of planning against the ledger first (``usage.plan_charges``): two statements a batch of known jobs
+    with nothing redelivered.
     """
     effects = Effects()
     if not batch:
         return effects
-    rows = await lock_jobs(conn, [c.job_id for c in batch])
+    rows = await locked(conn, [c.job_id for c in batch], _LOCK_ACCOUNTS)
     epochs_now = {j: r["epoch"] for j, r in rows.items()}
-    plan = usage.plan_charges(batch, {}, epochs_now)
-    inserted = await conn.fetch(
-        f"""INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds,
-                                       started_at, ended_at, last)
-            SELECT * FROM {_LEDGER_ROWS} AS r
-            ON CONFLICT (job_id, epoch, executor_id, seq) DO NOTHING
-            RETURNING job_id, executor_id, epoch, seq, gpu_seconds""", _ledger_rows(plan.fresh)) if plan.fresh else []
-    if len(inserted) < len(plan.fresh):  # some were charged before: the figures they were charged with decide
-        added_keys = {(r["job_id"], r["executor_id"], r["epoch"], r["seq"]) for r in inserted}
+    plan = usage.plan_charges(batch, {}, epochs_now)  # every identity of the batch once: never empty
+    charging = _Charging.of(rows, plan.fresh)
+    landed = await conn.fetchrow(_CHARGE, _ledger_rows(plan.fresh), charging.accounts(), len(plan.fresh))
+    if landed["n"] < len(plan.fresh):  # some were charged before: the figures they were charged with decide
+        added_keys = {tuple(k) for k in json.loads(landed["landed"] or "[]")}
         plan = usage.plan_charges(batch, await _charged(conn, [c for c in plan.fresh if c.key not in added_keys]),
                                   epochs_now)
+        charging = _Charging.of(rows, plan.fresh)  # exactly the rows that landed
+        if plan.fresh:
+            await conn.execute(_set_accounts("$1"), charging.accounts())
     effects.late, effects.duplicates = plan.late, plan.duplicates
     for c in plan.conflicts:
         log.warning("usage record %s sent again with other figures (%s devices x %ss): the first one stays charged",
                     c.key, c.devices, c.wall_seconds)
-    effects.inserted = len(inserted)
-    if not inserted:
-        return effects
-    added: dict[str, float] = {}
-    epochs: dict[str, int] = {}
-    for r in inserted:
-        added[r["job_id"]] = added.get(r["job_id"], 0.0) + r["gpu_seconds"]
-        epochs[r["job_id"]] = max(epochs.get(r["job_id"], 0), r["epoch"])
-    effects.charged = sum(added.values())
-    before = {job_id: account_of(rows[job_id]) for job_id in sorted(added)}
-    decisions = {job_id: ledger.on_usage(acc, added[job_id]) for job_id, acc in before.items()}
-    await _save_charged(conn, decisions, epochs)
-    for job_id, d in decisions.items():
-        effects.overshoot += max(0.0, d.account.overshoot - before[job_id].overshoot)
+    effects.inserted, effects.charged = landed["n"], charging.charged
+    for job_id, d in charging.decisions.items():
+        effects.overshoot += max(0.0, d.account.overshoot - charging.before[job_id].overshoot)
         if d.exhausted:
             effects.events.append(exhausted_event(subjects, job_id, d.account))
     return effects
-
-
-async def _save_charged(conn: asyncpg.Connection, decisions: dict[str, Decision], epochs: dict[str, int]) -> None:
-    """Every charged job's account and lease epoch in one statement (a batch touches many jobs: one round trip)."""
-    accounts = json.dumps([[j, d.account.ceiling, d.account.consumed, d.account.exhausted_for, d.account.overshoot,
-                            epochs[j]] for j, d in decisions.items()])
-    await conn.execute(
-        """UPDATE budget.jobs AS j SET ceiling_seconds = u.ceiling, consumed_seconds = u.consumed,
-                  exhausted_for_ceiling = u.exhausted_for, overshoot_seconds = u.overshoot,
-                  epoch = GREATEST(j.epoch, u.epoch), updated_at = now()
-           FROM (SELECT r->>0 AS job_id, (r->>1)::float8 AS ceiling, (r->>2)::float8 AS consumed,
-                        (r->>3)::float8 AS exhausted_for, (r->>4)::float8 AS overshoot, (r->>5)::int AS epoch
-                 FROM jsonb_array_elements($1::jsonb) AS r) AS u
-           WHERE j.job_id = u.job_id""", accounts)
 
 
 async def reconcile(conn: asyncpg.Connection | asyncpg.Pool, job_ids: list[str] | None = None) -> list[Reconciliation]:

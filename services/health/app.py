@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from libs.runtime import metrics
+from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
@@ -42,6 +43,7 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
                                                        "health evaluator", waker))
         runtime.singleton("health-checks", periodic(checks.tick, settings.check_interval_seconds, "check loop"))
         runtime.singleton("health-outbox", relay.run)
+        tune_for_batches()  # heartbeat batches of 500 decoded messages, evaluator passes (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

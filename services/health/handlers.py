@@ -87,7 +87,7 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
             await checks.on_command(cmd)
 
     async def on_job_events(events: list[JobEvent]) -> None:
-        async with runtime.pool.acquire() as conn, conn.transaction():
+        async with runtime.pool.acquire() as conn:  # one transaction, opened by the store when it takes two
             await store.apply_job_events(conn, events)
 
     return [

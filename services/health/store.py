@@ -3,6 +3,7 @@ events describe them, and the signals the evaluator derives, written with their 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -190,11 +191,16 @@ WHERE EXCLUDED.event_seq > j.event_seq
 
 
 async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> None:
-    """Track the jobs' states: each job's events in sequence order, one statement per round (``rounds``)."""
+    """Track the jobs' states: each job's events in sequence order, one statement per round (``rounds``), all in
+    one transaction. A batch of one round (every job once: events arrive one at a time as jobs move) is a single
+    statement, atomic on its own: sent without BEGIN and COMMIT, one round trip where there were three."""
     rows = [(ev.job_id, str(ev.state), ev.seq, ev.epoch, ev.executor_id, ev.time)
             for ev in sorted(events, key=lambda e: e.seq)]
-    for part in rounds(rows):
-        await conn.execute(_UPSERT_JOB_EVENTS, *_columns(part))
+    parts = rounds(rows)
+    alone = len(parts) == 1 or conn.is_in_transaction()
+    async with contextlib.nullcontext() if alone else conn.transaction():
+        for part in parts:
+            await conn.execute(_UPSERT_JOB_EVENTS, *_columns(part))
 
 
 # A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on

@@ -1,5 +1,6 @@
-"""The budget applies a batch of job events in four statements whatever its size (services/budget/jobevents.py:
-every job locked and read once with its latest ceiling, the events folded in memory, one write per table) and
+"""The budget applies a batch of job events in a few statements whatever its size (services/budget/jobevents.py:
+every job locked and read once with its latest ceiling, the events folded in memory, the jobs and the ceiling
+history written in one statement) and
 leaves each job, ceiling history and emitted event exactly as applying the events one by one, a statement each,
 did (tests/integration/helpers_budget_events.py, the code the service ran before)."""
 
@@ -72,20 +73,21 @@ async def both_ways(conn: asyncpg.Connection, s, events: list[JobEvent]) -> tupl
     return sent, emitted(batch)
 
 
-async def test_a_batch_is_three_statements_and_ends_as_one_by_one(env):
+async def test_a_batch_is_two_statements_and_ends_as_one_by_one(env):
     events = [ev for j in ("j3", "j1", "j2") for ev in lifecycle(j)]
     async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
         # Before: a lock (2 statements), a state update and an account write per event, more for submissions.
         sent, announced = await both_ways(conn, settings.subjects, events)
         assert [subj.rsplit(".", 1)[-1] for subj, _ in announced] == ["warning"] * 3
-        # New jobs: read and lock (none there), create, read and lock; the ceilings; the jobs.
-        assert len(sent) == 5 and len([q for q in sent if "FOR UPDATE" in q]) == 2, sent
-        # Known jobs: read and lock, the ceilings (a requeue with a new one), the jobs.
+        # New jobs: read and lock (none there), create, read and lock; the ceilings with the jobs.
+        assert len(sent) == 4 and len([q for q in sent if "FOR UPDATE" in q]) == 2, sent
+        assert "INSERT INTO budget.ceilings" in sent[-1] and "UPDATE budget.jobs" in sent[-1], sent[-1]
+        # Known jobs: read and lock, the ceilings (a requeue with a new one) with the jobs.
         again = [JobEvent(job_id=j, seq=5, event="requeued", state=JobState.QUEUED, time=T0,
                           previous_state=JobState.SUCCEEDED, detail={"gpu_ceiling_seconds": 20.0, "actor": "carol"})
                  for j in ("j2", "j1")]
         sent, _ = await both_ways(conn, settings.subjects, again)
-        assert len(sent) == 3, sent
+        assert len(sent) == 2, sent
 
 
 def random_events(rng: random.Random, jobs: list[str]) -> list[JobEvent]:

@@ -5,6 +5,7 @@ new and old epochs and executorless events, against real PostgreSQL, from rows h
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -56,3 +57,39 @@ async def test_a_batch_of_job_events_leaves_every_job_as_one_by_one_did(env):
                     await store.apply_job_events(conn, batch)
             assert await rows(conn) == expected, (round_, batch)
             assert len(sent) == max(Counter(e.job_id for e in batch).values()), sent
+
+
+def _sent_all(conn: asyncpg.Connection) -> tuple[list[str], object]:
+    sent: list[str] = []
+
+    def note(query) -> None:  # the transaction's own statements and ours (not asyncpg's type introspection)
+        word = query.query.strip().split()[0].upper()
+        if "health." in query.query or word.rstrip(";") in ("BEGIN", "COMMIT", "ROLLBACK"):
+            sent.append(word)
+
+    conn.add_query_logger(note)
+    return sent, note
+
+
+async def test_one_round_is_one_statement_and_more_are_one_transaction(env):
+    """A batch of one round (each job once) is a single upsert, sent without BEGIN and COMMIT; a batch of two
+    rounds is one transaction: when its second round fails, its first is not kept."""
+    async with migrated(env, HealthSettings, store.SCHEMA, "services.health") as (_, conn):
+        def event(job: str, seq: int) -> JobEvent:
+            return JobEvent(job_id=job, seq=seq, event="started", state=JobState.RUNNING, epoch=1,
+                            executor_id="ex1", time=T0)
+
+        sent, note = _sent_all(conn)
+        await store.apply_job_events(conn, [event("a", 1), event("b", 1)])
+        await asyncio.sleep(0.01)  # query loggers are called soon after, not during
+        assert sent == ["INSERT"], sent
+        sent.clear()
+        await store.apply_job_events(conn, [event("a", 2), event("a", 3)])
+        await asyncio.sleep(0.01)
+        assert sent == ["BEGIN;", "INSERT", "INSERT", "COMMIT;"], sent
+        conn.remove_query_logger(note)
+        assert dict((r["job_id"], r["event_seq"]) for r in await conn.fetch(
+            "SELECT job_id, event_seq FROM health.jobs")) == {"a": 3, "b": 1}
+        with pytest.raises(asyncpg.DataError):  # the second round's sequence does not fit the column
+            await store.apply_job_events(conn, [event("b", 2), event("b", 3).model_copy(update={"seq": 2 ** 31})])
+        assert await conn.fetchval("SELECT event_seq FROM health.jobs WHERE job_id = 'b'") == 1

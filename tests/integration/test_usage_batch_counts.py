@@ -89,9 +89,10 @@ async def test_random_batches_charge_each_record_once_with_the_counts_of_plannin
             assert effects.charged == pytest.approx(sum(c.gpu_seconds for c in expected.fresh))
             after = await ledger_of(conn, "-batch")
             assert {k: v for k, v in after.items() if k not in before} == {c.key: c for c in expected.fresh}
-            # lock (1: the jobs are known), insert, account update (when any is new); the ledger read only when
-            # some record was charged before
-            assert len(sent) == 2 + bool(expected.fresh) + any(c.key in before for c in batch), sent
+            # lock (1: the jobs are known), then the insert with the accounts it makes (one statement); only when
+            # some record was charged before: the ledger read, and the accounts of the rows that landed (if any)
+            redelivered = any(c.key in before for c in batch)
+            assert len(sent) == 2 + redelivered * (1 + bool(expected.fresh)), sent
             announced["-batch"] += [subj for subj, _ in effects.events]
             for c in renamed(sent_out, "-one"):  # the same deliveries, a record per transaction
                 async with conn.transaction():
@@ -116,3 +117,58 @@ async def test_a_redelivered_batch_charges_nothing_again(env):
         assert first.inserted > 0 and again.inserted == 0 and again.charged == 0 and again.events == []
         assert again.duplicates == first.inserted + first.duplicates
         assert await conn.fetchval("SELECT sum(consumed_seconds) FROM budget.jobs") == consumed
+
+
+async def test_every_instant_lands_exactly_near_and_far_from_1970(env):
+    """Times travel as whole microseconds since 1970 (``store.micros``), or as text beyond 2**53 of them: either
+    way the instant stored is the one sent, to the microsecond, whatever its offset (naive: the machine's time)."""
+    far = [datetime(1, 1, 1, 0, 0, 0, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+           datetime(1685, 1, 1, 0, 0, 0, 3, tzinfo=UTC), datetime(2255, 1, 1, 0, 0, 0, 999_999, tzinfo=UTC)]
+    near = [datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC), datetime(1970, 1, 1, tzinfo=UTC),
+            datetime(2026, 12, 1, 12, 0, 0, 123_457, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
+            datetime(2026, 12, 1, 12, 0, 0, 654_321)]  # naive
+    sent = far + near
+    batch = [Charge("t", "ex1", 1, i + 1, 1, 1.0, at, at, False) for i, at in enumerate(sent)]
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        async with conn.transaction():
+            effects = await store.record_usage(conn, batch, settings.subjects)
+        got = {r["seq"]: (r["started_at"], r["ended_at"])
+               for r in await conn.fetch("SELECT seq, started_at, ended_at FROM budget.ledger")}
+    assert effects.inserted == len(sent)
+    for i, at in enumerate(sent):
+        instant = at if at.tzinfo is not None else at.astimezone(UTC)
+        assert got[i + 1] == (instant, instant), (at, got[i + 1])
+    assert [type(store.micros(at)) for at in far] == [str] * 2 + [int] * 2  # both paths were taken
+    assert {type(store.micros(at)) for at in near} == {int}
+
+
+async def test_a_batch_with_a_record_charged_before_charges_only_the_new_ones(env):
+    """The accounts written with the insert are decided as if every record were new; when one was charged before,
+    that statement writes no account and the accounts of the rows that did land are written after, once."""
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        await conn.execute("INSERT INTO budget.jobs (job_id, ceiling_seconds) VALUES ('k', 10)")
+        first, second = (Charge("k", "ex1", 1, seq, 2, 3.0) for seq in (1, 2))
+        async with conn.transaction():
+            await store.record_usage(conn, [first], settings.subjects)
+        with statements(conn, "budget.") as sent:
+            async with conn.transaction():
+                effects = await store.record_usage(conn, [first, second, Charge("k", "ex1", 1, 3, 2, 3.0)],
+                                                   settings.subjects)
+        assert (effects.inserted, effects.duplicates, effects.charged) == (2, 1, 12.0)
+        assert [e.split(".")[-1] for e, _ in effects.events] == ["exhausted"]  # 18 of 10: announced once
+        assert len(sent) == 4  # lock, insert (no account written), the ledger read, the accounts
+        assert await conn.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = 'k'") == 18.0
+        assert await conn.fetchval("SELECT count(*) FROM budget.ledger") == 3
+
+
+async def test_the_ledger_keeps_one_index_for_a_jobs_rows(env):
+    """An appended row updates the primary key's index and the identity's; a job's or a run's rows are read
+    through the identity's index (its leading columns), so no third index is kept (migration 006)."""
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (_, conn):
+        indexes = {r["indexdef"].split(" USING ")[1] for r in await conn.fetch(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'budget' AND tablename = 'ledger'")}
+        assert indexes == {"btree (id)", "btree (job_id, epoch, executor_id, seq)"}
+        await conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN SELECT * FROM budget.usage_public WHERE job_id = 'j' AND epoch = 2"))
+        assert "ledger_job_id_epoch_executor_id_seq_key" in plan, plan
