@@ -50,6 +50,8 @@ class LogChunk(Envelope):
     dropped_bytes: Big = Field(0, description="Output lost right before this chunk (buffer full, bus refused)")
     truncated: bool = Field(False, description="The run's log limit is reached: no more output is shipped")
     final: bool = Field(False, description="The run's last chunk (its process has exited)")
-    exit_code: Int32 | None = Field(None, description="final: the process's exit status (negative: signal)")
+    exit_code: Int32 | None = Field(None, description=(
+        "final: the process's exit status: a command's as a shell reports it (128 + N when killed by signal N); "
+        "the built-in fine-tune's negative when killed by a signal"))
     tail: list[TailLine] = Field(default_factory=list, max_length=TAIL_LINES,
                                  description="final: the run's last lines, both streams in the order read")
