@@ -32,6 +32,9 @@ async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_he
     settings = env.settings(HealthSettings)
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
     holder = await asyncpg.connect(env.database_url)
+    # Watched from its own connection: pg_stat_activity is a snapshot taken once per transaction, so polled from
+    # the holder's (open) transaction it would show forever what it showed first (CI: 0, for 10 s).
+    watcher = await asyncpg.connect(env.database_url)
     try:
         handle = {c.durable: c.handle for c in consumers(runtime, Counters(), Checks(runtime, settings))}
         await handle["health-nodes"]([registration("b1")])
@@ -39,7 +42,7 @@ async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_he
         await hold.start()
         await holder.execute("SELECT 1 FROM health.nodes WHERE node_id = 'node-ex1' FOR UPDATE")  # the check loop
         again = asyncio.create_task(handle["health-nodes"]([registration("b2")]))
-        await eventually(lambda: holder.fetchval(
+        await eventually(lambda: watcher.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%health.nodes%'"),
             what="the registration waiting for its node")
         beat = Heartbeat(executor_id="ex1", node_id="node-ex1", group="g1", phase=Phase.IDLE,
@@ -52,6 +55,7 @@ async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_he
         row = await holder.fetchrow("SELECT * FROM health.executors WHERE executor_id = 'ex1'")
         assert row["last_heartbeat"] == beat.sent_at and row["registered_at"] is not None
     finally:
+        await watcher.close()
         await holder.close()
         await runtime.close()
 
