@@ -73,7 +73,7 @@ def infra() -> Iterator[Infra]:
     from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
 
     nats = EmbeddedNats(root / "nats").start()
-    pg = EmbeddedPostgres(root / "pg").start()
+    pg = EmbeddedPostgres(root / "pg", durable=False).start()
     try:
         yield Infra(nats.url, pg.url, root, pg.create_database)
     finally:

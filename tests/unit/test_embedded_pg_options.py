@@ -1,0 +1,21 @@
+"""The embedded PostgreSQL's settings (``EmbeddedPostgres.options``): every server Teto runs for a user syncs its
+writes to disk; only a throwaway test server (``durable=False``, the suite's shared server) skips fsync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from teto.stack.embedded import EmbeddedPostgres
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_server_syncs_its_writes_unless_it_is_a_throwaway_test_server():
+    kept = EmbeddedPostgres(Path("/nonexistent"), port=5999)
+    assert kept.durable and "fsync=on" in kept.options() and "fsync=off" not in kept.options()
+    throwaway = EmbeddedPostgres(Path("/nonexistent"), port=5999, durable=False)
+    assert "fsync=off" in throwaway.options() and "fsync=on" not in throwaway.options()
+    assert throwaway.options().replace("fsync=off", "fsync=on") == kept.options()  # nothing else differs
+    assert "-p 5999" in kept.options() and "password_encryption=scram-sha-256" in kept.options()
