@@ -70,16 +70,16 @@ def infra() -> Iterator[Infra]:
 
             yield Infra(nats_c.nats_uri(), admin, root, create)
         return
-    from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
+    from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, remove_detached
 
     nats = EmbeddedNats(root / "nats").start()
     pg = EmbeddedPostgres(root / "pg", durable=False).start()
     try:
         yield Infra(nats.url, pg.url, root, pg.create_database)
-    finally:
-        nats.stop()
-        pg.stop(destroy=True)
-        shutil.rmtree(root, ignore_errors=True)
+    finally:  # thrown away: killed rather than shut down, deleted without waiting (remove_detached)
+        nats.stop(graceful=False)
+        pg.stop(destroy=True, detach=True)
+        remove_detached(root)
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """The embedded PostgreSQL's settings (``EmbeddedPostgres.options``): every server Teto runs for a user syncs its
-writes to disk; only a throwaway test server (``durable=False``, the suite's shared server) skips fsync."""
+writes to disk; only a throwaway test server (``durable=False``, the suite's shared server) skips fsync, and its
+directory is deleted without being waited for (``remove_detached``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from teto.stack.embedded import EmbeddedPostgres
+from teto.stack.embedded import EmbeddedPostgres, remove_detached
 
 pytestmark = pytest.mark.unit
 
@@ -19,3 +21,16 @@ def test_a_server_syncs_its_writes_unless_it_is_a_throwaway_test_server():
     assert "fsync=off" in throwaway.options() and "fsync=on" not in throwaway.options()
     assert throwaway.options().replace("fsync=off", "fsync=on") == kept.options()  # nothing else differs
     assert "-p 5999" in kept.options() and "password_encryption=scram-sha-256" in kept.options()
+
+
+def test_a_throwaway_servers_directory_is_deleted_by_a_process_of_its_own(tmp_path):
+    doomed = tmp_path / "cluster"
+    (doomed / "base" / "1").mkdir(parents=True)
+    (doomed / "base" / "1" / "16384").write_bytes(b"x" * 8192)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    remove_detached(doomed)
+    deadline = time.monotonic() + 10
+    while doomed.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not doomed.exists() and kept.exists()
