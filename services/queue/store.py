@@ -316,19 +316,19 @@ async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, 
                                                                list(ids))}
 
 
-async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *,
-                          require_checked: bool = True) -> tuple[bool, bool]:
-    """(any job queued, any executor free for one), in one round trip. Free as ``tenancy_edge.schedulable_nodes``
-    says it: heard from within ``silent_after`` seconds, on a schedulable node, accepting, reporting no job and
-    holding none per the jobs table."""
+async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *, require_checked: bool = True,
+                          most: int = 1) -> tuple[bool, int]:
+    """(any job queued, how many executors are free for one, counted up to ``most``), in one round trip. Free
+    as ``tenancy_edge.schedulable_nodes`` says it: heard from within ``silent_after`` seconds, on a schedulable
+    node, accepting, reporting no job and holding none per the jobs table."""
     row = await conn.fetchrow(
         f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued') AS queued,"
-        f" EXISTS (SELECT 1 FROM {T}.executors e WHERE e.accepting AND e.job_id IS NULL"
+        f" (SELECT count(*) FROM (SELECT 1 FROM {T}.executors e WHERE e.accepting AND e.job_id IS NULL"
         "   AND e.last_seen >= clock_timestamp() - make_interval(secs => $1)"
         f"  AND {SCHEDULABLE_NODE}"
         f"  AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
-        "     AND e.executor_id = ANY(j.workers))) AS free",
-        silent_after, not require_checked, sorted(s.value for s in RULED_OUT_STATES))
+        "     AND e.executor_id = ANY(j.workers)) LIMIT $4) f) AS free",
+        silent_after, not require_checked, sorted(s.value for s in RULED_OUT_STATES), most)
     return row["queued"], row["free"]
 
 

@@ -16,6 +16,7 @@ from libs.contracts.jobs import JobSpec
 from libs.runtime.service import Runtime
 from services.queue import store, tenancy_edge
 from services.queue.commands import Commands
+from services.queue.domain.wakes import FEWEST
 from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
@@ -23,10 +24,10 @@ from services.queue.store import SCHEMA
 pytestmark = pytest.mark.integration
 
 
-async def _submit(rt: Runtime, settings: QueueSettings, n: int) -> list[str]:
+async def _submit(rt: Runtime, settings: QueueSettings, n: int, workers: int = 1) -> list[str]:
     ids = []
     for _ in range(n):
-        cmd = SubmitJob(actor="ann", spec=JobSpec(workload={"kind": "command", "command": ["true"]}))
+        cmd = SubmitJob(actor="ann", spec=JobSpec(workload={"kind": "command", "command": ["true"]}, workers=workers))
         assert (await Commands(rt, settings).submit(cmd)).accepted
         ids.append(cmd.job_id)
     return ids
@@ -193,6 +194,56 @@ async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
         assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # a tick later: whole again
         assert await waiting(second) is not None
         await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
-        assert await scheduler.place_once() == 1  # an executor free: whole at once, and granted
+        assert await scheduler.place_once() == 1  # an executor free: at once, and granted
+    finally:
+        await rt.close()
+
+
+async def _waiting(rt: Runtime, job_id: str) -> object:
+    return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
+
+
+async def test_a_pass_for_one_free_executor_considers_the_first_jobs_by_share_not_the_whole_queue(env):
+    """Between whole passes (once a tick), an executor freed gets a pass sized to the free executors
+    (``domain/wakes.pass_size``): the job granted is the one a whole pass would grant first, and jobs beyond
+    the sized pass's candidates are not planned (their waiting reasons wait for the next whole pass)."""
+    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 60.0})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0"])
+        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        scheduler = Scheduler(rt, settings)
+        jobs = await _submit(rt, settings, FEWEST + 4)
+        assert await scheduler.place_once() == 0  # the first pass is whole: every job's reason written
+        assert all([await _waiting(rt, j) is not None for j in jobs])
+        (late,) = await _submit(rt, settings, 1)
+        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        recording = Recording(rt.pool)
+        placing = Scheduler(Runtime(rt.name, settings, recording, rt.nc, rt.js), settings)  # type: ignore[arg-type]
+        placing._whole_at = scheduler._whole_at  # the same loop, a moment after its whole pass
+        assert await placing.place_once() == 1 and placing.widened == 0
+        assert await rt.pool.fetchval("SELECT state FROM queue.jobs WHERE id = $1", jobs[0]) == "running"
+        assert await _waiting(rt, late) is None  # beyond the sized pass: not planned
+        (candidates,) = [args for q, args in recording.statements if "queued_orgs" in q]
+        assert candidates[0] == FEWEST  # the pass asked for FEWEST candidates, not max_jobs_per_pass
+    finally:
+        await rt.close()
+
+
+async def test_a_sized_pass_whose_jobs_cannot_use_the_free_executor_is_widened_to_a_whole_one_at_once(env):
+    """The first jobs by share are gangs of two and one executor is free: the sized pass grants nothing, so a
+    whole pass follows at once and grants the single job queued behind them (gang backfill, as before)."""
+    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 60.0})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0"])
+        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        scheduler = Scheduler(rt, settings)
+        await _submit(rt, settings, FEWEST + 2, workers=2)
+        (single,) = await _submit(rt, settings, 1)
+        assert await scheduler.place_once() == 0  # whole, nothing free
+        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        assert await scheduler.place_once() == 1 and scheduler.widened == 1
+        assert await rt.pool.fetchval("SELECT state FROM queue.jobs WHERE id = $1", single) == "running"
     finally:
         await rt.close()

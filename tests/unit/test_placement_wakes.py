@@ -11,7 +11,7 @@ import pytest
 from libs.contracts.jobs import JobEvent, JobEventKind, JobState
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.wake import Waker, channel, wakeable
-from services.queue.domain.wakes import full_pass_due, offers_an_executor, queues_a_job
+from services.queue.domain.wakes import FEWEST, PER_FREE, offers_an_executor, pass_size, queues_a_job, widen
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -102,9 +102,32 @@ async def test_a_wake_during_a_pass_rests_first_and_a_wake_after_an_idle_spell_d
     assert waker.woken == 2 and waker.rested == pytest.approx(0.02)
 
 
-def test_a_whole_pass_is_due_when_an_executor_is_free_or_a_tick_has_passed():
-    assert not full_pass_due(False, True, None, 0.5)  # nothing queued: nothing to do
-    assert full_pass_due(True, True, 0.0, 0.5)  # an executor free: at once
-    assert full_pass_due(True, False, None, 0.5)  # the first pass
-    assert not full_pass_due(True, False, 0.2, 0.5)  # busy fleet, a whole pass a moment ago: skipped
-    assert full_pass_due(True, False, 0.5, 0.5) and full_pass_due(True, False, 3.0, 0.5)  # once a tick
+def test_a_pass_is_whole_on_the_first_wake_and_once_a_tick_and_sized_to_the_free_executors_in_between():
+    assert pass_size(False, 5, None, 0.5, 200) == 0  # nothing queued: nothing to do
+    assert pass_size(False, 5, 3.0, 0.5, 200) == 0
+    assert pass_size(True, 0, None, 0.5, 200) == 200  # the first pass is whole
+    assert pass_size(True, 3, None, 0.5, 200) == 200
+    assert pass_size(True, 0, 0.2, 0.5, 200) == 0  # busy fleet, a whole pass a moment ago: skipped
+    assert pass_size(True, 0, 0.5, 0.5, 200) == 200 and pass_size(True, 2, 3.0, 0.5, 200) == 200  # once a tick
+    # In between, an executor free: a pass sized to the free ones (FEWEST at least, PER_FREE each), never more
+    # than a whole one.
+    assert pass_size(True, 1, 0.0, 0.5, 200) == FEWEST
+    assert pass_size(True, FEWEST // PER_FREE + 1, 0.1, 0.5, 200) == PER_FREE * (FEWEST // PER_FREE + 1)
+    assert pass_size(True, 49, 0.1, 0.5, 200) == 196 and pass_size(True, 50, 0.1, 0.5, 200) == 200
+    assert pass_size(True, 10_000, 0.1, 0.5, 200) == 200
+    assert pass_size(True, 1, 0.1, 0.5, 5) == 5  # a small max_jobs_per_pass: every pass is whole
+    assert FEWEST >= PER_FREE >= 1
+
+
+@pytest.mark.parametrize(("size", "considered", "workers", "free", "want"), [
+    (16, 16, 1, 1, False),  # the free executor was given a job
+    (16, 16, 0, 1, True),  # it was not, and jobs beyond the 16 may fit it
+    (16, 16, 3, 4, True),  # one of four left free
+    (16, 9, 0, 1, False),  # fewer than asked for: the pass saw every queued job
+    (200, 200, 0, 1, False),  # a whole pass is never widened
+    (16, 16, 4, 4, False),
+    (16, 0, 0, 1, False),  # nothing queued any more
+])
+def test_a_sized_pass_that_leaves_an_executor_free_is_widened_when_jobs_beyond_it_may_fit(size, considered, workers,
+                                                                                           free, want):
+    assert widen(size, 200, considered, workers, free) is want

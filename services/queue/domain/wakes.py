@@ -23,12 +23,34 @@ def offers_an_executor(beats: Iterable[Heartbeat]) -> bool:
     return any(hb.accepting and hb.job_id is None for hb in beats)
 
 
-def full_pass_due(queued: bool, free: bool, since_full: float | None, interval: float) -> bool:
-    """Whether a placement pass is worth its whole work (the candidates planned, every waiting reason written).
-    Nothing queued: no. An executor free: yes, at once (a grant may follow). None free: a grant cannot follow,
-    but reclaiming borrowed capacity and the waiting reasons still can change, so yes once ``interval`` (the
-    placement tick) has passed since the last whole pass (``since_full`` seconds; None: none yet), as when only
-    the tick drove placement; the wakes in between (a burst of submits onto a busy fleet) cost one query each."""
+FEWEST = 16  # the fewest candidates a pass sized to the free executors considers
+PER_FREE = 4  # candidates such a pass considers for each free executor
+
+
+def pass_size(queued: bool, free: int, since_whole: float | None, interval: float, most: int) -> int:
+    """How many candidates the next placement pass considers (0: none, the pass is skipped).
+
+    A whole pass (``most``, ``max_jobs_per_pass``) plans every candidate and writes each one's waiting reason;
+    it is made on the first pass and once ``interval`` (the placement tick) has passed since the last whole one
+    (``since_whole`` seconds; None: none yet), free executors or not: reclaiming borrowed capacity and the
+    waiting reasons can change even when no grant can follow. In between, a wake with nothing queued or no
+    executor ``free`` (a burst of submits onto a busy fleet) costs one query; one with ``free`` executors gets a
+    pass sized to them, ``PER_FREE`` candidates each and ``FEWEST`` at least: the jobs that would be granted
+    first are the first by share deficit (``tenancy/candidates.py``), and planning and writing a whole pass's
+    waiting jobs for one free executor was most of each executor's wait between jobs (issue 12). A sized pass
+    that leaves executors free is widened at once (``widen``)."""
     if not queued:
-        return False
-    return free or since_full is None or since_full >= interval
+        return 0
+    if since_whole is None or since_whole >= interval:
+        return most
+    if free <= 0:
+        return 0
+    return min(most, max(FEWEST, PER_FREE * free))
+
+
+def widen(size: int, most: int, considered: int, placed_workers: int, free: int) -> bool:
+    """Whether a pass of ``size`` candidates, ``considered`` of them found queued, that placed ``placed_workers``
+    executors of the ``free`` ones must be followed at once by a whole one: it was sized below ``most``, more
+    jobs may be queued beyond it (it found as many as it asked for) and executors are left free (its candidates
+    did not fit them: gangs too wide, quotas, other node groups; a later job may)."""
+    return size < most and considered >= size and placed_workers < free
