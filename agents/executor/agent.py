@@ -212,14 +212,22 @@ class Agent:
             # check process is still finishing, or its "not schedulable" event was on the way).
             self._hand_back(grant, "the node is running its health checks")
             return
-        run = self.run
+        run, task = self.run, self.job_task
         if run is not None:
-            if (run.grant.job_id, run.grant.epoch) != (grant.job_id, grant.epoch):
+            if (run.grant.job_id, run.grant.epoch) == (grant.job_id, grant.epoch):
+                return  # the grant again (redelivered)
+            if run.ended and task is not None:  # placed on our report of its end, still being acknowledged
+                asyncio.create_task(self._after(task, grant)).add_done_callback(_log_failure)
+            else:
                 self._hand_back(grant, f"the executor is busy with job {run.grant.job_id}")
             return
         self.run = Run(grant)  # set before any await: a second grant now sees us busy
         self.job_task = asyncio.create_task(self._serve_traced(self.run), name=f"job-{grant.job_id}")
         self.job_task.add_done_callback(_log_failure)
+
+    async def _after(self, task: asyncio.Task, grant: RunJob) -> None:
+        await asyncio.wait({task})
+        self.on_run(grant)
 
     # -- what node checks need of the job (checks.handler.Jobs) ------------------------------------------------
 
@@ -438,7 +446,9 @@ class Agent:
             await run.log.close(rc, timeout=1.0 if outcome is RunOutcome.ABANDONED else LOG_CLOSE_SECONDS)
         log.info("job %s epoch %d finished: %s (exit %s)", run.grant.job_id, run.grant.epoch, outcome, rc)
         metrics.EXECUTOR_RUNS.labels(outcome.value).inc()
-        # Retried until the server acknowledges it; only then does the agent take new work.
+        # Retried until the server acknowledges it; only then does the agent take new work (one granted on it
+        # meanwhile waits: the queue frees the executor on this report, services/queue/runs.py).
+        run.ended = True
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
                          resumed_from_step=run.resumed_from_step,
                          stop_reason=run.stop_reason if outcome is RunOutcome.STOPPED else None)

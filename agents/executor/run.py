@@ -33,3 +33,4 @@ class Run:
     launched_at: float | None = None  # monotonic
     ready: bool = False  # a gang worker's process group has formed
     log: RunLog | None = None  # its output on the way to the bus
+    ended: bool = False  # its end is reported (being acknowledged): a new grant waits for it, not handed back

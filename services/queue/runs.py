@@ -30,7 +30,7 @@ from libs.runtime.service import Runtime
 from libs.runtime import wake
 from libs.runtime.unit import Units
 
-from . import store
+from . import executors, store
 from .domain import lifecycle as lc
 from .domain.wakes import PLACEMENT, offers_an_executor
 from .effects import apply, messages_for
@@ -112,6 +112,12 @@ class Runs:
                         msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
             await store.write_staged(unit.conn, self.settings.subjects, staged)
             await store.record_steps(unit.conn, steps)
+            # Runs whose executors reported their end: those executors are free now, and placement runs at once.
+            ended = [(m.executor_id, m.job_id, m.epoch, m.time) for m, r in zip(reports, results, strict=True)
+                     if isinstance(m, RunFinished) and isinstance(r, lc.Transition)]
+            if ended:
+                await executors.free_ended(unit.conn, ended)
+                await wake.notify(unit.conn, wake.channel(self.settings.subject_prefix, PLACEMENT))
         for msg, result in zip(reports, results):
             await self._reported(msg, result)
         return results
@@ -186,7 +192,7 @@ class Runs:
             now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
                      hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
-            await store.upsert_executors(conn, rows)
+            await executors.upsert_executors(conn, rows)
             if offers_an_executor(latest.values()):  # perhaps free since the last pass: place now
                 await wake.notify(conn, wake.channel(self.settings.subject_prefix, PLACEMENT))
         return len(rows)

@@ -363,28 +363,6 @@ async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 5
     return [job_from_row(r) for r in rows]
 
 
-# -- heartbeats -------------------------------------------------------------------------------------------
-
-async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
-    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address), at
-    most one per executor. A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
-    if not rows:
-        return
-    # One statement for the batch (a row per executor: the caller keeps each executor's newest heartbeat only).
-    cols = list(zip(*rows, strict=True))
-    await conn.execute(
-        f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
-        " sent_at, last_seen, address) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
-        " $5::bool[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::text[])"
-        " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
-        " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
-        " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen,"
-        " address = EXCLUDED.address"
-        " WHERE e.sent_at <= EXCLUDED.sent_at",
-        *(list(c) for c in cols),
-    )
-
-
 # -- nodes (the health service's node events) ---------------------------------------------------------------
 
 async def apply_node_event(conn: asyncpg.Connection, node_id: str, executor_id: str | None, group: str, state: str,

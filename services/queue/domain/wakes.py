@@ -1,8 +1,9 @@
 """When placement should run at once rather than at its next tick (pure; services/queue/scheduler.py listens).
 
 Placement has work only when a job becomes queued (a submit, a requeue, a lease lost, a gang's back-off over) or
-an executor may have become free (it reports accepting with no job: right after a run ends, the agent's immediate
-heartbeat says so). Anything else (steps, renewals, busy heartbeats) leaves placement with nothing new to do.
+an executor may have become free: its run's end is reported (``runs.py`` frees it then, ``executors.free_ended``)
+or it reports accepting with no job (a node back, a check over). Anything else (steps, renewals, busy heartbeats)
+leaves placement with nothing new to do.
 """
 
 from __future__ import annotations

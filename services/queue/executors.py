@@ -1,0 +1,51 @@
+"""What the queue knows of its executors: each one's latest heartbeat (placement's view of who is free) and the
+ends of runs they report, which free them at once rather than at their next heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+
+from libs.contracts.telemetry import Phase
+
+from .store import T
+
+
+async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
+    """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address), at
+    most one per executor. A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
+    if not rows:
+        return
+    # One statement for the batch (a row per executor: the caller keeps each executor's newest heartbeat only).
+    cols = list(zip(*rows, strict=True))
+    await conn.execute(
+        f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
+        " sent_at, last_seen, address) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+        " $5::bool[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::text[])"
+        " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
+        " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
+        " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen,"
+        " address = EXCLUDED.address"
+        " WHERE e.sent_at <= EXCLUDED.sent_at",
+        *(list(c) for c in cols),
+    )
+
+
+
+async def free_ended(conn: asyncpg.Connection, ended: Sequence[tuple[str, str, int, datetime]]) -> int:
+    """Executors that reported the end of the run their latest heartbeat names ((executor, job, epoch, report
+    time) each) are idle and accepting from that report's time: the agent takes no new work until its report is
+    acknowledged, and a grant that reaches it before it saw the acknowledgement waits for it (the agent's
+    ``on_run``). Otherwise an executor whose heartbeat named a run stayed busy to placement until its next
+    heartbeat, up to a whole interval (30 s by default) after its run ended. A heartbeat sent before the report
+    (arriving late) does not overwrite this; a later one does. Returns how many were freed."""
+    if not ended:
+        return 0
+    cols = list(zip(*ended, strict=True))
+    return int((await conn.execute(
+        f"UPDATE {T}.executors e SET job_id = NULL, epoch = NULL, accepting = true, phase = $5, sent_at = r.t"
+        " FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[]) AS r(ex, j, ep, t)"
+        " WHERE e.executor_id = r.ex AND e.job_id = r.j AND e.epoch = r.ep AND e.sent_at <= r.t",
+        *(list(c) for c in cols), Phase.IDLE.value)).split()[-1])

@@ -1,0 +1,75 @@
+"""A grant placed on the agent's report of its run's end (services/queue/runs.py frees the executor on that
+report) can reach the agent before the report's acknowledgement does, while the agent still holds the ended run:
+it waits for the run to be let go and is then taken, not handed back (a hand-back would requeue the job and cost
+a placement). A grant while a run is still going is handed back as before; the same grant again is ignored."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agents.executor.agent import Agent
+from agents.executor.run import Run
+from agents.executor.settings import ExecutorSettings
+from libs.contracts.jobs import CommandWorkload, JobSpec
+from libs.contracts.agents import RunJob
+
+pytestmark = pytest.mark.unit
+
+
+def grant(job_id: str, epoch: int = 1) -> RunJob:
+    return RunJob(job_id=job_id, epoch=epoch, executor_id="ex-1", attempt=1, lease_seconds=6, heartbeat_seconds=1,
+                  spec=JobSpec(workload=CommandWorkload(command=["true"])))
+
+
+@pytest.fixture
+def agent(tmp_path):
+    agent = Agent(ExecutorSettings.from_env(env={}, data_dir=tmp_path, executor_id="ex-1"), None, None, [])
+    agent.served, agent.handed = [], []
+
+    async def serve(run: Run) -> None:
+        agent.served.append(run.grant.job_id)
+
+    agent._serve_traced = serve
+    agent._hand_back = lambda g, why: agent.handed.append((g.job_id, why))
+    return agent
+
+
+def holding(agent: Agent, run: Run) -> asyncio.Event:
+    """The agent serves ``run`` until the returned event is set (as ``_serve_grant`` lets it go at its end)."""
+    let_go = asyncio.Event()
+
+    async def serving() -> None:
+        await let_go.wait()
+        agent.run = None
+
+    agent.run, agent.job_task = run, asyncio.create_task(serving())
+    return let_go
+
+
+async def test_a_grant_while_the_ended_runs_report_is_acknowledged_waits_for_it_then_runs(agent):
+    let_go = holding(agent, Run(grant("old"), ended=True))
+    agent.on_run(grant("new"))
+    await asyncio.sleep(0.05)
+    assert agent.handed == [] and agent.served == [] and agent.run.grant.job_id == "old"
+    let_go.set()
+    for _ in range(100):
+        if agent.served:
+            break
+        await asyncio.sleep(0.01)
+    assert agent.served == ["new"] and agent.handed == [] and agent.run.grant.job_id == "new"
+
+
+async def test_a_grant_while_a_run_goes_on_is_handed_back_and_the_same_grant_again_is_ignored(agent):
+    let_go = holding(agent, Run(grant("old")))
+    agent.on_run(grant("old"))  # redelivered
+    agent.on_run(grant("new"))
+    await asyncio.sleep(0.05)
+    assert agent.handed == [("new", "the executor is busy with job old")] and agent.served == []
+    ended = Run(grant("old"), ended=True)
+    agent.run = ended
+    agent.on_run(grant("old"))  # the ended run's own grant again: never run twice
+    let_go.set()
+    await asyncio.sleep(0.05)
+    assert agent.served == [] and len(agent.handed) == 1
