@@ -80,9 +80,16 @@ def test_a_lender_gets_its_share_back_and_the_preempted_job_resumes_from_its_che
 
         def agree() -> dict | None:
             usage = stack.get("/v1/usage", params={"group_by": "org"}).json()
-            charged = sum(stack.job(j)["budget"]["consumed_seconds"] or 0.0 for j in [*south, north])
+            budgets = {j: stack.job(j)["budget"] for j in [*south, north]}
+            seen[:] = [usage, budgets]
+            if any(b is None for b in budgets.values()):
+                return None
+            charged = sum(b["consumed_seconds"] or 0.0 for b in budgets.values())
             return usage if charged > 0 and abs(usage["total_gpu_seconds"] - charged) < 1.0 else None
-        usage = eventually(agree, 60, "the usage total to equal the jobs' charged GPU-seconds")
+        try:
+            usage = eventually(agree, 60, "the usage total to equal the jobs' charged GPU-seconds")
+        except AssertionError:
+            raise AssertionError(f"{seen}\n{stack.log_tail(6000)}") from None
         assert {r["key"] for r in usage["rows"]} == {"north", "south"}
     finally:
         assert stack.stop() == 0
