@@ -43,6 +43,15 @@ async def _executors(rt: Runtime, names: list[str]) -> None:
         " SELECT 'n-' || e, e, 'g', 'ready', true, 1 FROM unnest($1::text[]) AS e", names)
 
 
+async def _holding(rt: Runtime, job_id: str | None) -> None:
+    """Executor ex-0's latest heartbeat names ``job_id`` (None: it holds none)."""
+    await rt.pool.execute("UPDATE queue.executors SET job_id = $1 WHERE executor_id = 'ex-0'", job_id)
+
+
+async def _waiting(rt: Runtime, job_id: str) -> object:
+    return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
+
+
 async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_events_precede_its_messages(env):
     settings = env.settings(QueueSettings)
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
@@ -178,29 +187,22 @@ async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
     try:
         await _executors(rt, ["ex-0"])
-        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        await _holding(rt, "elsewhere")
         scheduler = Scheduler(rt, settings)
         (first,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0 and scheduler.skipped == 0  # the first pass is whole
 
-        async def waiting(job_id: str) -> object:
-            return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
-
-        assert await waiting(first) is not None
+        assert await _waiting(rt, first) is not None
         (second,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # woken at once: one query
-        assert await waiting(second) is None
+        assert await _waiting(rt, second) is None
         await asyncio.sleep(1.1)
         assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # a tick later: whole again
-        assert await waiting(second) is not None
-        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        assert await _waiting(rt, second) is not None
+        await _holding(rt, None)
         assert await scheduler.place_once() == 1  # an executor free: at once, and granted
     finally:
         await rt.close()
-
-
-async def _waiting(rt: Runtime, job_id: str) -> object:
-    return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
 
 
 async def test_a_pass_for_one_free_executor_considers_the_first_jobs_by_share_not_the_whole_queue(env):
@@ -211,13 +213,13 @@ async def test_a_pass_for_one_free_executor_considers_the_first_jobs_by_share_no
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
     try:
         await _executors(rt, ["ex-0"])
-        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        await _holding(rt, "elsewhere")
         scheduler = Scheduler(rt, settings)
         jobs = await _submit(rt, settings, FEWEST + 4)
         assert await scheduler.place_once() == 0  # the first pass is whole: every job's reason written
         assert all([await _waiting(rt, j) is not None for j in jobs])
         (late,) = await _submit(rt, settings, 1)
-        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        await _holding(rt, None)
         recording = Recording(rt.pool)
         placing = Scheduler(Runtime(rt.name, settings, recording, rt.nc, rt.js), settings)  # type: ignore[arg-type]
         placing._whole_at = scheduler._whole_at  # the same loop, a moment after its whole pass
@@ -237,12 +239,12 @@ async def test_a_sized_pass_whose_jobs_cannot_use_the_free_executor_is_widened_t
     rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
     try:
         await _executors(rt, ["ex-0"])
-        await rt.pool.execute("UPDATE queue.executors SET job_id = 'elsewhere' WHERE executor_id = 'ex-0'")
+        await _holding(rt, "elsewhere")
         scheduler = Scheduler(rt, settings)
         await _submit(rt, settings, FEWEST + 2, workers=2)
         (single,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0  # whole, nothing free
-        await rt.pool.execute("UPDATE queue.executors SET job_id = NULL WHERE executor_id = 'ex-0'")
+        await _holding(rt, None)
         assert await scheduler.place_once() == 1 and scheduler.widened == 1
         assert await rt.pool.fetchval("SELECT state FROM queue.jobs WHERE id = $1", single) == "running"
     finally:
