@@ -227,7 +227,10 @@ class Agent:
 
     async def _after(self, task: asyncio.Task, grant: RunJob) -> None:
         await asyncio.wait({task})
-        self.on_run(grant)
+        if task.cancelled():  # the agent is shutting down: the grant goes back rather than waiting out its lease
+            self._hand_back(grant, "the executor is shutting down")
+        else:
+            self.on_run(grant)
 
     # -- what node checks need of the job (checks.handler.Jobs) ------------------------------------------------
 

@@ -73,3 +73,14 @@ async def test_a_grant_while_a_run_goes_on_is_handed_back_and_the_same_grant_aga
     let_go.set()
     await asyncio.sleep(0.05)
     assert agent.served == [] and len(agent.handed) == 1
+
+
+async def test_a_grant_waiting_for_an_ended_run_goes_back_when_the_agent_shuts_down(agent):
+    holding(agent, Run(grant("old"), ended=True))
+    agent.on_run(grant("new"))
+    agent.job_task.cancel()  # shutdown cancels the run's task
+    for _ in range(100):
+        if agent.handed:
+            break
+        await asyncio.sleep(0.01)
+    assert agent.handed == [("new", "the executor is shutting down")] and agent.served == []
