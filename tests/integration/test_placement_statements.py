@@ -6,6 +6,8 @@ name is listed once); and the budget is asked only about jobs the pass considers
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -50,6 +52,19 @@ async def _holding(rt: Runtime, job_id: str | None) -> None:
 
 async def _waiting(rt: Runtime, job_id: str) -> object:
     return await rt.pool.fetchval("SELECT waiting FROM queue.jobs WHERE id = $1", job_id)
+
+
+@contextlib.asynccontextmanager
+async def _busy_fleet(env, interval: float) -> AsyncIterator[tuple[Runtime, QueueSettings, Scheduler]]:  # noqa: ANN001
+    """The queue with one executor, ex-0, busy with another job, and its scheduler (placement tick ``interval``)."""
+    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": interval})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        await _executors(rt, ["ex-0"])
+        await _holding(rt, "elsewhere")
+        yield rt, settings, Scheduler(rt, settings)
+    finally:
+        await rt.close()
 
 
 async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_events_precede_its_messages(env):
@@ -183,15 +198,9 @@ async def test_candidates_read_per_organisation_are_the_choice_over_every_queued
 async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
     """Wakes onto a busy fleet (a burst of submits) cost one query each: a pass with jobs queued and no executor
     free is made whole (waiting reasons written) only once a placement tick has passed since the last whole one."""
-    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 1.0})
-    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
-    try:
-        await _executors(rt, ["ex-0"])
-        await _holding(rt, "elsewhere")
-        scheduler = Scheduler(rt, settings)
+    async with _busy_fleet(env, 1.0) as (rt, settings, scheduler):
         (first,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0 and scheduler.skipped == 0  # the first pass is whole
-
         assert await _waiting(rt, first) is not None
         (second,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0 and scheduler.skipped == 1  # woken at once: one query
@@ -201,20 +210,13 @@ async def test_a_pass_with_no_free_executor_is_made_whole_once_a_tick(env):
         assert await _waiting(rt, second) is not None
         await _holding(rt, None)
         assert await scheduler.place_once() == 1  # an executor free: at once, and granted
-    finally:
-        await rt.close()
 
 
 async def test_a_pass_for_one_free_executor_considers_the_first_jobs_by_share_not_the_whole_queue(env):
     """Between whole passes (once a tick), an executor freed gets a pass sized to the free executors
     (``domain/wakes.pass_size``): the job granted is the one a whole pass would grant first, and jobs beyond
     the sized pass's candidates are not planned (their waiting reasons wait for the next whole pass)."""
-    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 60.0})
-    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
-    try:
-        await _executors(rt, ["ex-0"])
-        await _holding(rt, "elsewhere")
-        scheduler = Scheduler(rt, settings)
+    async with _busy_fleet(env, 60.0) as (rt, settings, scheduler):
         jobs = await _submit(rt, settings, FEWEST + 4)
         assert await scheduler.place_once() == 0  # the first pass is whole: every job's reason written
         assert all([await _waiting(rt, j) is not None for j in jobs])
@@ -228,24 +230,15 @@ async def test_a_pass_for_one_free_executor_considers_the_first_jobs_by_share_no
         assert await _waiting(rt, late) is None  # beyond the sized pass: not planned
         (candidates,) = [args for q, args in recording.statements if "queued_orgs" in q]
         assert candidates[0] == FEWEST  # the pass asked for FEWEST candidates, not max_jobs_per_pass
-    finally:
-        await rt.close()
 
 
 async def test_a_sized_pass_whose_jobs_cannot_use_the_free_executor_is_widened_to_a_whole_one_at_once(env):
     """The first jobs by share are gangs of two and one executor is free: the sized pass grants nothing, so a
     whole pass follows at once and grants the single job queued behind them (gang backfill, as before)."""
-    settings = env.settings(QueueSettings).model_copy(update={"schedule_interval_seconds": 60.0})
-    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
-    try:
-        await _executors(rt, ["ex-0"])
-        await _holding(rt, "elsewhere")
-        scheduler = Scheduler(rt, settings)
+    async with _busy_fleet(env, 60.0) as (rt, settings, scheduler):
         await _submit(rt, settings, FEWEST + 2, workers=2)
         (single,) = await _submit(rt, settings, 1)
         assert await scheduler.place_once() == 0  # whole, nothing free
         await _holding(rt, None)
         assert await scheduler.place_once() == 1 and scheduler.widened == 1
         assert await rt.pool.fetchval("SELECT state FROM queue.jobs WHERE id = $1", single) == "running"
-    finally:
-        await rt.close()
