@@ -37,9 +37,10 @@ def pass_size(queued: bool, free: int, since_whole: float | None, interval: floa
     waiting reasons can change even when no grant can follow. In between, a wake with nothing queued or no
     executor ``free`` (a burst of submits onto a busy fleet) costs one query; one with ``free`` executors gets a
     pass sized to them, ``PER_FREE`` candidates each and ``FEWEST`` at least: the jobs that would be granted
-    first are the first by share deficit (``tenancy/candidates.py``), and planning and writing a whole pass's
-    waiting jobs for one free executor was most of each executor's wait between jobs (issue 12). A sized pass
-    that leaves executors free is widened at once (``widen``)."""
+    first are the first by share deficit (``tenancy/candidates.py``), and every run's end wakes placement, so a
+    whole pass's planning and waiting reasons for each freed executor would be repeated work (measured alone,
+    the sizing did not move throughput: docs/performance.md, seventh round). A sized pass that leaves executors
+    free is widened at once (``widen``)."""
     if not queued:
         return 0
     if since_whole is None or since_whole >= interval:
