@@ -31,11 +31,14 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
     try:
         async with runtime.pool.acquire() as conn:
             role = await store.writer_role(conn, settings.audit_writer_role)
+        # Batches of up to a thousand parsed messages (libs/runtime/gctune.py). Before the consumers start: its
+        # full collection holds the event loop (30 ms in a bare process, more in a large one) and would stall the
+        # first batches (docs/performance.md, the eighth round).
+        tune_for_batches()
         # Every replica consumes from the same durables; the advisory lock in store.append keeps one chain.
         await runtime.consume(consumers(runtime, settings, role, key))
         await runtime.respond(responders(runtime, key, settings.verify_queue_group))
         runtime.singleton("audit-anchor", lambda: anchorer.loop(settings.anchor_seconds))
-        tune_for_batches()  # batches of up to a thousand parsed messages (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

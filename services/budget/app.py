@@ -19,10 +19,12 @@ async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event 
     try:
         relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js, bury=runtime.bury)
         # Consumers share their durables with every replica; the relay runs in one.
+        # Batches of up to 500 decoded reports and their rows (libs/runtime/gctune.py); before the consumers start,
+        # since its full collection holds the event loop (docs/performance.md, the eighth round).
+        tune_for_batches()
         await runtime.consume(consumers(runtime, settings, Counters(), relay))
         await runtime.respond(responders(runtime, settings))
         runtime.singleton("budget-outbox", relay.run)
-        tune_for_batches()  # batches of up to 500 decoded reports and their rows (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

@@ -28,6 +28,9 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
         relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js, bury=runtime.bury)
         checks = Checks(runtime, settings)
         checks.kick = relay.kick
+        # Heartbeat batches of 500 decoded messages, evaluator passes (libs/runtime/gctune.py); before the
+        # consumers start, since its full collection holds the event loop (docs/performance.md, the eighth round).
+        tune_for_batches()
         await runtime.consume(consumers(runtime, Counters(), checks))
 
         async def evaluate() -> None:
@@ -43,7 +46,6 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
                                                        "health evaluator", waker))
         runtime.singleton("health-checks", periodic(checks.tick, settings.check_interval_seconds, "check loop"))
         runtime.singleton("health-outbox", relay.run)
-        tune_for_batches()  # heartbeat batches of 500 decoded messages, evaluator passes (libs/runtime/gctune.py)
         if ready is not None:
             ready.set()
         await wait_forever()

@@ -46,6 +46,11 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         runs = Runs(runtime, settings, units)
         scheduler = Scheduler(runtime, settings, kick=relay.kick)
         gangs = GangScanner(runtime, settings, kick=relay.kick)
+        # What start-up built (modules, schemas) frozen out of every collection, the youngest generation collected
+        # less often: a placement pass of 200 grants no longer pays 3-100 ms gen-2 collections walking it all
+        # (libs/runtime/gctune.py; docs/performance.md, placement's sixth round). Before the consumers start: its
+        # full collection holds the event loop (the eighth round).
+        tune_for_batches()
         await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units), Tenancy(runtime, units)))
         await runtime.respond(responders(runtime, runs))
         runtime.singleton(f"{NAME}-outbox", relay.run)
@@ -68,10 +73,6 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         # Jobs by state for the metrics endpoint: every replica samples (a gauge, not a count of facts).
         runtime.background(periodic(lambda: sample_jobs(runtime), settings.metrics_sample_seconds, "jobs sampler")(),
                            "jobs-sampler")
-        # What start-up built (modules, schemas) frozen out of every collection, the youngest generation collected
-        # less often: a placement pass of 200 grants no longer pays 3-100 ms gen-2 collections walking it all
-        # (libs/runtime/gctune.py; docs/performance.md, placement's sixth round).
-        tune_for_batches()
         log.info("queue service ready (prefix %s)", settings.subject_prefix)
         if ready is not None:
             ready.set()
