@@ -24,7 +24,7 @@ from .settings import AuditSettings
 
 log = logging.getLogger(__name__)
 
-Reader = Callable[[str, bytes, str, datetime], Entry]
+Reader = Callable[[str, bytes, entries.Fallback, datetime], Entry]
 
 
 def fallback_id(stream: str, msg: Msg) -> str:
@@ -46,7 +46,9 @@ def consumers(runtime: Runtime, settings: AuditSettings, role: str | None,
 
     def consumer(subject: str, stream: str, durable: str, read: Reader) -> Consumer:
         def entry(m: Msg) -> Entry:
-            return read(m.subject, m.data, fallback_id(stream, m), runtime.clock.now())
+            # The fallback name only when the message has no usable id (reading it from the ack subject is a
+            # split and a parse per message).
+            return read(m.subject, m.data, lambda: fallback_id(stream, m), runtime.clock.now())
 
         # Read ahead: a batch is read (parsed, its payloads encoded) while the one before is in the database.
         return Consumer(subject, stream, durable, None, append, batch=settings.batch_size, read=entry,

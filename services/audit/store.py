@@ -82,9 +82,9 @@ def _payloads(entries: Sequence[Entry]) -> list[tuple[object, str]]:
         raise PermanentError(f"payload cannot be stored: {exc}") from exc
 
 
-def _link(fields: Iterable[dict], head: str, texts: list[str]) -> list[dict]:
+def _link(fields: Iterable[dict], head: str, texts: list[str]) -> list[str]:
     try:
-        return chain.chain(fields, head, texts)
+        return chain.link(fields, head, texts)
     except UnicodeEncodeError as exc:  # a lone surrogate in a text field: PostgreSQL could not store it either
         raise PermanentError(f"entry cannot be stored: {exc}") from exc
 
@@ -111,20 +111,24 @@ async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: st
         actors = dict(plan["actors"] or ())
         fresh = [entries[i - 1] for i in plan["fresh"]]
         texts = [payloads[i - 1][1] for i in plan["fresh"]]
-        rows = _link(
-            ({"seq": seq, "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id), "time": e.time,
-              "recorded_at": now, "subject": e.subject, "kind": e.kind, "job_id": e.job_id,
-              "payload": payloads[i - 1][0], "outcome": str(e.outcome), "reason": e.reason}
-             for seq, e, i in zip(sorted(plan["seqs"]), fresh, plan["fresh"], strict=True)),
-            plan["head"] or chain.GENESIS, texts)
+        seqs = sorted(plan["seqs"])
+        head = plan["head"] or chain.GENESIS
+        recorded = chain.utc_text(now)  # the batch's, formatted once
+        # The hashed fields; the times as their canonical texts where known (the chain writes a time so anyway).
+        fields = [{"seq": seq, "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id),
+                   "time": e.time_text or e.time, "recorded_at": recorded, "subject": e.subject, "kind": e.kind,
+                   "job_id": e.job_id, "payload": payloads[i - 1][0], "outcome": str(e.outcome), "reason": e.reason}
+                  for seq, e, i in zip(seqs, fresh, plan["fresh"], strict=True)]
+        hashes = _link(fields, head, texts)
         # One binary COPY for the batch; the payload goes as its canonical text (jsonb parses it).
         await conn.copy_records_to_table(
             "log", schema_name="audit", columns=COLUMNS,
-            records=[(r["seq"], r["command_id"], r["actor"], r["time"], r["recorded_at"], r["subject"], r["kind"],
-                      r["job_id"], text, r["outcome"], r["reason"], r["prev_hash"], r["hash"],
-                      anchoring.row_mac(key, r["hash"]) if key is not None else None)
-                     for r, text in zip(rows, texts, strict=True)])
-    return len(rows)
+            records=[(f["seq"], f["command_id"], f["actor"], e.time, now, f["subject"], f["kind"], f["job_id"], text,
+                      f["outcome"], f["reason"], prev, digest,
+                      anchoring.row_mac(key, digest) if key is not None else None)
+                     for f, e, text, prev, digest in zip(fields, fresh, texts, [head, *hashes[:-1]], hashes,
+                                                         strict=True)])
+    return len(hashes)
 
 
 @dataclass(frozen=True)

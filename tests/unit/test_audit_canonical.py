@@ -64,8 +64,8 @@ def test_a_known_row_hashes_as_it_always_did():
     assert chain.row_hash(chain.GENESIS, row) == chain.row_hash(chain.GENESIS, row, canonical_text(row["payload"]))
 
 
-# The fields as the store writes them (strings, 64-bit ints, None, times): the row is written by orjson with the
-# payload's text spliced in; any code point but a lone surrogate, controls, quotes and backslashes included.
+# The fields as the store writes them (strings, 64-bit ints, None, times, or a time as its canonical text) with
+# the payload's text given; any code point but a lone surrogate, controls, quotes and backslashes included.
 _any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 _store_fields = st.fixed_dictionaries({
     "seq": st.integers(min_value=1, max_value=2 ** 63 - 1), "command_id": _any_text,
@@ -77,22 +77,35 @@ _store_fields = st.fixed_dictionaries({
 
 @settings(max_examples=1000, deadline=None)
 @given(_store_fields, st.booleans())
-def test_a_row_as_the_store_writes_it_takes_the_compiled_path_with_the_same_bytes(fields, extra_keys):
+def test_a_row_as_the_store_writes_it_has_the_same_bytes(fields, extra_keys):
     text = canonical_text(fields["payload"])
     if extra_keys:  # as verify passes rows: their stored hashes along
         fields = {**fields, "prev_hash": "0" * 64, "hash": "1" * 64}
-    assert chain._compiled(fields, text) == _reference(fields) == chain.canonical(fields, text)
+    # The store gives the batch's recorded_at, and a time the message wrote in the canonical form, as text.
+    as_text = {**fields, "time": chain.utc_text(fields["time"]), "recorded_at": chain.utc_text(fields["recorded_at"])}
+    assert chain.canonical(fields, text) == _reference(fields) == chain.canonical(as_text, text)
 
 
-def test_a_field_orjson_cannot_write_as_the_template_does_takes_the_template():
+def test_fields_of_other_types_are_written_as_the_encoder_writes_them():
     row = {"seq": 2 ** 70, "command_id": "c", "actor": None, "time": datetime(2026, 1, 1, tzinfo=UTC),
            "recorded_at": "2026-01-01", "subject": Outcome.RECEIVED, "kind": None, "job_id": None, "payload": [1],
            "outcome": "received", "reason": 1e-05}
-    for change in ({}, {"seq": 1}, {"seq": 1, "subject": "s"}, {"seq": 1, "subject": "s", "reason": True}):
+    for change in ({}, {"seq": 1}, {"seq": True}, {"seq": 1, "subject": "s"}, {"seq": 1, "subject": "s", "reason": True},
+                   {"outcome": Outcome.ACCEPTED, "kind": 3, "job_id": [1, "x"], "actor": {"b": 1, "a": None}}):
         fields = {**row, **change}
         assert chain.canonical(fields, "[1]") == _reference(fields)
-    assert chain._compiled({**row, "seq": 1, "subject": "s", "reason": None}, "[1]") is not None
-    assert chain._compiled({**row, "seq": 1, "subject": "s"}, "[1]") is None  # the float
+
+
+def test_link_gives_the_hashes_chain_gives():
+    rows = [{"seq": i + 1, "command_id": f"c{i}", "actor": "alice", "time": datetime(2026, 1, 1, tzinfo=UTC),
+             "recorded_at": datetime(2026, 1, 2, tzinfo=UTC), "subject": "s", "kind": "k", "job_id": None,
+             "payload": {"n": i}, "outcome": "received", "reason": None} for i in range(5)]
+    texts = [canonical_text(r["payload"]) for r in rows]
+    linked = chain.chain(rows, "a" * 64, texts)
+    assert chain.link(rows, "a" * 64, texts) == [r["hash"] for r in linked]
+    assert [r["prev_hash"] for r in linked] == ["a" * 64] + [r["hash"] for r in linked[:-1]]
+    with pytest.raises(ValueError):  # a text for every entry
+        chain.link(rows, "a" * 64, texts[:-1])
 
 
 def test_a_lone_surrogate_in_a_field_still_fails_as_utf8_would():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -29,7 +30,9 @@ class Outcome(StrEnum):
     REJECTED = "rejected"  # a message a consumer refused as malformed or hostile
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each of its eleven fields through object.__setattr__, 1.7 us an entry against
+# 0.5 (one entry per message the audit reads). Nothing changes an entry once made.
+@dataclass(slots=True)
 class Entry:
     command_id: str
     actor: str | None
@@ -46,6 +49,9 @@ class Entry:
     # With payload_normal: the payload's canonical text (jsonb.canonical_text), taken when the message was read
     # (the edge reads a batch while the one before is in the database), so the store does not encode it again.
     payload_text: str | None = None
+    # ``time``'s canonical text (chain.utc_text of it) where the message wrote it in that form already but for
+    # "Z" (``_time_and_text``): the chain hashes it instead of formatting the time again.
+    time_text: str | None = None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")  # left alone by json.loads (a "\ud800" escape without its pair)
@@ -121,16 +127,24 @@ def parse_payload_json(data: bytes) -> tuple[Any, bool]:
 _NEEDS_DEFINITION = (b"\\u", b"secret", b"sealed")
 
 
-def read_payload(data: bytes) -> tuple[Any, bool, str | None]:
-    """``parse_payload_json``'s (value, is JSON) and the value's canonical text (``_encoded``), the same values
-    and bytes, by orjson where it provably gives them (services/audit/domain/compiled.py)."""
+def _read(data: bytes) -> tuple[Any, bool, str | None, bool]:
+    """``read_payload``, and whether every string in the value is known to need no ``clean``: orjson refuses a raw
+    control character (a NUL can only be written as an escape, which the compiled path never sees), invalid UTF-8
+    and a lone surrogate, so the strings of a value it parsed are already what ``clean`` would make of them."""
     # _NEEDS_DEFINITION spelled out; a backslash (rare) is looked for before the escape.
     if not ((b"\\" in data and b"\\u" in data) or b"secret" in data or b"sealed" in data):
         found = compiled.parse_canonical(data)
         if found is not None:
-            return found[0], True, found[1]
+            return found[0], True, found[1], True
     payload, ok = parse_payload_json(data)
-    return payload, ok, _encoded(payload)
+    return payload, ok, _encoded(payload), False
+
+
+def read_payload(data: bytes) -> tuple[Any, bool, str | None]:
+    """``parse_payload_json``'s (value, is JSON) and the value's canonical text (``_encoded``), the same values
+    and bytes, by orjson where it provably gives them (services/audit/domain/compiled.py)."""
+    payload, ok, text, _ = _read(data)
+    return payload, ok, text
 
 
 def parse_payload(data: bytes) -> tuple[Any, bool]:
@@ -140,25 +154,52 @@ def parse_payload(data: bytes) -> tuple[Any, bool]:
     return payload, ok
 
 
-def _text(payload: Any, key: str, limit: int = 1000) -> str | None:
+def _as_is(value: str) -> str:
+    return value
+
+
+Tidy = Callable[[str], str]  # ``clean``, or ``_as_is`` for a value whose strings need no cleaning (``_read``)
+
+
+def _text(payload: Any, key: str, limit: int = 1000, tidy: Tidy = clean) -> str | None:
     value = payload.get(key) if isinstance(payload, dict) else None
-    return clean(value)[:limit] if isinstance(value, str) else None
+    return tidy(value)[:limit] if isinstance(value, str) else None
 
 
-def _time(payload: Any, key: str, fallback: datetime) -> datetime:
-    raw = _text(payload, key, 64)
+# A time in UTC with microseconds, as Teto's contracts write one ("Z") or as the canonical text does ("+00:00"):
+# once parsed, its canonical text is these characters with "+00:00" for the zone.
+_UTC_MICROS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(?:Z|\+00:00)", re.ASCII)
+
+
+def _time_and_text(payload: Any, key: str, fallback: datetime, tidy: Tidy = clean) -> tuple[datetime, str | None]:
+    """The time the payload gives under ``key`` (``fallback`` when it gives none that parses), and its canonical
+    text (``Entry.time_text``) where the text given is that but for the zone's spelling, else None."""
+    raw = _text(payload, key, 64, tidy)
     try:
         parsed = datetime.fromisoformat(raw) if raw else None
     except ValueError:
         parsed = None
     if parsed is None:
-        return fallback
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return fallback, None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC), None
+    return parsed, raw[:26] + "+00:00" if _UTC_MICROS.fullmatch(raw) else None
 
 
-def _command_id(payload: Any, fallback: str) -> str:
-    value = _text(payload, "command_id", 200)
-    return value if value and _COMMAND_ID.match(value) else fallback
+def _time(payload: Any, key: str, fallback: datetime, tidy: Tidy = clean) -> datetime:
+    return _time_and_text(payload, key, fallback, tidy)[0]
+
+
+Fallback = str | Callable[[], str]  # a name, or how to make one (only asked for when it is needed)
+
+
+def _named(fallback: Fallback) -> str:
+    return fallback if isinstance(fallback, str) else fallback()
+
+
+def _command_id(payload: Any, fallback: Fallback, tidy: Tidy = clean) -> str:
+    value = _text(payload, "command_id", 200, tidy)
+    return value if value and _COMMAND_ID.match(value) else _named(fallback)
 
 
 def _last_token(subject: str) -> str:
@@ -173,39 +214,45 @@ def _encoded(payload: Any) -> str | None:
         return None
 
 
-def from_command(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
-    """A command as received; ``fallback_id`` (stream and sequence) names one without a usable command id."""
-    payload, _, text = read_payload(data)
+def from_command(subject: str, data: bytes, fallback_id: Fallback, now: datetime) -> Entry:
+    """A command as received; ``fallback_id`` (stream and sequence, or how to find them) names one without a
+    usable command id."""
+    payload, _, text, cleaned = _read(data)
+    tidy = _as_is if cleaned else clean
     subject = clean(subject)
-    return Entry(command_id=_command_id(payload, fallback_id), actor=_text(payload, "actor", 200),
-                 time=_time(payload, "issued_at", now), subject=subject, kind=_last_token(subject),
-                 job_id=_text(payload, "job_id", 200), payload=payload, outcome=Outcome.RECEIVED, reason=None,
-                 payload_normal=True, payload_text=text)
+    time, time_text = _time_and_text(payload, "issued_at", now, tidy)
+    return Entry(command_id=_command_id(payload, fallback_id, tidy), actor=_text(payload, "actor", 200, tidy),
+                 time=time, subject=subject, kind=_last_token(subject), job_id=_text(payload, "job_id", 200, tidy),
+                 payload=payload, outcome=Outcome.RECEIVED, reason=None, payload_normal=True, payload_text=text,
+                 time_text=time_text)
 
 
-def from_outcome(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
+def from_outcome(subject: str, data: bytes, fallback_id: Fallback, now: datetime) -> Entry:
     """A command's outcome. The actor is the one the decider names (the gateway does, in ``detail.actor``);
     the store fills it from the command as received otherwise."""
-    payload, ok, text = read_payload(data)
+    payload, ok, text, cleaned = _read(data)
+    tidy = _as_is if cleaned else clean
     accepted = payload.get("accepted") if isinstance(payload, dict) else None
     detail = payload.get("detail") if isinstance(payload, dict) else None
     if not ok or not isinstance(accepted, bool):
-        return Entry(command_id=fallback_id, actor=None, time=now, subject=clean(subject), kind=None, job_id=None,
-                     payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome",
+        return Entry(command_id=_named(fallback_id), actor=None, time=now, subject=clean(subject), kind=None,
+                     job_id=None, payload=payload, outcome=Outcome.REJECTED, reason="malformed outcome",
                      payload_normal=True, payload_text=text)
-    return Entry(command_id=_command_id(payload, fallback_id), actor=_text(detail, "actor", 200),
-                 time=_time(payload, "time", now), subject=clean(subject), kind=_text(payload, "kind", 100),
-                 job_id=_text(payload, "job_id", 200), payload=payload,
-                 outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED, reason=_text(payload, "reason", 4000),
-                 payload_normal=True, payload_text=text)
+    time, time_text = _time_and_text(payload, "time", now, tidy)
+    return Entry(command_id=_command_id(payload, fallback_id, tidy), actor=_text(detail, "actor", 200, tidy),
+                 time=time, subject=clean(subject), kind=_text(payload, "kind", 100, tidy),
+                 job_id=_text(payload, "job_id", 200, tidy), payload=payload,
+                 outcome=Outcome.ACCEPTED if accepted else Outcome.REFUSED,
+                 reason=_text(payload, "reason", 4000, tidy), payload_normal=True, payload_text=text,
+                 time_text=time_text)
 
 
-def from_rejected(subject: str, data: bytes, fallback_id: str, now: datetime) -> Entry:
+def from_rejected(subject: str, data: bytes, fallback_id: Fallback, now: datetime) -> Entry:
     """A message some consumer refused, as the ``teto.rejected.<service>`` note describes it."""
     note, _, text = read_payload(data)
     original_subject = _text(note, "subject", 1000) or clean(subject)
     excerpt, _ = parse_payload((_text(note, "payload_excerpt", RAW_EXCERPT_CHARS) or "").encode())
-    return Entry(command_id=_text(note, "id", 100) or fallback_id, actor=_text(excerpt, "actor", 200),
+    return Entry(command_id=_text(note, "id", 100) or _named(fallback_id), actor=_text(excerpt, "actor", 200),
                  time=_time(note, "time", now), subject=original_subject, kind=_last_token(original_subject),
                  job_id=_text(excerpt, "job_id", 200), payload=note, outcome=Outcome.REJECTED,
                  reason=_text(note, "reason", 4000) or "refused", payload_normal=True, payload_text=text)
