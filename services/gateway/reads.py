@@ -201,10 +201,18 @@ class Reads:
                                     "SELECT executor_id, count FROM queue.stale_messages_public")
         beats = await self._fetch("health.stale_heartbeats_public",
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
-        grants = await self._grants()
+        grants, runs = await self._grants(), await self._queue_runs()
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
                                     stale_heartbeats={s["executor_id"]: s["count"] for s in beats},
-                                    grant=grants.get(r["executor_id"])) for r in rows]
+                                    grant=grants.get(r["executor_id"]), queue_run=runs.get(r["executor_id"]))
+                for r in rows]
+
+    async def _queue_runs(self) -> dict[str, dict[str, Any]]:
+        """The run the queue's row names for each executor (cleared by its end report), read after the
+        heartbeat-fed rows: a run that ended meanwhile is shown as ended (views.run_ended)."""
+        rows = await self._fetch("queue.executors_public", "SELECT executor_id, job_id, epoch FROM"
+                                 " queue.executors_public")
+        return {r["executor_id"]: r for r in rows}
 
     async def _grants(self) -> dict[str, dict[str, Any]]:
         """The queue's grants by executor, read after the heartbeat-fed rows they are merged into: a grant made
@@ -216,8 +224,9 @@ class Reads:
     async def nodes(self) -> list[dict[str, Any]]:
         rows = await self._fetch("health.nodes_public",
                                  "SELECT * FROM health.nodes_public ORDER BY group_name, node_id")
-        grants = await self._grants()
-        return [views.node_view(r, grants.get(r.get("executor_id") or "")) for r in rows]
+        grants, runs = await self._grants(), await self._queue_runs()
+        return [views.node_view(r, grants.get(r.get("executor_id") or ""), runs.get(r.get("executor_id") or ""))
+                for r in rows]
 
     async def node_groups(self) -> list[dict[str, Any]]:
         return await self._fetch("health.node_groups_public",

@@ -69,3 +69,44 @@ def test_a_node_names_the_job_granted_to_its_executor_and_otherwise_what_its_hea
     assert node_view(row, {"job_id": "j1", "epoch": 3})["job_id"] == "j1"
     assert node_view({**row, "job_id": "j0"}, None)["job_id"] == "j0"
     assert node_view(row, None) == row
+
+
+TRAINING = {**IDLE, "phase": "training", "job_id": "j1", "epoch": 3, "step": 40}
+
+
+def test_a_run_the_executor_reported_ended_is_shown_over_before_its_next_heartbeat():
+    # The queue's row was cleared by the end report (executors.free_ended): no job; health's still says training.
+    out = executor_view(TRAINING, stale_reports={}, stale_heartbeats={}, grant=None,
+                        queue_run={"job_id": None, "epoch": None})
+    assert (out["job_id"], out["epoch"], out["phase"], out["step"], out["job_source"]) == (None, None, "idle", None,
+                                                                                          "report")
+    assert out["signal"] == "ok"  # the executor's own signal is its heartbeats', kept
+
+
+@pytest.mark.parametrize("queue_run", [{"job_id": "j0", "epoch": 1}, {"job_id": "j1", "epoch": 2}])
+def test_a_queue_row_that_moved_on_to_another_run_also_ends_the_one_the_heartbeat_names(queue_run):
+    from services.gateway.domain.views import run_ended
+
+    assert run_ended(TRAINING, None, queue_run)
+
+
+def test_a_run_still_named_by_the_queue_or_granted_or_unknown_to_it_is_shown_as_the_heartbeat_says():
+    from services.gateway.domain.views import run_ended
+
+    stopping = {**TRAINING, "phase": "stopping"}  # cancelled: no grant, the process still stopping
+    assert not run_ended(stopping, None, {"job_id": "j1", "epoch": 3})
+    out = executor_view(stopping, stale_reports={}, stale_heartbeats={}, queue_run={"job_id": "j1", "epoch": 3})
+    assert (out["job_id"], out["phase"], out["job_source"]) == ("j1", "stopping", "heartbeat")
+    assert not run_ended(TRAINING, {"job_id": "j1", "epoch": 3}, {"job_id": None, "epoch": None})  # granted
+    assert not run_ended(TRAINING, None, None)  # the queue has no row for it (yet): as the heartbeat says
+    assert not run_ended(IDLE, None, {"job_id": None, "epoch": None})  # nothing named, nothing ended
+
+
+def test_a_node_names_no_job_once_its_executors_run_ended():
+    from services.gateway.domain.views import node_view
+
+    row = {"node_id": "n1", "executor_id": "e1", "state": "ready", "job_id": "j1"}
+    assert node_view(row, None, {"job_id": None, "epoch": None})["job_id"] is None
+    assert node_view(row, None, {"job_id": "j1", "epoch": 3})["job_id"] == "j1"
+    assert node_view(row, None, None)["job_id"] == "j1"
+    assert node_view(row, {"job_id": "j2", "epoch": 1}, {"job_id": None, "epoch": None})["job_id"] == "j2"

@@ -60,9 +60,21 @@ def grants_by_executor(jobs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str,
     return grants
 
 
+def run_ended(row: Mapping[str, Any], grant: Mapping[str, Any] | None, queue_run: Mapping[str, Any] | None) -> bool:
+    """Whether the run a heartbeat-fed row names (its ``job_id`` and ``epoch``) is over by what the queue knows:
+    no grant holds it and the queue's own row for the executor (``queue_run``: its ``job_id`` and ``epoch``,
+    cleared by the executor's end report, executors.free_ended, or moved on by a newer heartbeat) names another
+    run or none. A run still stopping (its job cancelled or preempted, the process not ended yet) is still named
+    by the queue's row, and an executor the queue has no row for yet is taken as its heartbeat says."""
+    if not row.get("job_id") or (grant is not None and grant.get("job_id")) or queue_run is None:
+        return False
+    return (queue_run.get("job_id"), queue_run.get("epoch")) != (row.get("job_id"), row.get("epoch"))
+
+
 def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
                   stale_heartbeats: Mapping[str, int],
-                  grant: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  grant: Mapping[str, Any] | None = None,
+                  queue_run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
     (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie.
 
@@ -70,9 +82,13 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
     reads the same queue row, so a job naming an executor and that executor naming the job agree at every
     moment, not one heartbeat later. Until a heartbeat about that job and epoch arrives the executor is
     ``starting`` with no step (``job_source: "grant"``); once one has, the heartbeat's phase and step stand
-    (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is."""
+    (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is, unless the run it
+    names has ended (``run_ended``: the executor reported its end, up to a heartbeat interval before its next
+    heartbeat says so): then it is idle with no job (``job_source: "report"``), as placement already counts it."""
     out = pick(row, EXECUTOR_FIELDS)
     out["job_source"] = "heartbeat" if out.get("job_id") else None
+    if run_ended(row, grant, queue_run):
+        out.update(job_id=None, epoch=None, phase="idle", step=None, job_source="report")
     if grant is not None and grant.get("job_id"):
         reported = (out.get("job_id"), out.get("epoch")) == (grant["job_id"], grant.get("epoch"))
         if not reported:
@@ -83,12 +99,16 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
     return out
 
 
-def node_view(row: Mapping[str, Any], grant: Mapping[str, Any] | None) -> dict[str, Any]:
+def node_view(row: Mapping[str, Any], grant: Mapping[str, Any] | None,
+              queue_run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A node as GET /v1/nodes shows it: its executor's job is the queue's grant from the moment of the grant,
-    as in executor_view, so the node, its executor and the job agree."""
+    and none once that run has ended (``queue_run``, as in executor_view), so the node, its executor and the job
+    agree."""
     out = dict(row)
     if grant is not None and grant.get("job_id"):
         out["job_id"] = grant["job_id"]
+    elif queue_run is not None and out.get("job_id") and queue_run.get("job_id") != out["job_id"]:
+        out["job_id"] = None
     return out
 
 
