@@ -322,7 +322,7 @@ class Agent:
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
             self.usage.finish()
-            await self._finish(run, self._outcome(run, rc), rc, self._error(run, rc))
+            await self._finish(run, run.outcome(rc), rc, run.error(rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
             if run.child is not None:
@@ -423,22 +423,6 @@ class Agent:
             error = f"the executor failed while serving the run: {type(exc).__name__}: {exc}"
         self.usage.finish()
         await self._finish(run, RunOutcome.FAILED, run.child.proc.returncode if run.child else None, error[-8000:])
-
-    def _outcome(self, run: Run, rc: int) -> RunOutcome:
-        if run.lost is not None:
-            return RunOutcome.ABANDONED
-        if run.stop_requested:
-            return RunOutcome.STOPPED
-        return RunOutcome.SUCCEEDED if rc == 0 else RunOutcome.FAILED
-
-    def _error(self, run: Run, rc: int) -> str | None:
-        if run.lost is not None:
-            return run.lost.reason
-        if rc == 0:
-            return None
-        tail = run.child.stderr_tail().strip() if run.child else ""
-        status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
-        return (f"{status}: {tail}" if tail else status)[-8000:]
 
     async def _finish(self, run: Run, outcome: RunOutcome, rc: int | None, error: str | None) -> None:
         self.reports.flush_step(run)
