@@ -106,6 +106,11 @@ class Consumer(Generic[M]):
     ack_wait_seconds: float = 15.0
     # Read the batch fetched ahead while this one is handled (a costly reader); still handled one at a time, in order.
     read_ahead: bool = False
+    # After a batch shorter than ``batch``, wait this long before fetching the next, so what arrives meanwhile comes
+    # as one batch (one transaction) instead of many small ones: for consumers nobody waits on (the audit log, the
+    # budget's and health's job events), where each transaction's fixed cost dominates at moderate rates. A full
+    # batch is followed at once (a backlog drains at full speed); 0 (the default): fetch at once.
+    linger_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.decode is None) == (self.read is None):
@@ -198,13 +203,14 @@ class ConsumerLoop(Generic[M]):
         try:
             while True:
                 msgs = await ahead
+                pause = linger_before_next(len(msgs), self.consumer.batch, self.consumer.linger_seconds)
                 if not read_ahead:
-                    ahead = self._ahead = asyncio.create_task(self._fetch(sub))
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, pause))
                 decoded = (await self._logged(self.read(msgs)) or []) if msgs else []
                 if applying is not None:  # (read ahead) the batch before, handled meanwhile; never raises
                     applying = await applying
                 if read_ahead:
-                    ahead = self._ahead = asyncio.create_task(self._fetch(sub))
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, pause))
                 if decoded and read_ahead:
                     applying = asyncio.create_task(self._logged(self.apply(decoded)))
                 elif decoded:
@@ -225,8 +231,11 @@ class ConsumerLoop(Generic[M]):
             log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait", self.durable)
             return None
 
-    async def _fetch(self, sub: JetStreamContext.PullSubscription) -> list[Msg]:
-        """One batch, or none when nothing came within the wait or the fetch failed (after a pause)."""
+    async def _fetch(self, sub: JetStreamContext.PullSubscription, pause: float = 0.0) -> list[Msg]:
+        """One batch, or none when nothing came within the wait or the fetch failed (after a pause); ``pause``:
+        seconds to wait before asking (``linger_before_next``)."""
+        if pause > 0:
+            await asyncio.sleep(pause)
         try:
             return await sub.fetch(self.consumer.batch, timeout=self.consumer.wait_seconds)
         except asyncio.TimeoutError:  # nothing to do (nats.errors.TimeoutError is one too)
@@ -379,6 +388,13 @@ class ConsumerLoop(Generic[M]):
 def _fields(decoded: list[tuple[Msg, Any]]) -> dict[str, str]:
     """What the log lines written while handling these messages are about (the ids they share)."""
     return logs.shared_fields([item for _, item in decoded], [getattr(m, "headers", None) for m, _ in decoded])
+
+
+def linger_before_next(fetched: int, batch: int, linger: float) -> float:
+    """Seconds to wait before the next fetch: ``linger`` after a batch that came short (more may be on the way
+    and would come as many small batches), none after a full one (a backlog) or an empty one (the next fetch waits
+    for a first message anyway)."""
+    return linger if 0 < fetched < batch else 0.0
 
 
 def _fetched(ahead: asyncio.Task[list[Msg]] | None) -> list[Msg]:

@@ -52,7 +52,7 @@ def consumers(runtime: Runtime, settings: AuditSettings, role: str | None,
 
         # Read ahead: a batch is read (parsed, its payloads encoded) while the one before is in the database.
         return Consumer(subject, stream, durable, None, append, batch=settings.batch_size, read=entry,
-                        read_ahead=True)
+                        read_ahead=True, linger_seconds=settings.batch_linger_seconds)
 
     return [
         consumer(s.cmd_all, "CMD", "audit-commands", entries.from_command),
