@@ -98,6 +98,15 @@ class CommonSettings(Settings):
         check_lease_contract(self.lease_seconds, self.heartbeat_seconds, self.effective_stop_margin)
 
 
+def batch_linger_field(which: str) -> Any:
+    """``TETO_BATCH_LINGER_SECONDS`` of a service (libs/runtime/edge.py, ``Consumer.linger_seconds``): its
+    consumers nobody waits on (``which``) fetch again this long after a batch that came short."""
+    return Field(0.1, ge=0, le=5, description=(
+        f"After a batch that came short, {which} wait this long before fetching the next, so what arrives "
+        "meanwhile is one transaction instead of many small ones (each costs about as much for one message as "
+        "for hundreds); nobody waits on these, and a full batch (a backlog) is followed at once; 0: fetch at once"))
+
+
 def check_lease_contract(lease: float, heartbeat: float, stop_margin: float) -> None:
     """The executor must be able to miss one heartbeat and still stop before the queue redelivers.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from libs.runtime.settings import CommonSettings
+from libs.runtime.settings import CommonSettings, batch_linger_field
 
 
 class AuditSettings(CommonSettings):
@@ -18,10 +18,7 @@ class AuditSettings(CommonSettings):
     batch_size: int = Field(
         1000, ge=1, le=2000, description="Messages per audit transaction at most (one chain lock, one COPY each; "
         "a fetch takes what is waiting, so a quiet stream still gets batches of one)")
-    batch_linger_seconds: float = Field(
-        0.1, ge=0, le=5, description="After a batch that came short, wait this long before fetching the next, so "
-        "what arrives meanwhile is stored in one transaction instead of many small ones (nobody waits on the log; "
-        "a transaction's lock, plan and commit cost about as much for one row as for hundreds); 0: fetch at once")
+    batch_linger_seconds: float = batch_linger_field("the audit's consumers (commands, outcomes, refused messages)")
     audit_key_file: Path | None = Field(
         None, description="Secret key file (at least 32 bytes) for the rows' and anchors' HMACs; only the audit "
         "service may read it (`teto up` makes <data-dir>/audit.key). Unset: no macs, and verify checks the chain "

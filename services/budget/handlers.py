@@ -94,10 +94,12 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
                  batch=settings.usage_batch_size, read=from_sender(Heartbeat.decode), accepts=may_carry_usage),
         # Health's signal events share the stream under another schema: not ours to read.
         Consumer(s.job_all, "JOB", "budget-job-events", JobEvent.decode, on_job_events,
-                 accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA),
+                 accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA,
+                 linger_seconds=settings.batch_linger_seconds),
         # Only step reports carry step time; checkpoints and run outcomes are the queue's business.
         Consumer(s.progress_all, "PROGRESS", "budget-progress", None, on_steps, read=from_sender(StepReport.decode),
-                 accepts=lambda body: schema_of(body) == StepReport.SCHEMA),
+                 accepts=lambda body: schema_of(body) == StepReport.SCHEMA,
+                 linger_seconds=settings.batch_linger_seconds),
     ]
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from libs.runtime.settings import CommonSettings
+from libs.runtime.settings import CommonSettings, batch_linger_field
 
 
 class BudgetSettings(CommonSettings):
     usage_batch_size: int = Field(500, ge=1, le=5000, description="Heartbeats per ledger transaction at most")
+    batch_linger_seconds: float = batch_linger_field("the budget's consumers of job events and step reports (not "
+                                                     "of usage)")
     rpc_queue_group: str = Field("budget", pattern=r"^[A-Za-z0-9_-]+$",
                                  description="NATS queue group of the status responders (one answers)")

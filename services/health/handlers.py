@@ -98,7 +98,8 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
                  accepts=lambda body: schema_of(body) == NodeRegistered.SCHEMA),
         # Our own signal events travel on the job stream under another schema: skipped unread.
         Consumer(s.job_all, "JOB", "health-job-events", JobEvent.decode, on_job_events,
-                 accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA),
+                 accepts=lambda body: schema_of(body) != SignalChanged.SCHEMA,
+                 linger_seconds=runtime.settings.batch_linger_seconds),
         Consumer(s.check_all, "NODE", "health-check-reports", None, on_check_reports, batch=50,
                  read=from_sender(CheckReport.decode)),
         *(Consumer(s.cmd(m.KIND), "CMD", f"health-{m.KIND}", m.decode, on_commands, batch=10)

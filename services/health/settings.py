@@ -7,13 +7,14 @@ from datetime import timedelta
 
 from pydantic import Field
 
-from libs.runtime.settings import CommonSettings, SettingsError
+from libs.runtime.settings import CommonSettings, SettingsError, batch_linger_field
 
 from .domain.breaker import Policy
 from .domain.signals import Thresholds
 
 
 class HealthSettings(CommonSettings):
+    batch_linger_seconds: float = batch_linger_field("health's consumer of job events (not of heartbeats)")
     signal_timeout_seconds: float | None = Field(
         None, gt=0, le=86400, description="Silence after which an executor is no_signal (default: 2 heartbeats)"
     )
