@@ -203,14 +203,14 @@ class ConsumerLoop(Generic[M]):
         try:
             while True:
                 msgs = await ahead
-                pause = linger_before_next(len(msgs), self.consumer.batch, self.consumer.linger_seconds)
+                linger = linger_before_next(len(msgs), self.consumer.batch, self.consumer.linger_seconds)
                 if not read_ahead:
-                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, pause))
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, linger))
                 decoded = (await self._logged(self.read(msgs)) or []) if msgs else []
                 if applying is not None:  # (read ahead) the batch before, handled meanwhile; never raises
                     applying = await applying
                 if read_ahead:
-                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, pause))
+                    ahead = self._ahead = asyncio.create_task(self._fetch(sub, linger))
                 if decoded and read_ahead:
                     applying = asyncio.create_task(self._logged(self.apply(decoded)))
                 elif decoded:
@@ -231,11 +231,11 @@ class ConsumerLoop(Generic[M]):
             log.exception("%s: settling a batch failed; its unsettled messages return after the ack wait", self.durable)
             return None
 
-    async def _fetch(self, sub: JetStreamContext.PullSubscription, pause: float = 0.0) -> list[Msg]:
-        """One batch, or none when nothing came within the wait or the fetch failed (after a pause); ``pause``:
-        seconds to wait before asking (``linger_before_next``)."""
-        if pause > 0:
-            await asyncio.sleep(pause)
+    async def _fetch(self, sub: JetStreamContext.PullSubscription, linger: float = 0.0) -> list[Msg]:
+        """One batch (asked for after ``linger`` seconds: ``linger_before_next``), or none when nothing came within
+        the wait or the fetch failed (after a pause)."""
+        if linger > 0:
+            await asyncio.sleep(linger)
         try:
             return await sub.fetch(self.consumer.batch, timeout=self.consumer.wait_seconds)
         except asyncio.TimeoutError:  # nothing to do (nats.errors.TimeoutError is one too)

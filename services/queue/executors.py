@@ -33,7 +33,6 @@ async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> N
     )
 
 
-
 async def free_ended(conn: asyncpg.Connection, ended: Sequence[tuple[str, str, int, datetime]]) -> int:
     """Executors that reported the end of the run their latest heartbeat names ((executor, job, epoch, report
     time) each) are idle and accepting from that report's time: the agent takes no new work until its report is
