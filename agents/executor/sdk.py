@@ -390,11 +390,19 @@ def report_ready() -> None:
 def exit_peer_lost(exc: BaseException | str) -> NoReturn:
     """End this worker because the gang lost a peer (a collective failed): exit status ``EXIT_PEER_LOST``, which
     the queue does not count as a training failure. It waits for the real cause (the peer's own failure, or
-    its node's lease expiry) before deciding what happens to the job."""
+    its node's lease expiry) before deciding what happens to the job.
+
+    The held step report is written and a background checkpoint in flight finished first; then the process
+    ends at once (``os._exit``), without the interpreter's teardown: a process group whose peer vanished can
+    abort there (gloo's threads: "terminate called without an active exception", SIGABRT), and an abort would
+    read as this worker's own training failure, spending an attempt."""
     import sys
 
     print(f"a peer of this gang was lost: {exc}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_PEER_LOST)
+    _flush_steps()
+    _flush_at_exit()
+    sys.stdout.flush()
+    os._exit(EXIT_PEER_LOST)
 
 
 def init_distributed(backend: str | None = None, *, timeout_seconds: float | None = None) -> Any:

@@ -212,8 +212,9 @@ async def test_a_node_killed_during_a_gang_run_requeues_the_gang_which_resumes_f
         killed_at = time.time()
         done = await f.wait_done(job_id, timeout=180)
         assert done["state"] == "succeeded", done
-        assert done["attempts"]["node_failure"] == 1 and done["attempts"]["training_error"] == 0, done["attempts"]
         events = await all_events(f, job_id)
+        assert done["attempts"]["node_failure"] == 1 and done["attempts"]["training_error"] == 0, (
+            done["attempts"], [(e["event"], e["reason"], e["detail"]) for e in events if e["event"] != "step"])
         lost = next(e for e in events if e["event"] == "worker_lost")
         assert lost["detail"]["lost"] == [victim] and lost["detail"]["strategy"] == "requeue_gang"
         requeue = next(e for e in events if e["event"] == "requeued")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from libs.contracts.telemetry import EXIT_PEER_LOST
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +54,28 @@ def test_the_process_exits_when_its_agent_is_gone(tmp_path):
                   TETO_JOB_ID="j")
     os.close(w)
     assert proc.wait(10) == 75
+
+
+def test_a_lost_peer_ends_the_worker_with_its_own_status_even_when_teardown_would_abort(tmp_path):
+    # A gang's process group whose peer vanished can abort in the interpreter's teardown (gloo's threads:
+    # "terminate called without an active exception"): an atexit abort stands in for it. The worker still
+    # ends with EXIT_PEER_LOST (not a training failure), its held step and in-flight checkpoint delivered.
+    r, w = os.pipe()
+    proc = _spawn("import atexit, os\nfrom teto import sdk\n"
+                  "atexit.register(os.abort)\n"
+                  "sdk.report_step(1)\nsdk.report_step(2)\n"
+                  "sdk.save_checkpoint(b'w' * 100000, 2, background=True)\n"
+                  "sdk.exit_peer_lost(RuntimeError('Connection closed by peer'))\n", tmp_path, fd=w,
+                  TETO_JOB_ID="j")
+    os.close(w)
+    with os.fdopen(r) as f:
+        lines = [json.loads(line) for line in f]
+    err = proc.stderr.read().decode()
+    assert proc.wait(10) == EXIT_PEER_LOST, err
+    assert "a peer of this gang was lost: Connection closed by peer" in err
+    assert [x["step"] for x in lines if x["type"] == "step"][-1] == 2
+    (ckpt,) = [x for x in lines if x["type"] == "checkpoint"]
+    assert ckpt["step"] == 2 and Path(ckpt["path"]).stat().st_size == 100000
 
 
 def test_a_script_that_never_polls_stops_at_its_next_step_report(tmp_path):
