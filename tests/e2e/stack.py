@@ -46,6 +46,19 @@ class Stack:
         assert r.status_code == 200, r.text
         return r.json()
 
+    def events(self, job_id: str) -> list[dict]:
+        """Every event of the job, in order: the route pages them (500 at most a page, ``after_seq`` for the
+        next), and a run that checkpoints every few steps on a fast machine fills a page before it ends."""
+        out: list[dict] = []
+        while True:
+            r = self.get(f"/v1/jobs/{job_id}/events", params={"after_seq": out[-1]["seq"] if out else 0,
+                                                               "limit": 500})
+            assert r.status_code == 200, r.text
+            page = r.json()
+            out.extend(page)
+            if len(page) < 500:
+                return out
+
     def wait_state(self, job_id: str, states: set[str], timeout: float) -> dict:
         return eventually(lambda: (j := self.job(job_id))["state"] in states and j, timeout,
                           f"job {job_id} to reach {states}")

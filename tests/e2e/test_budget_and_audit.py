@@ -136,7 +136,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         k = interrupted["last_checkpoint"]["step"]
         assert k >= 5 and (data_dir / "checkpoints" / job_id / f"step-{k:08d}.pt").exists()
         assert interrupted["checkpoint"]["last_step"] == k and interrupted["checkpoint"]["next_eta_seconds"] is None
-        events = [e["event"] for e in stack.get(f"/v1/jobs/{job_id}/events").json()]
+        events = [e["event"] for e in stack.events(job_id)]
         # The executor stops by its own clock at the GPU-seconds its grant carried; the budget's exhaustion
         # (a stop_requested) comes first only when its usage sample beat the run's end.
         assert "stop_requested" not in events or events.index("stop_requested") < events.index("interrupted")
@@ -149,7 +149,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert budget["overshoot_seconds"] <= HEARTBEAT + GRACE, budget
         # The closing note's number, in two parts: how far the sample that crossed the ceiling went past it, and
         # what the run consumed between the stop being decided and the process being gone.
-        all_events = stack.get(f"/v1/jobs/{job_id}/events").json()
+        all_events = stack.events(job_id)
         stops = [e for e in all_events if e["event"] == "stop_requested"]
         assert len(stops) <= 1
         at_detection = stops[0]["detail"]["consumed_seconds"] - CEILING if stops else 0.0
@@ -207,7 +207,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
 
         # 6. It resumes from its checkpoint (step >= k, never 0) and the ledger continues from where it was.
         def resumed() -> dict | None:
-            started = [e for e in stack.get(f"/v1/jobs/{job_id}/events").json() if e["event"] == "started"]
+            started = [e for e in stack.events(job_id) if e["event"] == "started"]
             return started[-1] if len(started) == 2 else None
 
         restart = eventually(resumed, 60, "the second run to start")

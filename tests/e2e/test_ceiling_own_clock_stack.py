@@ -46,7 +46,7 @@ def test_the_ceiling_holds_to_the_second_with_a_long_heartbeat_and_the_budget_se
         paused = True
         job = stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 60)
         assert job["state"] == "interrupted" and job["reason"] == "gpu_ceiling", (job, stack.log_tail())
-        events = [e["event"] for e in stack.get(f"/v1/jobs/{job_id}/events").json()]
+        events = [e["event"] for e in stack.events(job_id)]
         assert "stop_requested" not in events  # the executor's own clock, not the budget's exhaustion
         os.kill(budget["pid"], signal.SIGCONT)
         paused = False

@@ -52,12 +52,12 @@ def test_a_lender_gets_its_share_back_and_the_preempted_job_resumes_from_its_che
 
         def preempted() -> str | None:
             for s in south:
-                events = stack.get(f"/v1/jobs/{s}/events").json()
+                events = stack.events(s)
                 if any(e["event"] == "requeued" and e["reason"] == "preempted" for e in events):
                     return s
             return None
         victim = eventually(preempted, 120, "a South job preempted")
-        stop = next(e for e in stack.get(f"/v1/jobs/{victim}/events").json() if e["event"] == "stop_requested")
+        stop = next(e for e in stack.events(victim) if e["event"] == "stop_requested")
         assert stop["detail"]["for_org"] == "north" and stop["detail"]["for_job"] == north
         checkpoint_step = stack.job(victim)["last_checkpoint"]["step"]
         done = stack.wait_state(north, {"succeeded", "failed"}, 240)
@@ -65,7 +65,7 @@ def test_a_lender_gets_its_share_back_and_the_preempted_job_resumes_from_its_che
 
         # The preempted job runs again once capacity frees (North's job ended): from its checkpoint, for free.
         def resumed() -> dict | None:
-            started = [e for e in stack.get(f"/v1/jobs/{victim}/events").json() if e["event"] == "started"]
+            started = [e for e in stack.events(victim) if e["event"] == "started"]
             return started[-1] if len(started) >= 2 else None
         again = eventually(resumed, 240, "the preempted job to start again")
         assert again["detail"]["resumed_from_step"] >= checkpoint_step

@@ -47,7 +47,7 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
         assert done["last_checkpoint"]["step"] == 30
         ckpts = sorted(p.name for p in (data_dir / "checkpoints" / first["id"]).glob("step-*.pt"))
         assert ckpts[-1] == "step-00000030.pt" and len(ckpts) >= 3
-        events = [e["event"] for e in stack.get(f"/v1/jobs/{first['id']}/events").json()]
+        events = [e["event"] for e in stack.events(first['id'])]
         assert events[0] == "submitted" and events[-1] == "succeeded" and "checkpointed" in events
 
         # 2. SIGKILL the executor running a second job after a checkpoint: it finishes elsewhere, resumed.
@@ -63,7 +63,7 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
         assert done["state"] == "succeeded", (done, stack.log_tail())
         assert done["executor_id"] != victim
         assert done["attempts"]["transport_lost"] >= 1 and done["attempts"]["training_error"] == 0
-        started = [e for e in stack.get(f"/v1/jobs/{second}/events").json() if e["event"] == "started"]
+        started = [e for e in stack.events(second) if e["event"] == "started"]
         assert started[-1]["detail"]["resumed_from_step"] >= killed_at_step
 
         # 3. The CLI sees the same jobs.
@@ -84,6 +84,6 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
     try:
         again = stack.job(second)
         assert again["state"] == "succeeded" and again["executor_id"] == done["executor_id"]
-        assert len(stack.get(f"/v1/jobs/{second}/events").json()) >= 6
+        assert len(stack.events(second)) >= 6
     finally:
         assert stack.stop() == 0
