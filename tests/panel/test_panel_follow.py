@@ -63,7 +63,7 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     assert page.evaluate("window.__sameDocument === true")  # live, not reloaded
     page.wait_for_function("Number(document.getElementById('plot-loss').dataset.points || 0) >= 3")
     eta = page.locator("#ckpt-eta").inner_text()
-    assert re.search(r"\d+(,\d+)? (s|min)", eta), eta
+    assert re.search(r"\d+(,\d+)? (ms|s|min)", eta), eta
     # Right after a checkpoint the page rightly says no step is at risk yet ("Nada: ..."): the steps since it
     # show once the next step report lands (the agent forwards one per progress interval).
     cost = lambda: page.locator("#interruption-cost").inner_text()  # noqa: E731
@@ -159,6 +159,13 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     assert started[0]["detail"]["resumed_from_step"] >= k
     olga.locator("#job-state").get_by_text("Executando").wait_for(timeout=30_000)
     assert olga.locator("#requeue").is_hidden()
+    # Hundreds of checkpoints are one row a run in the timeline: the stop and the requeue stay in sight.
+    timeline = olga.locator("#timeline")
+    folded = timeline.locator("li.folded").first
+    assert re.search(r"Checkpoint salvo × [\d.]+, passos [\d.]+–[\d.]+", folded.inner_text()), folded.inner_text()
+    assert int(folded.get_attribute("data-count")) >= 2
+    assert timeline.get_by_text("Interrompido").first.is_visible() and timeline.get_by_text("Recolocado na fila").is_visible()
+    assert timeline.locator("li").count() < 20
     shoot(olga, "job-requeued", "pt-BR")
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     olga.context.close()

@@ -20,7 +20,8 @@ def test_numbers_follow_the_locale(value, decimals, pt, en):
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0 s"), (4.26, "4.3 s"), (9.96, "10 s"), (45, "45 s"), (60, "1 min"), (200, "3 min 20 s"),
+    (0, "0 s"), (0.0004, "< 1 ms"), (0.012, "12 ms"), (0.5, "500 ms"), (0.949, "949 ms"), (0.96, "1 s"),
+    (4.26, "4.3 s"), (9.96, "10 s"), (45, "45 s"), (60, "1 min"), (200, "3 min 20 s"),
     (3600, "1 h"), (3660, "1 h 1 min"), (7505, "2 h 5 min"), (3605, "1 h"), (90000, "1 d 1 h"), (-5, "0 s"),
     (None, "—")], ids=str)
 def test_durations_keep_the_two_largest_units(seconds, text):
@@ -29,6 +30,7 @@ def test_durations_keep_the_two_largest_units(seconds, text):
 
 def test_short_durations_use_the_locale_decimal_point():
     assert fmt.duration(4.5, "pt-BR") == "4,5 s"
+    assert fmt.duration(0.0426, "pt-BR") == "43 ms"
     assert fmt.duration(200, "pt-BR") == "3 min 20 s"
 
 

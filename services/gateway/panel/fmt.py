@@ -35,10 +35,14 @@ def compact(value: float, locale: str) -> str:
 
 
 def duration(seconds: float | None, locale: str) -> str:
-    """Human duration with the two largest units: ``200`` -> ``3 min 20 s``; under 10 s one decimal."""
+    """Human duration with the two largest units: ``200`` -> ``3 min 20 s``; under 10 s one decimal; under a
+    second (what one decimal would round to 0.x or 0) milliseconds: a step time of 0.04 s is ``40 ms``, not ``0 s``."""
     if seconds is None or not math.isfinite(float(seconds)):
         return "—"
     seconds = max(float(seconds), 0.0)
+    if 0 < seconds < 0.95:
+        millis = round(seconds * 1000)
+        return f"{compact(millis, locale)} ms" if millis >= 1 else "< 1 ms"
     if seconds < 10:
         return f"{compact(round(seconds, 1), locale)} s"
     whole = int(round(seconds))

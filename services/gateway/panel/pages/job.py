@@ -25,7 +25,7 @@ from ..web import render, signed_in
 
 NAV = None
 _ID = re.compile(ID_PATTERN)
-EVENTS_SHOWN = 200
+EVENTS_SHOWN = 500  # the API's page; runs of checkpoints among them are one row each (jobview.timeline)
 
 
 def figures(job: dict, executors: list[dict], principal: Principal) -> dict:
@@ -33,7 +33,7 @@ def figures(job: dict, executors: list[dict], principal: Principal) -> dict:
     return {"budget": money, "minimum": jobview.requeue_minimum(money["consumed"]),
             "history": jobview.ceiling_history(job), "cost": jobview.interruption_cost(job),
             "warning": jobview.first_checkpoint_warning(job), "attempts": jobview.attempts(job),
-            "ranks": jobview.gang_ranks(job, executors),
+            "ranks": jobview.gang_ranks(job, executors), "timeline": jobview.timeline(job.get("events") or []),
             "may_requeue": jobview.may_requeue(job) and principal.can(Permission.FINETUNE_MANAGE),
             "may_cancel": jobview.may_cancel(job, principal.actor, manage=principal.can(Permission.FINETUNE_MANAGE),
                                              submit=principal.can(Permission.FINETUNE_SUBMIT))}
