@@ -1,5 +1,5 @@
-"""The one way a Teto service consumes the bus: typed consumer declarations run on durable pull consumers, and
-request/reply responders on core NATS.
+"""The one way a Teto service consumes the bus: typed consumer declarations run on durable pull consumers (here),
+and request/reply responders on core NATS (``edge_reply.py``).
 
 A ``Consumer`` names its subject, stream, durable, message model and handler. The handler gets a list of decoded
 messages (a batch of one for a single-message consumer) and applies them, usually in one transaction. What happens
@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import MsgAlreadyAckdError
 from nats.js import JetStreamContext
@@ -420,47 +419,3 @@ async def _ack(m: Msg) -> None:
     # A lost ack means a redelivery, which every handler here applies idempotently.
     with contextlib.suppress(MsgAlreadyAckdError, Exception):
         await m.ack()
-
-
-# -- request/reply ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Responder(Generic[M]):
-    """Answers requests on a core NATS subject in a queue group (one replica answers each request).
-
-    ``malformed`` builds the reply to a request that fails its contract. A handler that raises sends no reply: the
-    requester times out and asks again, as it would if this replica had died.
-    """
-
-    subject: str
-    queue: str
-    decode: Callable[[bytes], M]
-    handle: Callable[[M], Awaitable[Envelope]]
-    malformed: Callable[[str], Envelope]
-    # Checks a decoded request against its subject (raises ContractError: refused like a malformed one), e.g.
-    # that the executor named in the body is the one the subject names (libs/contracts/senders.py).
-    bind: Callable[[str, M], None] | None = None
-
-
-async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporter) -> Any:
-    async def on_request(msg: Msg) -> None:
-        try:
-            request = responder.decode(msg.data)
-            if responder.bind is not None:
-                responder.bind(msg.subject, request)
-        except Exception as exc:  # noqa: BLE001 - a ContractError, or a decoder that could not read it at all
-            reason = exc.reason if isinstance(exc, ContractError) else f"unreadable: {type(exc).__name__}: {exc}"
-            await reporter.reject(msg.subject, msg.data, reason)
-            reply = responder.malformed(reason)
-        else:
-            try:
-                with logs.bound(**logs.shared_fields([request], [getattr(msg, "headers", None)])):
-                    reply = await responder.handle(request)
-            except Exception as exc:  # noqa: BLE001 - no answer is the honest answer; the requester retries
-                log.warning("%s: request on %s failed: %s", reporter.name, msg.subject, reason_of(exc))
-                return
-        if msg.reply:
-            with contextlib.suppress(Exception):
-                await msg.respond(reply.encode())
-
-    return await nc.subscribe(responder.subject, queue=responder.queue, cb=on_request)

@@ -21,7 +21,8 @@ from libs.contracts.subjects import Subjects
 
 from . import bus, db, metrics, tracing
 from .clock import Clock
-from .edge import Consumer, ConsumerLoop, EdgeCounters, Responder, serve_responder
+from .edge import Consumer, ConsumerLoop, EdgeCounters
+from .edge_reply import Responder, serve_responder
 from .observe import Observer
 from .settings import CommonSettings
 from .singleton import SingletonLoop

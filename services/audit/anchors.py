@@ -21,7 +21,7 @@ from nats.js.errors import NotFoundError
 from libs.contracts.audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
 from libs.contracts.envelope import ContractError
 from libs.runtime import bus
-from libs.runtime.edge import Responder
+from libs.runtime.edge_reply import Responder
 from libs.runtime.service import Runtime
 
 from . import store

@@ -19,7 +19,8 @@ from libs.contracts.usage import UsageReport
 from libs.runtime import metrics, outbox
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
-from libs.runtime.edge import Consumer, Responder, from_sender
+from libs.runtime.edge import Consumer, from_sender
+from libs.runtime.edge_reply import Responder
 from libs.runtime.fencing import StaleCounter
 
 from . import jobevents, orgs, store

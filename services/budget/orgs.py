@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncpg
 
 from libs.contracts.budget import OrgBudgetReply, OrgBudgetRequest
-from libs.runtime.edge import Responder
+from libs.runtime.edge_reply import Responder
 from libs.runtime.service import Runtime
 
 from .settings import BudgetSettings

@@ -26,7 +26,8 @@ from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
 from libs.runtime import tracing
-from libs.runtime.edge import Consumer, Responder, from_sender
+from libs.runtime.edge import Consumer, from_sender
+from libs.runtime.edge_reply import Responder
 from libs.runtime.service import Runtime
 
 from .commands import Commands
