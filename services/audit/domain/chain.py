@@ -25,19 +25,15 @@ HASHED_FIELDS = ("seq", "command_id", "actor", "time", "recorded_at", "subject",
 # Equal datetimes give the same text (a naive one is never equal to an aware one); a batch's rows share one
 # recorded_at, so most of a batch's times are formatted once.
 @lru_cache(maxsize=256)
-def _utc_text(value: datetime) -> str:
+def utc_text(value: datetime) -> str:
+    """A time as the canonical text writes it: UTC with microseconds (a naive time taken as UTC)."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def utc_text(value: datetime) -> str:
-    """A time as the canonical text writes it: UTC with microseconds (a naive time taken as UTC)."""
-    return _utc_text(value)
-
-
 def _plain(value: Any) -> Any:
-    return _utc_text(value) if isinstance(value, datetime) else value
+    return utc_text(value) if isinstance(value, datetime) else value
 
 
 # The canonical text is ``json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -58,7 +54,7 @@ def _value(value: Any) -> str:
     if kind is int:
         return int.__repr__(value)
     if kind is datetime:
-        return _string(_utc_text(value))
+        return _string(utc_text(value))
     return canonical_text(_plain(value))
 
 
@@ -77,7 +73,7 @@ assert _SORTED == ("actor", "command_id", "job_id", "kind", "outcome", "payload"
 
 def canonical(fields: Mapping[str, Any], payload_text: str | None = None) -> bytes:
     """The row's canonical JSON; ``payload_text``, when given, is ``canonical_text(fields["payload"])``. A time
-    may be given as its text (``_utc_text`` of it), as the store gives a batch's shared ``recorded_at``.
+    may be given as its text (``utc_text`` of it), as the store gives a batch's shared ``recorded_at``.
 
     The template filled field by field in sorted order, each as ``_value`` writes it (spelled out: 2.2 us a row,
     where a loop over the names took 3.9 and orjson with the payload spliced in 4.0, most of it sorting keys)."""
