@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from libs.contracts.envelope import ContractError, Envelope
 

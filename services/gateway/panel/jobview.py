@@ -147,5 +147,6 @@ def timeline(events: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _step(event: Mapping[str, Any]) -> int | None:
-    step = (event.get("detail") or {}).get("step") if isinstance(event.get("detail"), Mapping) else None
+    detail = event.get("detail")
+    step = detail.get("step") if isinstance(detail, Mapping) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
