@@ -164,7 +164,8 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     folded = timeline.locator("li.folded").first
     assert re.search(r"Checkpoint salvo × [\d.]+, passos [\d.]+–[\d.]+", folded.inner_text()), folded.inner_text()
     assert int(folded.get_attribute("data-count")) >= 2
-    assert timeline.get_by_text("Interrompido").first.is_visible() and timeline.get_by_text("Recolocado na fila").is_visible()
+    assert timeline.get_by_text("Interrompido").first.is_visible()
+    assert timeline.get_by_text("Recolocado na fila").is_visible()
     assert timeline.locator("li").count() < 20
     shoot(olga, "job-requeued", "pt-BR")
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
