@@ -57,11 +57,14 @@ def test_an_operator_follows_a_running_training_live(stack, chromium):
     page.wait_for_url(f"{stack.url}/jobs/{job_id}")
     assert page.locator("h1").inner_text().startswith(HOSTILE)
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_function("document.getElementById('live-state').dataset.state === 'on'")
+    # Locators and evaluate, never wait_for_function with a string: under the page's CSP (no unsafe-eval)
+    # Playwright's polls after the first one eval the predicate and fail when it was not true at once.
+    page.locator("#live-state[data-state='on']").wait_for(state="attached")
     first = step_shown(page)
     eventually(lambda: step_shown(page) > first + 2, 60, "the step to advance on the page")
     assert page.evaluate("window.__sameDocument === true")  # live, not reloaded
-    page.wait_for_function("Number(document.getElementById('plot-loss').dataset.points || 0) >= 3")
+    eventually(lambda: int(page.locator("#plot-loss").get_attribute("data-points") or 0) >= 3, 20,
+               "three points on the loss curve")
     eta = page.locator("#ckpt-eta").inner_text()
     assert re.search(r"\d+(,\d+)? (ms|s|min)", eta), eta
     # Right after a checkpoint the page rightly says no step is at risk yet ("Nada: ..."): the steps since it
