@@ -151,6 +151,15 @@ class Fleet:
     def started(self, job_id: str) -> list[dict[str, Any]]:
         return [r for r in self.runs(job_id) if r["event"] == "start"]
 
+    def last_checkpoints(self, job_id: str, epoch: int) -> set[int]:
+        """The steps the last checkpoint of a run may have: the last one it confirmed, and the one it began
+        to save after it, if any (a process killed between the atomic write and its note leaves only the
+        ``saving`` line, and the checkpoint is on disk)."""
+        runs = [r for r in self.runs(job_id) if r["epoch"] == epoch]
+        confirmed = max((r["step"] for r in runs if r["event"] == "checkpoint"), default=0)
+        begun = max((r["step"] for r in runs if r["event"] == "saving"), default=0)
+        return {confirmed, begun}
+
     # -- teardown ----------------------------------------------------------------------------------------
 
     def stop_executors(self) -> None:
