@@ -199,9 +199,10 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError("--steps applies to the built-in finetune workload only", 2)
         spec["workload"].setdefault("params", {})["steps"] = args.steps
     for flag, field in (("name", "name"), ("ceiling", "gpu_ceiling_seconds"),
-                        ("checkpoint_every", "checkpoint_every_steps"), ("workers", "workers"),
+                        ("checkpoint_every", "checkpoint_every_steps"), ("checkpoints_kept", "checkpoints_kept"),
+                        ("workers", "workers"),
                         ("gpus", "gpus_per_worker"), ("max_attempts", "max_attempts")):
-        value = getattr(args, flag)
+        value = getattr(args, flag, None)
         if value is not None:
             spec[field] = value
     return spec
@@ -312,6 +313,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="fine-tune steps")
     p.add_argument("--ceiling", type=float, help="GPU-second ceiling")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
+    p.add_argument("--checkpoints-kept", type=int, help="complete checkpoints kept on disk, the newest "
+                   "(0: every one; default: the executor's, 3)")
     p.add_argument("--workers", type=int)
     p.add_argument("--gpus", type=int, help="GPUs per worker")
     p.add_argument("--max-attempts", type=int)

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,6 +147,51 @@ def candidates(directory: Path) -> list[tuple[int, Path]]:
         if m:
             found.append((int(m.group(1)), p))
     return sorted(found, key=lambda t: t[0], reverse=True)
+
+
+def prunable(found: Sequence[tuple[int, bool, str]], step: int, keep: int) -> list[str]:
+    """Which checkpoint files go once the one of ``step`` is complete. ``found``: (step, complete, name) of each
+    checkpoint file in the directory, complete meaning it has its sidecar. The newest ``keep`` complete ones at or
+    before ``step`` stay, with whatever lies between them; every file older than the last of them goes, complete
+    or not (a write that never completed, older than a complete checkpoint, is never resumed from). Files newer
+    than ``step`` are not touched (a newer checkpoint that failed to validate, which a resume skipped, stays as
+    evidence until training writes that step again). ``keep`` of 0 or less keeps everything. Pure."""
+    if keep <= 0:
+        return []
+    older = sorted((f for f in found if f[0] <= step), key=lambda f: f[0], reverse=True)
+    kept = 0
+    for i, (_, complete, _) in enumerate(older):
+        if kept >= keep:
+            return [name for _, _, name in older[i:]]
+        kept += complete
+    return []
+
+
+def _complete(path: Path) -> bool:
+    side = sidecar_path(path)
+    return not path.is_symlink() and not side.is_symlink() and side.is_file()
+
+
+def prune(directory: Path, step: int, keep: int) -> list[int]:
+    """Delete the checkpoints ``prunable`` names, each sidecar before its file (one half deleted reads as
+    incomplete, never as valid); the steps deleted. A file that cannot be deleted stays (the next prune tries it
+    again). Runs in the training process, with its own rights: a link is removed, never followed."""
+    if keep <= 0:
+        return []
+    directory = Path(directory)
+    found = candidates(directory)
+    names = set(prunable([(s, _complete(p), p.name) for s, p in found], step, keep))
+    gone = []
+    for s, path in found:
+        if path.name not in names:
+            continue
+        try:
+            sidecar_path(path).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+        except OSError:
+            continue
+        gone.append(s)
+    return sorted(gone)
 
 
 def latest_valid(directory: Path) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:

@@ -133,6 +133,8 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
         TETO_READY_TIMEOUT=f"{grant.ready_timeout_seconds:g}" if grant.ready_timeout_seconds else "",
         TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=device(gpus),
+        TETO_CHECKPOINTS_KEPT=str(settings.checkpoints_kept if grant.spec.checkpoints_kept is None
+                                  else grant.spec.checkpoints_kept),
         TETO_PARAMS=params, TETO_WORK_DIR=str(home), TETO_STOP_FILE=str(home / stop_file(settings, grant).name),
         TETO_BASE_DIR=str(absolute(settings.effective_base_model_dir)), PYTHONUNBUFFERED="1")
     if settings.torch_threads:

@@ -15,13 +15,17 @@ polls is ended at its next ``report_step`` with exit status 143. If the agent is
 process exits at once: a training process whose agent died must not keep writing past its lease.
 
 Checkpoints: ``save_checkpoint(state, step, background=True)`` blocks only for a copy of the state in host memory
-and writes it on a background thread (``ckpt_async.py``); ``wait_checkpoints()`` waits for that write.
+and writes it on a background thread (``ckpt_async.py``); ``wait_checkpoints()`` waits for that write. Once a
+checkpoint is complete, the older ones beyond the newest ``TETO_CHECKPOINTS_KEPT`` complete ones (the job's
+``checkpoints_kept``, else the executor's default, 3) are deleted by this process (``checkpoints.prune``); outside
+Teto, unset, every checkpoint is kept.
 
 Imports nothing heavy: torch is imported only when ``save_checkpoint`` is given an object to serialise.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -72,6 +76,7 @@ class Context:
     device: str
     work_dir: Path | None
     params: dict[str, Any] = field(default_factory=dict)
+    checkpoints_kept: int = 0  # complete checkpoints kept in checkpoint_dir; 0: every one (outside Teto)
 
     @property
     def is_writer(self) -> bool:
@@ -111,6 +116,7 @@ def context() -> Context:
         device=env.get("TETO_DEVICE") or "cpu",
         work_dir=Path(env["TETO_WORK_DIR"]) if env.get("TETO_WORK_DIR") else None,
         params=params,
+        checkpoints_kept=max(_int("TETO_CHECKPOINTS_KEPT", 0) or 0, 0),
     )
 
 
@@ -287,6 +293,8 @@ def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
         ckpt = _ckpt.write_sidecar(path, int(step))
     _send({"type": "checkpoint", "step": int(step), "path": str(path.resolve()), "sha256": ckpt.sha256,
            "bytes": ckpt.bytes})
+    if path.parent.resolve() == context().checkpoint_dir.resolve() and _ckpt.NAME.match(path.name):
+        _prune(int(step))  # written in the SDK's layout, kept like the SDK's own
 
 
 def report_phase(phase: str) -> None:
@@ -297,6 +305,28 @@ def report_phase(phase: str) -> None:
 def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
     _send({"type": "checkpoint", "step": ckpt.step, "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
            "bytes": ckpt.bytes})
+
+
+def _prune(step: int) -> None:
+    """Once the checkpoint of ``step`` is complete: the older ones beyond the newest ``checkpoints_kept``
+    complete ones are deleted (``checkpoints.prune``). Never raises: a checkpoint left behind costs space, not
+    the run; the reason goes to the job's output."""
+    ctx = context()
+    if ctx.checkpoints_kept <= 0:
+        return
+    try:
+        _ckpt.prune(ctx.checkpoint_dir, step, ctx.checkpoints_kept)
+    except Exception as exc:  # noqa: BLE001 - never the training's failure
+        import sys
+
+        print(f"teto: older checkpoints not removed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:
+    """A checkpoint is complete (renamed, sidecar written): report it, then make room."""
+    if report:
+        _report_saved(ckpt)
+    _prune(ckpt.step)
 
 
 def _flush_at_exit() -> None:
@@ -330,7 +360,7 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True, background: b
             atexit.register(_flush_at_exit)
             _state["atexit"] = True
         _writer.submit(ctx.checkpoint_dir, step, state, fmt=fmt,
-                       on_done=_report_saved if report else (lambda ckpt: None))
+                       on_done=functools.partial(_completed, report=report))
         return _ckpt.checkpoint_path(ctx.checkpoint_dir, step)
     wait_checkpoints()
     report_phase("checkpointing")
@@ -343,8 +373,7 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True, background: b
             ckpt = _ckpt.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch")
     finally:
         report_phase("training")
-    if report:
-        _report_saved(ckpt)
+    _completed(ckpt, report=report)
     return ckpt.path
 
 

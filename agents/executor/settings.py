@@ -34,6 +34,9 @@ class ExecutorSettings(CommonSettings):
     work_dir: Path | None = Field(None, description="Logs and scratch space (default data_dir/executors/<id>)")
     base_model_dir: Path | None = Field(
         None, description="Where the built-in fine-tune caches its base checkpoint (default data_dir/base)")
+    checkpoints_kept: int = Field(
+        3, ge=0, le=100_000, description="Complete checkpoints a job keeps in its checkpoint directory when its spec "
+        "does not say (checkpoints_kept): older ones are deleted once a newer one is complete; 0 keeps every one")
     progress_interval_seconds: float = Field(
         5.0, gt=0, le=3600, description="Most frequent StepReport; also the interval the stuck rule measures")
     stop_grace_seconds: float = Field(10.0, gt=0, le=3600, description="SIGTERM to SIGKILL when stopping a job")

@@ -84,6 +84,11 @@ class JobSpec(Model):
     )
     gpu_ceiling_seconds: float = Field(3600.0, gt=0, le=10**9, description="Total GPU-second ceiling")
     checkpoint_every_steps: int = Field(50, ge=1, le=10_000_000)
+    checkpoints_kept: int | None = Field(
+        None, ge=0, le=100_000,
+        description="Complete checkpoints kept in the job's checkpoint directory: once a newer one is complete, "
+        "older ones beyond this many are deleted (the newest is never); 0 keeps every one; unset, the executor's "
+        "default (TETO_CHECKPOINTS_KEPT, 3)")
     max_attempts: int = Field(3, ge=1, le=100, description="Training failures allowed before the job fails")
     estimated_step_seconds: float | None = Field(
         None, gt=0, le=86_400, description="The user's estimate of one step's wall time, for an early ceiling warning"

@@ -61,7 +61,8 @@ async def test_finetune_checkpoints_then_resumes_past_a_corrupt_checkpoint(stack
     assert any(s.step_seconds for s in steps)
     assert [c.step for c in queue.of(job, "checkpoint")] == [5, 10, 15, 20]
     ckpt_dir = settings.effective_checkpoint_dir / job
-    assert sorted(p.name for p in ckpt_dir.glob("*.pt")) == [f"step-{s:08d}.pt" for s in (5, 10, 15, 20)]
+    # Four written and reported; the newest three kept (the executor's default, TETO_CHECKPOINTS_KEPT).
+    assert sorted(p.name for p in ckpt_dir.glob("*.pt")) == [f"step-{s:08d}.pt" for s in (10, 15, 20)]
     # its running time was reported as usage records: numbered, one device (CPU)
     usage = queue.records(job)
     assert usage and [u.seq for u in usage] == list(range(1, len(usage) + 1)) and {u.devices for u in usage} == {1}
@@ -78,6 +79,7 @@ async def test_finetune_checkpoints_then_resumes_past_a_corrupt_checkpoint(stack
     assert started.resumed_from_step == 15 and started.resumed_from.endswith("step-00000015.pt")
     assert queue.of(job, "step", epoch=2)[0].step == 16  # continues at k+1, never at 0
     assert [c.step for c in queue.of(job, "checkpoint", epoch=2)] == [20, 25]
+    assert sorted(p.name for p in ckpt_dir.glob("*.pt")) == [f"step-{s:08d}.pt" for s in (15, 20, 25)]
 
 
 async def test_command_workload_reports_through_the_sdk(stack):

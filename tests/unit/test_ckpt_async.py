@@ -118,7 +118,7 @@ def test_a_failed_write_is_raised_at_the_next_wait_and_reports_nothing(tmp_path,
 
 @pytest.fixture
 def sdk_env(tmp_path, monkeypatch):
-    for name in ("TETO_JOB_ID", "TETO_RANK", "TETO_REPORT_FD", "TETO_STOP_FILE"):
+    for name in ("TETO_JOB_ID", "TETO_RANK", "TETO_REPORT_FD", "TETO_STOP_FILE", "TETO_CHECKPOINTS_KEPT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TETO_CHECKPOINT_DIR", str(tmp_path))
     monkeypatch.setattr(sdk, "_writer", ckpt_async.BackgroundWriter())
@@ -156,3 +156,74 @@ def test_after_a_stop_request_saves_are_synchronous(sdk_env, tmp_path):
     sdk.save_checkpoint({"w": torch.ones(2)}, 9, background=True)
     assert not sdk._writer.busy and ck.validate(tmp_path / "step-00000009.pt")[0] is not None
     assert [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [9]
+
+
+# -- how many are kept ---------------------------------------------------------------------------------------
+
+
+def _steps(directory) -> list[int]:
+    return [step for step, _ in reversed(ck.candidates(directory))]
+
+
+def test_only_the_newest_checkpoints_kept_remain_after_synchronous_and_background_saves(sdk_env, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "2")
+    for step in (2, 4, 6):
+        sdk.save_checkpoint({"w": torch.full((2,), float(step))}, step)
+    assert _steps(tmp_path) == [4, 6] and not ck.sidecar_path(tmp_path / "step-00000002.pt").exists()
+    for step in (8, 10):
+        sdk.save_checkpoint({"w": torch.full((2,), float(step))}, step, background=True)
+    sdk.wait_checkpoints()
+    assert _steps(tmp_path) == [8, 10]
+    assert [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [2, 4, 6, 8, 10]  # each reported
+    assert torch.equal(torch.load(ck.latest_valid(tmp_path)[0].path, weights_only=True)["w"], torch.full((2,), 10.0))
+
+
+def test_a_background_checkpoint_removes_older_ones_only_once_it_is_complete(sdk_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
+    sdk.save_checkpoint(b"first", 1)
+    gate, _ = _gate(monkeypatch)
+    sdk.save_checkpoint(b"second", 2, background=True)
+    time.sleep(0.1)
+    assert _steps(tmp_path) == [1] and ck.validate(tmp_path / "step-00000001.pt")[0] is not None  # still there
+    gate.release()
+    sdk.wait_checkpoints()
+    assert _steps(tmp_path) == [2]
+
+
+def test_outside_teto_or_with_zero_every_checkpoint_is_kept(sdk_env, tmp_path, monkeypatch):
+    for step in (1, 2, 3, 4):
+        sdk.save_checkpoint(b"x", step)
+    assert _steps(tmp_path) == [1, 2, 3, 4]
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "0")
+    sdk.save_checkpoint(b"x", 5)
+    assert _steps(tmp_path) == [1, 2, 3, 4, 5]
+
+
+def test_a_checkpoint_that_cannot_be_removed_never_fails_the_training(sdk_env, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
+
+    def refuse(directory, step, keep):
+        raise PermissionError(13, "Permission denied", str(directory))
+
+    monkeypatch.setattr(ck, "prune", refuse)
+    sdk.save_checkpoint(b"a", 1)
+    assert sdk.save_checkpoint(b"b", 2) == tmp_path / "step-00000002.pt"
+    sdk.save_checkpoint(b"c", 3, background=True)
+    sdk.wait_checkpoints()  # raises nothing
+    assert _steps(tmp_path) == [1, 2, 3]
+    assert "teto: older checkpoints not removed: PermissionError" in capfd.readouterr().err
+
+
+def test_a_checkpoint_the_script_wrote_itself_in_the_sdks_layout_is_kept_like_the_sdks(sdk_env, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
+    elsewhere = tmp_path / "mine"
+    elsewhere.mkdir()
+    for step in (1, 2):
+        (tmp_path / f"step-{step:08d}.pt").write_bytes(b"own")
+        sdk.report_checkpoint(step, tmp_path / f"step-{step:08d}.pt")
+        (elsewhere / f"step-{step:08d}.pt").write_bytes(b"own")
+        sdk.report_checkpoint(step, elsewhere / f"step-{step:08d}.pt")
+    assert _steps(tmp_path) == [2]
+    assert _steps(elsewhere) == [1, 2]  # not the SDK's directory: not its to delete

@@ -61,9 +61,9 @@ def test_target_from_flags_then_env_then_stack_json(tmp_path):
 def test_spec_from_flags_file_and_command_argv(tmp_path):
     assert build_spec(parse("submit")) == {"workload": {"kind": "finetune"}}
     spec = build_spec(parse("submit", "--name", "n", "--steps", "40", "--ceiling", "90", "--checkpoint-every", "10",
-                            "--workers", "2"))
+                            "--checkpoints-kept", "0", "--workers", "2"))
     assert spec == {"name": "n", "workload": {"kind": "finetune", "params": {"steps": 40}},
-                    "gpu_ceiling_seconds": 90.0, "checkpoint_every_steps": 10, "workers": 2}
+                    "gpu_ceiling_seconds": 90.0, "checkpoint_every_steps": 10, "checkpoints_kept": 0, "workers": 2}
     spec = build_spec(parse("submit", "--env", "A=1", "--", "python", "train.py", "--lr", "3"))
     assert spec["workload"] == {"kind": "command", "command": ["python", "train.py", "--lr", "3"], "env": {"A": "1"}}
     f = tmp_path / "spec.json"

@@ -105,6 +105,20 @@ def test_command_environment_tells_the_script_everything_and_cannot_be_overridde
     assert str(launch.PROJECT_ROOT) in env["PYTHONPATH"].split(":")
 
 
+@pytest.mark.parametrize(("spec_kept", "agent_kept", "told"), [
+    (None, None, "3"),  # the executor's default
+    (None, 7, "7"),
+    (5, 7, "5"),  # the job's own wins
+    (0, 7, "0"),  # the job keeps every one
+    (None, 0, "0"),
+])
+def test_the_script_is_told_how_many_checkpoints_to_keep(tmp_path, spec_kept, agent_kept, told):
+    grant = _grant(CommandWorkload(command=["train"], env={"TETO_CHECKPOINTS_KEPT": "999"}),
+                   checkpoints_kept=spec_kept)
+    settings = _settings(tmp_path, **({} if agent_kept is None else {"checkpoints_kept": agent_kept}))
+    assert launch.build(grant, settings, [], resume_from=None, base_env={}).env["TETO_CHECKPOINTS_KEPT"] == told
+
+
 def test_finetune_runs_the_builtin_module_with_its_params_in_its_job_dir(tmp_path):
     grant = _grant(FinetuneWorkload())
     got = launch.build(grant, _settings(tmp_path), [], resume_from=None, base_env={})

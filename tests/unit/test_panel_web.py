@@ -26,10 +26,12 @@ JOBS = [
      "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 20, "gpu_ceiling_seconds": 30},
      "created_at": "2026-12-01T10:00:00+00:00", "reason": "gpu_ceiling", "error": '<img src=x onerror="alert(2)">'},
     {"id": "j3", "name": "vera's", "owner": "vera", "state": "interrupted", "last_step": 4, "total_steps": 10,
-     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 30},
+     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 30,
+              "checkpoints_kept": 1200},
      "created_at": "2026-12-01T08:00:00+00:00"},
     {"id": "j2", "name": "bob's", "owner": "bob", "state": "running", "last_step": 3, "total_steps": 10,
-     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 300},
+     "spec": {"workload": {"kind": "finetune"}, "checkpoint_every_steps": 5, "gpu_ceiling_seconds": 300,
+              "checkpoints_kept": 0},
      "created_at": "2026-12-01T09:00:00+00:00"},
 ]
 
@@ -252,3 +254,16 @@ def test_the_follow_up_page_shows_the_budget_numbers_per_locale(panel):
     assert "Perdido na interrupção" in page and "40 passos desde o checkpoint do passo 0 (tempo de GPU desconhecido" in page
     english = client.get("/jobs/j1", headers={"Accept-Language": "en"}).text
     assert "Overshoot past the ceiling" in english and "at least 91.5 GPU-s" in english
+
+
+def test_the_follow_up_page_says_how_many_checkpoints_are_kept(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+
+    def kept(job_id: str, language: str) -> str:
+        page = client.get(f"/jobs/{job_id}", headers={"Accept-Language": language}).text
+        return re.search(r'id="ckpt-kept">([^<]*)<', page).group(1)
+
+    assert kept("j1", "en") == "the executor&#39;s default (3 unless configured)"  # the spec does not say
+    assert kept("j3", "en") == "the newest 1,200" and kept("j3", "pt-BR") == "os 1.200 mais recentes"
+    assert kept("j2", "en") == "every one" and kept("j2", "pt-BR") == "todos"
