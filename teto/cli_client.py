@@ -135,6 +135,29 @@ EXECUTOR_COLUMNS = [("executor", "executor_id"), ("node", "node_id"), ("group", 
                     ("signal", "signal"), ("last heartbeat", "last_heartbeat")]
 EVENT_COLUMNS = [("seq", "seq"), ("time", "time"), ("event", "event"), ("state", "state"), ("reason", "reason"),
                  ("executor", "executor_id"), ("epoch", "epoch")]
+EVENTS_READ = 200  # the latest events `teto job` asks for: enough that a run of checkpoints hides nothing else
+EVENT_ROWS_SHOWN = 20  # rows of its timeline, once runs of checkpoints are folded
+
+
+def timeline_rows(events: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The events as ``teto job`` prints them, oldest first, the last ``EVENT_ROWS_SHOWN`` rows: a run of
+    checkpoints of one run is one row (``libs/timeline.py``, the panel's fold): its sequence numbers, its count,
+    its steps and when the last was. True when earlier events exist than those printed."""
+    from libs.timeline import timeline
+
+    folded = timeline(list(events))
+    rows = folded["rows"][::-1]
+    out = []
+    for r in rows[-EVENT_ROWS_SHOWN:]:
+        row, steps = dict(r), (r["first_step"], r["last_step"])
+        if r["count"] > 1:
+            row["seq"], row["event"] = f"{r['seq']}-{r['last_seq']}", f"{r['event']} x{r['count']}"
+            row["reason"] = ", ".join(([f"steps {steps[0]}-{steps[1]}"] if None not in steps else [])
+                                      + [f"until {r['last_time']}"])
+        elif steps[0] is not None and not r["reason"]:
+            row["reason"] = f"step {steps[0]}"
+        out.append(row)
+    return out, folded["earlier"] or len(rows) > EVENT_ROWS_SHOWN
 
 
 def format_job(job: Mapping[str, Any]) -> str:
@@ -175,7 +198,10 @@ def format_job(job: Mapping[str, Any]) -> str:
 
         lines += tail_lines(job["log_tail"])
     if job.get("events"):
-        lines += ["", table(job["events"], EVENT_COLUMNS)]
+        rows, earlier = timeline_rows(job["events"])
+        lines += ["", table(rows, EVENT_COLUMNS)]
+        if earlier:
+            lines.append(f"(earlier events: GET /v1/jobs/{job.get('id')}/events)")
     return "\n".join(lines)
 
 
@@ -236,7 +262,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    _, body = call(args, "GET", f"/v1/jobs/{args.job_id}")
+    # The latest EVENTS_READ events for the folded timeline; --json keeps the API's default.
+    _, body = call(args, "GET", f"/v1/jobs/{args.job_id}", params=None if args.json else {"events": EVENTS_READ})
     _print(args, body, format_job(body))
     return 0
 

@@ -344,3 +344,42 @@ def test_job_shows_the_provisional_time_and_the_interruption_cost_apart_from_the
     lost = format_job({**job, "interruption_cost": {**job["interruption_cost"], "kind": "lost"}})
     assert "lost      10 steps" in lost
     assert "provisional" not in format_job(JOB) and "since the last checkpoint" not in format_job(JOB)
+
+
+def _events(*spec: tuple) -> list[dict]:
+    return [{"seq": seq, "event": event, "state": "running", "time": f"t{seq}", "epoch": epoch, "reason": None,
+             "executor_id": "ex-1", "detail": {"step": step} if step is not None else {}}
+            for seq, event, epoch, step in spec]
+
+
+def test_teto_job_folds_a_run_of_checkpoints_into_one_line_with_its_steps():
+    events = _events((101, "started", 1, None), *((101 + i, "checkpointed", 1, 2 * i) for i in range(1, 151)),
+                     (252, "interrupted", 1, None), (253, "requeued", 2, None), (254, "checkpointed", 2, 302))
+    out = format_job({**JOB, "events": events})
+    lines = out.splitlines()
+    folded = next(line for line in lines if "checkpointed x150" in line)
+    assert folded.split()[:2] == ["102-251", "t102"] and "steps 2-300, until t251" in folded
+    single = next(line for line in lines if line.startswith("254 "))
+    assert "checkpointed " in single and "step 302" in single and " x" not in single
+    order = [next(i for i, line in enumerate(lines) if line.startswith(seq)) for seq in ("101", "102-251", "252",
+                                                                                        "253", "254")]
+    assert order == sorted(order)  # oldest first, as before
+    assert "(earlier events: GET /v1/jobs/j1/events)" in out  # seq 101 is not the first event
+
+
+def test_teto_job_prints_the_last_rows_and_says_when_earlier_ones_exist():
+    out = format_job({**JOB, "events": _events(*((s, "signal", 1, None) for s in range(1, 31)))})
+    shown = [line.split()[0] for line in out.splitlines() if line[:1].isdigit()]
+    assert shown == [str(s) for s in range(11, 31)] and "(earlier events:" in out
+    assert "(earlier events:" not in format_job(JOB)
+
+
+def test_teto_job_asks_for_enough_events_to_fold_and_json_keeps_the_apis_default(server, capsys):
+    routes, seen = server
+    routes[("GET", "/v1/jobs/j1")] = (200, JOB)
+    args = parse("job", "j1")
+    assert args.func(args) == 0
+    assert seen[-1].url.params["events"] == str(cli_client.EVENTS_READ)
+    args = parse("job", "j1", "--json")
+    assert args.func(args) == 0
+    assert "events" not in seen[-1].url.params

@@ -59,6 +59,7 @@ class FakeReads:
         return next((dict(j) for j in JOBS if j["id"] == job_id), None)
 
     async def get_job(self, job_id: str, *, events: int = 20) -> dict[str, Any] | None:
+        self.__dict__.setdefault("events_asked", []).append(events)
         row = await self.job_row(job_id)
         return None if row is None else {**views.job_view(row, budget=BUDGETS.get(job_id)), "events": []}
 
@@ -267,3 +268,16 @@ def test_the_follow_up_page_says_how_many_checkpoints_are_kept(panel):
     assert kept("j1", "en") == "the executor&#39;s default (3 unless configured)"  # the spec does not say
     assert kept("j3", "en") == "the newest 1,200" and kept("j3", "pt-BR") == "os 1.200 mais recentes"
     assert kept("j2", "en") == "every one" and kept("j2", "pt-BR") == "todos"
+
+
+def test_the_api_gives_as_many_of_a_jobs_latest_events_as_asked_within_its_bound(panel):
+    app, client, secrets, _ = panel
+    reads, bearer = app.state.reads, {"Authorization": f"Bearer {secrets['olga']}"}
+    assert client.get("/v1/jobs/j1", headers=bearer).status_code == 200
+    assert client.get("/v1/jobs/j1?events=200", headers=bearer).status_code == 200
+    assert client.get("/v1/jobs/j1?events=0", headers=bearer).status_code == 200
+    assert reads.events_asked == [20, 200, 0]
+    for bad in ("501", "-1", "many"):
+        answer = client.get(f"/v1/jobs/j1?events={bad}", headers=bearer)
+        assert answer.status_code == 422 and "events" in answer.text
+    assert reads.events_asked == [20, 200, 0]

@@ -154,8 +154,9 @@ def register(app: FastAPI) -> None:
     @app.get("/v1/jobs/{job_id}", tags=["jobs"],
              summary="One job: state, attempts, executor, progress, signal, budget, events")
     async def get_job(request: Request, job_id: str,
+                      events: int = Query(20, ge=0, le=500, description="How many of the latest events to include"),
                       principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
-        job = await reads_of(request).get_job(job_id) if _ID.match(job_id) else None
+        job = await reads_of(request).get_job(job_id, events=events) if _ID.match(job_id) else None
         if job is None or not may_see(principal, job.get("owner")):
             raise not_found("job", job_id)
         from .logs import log_tail  # logs.py builds on this module

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from libs.contracts.bounds import ID_PATTERN
 from libs.contracts.secrets import redact
+from libs.timeline import timeline
 
 from ...auth import Permission, Principal
 from ...routes import reads_of, scoped_fleet
@@ -25,7 +26,7 @@ from ..web import render, signed_in
 
 NAV = None
 _ID = re.compile(ID_PATTERN)
-EVENTS_SHOWN = 500  # the API's page; runs of checkpoints among them are one row each (jobview.timeline)
+EVENTS_SHOWN = 500  # the API's page; runs of checkpoints among them are one row each (libs/timeline.py)
 
 
 def figures(job: dict, executors: list[dict], principal: Principal) -> dict:
@@ -33,7 +34,7 @@ def figures(job: dict, executors: list[dict], principal: Principal) -> dict:
     return {"budget": money, "minimum": jobview.requeue_minimum(money["consumed"]),
             "history": jobview.ceiling_history(job), "cost": jobview.interruption_cost(job),
             "warning": jobview.first_checkpoint_warning(job), "attempts": jobview.attempts(job),
-            "ranks": jobview.gang_ranks(job, executors), "timeline": jobview.timeline(job.get("events") or []),
+            "ranks": jobview.gang_ranks(job, executors), "timeline": timeline(job.get("events") or []),
             "may_requeue": jobview.may_requeue(job) and principal.can(Permission.FINETUNE_MANAGE),
             "may_cancel": jobview.may_cancel(job, principal.actor, manage=principal.can(Permission.FINETUNE_MANAGE),
                                              submit=principal.can(Permission.FINETUNE_SUBMIT))}
