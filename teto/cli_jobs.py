@@ -75,6 +75,8 @@ def live_lines(job: Mapping[str, Any]) -> list[str]:
     cost = job.get("interruption_cost")
     if cost:
         what = "lost" if cost.get("kind") == "lost" else "at risk"
-        lines.append(f"{what:<9} {_cell(cost.get('steps'))} steps and {_cell(cost.get('gpu_seconds'))} GPU-s since "
+        steps = cost.get("steps")
+        lines.append(f"{what:<9} {_cell(steps)} step{'' if steps == 1 else 's'} and {_cell(cost.get('gpu_seconds'))}"
+                     " GPU-s since "
                      f"the last checkpoint (step {_cell(cost.get('checkpoint_step'))})")
     return lines

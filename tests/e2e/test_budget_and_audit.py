@@ -204,6 +204,14 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         assert history[1]["consumed_seconds"] == pytest.approx(consumed) and history[1]["at"]
         shown = stack.cli("job", job_id).stdout
         assert f"overshoot {budget['overshoot_seconds']:.6g}" in shown and "set by local-admin" in shown, shown
+        # Its timeline as the CLI prints it: the first run's checkpoints folded, then the stop and the requeue.
+        steps = [e["detail"]["step"] for e in stack.events(job_id) if e["event"] == "checkpointed" and e["epoch"] == 1]
+        lines = shown.splitlines()
+        at = {word: next(i for i, line in enumerate(lines) if f" {word}" in line)
+              for word in ("checkpointed", "interrupted", "requeued")}
+        assert at["checkpointed"] < at["interrupted"] < at["requeued"], shown
+        assert (f"checkpointed x{len(steps)}" in lines[at["checkpointed"]] and f"steps {steps[0]}-{steps[-1]}"
+                in lines[at["checkpointed"]]) if len(steps) > 1 else f"step {steps[0]}" in lines[at["checkpointed"]]
 
         # 6. It resumes from its checkpoint (step >= k, never 0) and the ledger continues from where it was.
         def resumed() -> dict | None:

@@ -340,6 +340,8 @@ def test_job_shows_the_provisional_time_and_the_interruption_cost_apart_from_the
     text = format_job(job)
     assert "16.5 GPU-s = 12.5 in the ledger + 4 provisional" in text
     assert "at risk   10 steps and 9.5 GPU-s since the last checkpoint (step 50)" in text
+    one = format_job({**job, "interruption_cost": {**job["interruption_cost"], "steps": 1}})
+    assert "at risk   1 step and 9.5 GPU-s" in one
     assert "3600 GPU-s set by ops at t1 (50 consumed then; from 60)" in text
     lost = format_job({**job, "interruption_cost": {**job["interruption_cost"], "kind": "lost"}})
     assert "lost      10 steps" in lost
