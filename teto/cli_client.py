@@ -160,6 +160,13 @@ def timeline_rows(events: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, A
     return out, folded["earlier"] or len(rows) > EVENT_ROWS_SHOWN
 
 
+def _kept(kept: Any) -> str:
+    """How many checkpoints the job keeps on disk (JobSpec.checkpoints_kept)."""
+    if kept is None:
+        return "the executor's default kept on disk"
+    return "every one kept on disk" if kept == 0 else f"the newest {kept} kept on disk"
+
+
 def format_job(job: Mapping[str, Any]) -> str:
     attempts = job.get("attempts") or {}
     ckpt = job.get("checkpoint") or {}
@@ -171,7 +178,8 @@ def format_job(job: Mapping[str, Any]) -> str:
         f"progress  step {_cell(job.get('last_step'))} of {_cell(job.get('total_steps'))}",
         f"attempts  {', '.join(f'{k}={v}' for k, v in attempts.items()) or '-'}",
         f"checkpoint last step {_cell(ckpt.get('last_step'))}, every {_cell(ckpt.get('every_steps'))}, "
-        f"next at {_cell(ckpt.get('next_step'))} in {_cell(ckpt.get('next_eta_seconds'))} s",
+        f"next at {_cell(ckpt.get('next_step'))} in {_cell(ckpt.get('next_eta_seconds'))} s, "
+        f"{_kept((job.get('spec') or {}).get('checkpoints_kept'))}",
     ]
     if job.get("signal"):
         sig = job["signal"]

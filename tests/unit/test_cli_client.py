@@ -86,8 +86,10 @@ def test_table_aligns_columns_and_reaches_into_nested_fields():
 def test_job_detail_shows_progress_checkpoint_signal_budget_and_events():
     out = format_job(JOB)
     for text in ("state     running", "step 60 of 300", "training_error=1", "next at 100 in 20 s",
-                 "signal    stuck", "12.5 of 3600 GPU-s", "submitted"):
+                 "the executor's default kept on disk", "signal    stuck", "12.5 of 3600 GPU-s", "submitted"):
         assert text in out
+    assert "the newest 5 kept on disk" in format_job({**JOB, "spec": {**JOB["spec"], "checkpoints_kept": 5}})
+    assert "every one kept on disk" in format_job({**JOB, "spec": {**JOB["spec"], "checkpoints_kept": 0}})
 
 
 def test_submit_posts_the_spec_and_prints_the_job(server, capsys):
