@@ -46,8 +46,13 @@ class Infra:
 
 @pytest.fixture(scope="session")
 def infra() -> Iterator[Infra]:
+    from tests.support import reap
+
+    for stale in reap.abandoned(Path(tempfile.gettempdir())):  # servers of a session killed before its teardown
+        reap.reap(stale)
     root = Path(tempfile.mkdtemp(prefix="teto-test-"))
     os.chmod(root, 0o755)  # the PostgreSQL service user must enter it (mkdtemp makes it 0700)
+    reap.claim(root)
     if _docker_available():
         from testcontainers.nats import NatsContainer
         from testcontainers.postgres import PostgresContainer
