@@ -17,9 +17,9 @@ def timeline(events: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The timeline's rows, newest first, from the events shown (oldest first, as the API lists them).
 
     A run of consecutive events of a ``FOLDED`` kind in one lease epoch is one row: how many, their first and
-    last step, first and last time and sequence number (a fine-tune checkpointing every few steps would otherwise fill the list and
-    push the events that matter, a start, a stop, a requeue, out of it). ``earlier``: older events exist than the
-    first shown (its sequence number is past 1), so the page points to the whole list."""
+    last step, time and sequence number (a fine-tune checkpointing every few steps would otherwise fill the list
+    and push the events that matter, a start, a stop, a requeue, out of it). ``earlier``: older events exist than
+    the first shown (its sequence number is past 1), so the page points to the whole list."""
     rows: list[dict[str, Any]] = []
     for e in events:
         last = rows[-1] if rows else None
@@ -30,10 +30,10 @@ def timeline(events: list[Mapping[str, Any]]) -> dict[str, Any]:
             last["state"] = e.get("state")
             continue
         step = _step(e) if e.get("event") in FOLDED else None
-        rows.append({"seq": e.get("seq"), "last_seq": e.get("seq"), "event": e.get("event"), "state": e.get("state"),
-                     "reason": e.get("reason"),
+        rows.append({"event": e.get("event"), "state": e.get("state"), "reason": e.get("reason"),
                      "executor_id": e.get("executor_id"), "epoch": e.get("epoch"), "count": 1,
-                     "time": e.get("time"), "last_time": e.get("time"), "first_step": step, "last_step": step})
+                     "seq": e.get("seq"), "last_seq": e.get("seq"), "time": e.get("time"), "last_time": e.get("time"),
+                     "first_step": step, "last_step": step})
     first_seq = events[0].get("seq") if events else None
     return {"rows": rows[::-1], "earlier": isinstance(first_seq, int) and first_seq > 1}
 
