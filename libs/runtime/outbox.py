@@ -84,17 +84,25 @@ async def add(conn: asyncpg.Connection, schema: str, items: Iterable[tuple[str, 
     return await add_rows(conn, schema, rows_of(items))
 
 
+def insert_rows_sql(schema: str, first: int = 1) -> str:
+    """The statement that queues rows made by ``rows_of`` in their order, its four parameters (``row_arrays``)
+    numbered from ``first``: on its own (``add_rows``) or a part of a caller's one statement (queue/store.py)."""
+    m, s, p, h = (f"${i}" for i in range(first, first + 4))
+    return (f'INSERT INTO "{schema}".outbox (msg_id, subject, payload, headers) SELECT m, s, p, h::jsonb'
+            f" FROM unnest({m}::text[], {s}::text[], {p}::bytea[], {h}::text[]) WITH ORDINALITY AS r(m, s, p, h, n)"
+            " ORDER BY n ON CONFLICT (msg_id) DO NOTHING")
+
+
+def row_arrays(rows: list[OutboxRow]) -> list[list[Any]]:
+    """``insert_rows_sql``'s parameters: a column each."""
+    return [list(c) for c in zip(*rows, strict=True)]
+
+
 async def add_rows(conn: asyncpg.Connection, schema: str, rows: list[OutboxRow]) -> int:
     """Queue rows made by ``rows_of``: one statement for all of them, inserted in their order (the relay publishes
     by ``id``, drawn row after row in that order); a message id already queued is skipped, as before."""
     if rows:
-        msg_ids, subjects, payloads, headers = (list(c) for c in zip(*rows, strict=True))
-        await conn.execute(
-            f'INSERT INTO "{schema}".outbox (msg_id, subject, payload, headers) SELECT m, s, p, h::jsonb'
-            " FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS r(m, s, p, h, n)"
-            " ORDER BY n ON CONFLICT (msg_id) DO NOTHING",
-            msg_ids, subjects, payloads, headers,
-        )
+        await conn.execute(insert_rows_sql(schema), *row_arrays(rows))
     return len(rows)
 
 

@@ -157,22 +157,51 @@ async def write_staged(conn: asyncpg.Connection, subjects: Subjects, staged: Seq
     await _write_events(conn, subjects, staged)
 
 
+_EVENT_TYPES = ("text", "int", "text", "text", "text", "text", "int", "text", "text", "timestamptz", "text")
+
+
+def _insert_events_sql(first: int) -> str:
+    """The events of many transitions in one INSERT (arrays, a column each), its parameters numbered from
+    ``first``."""
+    arrays = ", ".join(f"${first + i}::{t}[]" for i, t in enumerate(_EVENT_TYPES))
+    return (f"INSERT INTO {T}.job_events (job_id, seq, event, state, previous_state, reason, epoch, executor_id,"
+            f" detail, time, msg_id) SELECT j, s, e, st, ps, r, ep, ex, d::jsonb, t, m FROM unnest({arrays})"
+            " AS e(j, s, e, st, ps, r, ep, ex, d, t, m)")
+
+
+def events_statement(events: Sequence[JobEvent], rows: list[outbox.OutboxRow],
+                     wake_channel: str | None) -> tuple[str, list[Any]] | None:
+    """One statement (and its parameters) that stores ``events``, queues the outbox ``rows`` in their order and,
+    with a ``wake_channel``, wakes its listener at commit: each part a data-modifying CTE, so what took three
+    round trips in every transition's transaction takes one. None when there is nothing to do. Pure."""
+    parts, args = [], []
+    if events:
+        parts.append(f"events AS ({_insert_events_sql(len(args) + 1)})")
+        args += [list(c) for c in zip(*((e.job_id, e.seq, e.event.value, e.state.value,
+                                         e.previous_state and e.previous_state.value, e.reason, e.epoch,
+                                         e.executor_id, json.dumps(e.detail), e.time, e.id) for e in events),
+                                      strict=True)]
+    if rows:
+        parts.append(f"queued AS ({outbox.insert_rows_sql(SCHEMA, len(args) + 1)})")
+        args += outbox.row_arrays(rows)
+    if not parts and wake_channel is None:
+        return None
+    with_ = f"WITH {', '.join(parts)} " if parts else ""
+    if wake_channel is None:
+        return f"{with_}SELECT 1", args
+    return f"{with_}SELECT pg_notify(${len(args) + 1}, '')", [*args, wake_channel]
+
+
 async def _write_events(conn: asyncpg.Connection, subjects: Subjects, staged: Sequence[Staged]) -> None:
-    """The staged transitions' events, then their outbox rows (each job's events before its messages)."""
+    """The staged transitions' events, then their outbox rows (each job's events before its messages), and the
+    placement's wake-up when one queues a job (it runs as soon as this commits, not at its next tick): one
+    statement (``events_statement``)."""
     events = [e for s in staged for e in s.events]
-    if events:  # one statement, whatever their number (arrays, a column each)
-        await conn.execute(
-            f"INSERT INTO {T}.job_events (job_id, seq, event, state, previous_state, reason, epoch, executor_id,"
-            " detail, time, msg_id) SELECT j, s, e, st, ps, r, ep, ex, d::jsonb, t, m FROM unnest($1::text[],"
-            " $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::text[], $9::text[],"
-            " $10::timestamptz[], $11::text[]) AS e(j, s, e, st, ps, r, ep, ex, d, t, m)",
-            *(list(c) for c in zip(*((e.job_id, e.seq, e.event.value, e.state.value,
-                                      e.previous_state and e.previous_state.value, e.reason, e.epoch, e.executor_id,
-                                      json.dumps(e.detail), e.time, e.id) for e in events), strict=True)),
-        )
-    await outbox.add_rows(conn, SCHEMA, [r for s in staged for r in s.outbox])
-    if queues_a_job(events):  # placement runs as soon as this commits, not at its next tick
-        await wake.notify(conn, wake.channel(subjects.prefix, PLACEMENT))
+    found = events_statement(events, [r for s in staged for r in s.outbox],
+                             wake.channel(subjects.prefix, PLACEMENT) if queues_a_job(events) else None)
+    if found is not None:
+        sql, args = found
+        await conn.execute(sql, *args)
 
 
 # What a grant changes of a queued job (``lifecycle.on_granted``, ``gang.on_granted``); a placement pass writes

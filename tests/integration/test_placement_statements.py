@@ -79,10 +79,12 @@ async def test_a_pass_writes_its_grants_in_one_statement_each_and_each_jobs_even
         assert await Scheduler(placing, settings).place_once() == 3
         writes = [(q.split(" SET ")[0].split("(")[0].strip(), n) for q, n in recording.calls
                   if q.startswith(("INSERT", "UPDATE"))]
-        # One statement each for three grants (arrays, not a row each): the jobs' grant columns with the node
-        # group and devices the quota counts (no second statement for those), their events, their outbox rows.
-        assert writes == [('UPDATE "queue".jobs j', 1), ('INSERT INTO "queue".job_events', 1),
-                          ('INSERT INTO "queue".outbox', 1)]
+        # Two statements for three grants (arrays, not a row each): the jobs' grant columns with the node
+        # group and devices the quota counts (no second statement for those); then their events and their outbox
+        # rows, together (store.events_statement).
+        assert writes == [('UPDATE "queue".jobs j', 1)], recording.calls
+        (together,) = [q for q, _ in recording.calls if q.startswith("WITH events AS")]
+        assert 'INSERT INTO "queue".job_events' in together and 'INSERT INTO "queue".outbox' in together
         # Three rows a grant (its lease event, RunJob, LeaseEvent).
         assert await rt.pool.fetchval("SELECT count(*) FROM queue.outbox") == queued_before + 9
         held = await rt.pool.fetch("SELECT node_group, devices, waiting FROM queue.jobs WHERE id = ANY($1)", jobs)
