@@ -323,10 +323,13 @@ def _prune(step: int) -> None:
 
 
 def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:
-    """A checkpoint is complete (renamed, sidecar written): report it, then make room."""
+    """A checkpoint is complete (renamed, sidecar written): report it, then make room, unless a stop was asked
+    for: the stop's grace (the job's devices still held and charged) is not spent deleting files; the next run's
+    first checkpoint deletes them."""
     if report:
         _report_saved(ckpt)
-    _prune(ckpt.step)
+    if not _stop["set"]:
+        _prune(ckpt.step)
 
 
 def _flush_at_exit() -> None:

@@ -191,6 +191,18 @@ def test_a_background_checkpoint_removes_older_ones_only_once_it_is_complete(sdk
     assert _steps(tmp_path) == [2]
 
 
+def test_the_checkpoint_of_a_stop_deletes_nothing_and_the_next_runs_first_one_does(sdk_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
+    sdk.save_checkpoint(b"a", 1)
+    sdk._stop["set"] = True  # the stop's grace is the job's devices, still charged: no deletions in it
+    sdk.save_checkpoint(b"b", 2)
+    assert _steps(tmp_path) == [1, 2] and [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [1, 2]
+    sdk._stop["set"] = False  # the next run
+    sdk.save_checkpoint(b"c", 3, background=True)
+    sdk.wait_checkpoints()
+    assert _steps(tmp_path) == [3]
+
+
 def test_outside_teto_or_with_zero_every_checkpoint_is_kept(sdk_env, tmp_path, monkeypatch):
     for step in (1, 2, 3, 4):
         sdk.save_checkpoint(b"x", step)
