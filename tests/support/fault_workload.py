@@ -4,8 +4,8 @@ It trains nothing (a counter), but behaves like a real script through ``teto.sdk
 checkpoint it is given, reports every step, checkpoints every ``TETO_CHECKPOINT_EVERY`` steps and stops when
 asked. Its evidence goes to ``$RUNS_DIR``:
 
-- ``<job>.jsonl``: one JSON line per start, checkpoint (``saving`` before the write, ``checkpoint`` after), stop and end (wall time, pid, epoch, executor), so a test
-  can prove nothing was written after a lease ended;
+- ``<job>.jsonl``: one JSON line per start, checkpoint (``saving`` before the write, ``checkpoint`` after), stop
+  and end (wall time, pid, epoch, executor), so a test can prove nothing was written after a lease ended;
 - ``<job>.lock``: held with ``flock`` for the whole run. The kernel drops it when the process dies however it
   dies, so a second process of the same job finding it held is running the job twice at once: it records an
   ``overlap`` line and exits with 4.
