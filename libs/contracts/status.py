@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .bounds import Big, Label, Time
+from .bounds import Big, Label, Reason, Time
 from .envelope import Envelope, Model
 
 
@@ -35,4 +35,6 @@ class ReplicaStatus(Envelope):
                                  description="The singleton locks this replica holds now")
     consumers: list[ConsumerLag] = Field(default_factory=list, max_length=200)
     metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_error: Reason | None = Field(None, description="Why this replica's /metrics port is not served (another "
+                                         "process holds it, say); retried until it is")
     nats_server: Label | None = Field(None, description="The NATS server this replica is connected to")

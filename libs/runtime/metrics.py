@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterable, Iterator
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
@@ -133,19 +135,53 @@ def series_names(registry: CollectorRegistry = REGISTRY) -> set[str]:
 
 
 class Endpoint:
-    """The metrics HTTP server of one process (a daemon thread), started once whatever asks for it."""
+    """The metrics HTTP server of one process (a daemon thread), started once whatever asks for it.
+
+    A port that cannot be listened on (another process holds it) does not stop the process: a service that cannot
+    serve its metrics still schedules, charges and audits. The failure is logged as an error, kept in ``error``
+    (a service's replica status carries it, so ``teto status`` names it among its problems), and the bind is
+    retried every ``retry_seconds`` in a daemon thread until it succeeds."""
 
     server = None
     instance: str | None = None
     port: int | None = None
+    error: str | None = None  # why the configured port is not served (yet); None once it is, or when off
+    retry_seconds = 5.0
+    _retrying: threading.Thread | None = None
 
     @classmethod
     def start(cls, port: int, host: str = "127.0.0.1", instance: str | None = None) -> int | None:
-        """Serve ``/metrics`` on ``host:port`` (0: off). Returns the port, or None when off."""
+        """Serve ``/metrics`` on ``host:port`` (0: off). Returns the port, or None when off or not bound yet."""
         if port == 0:
             return None
-        if cls.server is not None:
+        if cls.server is not None or cls._retrying is not None:
             return cls.port
+        cls.instance = instance or default_instance()
+        if cls._bind(port, host):
+            return cls.port
+        log.error("metrics: cannot listen on %s:%d (%s); running on without /metrics, trying again every %g s",
+                  host, port, cls.error, cls.retry_seconds)
+        cls._retrying = threading.Thread(target=cls._retry, args=(port, host), name="metrics-bind", daemon=True)
+        cls._retrying.start()
+        return None
+
+    @classmethod
+    def _bind(cls, port: int, host: str) -> bool:
+        try:
+            cls.server, _ = start_http_server(port, addr=host, registry=exposed(cls.instance))
+        except OSError as exc:
+            cls.error = f"port {port} on {host}: {exc.strerror or exc}"
+            return False
+        cls.port, cls.error = cls.server.server_port, None
+        log.info("metrics at http://%s:%d/metrics (instance %s)", host, cls.port, cls.instance)
+        return True
+
+    @classmethod
+    def _retry(cls, port: int, host: str) -> None:
+        while True:
+            time.sleep(cls.retry_seconds)
+            if cls._bind(port, host):
+                return
         cls.instance = instance or default_instance()
         cls.server, _ = start_http_server(port, addr=host, registry=exposed(cls.instance))
         cls.port = cls.server.server_port

@@ -46,14 +46,13 @@ class Observer:
         self.runtime = runtime
         self.started_at = utcnow()
         self.instance = instance_name(runtime.name, runtime.settings.instance)
-        self.metrics_port: int | None = None
         self.lag: dict[str, ConsumerLag] = {}
         self._sub = None
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
         s = self.runtime.settings
-        self.metrics_port = metrics.Endpoint.start(s.metrics_port, s.metrics_host, self.instance)
+        metrics.Endpoint.start(s.metrics_port, s.metrics_host, self.instance)  # never fails the service
         metrics.REPLICA.labels(self.runtime.name).set(1)
         self._sub = await self.runtime.nc.subscribe(self.runtime.subjects.rpc_status, cb=self._answer)
         self._task = asyncio.create_task(self._sampling(), name=f"{self.runtime.name}-observer")
@@ -105,7 +104,8 @@ class Observer:
         return ReplicaStatus(service=self.runtime.name, instance=self.instance, started_at=self.started_at,
                              singletons=sorted(singleton_label(s.name) for s in loops),
                              leading=sorted(singleton_label(s.name) for s in loops if s.leader),
-                             consumers=[self.lag[d] for d in sorted(self.lag)], metrics_port=self.metrics_port,
+                             consumers=[self.lag[d] for d in sorted(self.lag)], metrics_port=metrics.Endpoint.port,
+                             metrics_error=metrics.Endpoint.error,
                              nats_server=server)
 
     async def _answer(self, msg: Msg) -> None:

@@ -115,13 +115,26 @@ class ClusterStack(StackClient):
         env = {**TIMINGS, "TETO_WORKLOAD_UID_RANGE": ""}
         self.stack = start_stack(self.root / "teto", executors=EXECUTORS, extra_env=env, ready_timeout=240,
                                  args=("--nats-cluster", str(MEMBERS), "--replicas", str(REPLICAS)))
-        eventually_blocking(self.all_ready, 240, "every service replica ready")
+        try:
+            eventually_blocking(self.all_ready, 240, "every service replica ready")
+        except AssertionError as exc:  # which replicas, and why (a CI run shows nothing else of the stack)
+            late = self.not_ready()
+            raise AssertionError(f"{exc}: not ready: {late}; their logs end: "
+                                 f"{ {name: self.log_of(name, 1500) for name in late} }; teto up's log ends: "
+                                 f"{self.up_log()[-3000:]}") from None
         self.first_pids = {row["name"]: row["pid"] for row in self.processes()}
 
     def all_ready(self) -> bool:
         """Every replica of every service has said it is ready (teto/stack/run.py logs ``<service> ready``)."""
-        return all(f"teto.service: {service} ready" in self.log_of(f"{service}-{i}", 10**8)
-                   for service in SERVICES for i in range(1, REPLICAS + 1))
+        return not self.not_ready()
+
+    def up_log(self) -> str:
+        """What ``teto up`` itself printed (tests/e2e/stack.py start_stack writes it beside the data directory)."""
+        return "".join(path.read_text(errors="replace") for path in sorted(self.root.glob("up-*.log")))
+
+    def not_ready(self) -> list[str]:
+        return [f"{service}-{i}" for service in SERVICES for i in range(1, REPLICAS + 1)
+                if f"teto.service: {service} ready" not in self.log_of(f"{service}-{i}", 10**8)]
 
     # -- what teto up wrote ------------------------------------------------------------------------------
 

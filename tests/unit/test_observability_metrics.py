@@ -5,6 +5,9 @@ outcome once per message, routes are timed by template, never by raw path."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+import logging
+import socket
 
 import httpx
 import pytest
@@ -53,6 +56,31 @@ def test_series_names_lists_what_a_query_may_name_even_before_any_sample():
 
 def test_the_endpoint_is_off_on_port_zero():
     assert metrics.Endpoint.start(0) is None
+
+
+def test_a_port_another_process_holds_does_not_stop_the_process_the_endpoint_binds_once_it_is_free(caplog):
+    class Probe(metrics.Endpoint):  # a fresh endpoint: the class's state is the process's
+        retry_seconds = 0.05
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with caplog.at_level(logging.ERROR, logger="libs.runtime.metrics"):
+            assert Probe.start(port, instance="probe") is None  # no exception: the service runs on
+        assert Probe.port is None and Probe.error.startswith(f"port {port} on 127.0.0.1: ")
+        assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
+        assert Probe.start(port) is None and Probe._retrying is not None  # asked again: still one retrying thread
+    finally:
+        holder.close()
+    Probe._retrying.join(timeout=10)
+    try:
+        assert Probe.port == port and Probe.error is None
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert 'instance="probe"' in text
+    finally:
+        Probe.server.shutdown()
 
 
 def test_an_endpoint_serves_the_exposed_registry_over_http():
@@ -134,6 +162,9 @@ def test_teto_up_gives_each_process_its_own_port_kept_across_restarts(tmp_path):
     assert ports.env("queue", {})["TETO_METRICS_PORT"] == queue["TETO_METRICS_PORT"]
     assert ports.env("executor-1", {})["TETO_METRICS_PORT"] != queue["TETO_METRICS_PORT"]
     listed = json.loads((tmp_path / "metrics.json").read_text())
+    # Below the ephemeral range: no outgoing connection can be handed the port before the part binds it.
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(int(url.rsplit(":", 1)[1].split("/")[0]) < low for url in listed.values()), listed
     assert listed["queue"] == f"http://127.0.0.1:{queue['TETO_METRICS_PORT']}/metrics" and "executor-1" in listed
 
 

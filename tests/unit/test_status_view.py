@@ -50,6 +50,15 @@ def test_a_service_without_replicas_a_singleton_nobody_holds_and_a_double_holder
                         "queue: singleton queue-scanner held by 2 replicas: a, b"]
 
 
+def test_a_replica_serving_no_metrics_is_a_problem_naming_it_and_why():
+    held = replica("queue", "b").model_copy(update={"metrics_error": "port 40569 on 127.0.0.1: Address in use"})
+    view, problems = services_view([replica("queue", "a").model_copy(update={"metrics_port": 40570}), held,
+                                    replica("gateway", "g")], SERVICES)
+    assert problems == ["queue: replica b serves no metrics: port 40569 on 127.0.0.1: Address in use"]
+    assert [(r["metrics_port"], r["metrics_error"]) for r in view["queue"]["replicas"]] == \
+        [(40570, None), (None, "port 40569 on 127.0.0.1: Address in use")]
+
+
 def test_lag_per_durable_is_the_freshest_sample_of_any_replica():
     out = consumers_view([replica("queue", "a", lag=[lag("queue-heartbeats", 5, T0)]),
                           replica("queue", "b", lag=[lag("queue-heartbeats", 2, T0 + timedelta(seconds=3))])])

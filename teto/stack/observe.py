@@ -1,6 +1,11 @@
 """Metrics ports for ``teto up``: every process it starts gets a free port of its own for ``/metrics``
 (``TETO_METRICS_PORT``), kept across that process's restarts, listed in ``<data-dir>/metrics.json`` and printed.
-``TETO_METRICS_PORT=0`` in ``teto up``'s environment turns every endpoint off."""
+``TETO_METRICS_PORT=0`` in ``teto up``'s environment turns every endpoint off.
+
+The ports are taken below the kernel's ephemeral range (``free_port_block``): a port from inside it, free when
+chosen, could be handed to any process's outgoing connection (to NATS, to PostgreSQL) in the seconds before the
+part starts and binds it, and it is kept across restarts. A part that still finds its port taken runs on without
+``/metrics`` and says so (libs/runtime/metrics.py ``Endpoint``)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from teto.stack.embedded import free_port
+from teto.stack.embedded import free_port_block
 
 
 class MetricsPorts:
@@ -25,9 +30,15 @@ class MetricsPorts:
         if self.off:
             return {**env, "TETO_METRICS_PORT": "0"}
         if part not in self.ports:
-            self.ports[part] = free_port()
+            self.ports[part] = self._free()
             self._write()
         return {**env, "TETO_METRICS_PORT": str(self.ports[part]), "TETO_METRICS_HOST": self.host}
+
+    def _free(self) -> int:
+        """A free port below the ephemeral range that no other part of this stack has."""
+        while (port := free_port_block(1)) in self.ports.values():
+            pass
+        return port
 
     def urls(self) -> dict[str, str]:
         return {part: f"http://{self.host}:{port}/metrics" for part, port in self.ports.items()}

@@ -1,6 +1,11 @@
 """A small process supervisor for ``teto up``: starts each part as its own process with its log file,
 restarts a part that dies unexpectedly (with back-off), and stops them in order.
 
+A part is never given up on: one that keeps dying (more than ``max_restarts_per_minute`` exits in a minute) is
+started again every ``CRASH_LOOP_SECONDS``, each time with an error naming its log, because what kills it at start
+(a database restarting, a port another process holds, a NATS cluster still electing) often passes by itself, and
+a stack that had stopped trying would stay down until someone restarted all of it.
+
 It records every process in ``<data-dir>/processes.json`` (name, pid, executor id) so scripts and tests can
 find, say, the executor that runs a job.
 """
@@ -18,6 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+CRASH_LOOP_SECONDS = 60.0
+
+
+def restart_delay(exits_last_minute: int, max_per_minute: int) -> float:
+    """Seconds before a part that exited is started again: 0.5, 1, 2, 4, 8, 10... while it dies at most
+    ``max_per_minute`` times a minute, ``CRASH_LOOP_SECONDS`` once it dies more often."""
+    if exits_last_minute > max_per_minute:
+        return CRASH_LOOP_SECONDS
+    return min(10.0, 0.5 * 2 ** (max(exits_last_minute, 1) - 1))
 
 
 @dataclass
@@ -68,23 +83,24 @@ class Supervisor:
         tmp.write_text(json.dumps(rows, indent=2))
         os.replace(tmp, self.data_dir / "processes.json")
 
-    def check(self) -> list[str]:
-        """Restart parts that exited; returns the names restarted. A part that keeps dying is given up on."""
+    def check(self, now: float | None = None) -> list[str]:
+        """Start again the parts that exited, each after its back-off; returns the names started again."""
         restarted = []
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         for part in self.parts.values():
             if self.stopping or part.proc is None or part.proc.poll() is None:
                 continue
             if part.next_start == 0.0:
                 part.restarts = [t for t in part.restarts if now - t < 60] + [now]
-                if len(part.restarts) > self.max_restarts:
-                    log.error("%s exited %d times in a minute; not restarting (see %s)", part.name,
-                              len(part.restarts), self.logs / f"{part.name}.log")
-                    part.proc = None
-                    continue
-                part.next_start = now + min(10.0, 0.5 * 2 ** (len(part.restarts) - 1))
-                log.warning("%s exited with %s; restarting (its log ends: %s)", part.name, part.proc.returncode,
-                            last_line(self.logs / f"{part.name}.log"))
+                delay = restart_delay(len(part.restarts), self.max_restarts)
+                part.next_start = now + delay
+                if delay >= CRASH_LOOP_SECONDS:
+                    log.error("%s exited %d times in a minute; starting it again every %.0f s (its log ends: %s; "
+                              "see %s)", part.name, len(part.restarts), delay,
+                              last_line(self.logs / f"{part.name}.log"), self.logs / f"{part.name}.log")
+                else:
+                    log.warning("%s exited with %s; restarting in %g s (its log ends: %s)", part.name,
+                                part.proc.returncode, delay, last_line(self.logs / f"{part.name}.log"))
             if now >= part.next_start:
                 part.next_start = 0.0
                 self._start(part)

@@ -113,9 +113,12 @@ def services_view(replies: Iterable[ReplicaStatus], expected: Sequence[str]) -> 
                 problems.append(f"{name}: nobody holds singleton {lock}")
             elif len(holders) > 1:
                 problems.append(f"{name}: singleton {lock} held by {len(holders)} replicas: {', '.join(holders)}")
+        problems += [f"{name}: replica {r.instance} serves no metrics: {r.metrics_error}"
+                     for r in replicas if r.metrics_error]
         out[name] = {
             "replicas": [{"instance": r.instance, "started_at": r.started_at.isoformat(), "leading": r.leading,
-                          "nats_server": r.nats_server, "metrics_port": r.metrics_port} for r in replicas],
+                          "nats_server": r.nats_server, "metrics_port": r.metrics_port,
+                          "metrics_error": r.metrics_error} for r in replicas],
             "singletons": {lock: (holders[0] if len(holders) == 1 else holders or None)
                            for lock, holders in sorted(singletons.items())},
         }
