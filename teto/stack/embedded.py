@@ -28,9 +28,13 @@ SHARED_ROOT = Path("/var/lib/teto")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on loopback now, below the kernel's ephemeral range (``free_port_block``).
+
+    Not the kernel's own choice (a bind to port 0): that is an ephemeral port, which any process's next outgoing
+    connection (to NATS, to PostgreSQL, over HTTP) may be handed in the moments before the server it was chosen
+    for binds it, or while that server is down and being restarted on it. Outgoing connections are never given
+    a port below the range."""
+    return free_port_block(1)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -2,7 +2,7 @@
 (``TETO_METRICS_PORT``), kept across that process's restarts, listed in ``<data-dir>/metrics.json`` and printed.
 ``TETO_METRICS_PORT=0`` in ``teto up``'s environment turns every endpoint off.
 
-The ports are taken below the kernel's ephemeral range (``free_port_block``): a port from inside it, free when
+The ports are taken below the kernel's ephemeral range (``free_port``): a port from inside it, free when
 chosen, could be handed to any process's outgoing connection (to NATS, to PostgreSQL) in the seconds before the
 part starts and binds it, and it is kept across restarts. A part that still finds its port taken runs on without
 ``/metrics`` and says so (libs/runtime/metrics.py ``Endpoint``)."""
@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from teto.stack.embedded import free_port_block
+from teto.stack.embedded import free_port
 
 
 class MetricsPorts:
@@ -36,7 +36,7 @@ class MetricsPorts:
 
     def _free(self) -> int:
         """A free port below the ephemeral range that no other part of this stack has."""
-        while (port := free_port_block(1)) in self.ports.values():
+        while (port := free_port()) in self.ports.values():
             pass
         return port
 
