@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from teto.stack.embedded import free_port_block
+from libs.runtime.ports import free_port_block
 from teto.stack.isolation import workload_python
 from tests.support.services import eventually_blocking as eventually
 

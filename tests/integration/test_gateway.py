@@ -289,8 +289,8 @@ async def test_executors_come_from_the_health_view(env):
 
 
 async def test_serve_answers_over_http_and_stops_when_cancelled(env):
+    from libs.runtime.ports import free_port
     from services.gateway.app import serve
-    from teto.stack.embedded import free_port
 
     port = free_port()
     settings = env.settings(GatewaySettings, http_port=port)

@@ -17,9 +17,10 @@ import pytest
 
 from libs.contracts.subjects import Subjects
 from libs.runtime import bus
+from libs.runtime.ports import free_port
 from teto.cli_bus import write_deployment
 from teto.natscluster import ROUTE_USER, Node, write_cluster
-from teto.stack.embedded import free_port, nats_server_binary
+from teto.stack.embedded import nats_server_binary
 from teto.tls import make_tls
 
 TETO = str(Path(sys.executable).parent / "teto")  # the CLI of this installation

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from libs.runtime.ports import free_port_block
 from services.gateway.app import serve
 from services.gateway.settings import GatewaySettings
-from teto.stack.embedded import free_port_block
 from tests.integration.test_gateway import gateway
 from tests.support.services import running
 

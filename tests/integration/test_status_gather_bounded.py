@@ -14,9 +14,9 @@ import pytest
 from libs.contracts.status import ReplicaStatus
 from libs.runtime import bus
 from libs.runtime.natsauth import SERVICES
+from libs.runtime.ports import free_port
 from services.gateway.settings import GatewaySettings
 from services.gateway.status import StatusGatherer, member_address, server_info
-from teto.stack.embedded import free_port
 
 pytestmark = pytest.mark.timeout(120)
 NEVER = 3600  # a part that hangs: only its own timeout ends it

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from teto.stack.embedded import free_port
+from libs.runtime.ports import free_port
 from tests.support.faultstack import SERVICES, FaultStack, remove_root, stack_root
 from tests.support.fleet import eventually
 

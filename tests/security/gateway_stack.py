@@ -17,12 +17,12 @@ from typing import Any
 import asyncpg
 import httpx
 
+from libs.runtime.ports import free_port_block
 from services.audit.settings import AuditSettings
 from services.gateway.auth import create_token
 from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
-from teto.stack.embedded import free_port_block
 from tests.support.fleet import stop_processes
 from tests.support.services import eventually, running
 

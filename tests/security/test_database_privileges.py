@@ -17,6 +17,7 @@ import pytest
 
 from libs.runtime import db
 from libs.runtime.dbroles import Roles
+from libs.runtime.ports import free_port
 from services.audit.app import serve as serve_audit
 from services.audit.settings import AuditSettings
 from services.budget.app import serve as serve_budget
@@ -29,7 +30,6 @@ from services.health.settings import HealthSettings
 from services.queue.app import serve as serve_queue
 from services.queue.settings import QueueSettings
 from teto.stack import dbsetup
-from teto.stack.embedded import free_port
 from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.security

@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.runtime.ports import free_port_block
 from services.gateway.auth import create_token
-from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres, free_port_block
+from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
 from tests.support.fleet import eventually, kill_orphaned_workloads, stop_processes
 from tests.support.proxy import TcpProxy
 from tests.support.stackclient import StackClient, Submitted

@@ -25,11 +25,11 @@ from typing import Any
 import asyncpg
 import httpx
 
+from libs.runtime.ports import free_port_block
 from services.gateway.auth import create_token
 from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
-from teto.stack.embedded import free_port_block
 from tests.support.services import eventually, running  # noqa: F401 - eventually re-exported for the tests
 
 WORKLOAD = str(Path(__file__).with_name("fault_workload.py"))

@@ -1,4 +1,4 @@
-"""Ports for a local stack (teto/stack/embedded.py, teto/stack/up.py, teto/stack/supervisor.py).
+"""Ports for a local stack (libs/runtime/ports.py, teto/stack/up.py, teto/stack/supervisor.py).
 
 A clean CI run once lost the clustered rehearsal to a port clash: its harness took ``--http-port`` from the
 kernel's ephemeral range, the second gateway replica listens on the port after it, and another stack's process
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from teto.stack.embedded import _ephemeral_range, free_port_block, port_is_free
+from libs.runtime.ports import _ephemeral_range, free_port, free_port_block, port_is_free
 from teto.stack.supervisor import last_line
 from teto.stack.up import UpOptions, up
 
@@ -35,6 +35,25 @@ def test_a_block_is_consecutive_free_ports_below_the_ephemeral_range():
         first = free_port_block(3)
         assert first + 3 <= low  # the kernel never hands these out to a bind on port 0
         assert all(port_is_free(first + i) for i in range(3))
+
+
+def test_every_server_port_and_the_agents_collective_port_are_below_the_ephemeral_range():
+    """NATS, PostgreSQL and /metrics (free_port) and a check collective's rank 0 (reach.free_port, on every
+    address): an ephemeral port could be handed to an outgoing connection before its server binds it."""
+    from agents.executor.checks import reach
+
+    low, _ = _ephemeral_range()
+    for pick, host in ((free_port, "127.0.0.1"), (reach.free_port, "0.0.0.0")):
+        ports = [pick() for _ in range(20)]
+        assert all(1024 <= p < low and port_is_free(p, host) for p in ports), ports
+
+
+def test_a_port_held_on_any_address_is_not_offered_for_every_address():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not port_is_free(port, "0.0.0.0") and not port_is_free(port)
 
 
 def test_the_ephemeral_range_is_read_from_the_kernel():

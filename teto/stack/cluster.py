@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from teto.stack.embedded import EmbeddedNats, free_port_block
+from libs.runtime.ports import free_port_block
+from teto.stack.embedded import EmbeddedNats
 from teto.stack.supervisor import Part, Supervisor
 
 

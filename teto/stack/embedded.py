@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -23,54 +21,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from libs.runtime.ports import free_port
+
 SERVICE_USER = "postgres"
 SHARED_ROOT = Path("/var/lib/teto")
-
-
-def free_port() -> int:
-    """A port free on loopback now, below the kernel's ephemeral range (``free_port_block``).
-
-    Not the kernel's own choice (a bind to port 0): that is an ephemeral port, which any process's next outgoing
-    connection (to NATS, to PostgreSQL, over HTTP) may be handed in the moments before the server it was chosen
-    for binds it, or while that server is down and being restarted on it. Outgoing connections are never given
-    a port below the range."""
-    return free_port_block(1)
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``port`` can be listened on now (a listener elsewhere, or a port being closed, says no)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT does not count
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port_block(count: int, tries: int = 200) -> int:
-    """The first of ``count`` consecutive free ports, chosen BELOW the kernel's ephemeral range.
-
-    ``free_port`` asks the kernel for an ephemeral port, which the next ``free_port`` anywhere on the machine may
-    be handed too once it is released, and says nothing about its neighbours. A block of consecutive ports (the
-    gateway replicas listen on ``--http-port`` and the ports after it) taken from outside that range is never
-    handed out by the kernel, so another stack's NATS or metrics ports cannot land on it."""
-    low, _high = _ephemeral_range()
-    floor = 10000 if low > 12000 else 1024
-    rng = random.Random()
-    for _ in range(tries):
-        first = rng.randrange(floor, low - count)
-        if all(port_is_free(first + i) for i in range(count)):
-            return first
-    raise RuntimeError(f"no {count} consecutive free ports below {low}")
 
 
 def _wait(check, timeout: float, what: str) -> None:

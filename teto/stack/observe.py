@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from teto.stack.embedded import free_port
+from libs.runtime.ports import free_port
 
 
 class MetricsPorts:

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from libs.runtime.dbroles import redact_url
+from libs.runtime.ports import port_is_free
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster
-from teto.stack.embedded import port_is_free
 from teto.stack.observe import MetricsPorts
 from teto.stack.supervisor import Part, Supervisor
 

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import socket
 
+from libs.runtime import ports
+
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(Exception):
@@ -23,9 +25,10 @@ async def start_listener(bind: str = "0.0.0.0") -> tuple[asyncio.base_events.Ser
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """Free on every address, and below the ephemeral range: chosen at start and bound only when a collective
+    needs it, possibly hours later, it must not be a port the kernel may hand to an outgoing connection meanwhile
+    (a rank 0 that cannot bind fails the connectivity test, and a failed node is rebooted or replaced)."""
+    return ports.free_port("0.0.0.0")
 
 
 def advertised_host(configured: str | None) -> str:
