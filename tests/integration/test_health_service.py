@@ -99,6 +99,12 @@ async def test_a_standing_step_while_training_is_stuck_and_a_queued_job_never(en
             collect(settings.nats_url, s.job_all) as col:
         await publish(js, s.job_event("j2", "started"), job_event("j2", 1, JobState.RUNNING, "started", executor="ex2"))
         await publish(js, s.job_event("j3", "queued"), job_event("j3", 1, JobState.QUEUED, "requeued", executor="ex3"))
+        # Job events and heartbeats are two streams read by two consumers: a heartbeat read before its job's first
+        # event is judged by the executor alone (state unknown, as at a real job's start: "ok"). This test is about
+        # a job health knows is queued, so the heartbeats start once both states are stored (a CI run under load
+        # read ex3's first heartbeats first and saw j3 "ok", then nothing, once its event arrived).
+        await eventually(lambda: pg.fetchval(
+            "SELECT count(*) = 2 FROM health.jobs WHERE job_id IN ('j2', 'j3') AND state IS NOT NULL"))
         started = asyncio.get_running_loop().time()
 
         def two(i):  # ex2 trains j2 at a fixed step; ex3 still names queued j3 at a fixed step
