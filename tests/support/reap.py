@@ -36,7 +36,10 @@ def _started(pid: int) -> str | None:
 def claim(root: Path, pid: int | None = None) -> None:
     """Mark ``root`` as this process's (or ``pid``'s); this process's children from now on carry ``MARK``."""
     pid = os.getpid() if pid is None else pid
-    (root / OWNER).write_text(f"{pid} {_started(pid)}")
+    # Whole or absent, never half written: another session reading an empty file would take the root for abandoned.
+    tmp = root / f".{OWNER}.{os.getpid()}"
+    tmp.write_text(f"{pid} {_started(pid)}")
+    os.replace(tmp, root / OWNER)
     if pid == os.getpid():
         os.environ[MARK] = str(root)
 

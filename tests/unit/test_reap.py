@@ -78,3 +78,16 @@ def test_a_claim_marks_the_processes_this_session_starts(tmp_path, monkeypatch):
     child = subprocess.run([sys.executable, "-c", f"import os; print(os.environ['{reap.MARK}'])"],
                            capture_output=True, text=True, check=True)
     assert child.stdout.strip() == str(tmp_path)
+
+
+def test_a_claim_replaces_the_owner_file_whole_never_writes_into_it(tmp_path, monkeypatch):
+    """Another session scanning while this one claims must see the old owner or the new one: an empty file, read
+    between a truncation and its write, would make it take this live root for abandoned and reap it."""
+    monkeypatch.delenv(reap.MARK, raising=False)
+    root = tmp_path / "teto-test-x"
+    root.mkdir()
+    (root / reap.OWNER).write_text("1 1")
+    os.link(root / reap.OWNER, tmp_path / "seen-before")  # a reader holding the old file
+    reap.claim(root)
+    assert (tmp_path / "seen-before").read_text() == "1 1"  # replaced by rename, not truncated in place
+    assert reap.owner_alive(root) and sorted(p.name for p in root.iterdir()) == [reap.OWNER]
