@@ -218,6 +218,44 @@ def test_every_page_in_both_languages_has_no_untranslated_string(stack, chromium
         page.context.close()
 
 
+def test_the_status_page_shows_the_control_planes_health_as_the_api_and_refreshes_itself(stack, chromium, tokens):
+    for locale in ("pt-BR", "en"):
+        page = open_as(chromium, stack, tokens["admin"], locale)
+        seen: dict = {}
+
+        def same_as_the_api() -> bool:  # two gatherings a moment apart: a passing change may tell them apart once
+            page.goto(f"{stack.url}/status")
+            seen["api"] = stack.get("/v1/status").json()
+            shown = page.locator("#status-problems li").all_inner_texts()
+            return (page.locator("#status-badge").get_attribute("data-ok") == ("1" if seen["api"]["ok"] else "0")
+                    and len(shown) == len(seen["api"]["problems"]))
+
+        eventually(same_as_the_api, timeout=60, what="the page's verdict and problems as the API's")
+        api = seen["api"]
+        assert not untranslated(page), untranslated(page)
+        text = page.locator("body").inner_text()
+        for problem in page.locator("#status-problems li").all_inner_texts():  # the services' own words
+            text = text.replace(problem, "")
+        other = "en" if locale == "pt-BR" else "pt-BR"
+        leaked = [w for w in catalogue_words(other, locale) if re.search(r"(?<!\w)" + re.escape(w) + r"(?!\w)", text)]
+        assert not leaked, (locale, leaked)
+        # Every service teto up runs has its replica row, and every singleton a holder.
+        for service, view in api["services"].items():
+            assert page.locator(f'tr[data-service="{service}"]').count() == max(1, len(view["replicas"])), service
+        assert page.locator("tr[data-singleton]").count() == sum(len(v["singletons"]) for v in api["services"].values())
+        holders = page.locator("table.singletons tbody td:nth-child(3)").all_inner_texts()
+        assert holders and all(h.strip() for h in holders), holders
+        assert page.locator("tr[data-stream]").count() == len(api["nats"]["streams"]) > 0
+        reachable = "Acessível" if locale == "pt-BR" else "Reachable"
+        assert reachable in page.locator("#status-database").inner_text()
+        shoot(page, "status", locale)
+        # Asked again every 10 s with no event to prompt it: the time it was gathered moves on by itself.
+        before = page.locator("#status-verdict small").inner_text()
+        eventually(lambda: page.locator("#status-verdict small").inner_text() != before, timeout=30,
+                   what="the status view refreshed by itself")
+        page.context.close()
+
+
 def test_a_viewer_sees_no_action_and_its_forged_posts_are_refused(stack, chromium, tokens):
     page = open_as(chromium, stack, tokens["viewer"], "pt-BR")
     for url in ("/executors", "/nodes", f"/nodes?run={FOUND.get('run', '')}"):

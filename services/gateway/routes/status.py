@@ -24,11 +24,20 @@ def register(app: FastAPI) -> None:
                      "lag, database reachability, executors by state")
     async def get_status(request: Request,
                          _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
-        gatherer: StatusGatherer | None = getattr(request.app.state, "status", None)
-        if gatherer is None:
+        answer = await current_status(request)
+        if answer is None:
             raise unavailable()
-        try:
-            return (await gatherer.status()).as_dict()
-        except Exception as exc:  # noqa: BLE001 - each part is bounded and reported; this is the last guard
-            log.exception("status: gathering failed")
-            return unanswered(f"gathering failed: {failure(exc)}").as_dict()
+        return answer
+
+
+async def current_status(request: Request) -> dict[str, Any] | None:
+    """The status as ``GET /v1/status`` answers it (the panel's status page shows the same); None when this
+    gateway gathers none (no bus)."""
+    gatherer: StatusGatherer | None = getattr(request.app.state, "status", None)
+    if gatherer is None:
+        return None
+    try:
+        return (await gatherer.status()).as_dict()
+    except Exception as exc:  # noqa: BLE001 - each part is bounded and reported; this is the last guard
+        log.exception("status: gathering failed")
+        return unanswered(f"gathering failed: {failure(exc)}").as_dict()

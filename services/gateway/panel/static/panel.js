@@ -105,8 +105,11 @@
   function wireFragments() {
     document.querySelectorAll("[data-fragment]").forEach(function (element) {
       var refresh = refresher(element);
-      var kinds = (element.getAttribute("data-refresh-on") || "job signal step checkpoint budget").split(" ");
+      var named = element.getAttribute("data-refresh-on");  // "": no event refreshes it
+      var kinds = (named === null ? "job signal step checkpoint budget" : named).split(" ").filter(Boolean);
       kinds.forEach(function (kind) { on(kind, function () { refresh(); }); });
+      var every = Number(element.getAttribute("data-refresh-every"));  // seconds; a view no event announces
+      if (every > 0) { setInterval(refresh, every * 1000); }
     });
   }
 
