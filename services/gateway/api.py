@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import asyncpg
+import nats.errors
 from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -187,6 +188,13 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     @app.exception_handler(BusUnavailable)
     async def on_bus_down(request: Request, exc: BusUnavailable) -> JSONResponse:
         return JSONResponse({"error": "unavailable", "reason": str(exc)}, status_code=503)
+
+    # nats-py's errors, its timeouts included (which are also OSErrors: without this they read as the database's).
+    @app.exception_handler(nats.errors.Error)
+    async def on_bus_error(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("bus request failed: %r", exc)
+        return JSONResponse({"error": "unavailable", "reason": f"the bus did not answer: {type(exc).__name__}"},
+                            status_code=503)
 
     @app.get("/healthz", tags=["meta"], summary="Liveness (no authentication)")
     async def healthz() -> dict[str, Any]:

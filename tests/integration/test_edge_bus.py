@@ -65,14 +65,15 @@ async def test_a_poison_message_is_dead_lettered_the_rest_applied_and_it_can_be_
             for b in bodies:  # PostgreSQL refuses NUL in text: a DataError, permanent, until the fix
                 await conn.execute("INSERT INTO notes VALUES ($1)", b.replace("\x00", "") if fixed.is_set() else b)
 
-    subject = rt.subjects.heartbeat("edge-test")
+    # A command subject: what the gateway may publish, so what it may replay (dead_letters.refusal).
+    subject = rt.subjects.cmd("edgetest")
     try:
-        await rt.consume([Consumer(rt.subjects.heartbeat_all, "HB", "edge-notes", text, store, batch=50,
+        await rt.consume([Consumer(subject, "CMD", "edge-notes", text, store, batch=50,
                                    wait_seconds=0.2)])
         for body in (b"one", b"two\x00NUL", b"not text", b"three"):
             await rt.js.publish(subject, body)
         rows = await eventually(lambda: rt.pool.fetch("SELECT body FROM notes ORDER BY body"), timeout=15)
-        await eventually(lambda: settled(rt, "HB", "edge-notes"), timeout=15)
+        await eventually(lambda: settled(rt, "CMD", "edge-notes"), timeout=15)
         assert sorted(r["body"] for r in await rt.pool.fetch("SELECT body FROM notes")) == ["one", "three"], rows
         (letter,) = await dead_letters(rt, 1)
         assert letter.cause is DeadCause.PERMANENT and letter.payload == b"two\x00NUL"

@@ -6,17 +6,22 @@ its session gets 403. Screenshots of each operations page in both languages go t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from libs.contracts.dead import DeadCause, dead_letter
+from libs.contracts.subjects import Subjects
+from libs.runtime import bus
 from services.gateway.panel import i18n
 from tests.e2e.stack import eventually
 
-from .conftest import open_as, shoot, stack_for_module, token_for, untranslated
+from .conftest import Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
 from .test_panel_signals import HANG_SCRIPT, TRAIN_SCRIPT, command, signal_of, submit, words
 
 pytestmark = pytest.mark.panel
@@ -253,6 +258,58 @@ def test_the_status_page_shows_the_control_planes_health_as_the_api_and_refreshe
         before = page.locator("#status-verdict small").inner_text()
         eventually(lambda: page.locator("#status-verdict small").inner_text() != before, timeout=30,
                    what="the status view refreshed by itself")
+        page.context.close()
+
+
+async def _bury(info: dict, service: str, *letters) -> None:
+    """Publishes ``letters`` as the edge library does when a consumer gives up (libs/runtime/edge.py), as the
+    stack's NATS admin: the page must show them as it shows any."""
+    nc = await bus.connect(info["nats_url"], "test-dead-letter", credentials_file=info["nats_credentials_file"])
+    try:
+        for letter in letters:
+            await nc.jetstream(timeout=10).publish(Subjects().dead(service), letter.encode())
+    finally:
+        await nc.close()
+
+
+def test_a_dead_letter_shows_why_and_what_it_carried_and_is_replayed_with_the_operators_name(stack, chromium, tokens):
+    info = json.loads((stack.data_dir / "stack.json").read_text())
+    command, beat = Subjects().cmd("cancel"), Subjects().heartbeat("ex-ghost")
+    hostile = b'{"schema": "teto.cmd.cancel/1", "note": "<img src=x onerror=alert(1)>"}'
+    letters = [dead_letter(service="queue", consumer="queue-cancel", cause=DeadCause.PERMANENT,
+                           reason="the database refused it: <b>value too long</b>", subject=command, payload=hostile,
+                           deliveries=1, stream_seq=7),
+               dead_letter(service="queue", consumer="queue-heartbeats", cause=DeadCause.EXHAUSTED,
+                           reason="timeout", subject=beat, payload=b"{}", deliveries=5)]
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API holds this thread's event loop
+        pool.submit(asyncio.run, _bury(info, "queue", *letters)).result(timeout=60)
+    for locale in ("en", "pt-BR"):
+        page = open_as(chromium, stack, tokens["admin"], locale)
+        asked: list[str] = []
+        if locale == "en":
+            Dialogs(page).seen = asked  # dismissed and recorded: nothing a letter carried may open one
+        else:  # the replay's confirmation, accepted
+            page.on("dialog", lambda d: (asked.append(d.message), d.accept()))
+        page.goto(f"{stack.url}/dead-letters?service=queue")
+        rows = page.locator("table.dead tbody tr[data-seq]")
+        row, heartbeat = rows.filter(has_text=command).last, rows.filter(has_text=beat).last
+        seq = row.get_attribute("data-seq")
+        assert row.get_attribute("data-cause") == "permanent" and "queue-cancel" in row.inner_text()
+        assert "<b>value too long</b>" in row.inner_text()  # shown as text, never as markup
+        # A heartbeat is its executor's to publish (the gateway publishes commands): no button, and it says so.
+        assert heartbeat.locator("button").count() == 0
+        assert ("Só quem a enviou" if locale == "pt-BR" else "Only its sender") in heartbeat.inner_text()
+        assert not untranslated(page), untranslated(page)
+        shoot(page, "dead-letters", locale)
+        if locale == "en":
+            assert asked == []
+        else:  # replayed once, confirmed, answered on its row, audited with the operator's name
+            row.get_by_role("button", name="Reenviar").click()
+            eventually(lambda: page.locator(f"#replay-{seq}").inner_text() == f"Reenviada em {command}", timeout=30,
+                       what="the replay's answer on its row")
+            assert len(asked) == 1 and f"mensagem morta {seq} em {command}" in asked[0], asked
+            eventually(lambda: [e for e in stack.get("/v1/audit?kind=dead_letter_replay").json()["entries"]
+                                if e.get("actor") == "adm"], timeout=30, what="the replay in the audit log")
         page.context.close()
 
 

@@ -102,22 +102,27 @@ class FakeCommands:
 
 
 class FakeDeadLetters:
-    """One dead letter at sequence 1; replay records what it would publish."""
+    """A command the queue gave up on at sequence 1, an executor's step report at 3; replay records what it would
+    publish."""
 
-    letter = dead_letter(service="queue", consumer="queue-progress", cause=DeadCause.PERMANENT, reason="bigint",
-                         subject="teto.progress.j1", payload=b'{"kind": "step"}')
+    prefix = "teto"
+    letters = {1: dead_letter(service="queue", consumer="queue-submit", cause=DeadCause.PERMANENT, reason="bigint",
+                              subject="teto.cmd.submit", payload=b'{"kind": "submit"}'),
+               3: dead_letter(service="queue", consumer="queue-progress", cause=DeadCause.PERMANENT, reason="bigint",
+                              subject="teto.progress.j1", payload=b'{"kind": "step"}')}
 
     def __init__(self) -> None:
         self.replayed: list[int] = []
 
     async def list(self, *, service: str | None, after_seq: int, limit: int) -> list[tuple[int, Any]]:
-        return [(1, self.letter)] if after_seq < 1 and service in (None, "queue") else []
+        found = [(seq, letter) for seq, letter in self.letters.items() if seq > after_seq]
+        return found[:limit] if service in (None, "queue") else []
 
     async def get(self, seq: int) -> Any:
-        return self.letter if seq == 1 else None
+        return self.letters.get(seq)
 
     async def counts(self) -> dict[str, int]:
-        return {"queue": 1}
+        return {"queue": 2}
 
     async def replay(self, seq: int, letter: Any) -> Replayed:
         self.replayed.append(seq)
@@ -361,13 +366,18 @@ def test_dead_letters_are_listed_for_operators_and_a_replay_is_recorded_with_the
     app, client, tokens, commands = gateway
     headers = {"Authorization": f"Bearer {tokens[Role.OPERATOR][1]}"}
     body = client.get("/v1/dead-letters", headers=headers).json()
-    (listed,) = body["dead_letters"]
-    assert body["counts"] == {"queue": 1}
-    assert listed["seq"] == 1 and listed["cause"] == "permanent" and listed["payload"] == '{"kind": "step"}'
-    assert listed["subject"] == "teto.progress.j1" and listed["replayable"]
+    listed, step = body["dead_letters"]
+    assert body["counts"] == {"queue": 2}
+    assert listed["seq"] == 1 and listed["cause"] == "permanent" and listed["payload"] == '{"kind": "submit"}'
+    assert listed["subject"] == "teto.cmd.submit" and listed["replayable"] and listed["not_replayable"] is None
+    # A step report is the executor's to publish: the bus would refuse the gateway's copy, so it says why at once.
+    assert step["seq"] == 3 and not step["replayable"] and "only the part that sent it" in step["not_replayable"]
     assert client.get("/v1/dead-letters/2", headers=headers).status_code == 404
+    refused = client.post("/v1/dead-letters/3/replay", headers=headers)
+    assert refused.status_code == 409 and refused.json()["error"] == "not_replayable"
+    assert "teto.progress.j1" in refused.json()["reason"]
     resp = client.post("/v1/dead-letters/1/replay", headers=headers)
-    assert resp.status_code == 200 and resp.json()["subject"] == "teto.progress.j1"
+    assert resp.status_code == 200 and resp.json()["subject"] == "teto.cmd.submit"
     assert app.state.dead_letters.replayed == [1]
     (rec,) = [o for o in commands.recorded if o.kind == "dead_letter_replay"]
     assert rec.detail["actor"] == Role.OPERATOR.value and rec.detail["seq"] == 1
@@ -396,3 +406,17 @@ def test_the_token_check_runs_on_the_event_loop_not_in_a_thread_pool(gateway, mo
     assert client.post("/v1/jobs", json={"workload": {"kind": "finetune"}}, headers=headers).status_code < 300
     assert client.get("/jobs", headers=headers).status_code == 200  # a panel page (signed_in)
     assert on_loop and all(on_loop), on_loop
+
+
+def test_a_bus_timeout_reads_as_the_bus_not_answering_never_as_the_database(gateway):
+    """nats-py's TimeoutError is also an OSError, which the gateway answers as the database being unavailable."""
+    import nats.errors
+
+    app, client, tokens, _ = gateway
+
+    async def silent(seq: int, letter: Any) -> Replayed:
+        raise nats.errors.TimeoutError
+
+    app.state.dead_letters.replay = silent
+    resp = client.post("/v1/dead-letters/1/replay", headers={"Authorization": f"Bearer {tokens[Role.OPERATOR][1]}"})
+    assert resp.status_code == 503 and resp.json()["reason"] == "the bus did not answer: TimeoutError"

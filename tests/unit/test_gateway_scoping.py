@@ -167,6 +167,8 @@ def test_a_dead_letter_quoting_a_sealed_secret_is_shown_redacted(tmp_path):
                          subject="teto.cmd.submit", payload=b'{"env": {"S": {"sealed": "v1.CIPHER"}}}')
 
     class Letters:
+        prefix = "teto"
+
         async def list(self, **_: Any) -> list[tuple[int, Any]]:
             return [(1, letter)]
 

@@ -13,7 +13,7 @@ from libs.contracts.envelope import new_id
 from libs.contracts.secrets import redact  # a dead grant or submit quotes sealed secrets: shown redacted
 
 from ..auth import Permission, Principal, require
-from ..dead_letters import DeadLetters, NotReplayable, view
+from ..dead_letters import DeadLetters, NotReplayable, refusal, view
 from ..errors import ApiError, not_found, unavailable
 
 def _letters(request: Request) -> DeadLetters:
@@ -34,27 +34,32 @@ def register(app: FastAPI) -> None:
         letters = _letters(request)
         found = await letters.list(service=service, after_seq=after_seq, limit=limit)
         nxt = found[-1][0] if len(found) == limit else None
-        return {"dead_letters": jsonable_encoder([redact(view(seq, letter)) for seq, letter in found]),
+        return {"dead_letters": jsonable_encoder([redact(view(seq, letter, letters.prefix)) for seq, letter in found]),
                 "next_after_seq": nxt, "counts": await letters.counts()}
 
     @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter")
     async def get_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
                               _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
-        letter = await _letters(request).get(seq)
+        letters = _letters(request)
+        letter = await letters.get(seq)
         if letter is None:
             raise not_found("dead letter", str(seq))
-        return jsonable_encoder(redact(view(seq, letter)))
+        return jsonable_encoder(redact(view(seq, letter, letters.prefix)))
 
     @app.post("/v1/dead-letters/{seq}/replay", tags=["operations"],
               summary="Publish a dead letter's message again on its original subject (after a fix)",
-              responses={409: {"description": "Its payload was cut: it cannot be replayed"}})
+              responses={409: {"description": "Its payload was cut, or its subject is one only the part that sent "
+                                                "it may publish: it cannot be replayed"}})
     async def replay_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),
                                  principal: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
         letters = _letters(request)
         letter = await letters.get(seq)
         if letter is None:
             raise not_found("dead letter", str(seq))
+        refused = refusal(seq, letter, letters.prefix)
         try:
+            if refused:
+                raise NotReplayable(refused)
             done = await letters.replay(seq, letter)
         except NotReplayable as exc:
             raise ApiError(409, "not_replayable", str(exc)) from None

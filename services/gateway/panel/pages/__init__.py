@@ -21,9 +21,9 @@ class NavItem:
 def pages() -> list:
     # One line per page; the order of the navigation is NavItem.order.
     from . import account, job, jobs
-    from . import audit, executors, nodes, policy, status  # the operations pages
+    from . import audit, dead_letters, executors, nodes, policy, status  # the operations pages
     from . import usage  # tenancy's usage report (issue 14)
-    return [account, jobs, job, executors, nodes, status, policy, audit, usage]
+    return [account, jobs, job, executors, nodes, status, dead_letters, policy, audit, usage]
 
 
 def navigation() -> list[NavItem]:
