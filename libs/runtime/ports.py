@@ -43,10 +43,9 @@ def _ephemeral_range() -> tuple[int, int]:
 def free_port_block(count: int, tries: int = 200, host: str = "127.0.0.1") -> int:
     """The first of ``count`` consecutive free ports, chosen BELOW the kernel's ephemeral range.
 
-    ``free_port`` asks the kernel for an ephemeral port, which the next ``free_port`` anywhere on the machine may
-    be handed too once it is released, and says nothing about its neighbours. A block of consecutive ports (the
-    gateway replicas listen on ``--http-port`` and the ports after it) taken from outside that range is never
-    handed out by the kernel, so another stack's NATS or metrics ports cannot land on it."""
+    A port the kernel chose says nothing about its neighbours, and any process may be handed it once it is
+    released. A block of consecutive ports (the gateway replicas listen on ``--http-port`` and the ports after it)
+    taken from outside that range is never handed out by the kernel."""
     low, _high = _ephemeral_range()
     floor = 10000 if low > 12000 else 1024
     rng = random.Random()

@@ -13,7 +13,7 @@ from libs.contracts.envelope import new_id
 from libs.contracts.secrets import redact  # a dead grant or submit quotes sealed secrets: shown redacted
 
 from ..auth import Permission, Principal, require
-from ..dead_letters import DeadLetters, NotReplayable, refusal, view
+from ..dead_letters import DeadLetters, refusal, view
 from ..errors import ApiError, not_found, unavailable
 
 def _letters(request: Request) -> DeadLetters:
@@ -57,12 +57,9 @@ def register(app: FastAPI) -> None:
         if letter is None:
             raise not_found("dead letter", str(seq))
         refused = refusal(seq, letter, letters.prefix)
-        try:
-            if refused:
-                raise NotReplayable(refused)
-            done = await letters.replay(seq, letter)
-        except NotReplayable as exc:
-            raise ApiError(409, "not_replayable", str(exc)) from None
+        if refused:
+            raise ApiError(409, "not_replayable", refused)
+        done = await letters.replay(seq, letter)
         commands = request.app.state.commands
         if commands is not None:
             await commands.record(CommandOutcome(command_id=new_id(), kind="dead_letter_replay", accepted=True,
