@@ -253,6 +253,7 @@ def test_the_status_page_shows_the_control_planes_health_as_the_api_and_refreshe
         assert page.locator("tr[data-stream]").count() == len(api["nats"]["streams"]) > 0
         reachable = "Acessível" if locale == "pt-BR" else "Reachable"
         assert reachable in page.locator("#status-database").inner_text()
+        assert page.locator("#status-dead a[href='/dead-letters']").count() == 1  # the count, a link to them
         shoot(page, "status", locale)
         # Asked again every 10 s with no event to prompt it: the time it was gathered moves on by itself.
         before = page.locator("#status-verdict small").inner_text()

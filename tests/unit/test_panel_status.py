@@ -108,3 +108,30 @@ def test_the_page_is_for_fleet_managers_as_the_api_and_says_so_without_a_bus(ops
     client.app.state.status = None
     page = client.get("/status", headers={"Accept-Language": "en"}).text
     assert "Status unavailable: this gateway is not connected to the bus" in text_of(page)
+
+
+def test_the_dead_letters_each_service_keeps_are_counted_with_links_and_a_failed_count_says_why(ops):
+    client, secrets, _, _ = ops
+    client.app.state.status = Gatherer(healthy=True)
+
+    class Letters:
+        def __init__(self, counts) -> None:
+            self.answer = counts
+
+        async def counts(self) -> dict[str, int]:
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    as_(client, secrets, "olga")
+    client.app.state.dead_letters = Letters({"budget": 1, "queue": 2})
+    page = client.get("/status", headers={"Accept-Language": "en"}).text
+    dead = page[page.index('id="status-dead"'):].split("</p>")[0]
+    assert "3 kept, to read and replay" in dead and 'href="/dead-letters"' in dead
+    assert 'href="/dead-letters?service=queue"' in dead and 'data-ok="1"' in page  # kept letters are no problem
+    client.app.state.dead_letters = Letters(TimeoutError("no answer"))
+    page = client.get("/status?fragment=1", headers={"Accept-Language": "pt-BR"}).text
+    dead = page[page.index('id="status-dead"'):].split("</p>")[0]
+    assert "Ilegível" in dead and "TimeoutError: no answer" in dead
+    client.app.state.dead_letters = None
+    assert 'id="status-dead"' not in client.get("/status").text
