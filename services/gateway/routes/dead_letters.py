@@ -23,19 +23,26 @@ def _letters(request: Request) -> DeadLetters:
     return letters
 
 
+SERVICE_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
+
+
+async def page_of(letters: DeadLetters, *, service: str | None, after_seq: int, limit: int) -> dict[str, Any]:
+    """A page of dead letters as ``GET /v1/dead-letters`` answers it (the panel's page shows the same): each as
+    ``view`` shows it with secrets redacted, where the next page starts (None: this was the last), the counts."""
+    found = await letters.list(service=service, after_seq=after_seq, limit=limit)
+    return {"dead_letters": jsonable_encoder([redact(view(seq, letter, letters.prefix)) for seq, letter in found]),
+            "next_after_seq": found[-1][0] if len(found) == limit else None, "counts": await letters.counts()}
+
+
 def register(app: FastAPI) -> None:
 
     @app.get("/v1/dead-letters", tags=["operations"],
              summary="Messages a service gave up on (permanent failure, deliveries exhausted, unpublishable)")
     async def list_dead_letters(request: Request,
-                                service: str | None = Query(None, pattern=r"^[a-z][a-z0-9_-]{0,63}$"),
+                                service: str | None = Query(None, pattern=SERVICE_PATTERN),
                                 after_seq: int = Query(0, ge=0, le=2**53), limit: int = Query(50, ge=1, le=500),
                                 _: Principal = Depends(require(Permission.FLEET_MANAGE))) -> dict[str, Any]:
-        letters = _letters(request)
-        found = await letters.list(service=service, after_seq=after_seq, limit=limit)
-        nxt = found[-1][0] if len(found) == limit else None
-        return {"dead_letters": jsonable_encoder([redact(view(seq, letter, letters.prefix)) for seq, letter in found]),
-                "next_after_seq": nxt, "counts": await letters.counts()}
+        return await page_of(_letters(request), service=service, after_seq=after_seq, limit=limit)
 
     @app.get("/v1/dead-letters/{seq}", tags=["operations"], summary="One dead letter")
     async def get_dead_letter(request: Request, seq: int = Path(ge=1, le=2**53),

@@ -8,14 +8,12 @@ audited as the API's) once its cause is fixed. Oldest first, 50 a page, filtered
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.responses import Response
 
 from libs.contracts.bounds import MAX_SAFE_INT
-from libs.contracts.secrets import redact
 
 from ...auth import Permission, Principal
-from ...dead_letters import view
+from ...routes.dead_letters import SERVICE_PATTERN, page_of
 from ..web import render, signed_in
 from . import NavItem
 
@@ -26,15 +24,11 @@ PAGE_SIZE = 50
 def register(router: APIRouter) -> None:
 
     @router.get("/dead-letters")
-    async def dead_letters(request: Request, service: str | None = Query(None, pattern=r"^[a-z][a-z0-9_-]{0,63}$"),
+    async def dead_letters(request: Request, service: str | None = Query(None, pattern=SERVICE_PATTERN),
                            after_seq: int = Query(0, ge=0, le=MAX_SAFE_INT),
                            principal: Principal = Depends(signed_in(Permission.FLEET_MANAGE))) -> Response:
         letters = getattr(request.app.state, "dead_letters", None)
-        if letters is None:
-            return render(request, principal, "dead_letters.html", "dead", messages=("dead.",), available=False,
-                          letters=[], counts={}, service=service, next_after_seq=None, first_page=True)
-        found = await letters.list(service=service, after_seq=after_seq, limit=PAGE_SIZE)
-        rows = jsonable_encoder([redact(view(seq, letter, letters.prefix)) for seq, letter in found])
-        return render(request, principal, "dead_letters.html", "dead", messages=("dead.",), available=True,
-                      letters=rows, counts=await letters.counts(), service=service, first_page=after_seq == 0,
-                      next_after_seq=found[-1][0] if len(found) == PAGE_SIZE else None)
+        listing = None if letters is None else await page_of(letters, service=service, after_seq=after_seq,
+                                                             limit=PAGE_SIZE)
+        return render(request, principal, "dead_letters.html", "dead", messages=("dead.",), listing=listing,
+                      service=service, first_page=after_seq == 0)
