@@ -34,7 +34,7 @@ def tail_lines(tail: Mapping[str, Any]) -> list[str]:
     """A failed job's ``log_tail`` as ``teto job`` shows it (escaped: this is a job's output on a terminal)."""
     status = tail.get("exit_code")
     head = (f"output    last lines of attempt {tail.get('attempt')} rank {tail.get('rank')}"
-            + (f" (exit status {status})" if status is not None else "") + f"; all: teto logs <job-id>")
+            + (f" (exit status {status})" if status is not None else "") + "; all: teto logs <job-id>")
     return [head, *(f"  {'!' if line.get('stream') == 'stderr' else ' '} {terminal_safe(str(line.get('text')))}"
                     for line in tail.get("lines") or [])]
 

@@ -5,5 +5,5 @@ only gives it the name user scripts import. Any python a job runs can import it:
 installation it runs from on the child's ``PYTHONPATH``.
 """
 
-from agents.executor.sdk import *  # noqa: F403 - the SDK's public names, re-exported
+from agents.executor.sdk import *  # noqa: F401, F403 - the SDK's public names, re-exported
 from agents.executor.sdk import __all__  # noqa: F401

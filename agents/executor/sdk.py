@@ -32,14 +32,15 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import sdk_context as _context
 from . import sdk_steps as _steps
 from . import sdk_trace as _trace
 from .ckpt_async import BackgroundWriter
+from .sdk_context import Context
 
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
            "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
@@ -59,65 +60,10 @@ _writer = BackgroundWriter()
 _held = _steps.Held()  # the step report held back (sdk_steps.py), written under _lock
 
 
-@dataclass(frozen=True)
-class Context:
-    """Where this process stands: which job and lease epoch, its rank, where checkpoints go."""
-
-    in_teto: bool
-    job_id: str | None
-    epoch: int | None
-    attempt: int | None
-    rank: int
-    world_size: int
-    rendezvous: str | None
-    checkpoint_dir: Path
-    checkpoint_every: int | None
-    resume_from: Path | None
-    device: str
-    work_dir: Path | None
-    params: dict[str, Any] = field(default_factory=dict)
-    checkpoints_kept: int = 0  # complete checkpoints kept in checkpoint_dir; 0: every one (outside Teto)
-
-    @property
-    def is_writer(self) -> bool:
-        """Only rank 0 writes checkpoints, so the workers of a gang never race on the same file."""
-        return self.rank == 0
-
-
-def _int(name: str, default: int | None) -> int | None:
-    value = os.environ.get(name, "")
-    try:
-        return int(value) if value else default
-    except ValueError:
-        return default
-
-
 def context() -> Context:
+    """Where this process stands, read from the ``TETO_*`` environment the agent started it with."""
     _install()
-    env = os.environ
-    resume = env.get("TETO_RESUME_FROM", "")
-    params: dict[str, Any] = {}
-    if env.get("TETO_PARAMS"):
-        try:
-            params = json.loads(env["TETO_PARAMS"])
-        except ValueError:
-            params = {}
-    return Context(
-        in_teto=bool(env.get("TETO_JOB_ID")),
-        job_id=env.get("TETO_JOB_ID") or None,
-        epoch=_int("TETO_EPOCH", None),
-        attempt=_int("TETO_ATTEMPT", None),
-        rank=_int("TETO_RANK", 0) or 0,
-        world_size=_int("TETO_WORLD_SIZE", 1) or 1,
-        rendezvous=env.get("TETO_RENDEZVOUS") or None,
-        checkpoint_dir=Path(env.get("TETO_CHECKPOINT_DIR") or "checkpoints"),
-        checkpoint_every=_int("TETO_CHECKPOINT_EVERY", None),
-        resume_from=Path(resume) if resume else None,
-        device=env.get("TETO_DEVICE") or "cpu",
-        work_dir=Path(env["TETO_WORK_DIR"]) if env.get("TETO_WORK_DIR") else None,
-        params=params,
-        checkpoints_kept=max(_int("TETO_CHECKPOINTS_KEPT", 0) or 0, 0),
-    )
+    return _context.from_environ(os.environ)
 
 
 # -- stopping ------------------------------------------------------------------------------------------------
@@ -177,7 +123,7 @@ def trace_parent() -> str | None:
 
 def _fd() -> int | None:
     if _state["fd"] is None:
-        _state["fd"] = _int("TETO_REPORT_FD", -1)
+        _state["fd"] = _context.env_int(os.environ, "TETO_REPORT_FD", -1)
     fd = _state["fd"]
     return fd if fd is not None and fd >= 0 else None
 

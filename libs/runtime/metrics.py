@@ -182,8 +182,3 @@ class Endpoint:
             time.sleep(cls.retry_seconds)
             if cls._bind(port, host):
                 return
-        cls.instance = instance or default_instance()
-        cls.server, _ = start_http_server(port, addr=host, registry=exposed(cls.instance))
-        cls.port = cls.server.server_port
-        log.info("metrics at http://%s:%d/metrics (instance %s)", host, cls.port, cls.instance)
-        return cls.port

@@ -20,7 +20,7 @@ from libs.runtime.db import lock_key
 from libs.runtime.errors import PermanentError
 
 from .domain import anchoring, chain, jsonb
-from .domain.entries import Entry, Outcome
+from .domain.entries import Entry
 
 log = logging.getLogger(__name__)
 

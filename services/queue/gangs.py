@@ -16,7 +16,7 @@ from libs.contracts.policies import GangPolicy
 from libs.runtime.service import Runtime
 
 from . import policy as policy_store
-from . import store
+from . import scans, store
 from .domain import lifecycle as lc
 from .domain.admission import PortRange, admissible, next_backoff, ready_deadline, rendezvous, rendezvous_port
 from .domain.placement import QueuedJob
@@ -41,7 +41,7 @@ class GangScanner:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # ready deadlines are set on the database's clock at placement
             # 1. Gangs that did not form in time release their nodes and back off (or fail at the limit).
-            late = await store.ready_timeouts(conn, now)
+            late = await scans.ready_timeouts(conn, now)
             policy = await policy_store.load(conn) if late else None
             for job in late:
                 assert policy is not None
@@ -52,7 +52,7 @@ class GangScanner:
                 log.warning("gang %s not ready by its deadline (waiting for %s): %s", job.id, ", ".join(not_ready),
                             f"back-off {backoff.n}, {backoff.delay_seconds:.1f}s" if backoff else "failed")
             # 2. Back-offs that are over: queued again, in their original arrival order.
-            for job in await store.backoffs_due(conn, now):
+            for job in await scans.backoffs_due(conn, now):
                 n += await self._apply(conn, job, lc.AdmissionDue(), now)
                 self.requeued += 1
         if n:
@@ -80,11 +80,11 @@ class GangGrants:
 
     @classmethod
     async def snapshot(cls, conn, settings: QueueSettings) -> GangGrants:  # noqa: ANN001 - asyncpg types
-        return cls(settings, await policy_store.load(conn), await store.rendezvous_in_use(conn), {})
+        return cls(settings, await policy_store.load(conn), await scans.rendezvous_in_use(conn), {})
 
     async def admissible(self, conn, wanted: Sequence[QueuedJob]) -> list[QueuedJob]:  # noqa: ANN001
         sequential = self.policy.sequential_admission
-        admitting = await store.admitting_count(conn) if sequential else 0
+        admitting = await scans.admitting_count(conn) if sequential else 0
         return admissible(wanted, admitting_now=admitting, sequential=sequential)
 
     async def grant(self, conn, job: lc.Job, workers: tuple[str, ...], expires_at: datetime,  # noqa: ANN001
@@ -93,7 +93,7 @@ class GangGrants:
         if len(workers) == 1:
             return lc.Granted(workers, epoch, expires_at)
         if workers[0] not in self.addresses:
-            self.addresses.update(await store.executor_addresses(conn, workers[:1]))
+            self.addresses.update(await scans.executor_addresses(conn, workers[:1]))
         host = self.addresses.get(workers[0]) or "127.0.0.1"
         used = {int(r.rsplit(":", 1)[1]) for r in self.in_use if r.rsplit(":", 1)[0].strip("[]") == host}
         port = rendezvous_port(job.id, epoch, used, PortRange(self.settings.rendezvous_port_first,

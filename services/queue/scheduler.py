@@ -22,7 +22,7 @@ from libs.runtime import metrics, tracing
 from libs.runtime.db import lock_key
 from libs.runtime.service import Runtime
 
-from . import org_budgets, remaining, store, tenancy_edge
+from . import org_budgets, remaining, scans, store, tenancy_edge
 from .domain import lifecycle as lc
 from .domain.placement import QueuedJob
 from .domain.wakes import pass_size, widen
@@ -35,7 +35,7 @@ from .tenancy.model import Pending
 log = logging.getLogger(__name__)
 
 
-def pending_of(job: store.Queued, needs_gpu_seconds: float = 0.0) -> Pending:
+def pending_of(job: scans.Queued, needs_gpu_seconds: float = 0.0) -> Pending:
     return Pending(job.id, job.org, job.created_at, job.workers, job.gpus_per_worker, job.priority, job.project,
                    needs_gpu_seconds)
 
@@ -59,7 +59,7 @@ class Scheduler:
     async def place_once(self) -> int:
         most = self.settings.max_jobs_per_pass
         async with self.runtime.pool.acquire() as conn:
-            queued, free = await store.queued_and_free(conn, self.silent_after, most=most,
+            queued, free = await scans.queued_and_free(conn, self.silent_after, most=most,
                                                        require_checked=self.settings.require_checked_nodes)
             since = None if self._whole_at is None else time.monotonic() - self._whole_at
             size = pass_size(queued, free, since, self.settings.schedule_interval_seconds, most)
@@ -98,7 +98,7 @@ class Scheduler:
             # up to the RPC timeout; only the placement lock, which nothing but placement passes take, is
             # held meanwhile): what is left of the ceiling of each job placed again, and budgeted
             # organisations' consumption this period for their reservations.
-            again = await store.queued_jobs_placed_before(conn, chosen)
+            again = await scans.queued_jobs_placed_before(conn, chosen)
             budgeted = org_budgets.budgeted(orgs)
             consumption = (await org_budgets.ask(self.runtime, conn, orgs, now, timeout,
                                                  jobs=[j.id for j in again])
@@ -109,7 +109,7 @@ class Scheduler:
             # 3. Snapshot: the candidates locked (a job that left the queue or another transaction holds
             # meanwhile is left out, never granted) and read as the columns planning needs (the whole job
             # only for those granted, step 5); schedulable executors, free or busy; running jobs.
-            jobs = await store.queued_candidates(conn, chosen)
+            jobs = await scans.queued_candidates(conn, chosen)
             if not jobs:
                 return 0, 0, len(chosen)
             nodes = await tenancy_edge.schedulable_nodes(conn, now, self.silent_after,
@@ -127,7 +127,7 @@ class Scheduler:
             # 4. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
             result = plan(snapshot)
             assignments = result.admitted
-            by_id = await store.jobs_by_id(conn, [a.job_id for a in assignments])
+            by_id = await scans.jobs_by_id(conn, [a.job_id for a in assignments])
             # What each grant carries of its ceiling (the budget's answers asked in step 2).
             left = remaining.remaining_of([by_id[a.job_id] for a in assignments], used)
             # 5. Grant each: job running (a gang: admitting) under the next epoch, RunJob and LeaseEvent in the
@@ -202,7 +202,7 @@ class Scheduler:
         n = 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # the clock the deadlines were set on, whichever replica set them
-            for job in await store.expired_leases(conn, now):
+            for job in await scans.expired_leases(conn, now):
                 t = lc.decide(job, lc.LeaseExpired(job.lease_epoch), now)
                 if isinstance(t, lc.Transition) and t.changed:
                     await store.write(conn, self.settings.subjects, t, now, messages_for(t.job, t, self.settings))

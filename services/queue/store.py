@@ -16,7 +16,6 @@ import asyncpg
 
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
-from libs.contracts.nodes import RULED_OUT_STATES
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import StepReport
 from libs.runtime import outbox, tracing, wake
@@ -34,7 +33,7 @@ _JOB_COLUMNS = ("id", "name", "owner", "state", "spec", "attempts", "attempt_num
                 "created_at", "updated_at", "gang", "rendezvous", "ready_deadline", "admitted_at", "backoff_count",
                 "next_admission_at", "on_node_failure", "org", "project", "priority", "node_group", "devices")
 _JSON_COLUMNS = {"spec", "attempts", "last_checkpoint", "ceiling_history", "gang"}
-_SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
+SELECT_JOB = f"SELECT {', '.join(_JOB_COLUMNS)} FROM {T}.jobs"
 
 
 def _loads(value: str | None) -> Any:
@@ -96,13 +95,13 @@ _UPSERT_JOB = (
 
 
 async def load_job(conn: asyncpg.Connection, job_id: str, *, lock: bool = False) -> Job | None:
-    row = await conn.fetchrow(f"{_SELECT_JOB} WHERE id = $1{' FOR UPDATE' if lock else ''}", job_id)
+    row = await conn.fetchrow(f"{SELECT_JOB} WHERE id = $1{' FOR UPDATE' if lock else ''}", job_id)
     return None if row is None else job_from_row(row)
 
 
 async def load_jobs(conn: asyncpg.Connection, job_ids: Sequence[str], *, lock: bool = False) -> dict[str, Job]:
     """The jobs of these ids that exist (locked in id order, so two batches never wait on each other in a cycle)."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) ORDER BY id{' FOR UPDATE' if lock else ''}",
+    rows = await conn.fetch(f"{SELECT_JOB} WHERE id = ANY($1::text[]) ORDER BY id{' FOR UPDATE' if lock else ''}",
                             list(job_ids))
     return {r["id"]: job_from_row(r) for r in rows}
 
@@ -304,92 +303,11 @@ async def answered(conn: asyncpg.Connection, command_id: str) -> dict[str, Any] 
                                       command_id))
 
 
-# -- placement and lease scanning -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Queued:
-    """A queued job as a placement pass plans it: the columns planning reads (its spec's shape and ceiling, not the
-    whole spec decoded); the pass reads the whole job only for those it grants (``jobs_by_id``)."""
-
-    id: str
-    org: str
-    project: str
-    created_at: datetime
-    updated_at: datetime
-    priority: int
-    lease_epoch: int
-    workers: int
-    gpus_per_worker: int
-    gpu_ceiling_seconds: float
-
-
-_QUEUED = (f"SELECT id, org, project, created_at, updated_at, priority, lease_epoch,"
-           " COALESCE((spec->>'workers')::int, 1) AS workers,"
-           " COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus_per_worker,"
-           " (spec->>'gpu_ceiling_seconds')::float8 AS gpu_ceiling_seconds"
-           f" FROM {T}.jobs WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
-           " FOR UPDATE SKIP LOCKED")
-
-
-async def queued_candidates(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Queued]:
-    """These queued jobs (a placement pass's candidates) in arrival order, row-locked, as ``Queued`` rows; rows
-    another transaction holds are skipped, not waited on, and a job no longer queued is left out."""
-    return [Queued(**r) for r in await conn.fetch(_QUEUED, list(ids))]
-
-
-async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, Job]:
-    """These jobs whole, by id (rows the caller's transaction already holds)."""
-    if not ids:
-        return {}
-    return {r["id"]: job_from_row(r) for r in await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[])",
-                                                               list(ids))}
-
-
-async def queued_and_free(conn: asyncpg.Connection, silent_after: float, *, require_checked: bool = True,
-                          most: int = 1) -> tuple[bool, int]:
-    """(any job queued, how many executors are free for one, counted up to ``most``), in one round trip. Free
-    as ``tenancy_edge.schedulable_nodes`` says it: heard from within ``silent_after`` seconds, on a schedulable
-    node, accepting, reporting no job and holding none per the jobs table."""
-    row = await conn.fetchrow(
-        f"SELECT EXISTS (SELECT 1 FROM {T}.jobs WHERE state = 'queued') AS queued,"
-        f" (SELECT count(*) FROM (SELECT 1 FROM {T}.executors e WHERE e.accepting AND e.job_id IS NULL"
-        "   AND e.last_seen >= clock_timestamp() - make_interval(secs => $1)"
-        f"  AND {SCHEDULABLE_NODE}"
-        f"  AND NOT EXISTS (SELECT 1 FROM {T}.jobs j WHERE j.state IN ('running', 'admitting')"
-        "     AND e.executor_id = ANY(j.workers)) LIMIT $4) f) AS free",
-        silent_after, not require_checked, sorted(s.value for s in RULED_OUT_STATES), most)
-    return row["queued"], row["free"]
-
-
-async def queued_jobs_placed_before(conn: asyncpg.Connection, ids: Sequence[str]) -> list[Job]:
-    """Those of these queued jobs that ran before (the only ones with consumption), unlocked: read before the
-    pass so the budget is asked with no row held."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE id = ANY($1::text[]) AND state = 'queued' AND lease_epoch > 0"
-                            " ORDER BY created_at, id", list(ids))
-    return [job_from_row(r) for r in rows]
-
-
 async def db_now(conn: asyncpg.Connection) -> datetime:
     """The database's clock, the one clock of lease deadlines, their expiry and executors' freshness: replicas'
     wall clocks may disagree by minutes, and a lease set by one and judged by another must mean the same time.
     ``clock_timestamp()``, not ``now()``: a transaction that waited on a lock must not judge with a stale time."""
     return await conn.fetchval("SELECT clock_timestamp()")
-
-
-# Only nodes that passed their checks (health's node events): ready and not cordoned. Without that requirement
-# ($2 true) a node not yet judged (joining, checking) may take work too, but never one the health service or an
-# operator has ruled out ($3: those states). Executor alias ``e``.
-SCHEDULABLE_NODE = (
-    f"(EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
-    "   AND n.executor_id = e.executor_id)"
-    f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
-    "   AND n.state = ANY($3::text[]))))")
-
-
-async def expired_leases(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'running' AND lease_expires_at < $1"
-                            " ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
-    return [job_from_row(r) for r in rows]
 
 
 # -- nodes (the health service's node events) ---------------------------------------------------------------
@@ -405,37 +323,7 @@ async def apply_node_event(conn: asyncpg.Connection, node_id: str, executor_id: 
         node_id, executor_id, group, state, schedulable, reason, seq)
 
 
-# -- gangs ------------------------------------------------------------------------------------------------
-
-async def admitting_count(conn: asyncpg.Connection) -> int:
-    return await conn.fetchval(f"SELECT count(*) FROM {T}.jobs WHERE state = 'admitting'")
-
-
-async def ready_timeouts(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
-    """Admitting gangs past their ready deadline, row-locked."""
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'admitting' AND ready_deadline <= $1"
-                            " ORDER BY ready_deadline LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
-    return [job_from_row(r) for r in rows]
-
-
-async def backoffs_due(conn: asyncpg.Connection, now: datetime, limit: int = 500) -> list[Job]:
-    rows = await conn.fetch(f"{_SELECT_JOB} WHERE state = 'backoff' AND next_admission_at <= $1"
-                            " ORDER BY next_admission_at LIMIT $2 FOR UPDATE SKIP LOCKED", now, limit)
-    return [job_from_row(r) for r in rows]
-
-
-async def rendezvous_in_use(conn: asyncpg.Connection) -> set[str]:
-    """host:port of every gang now forming or running (a new gang must not meet on the same port)."""
-    rows = await conn.fetch(f"SELECT rendezvous FROM {T}.jobs WHERE state IN ('admitting', 'running')"
-                            " AND rendezvous IS NOT NULL")
-    return {r["rendezvous"] for r in rows}
-
-
-async def executor_addresses(conn: asyncpg.Connection, executor_ids: Sequence[str]) -> dict[str, str | None]:
-    rows = await conn.fetch(f"SELECT executor_id, address FROM {T}.executors WHERE executor_id = ANY($1::text[])",
-                            list(executor_ids))
-    return {r["executor_id"]: r["address"] for r in rows}
-
+# -- gangs and steps ----------------------------------------------------------------------------------------
 
 async def running_gangs_of(conn: asyncpg.Connection, executor_id: str) -> list[str]:
     rows = await conn.fetch(f"SELECT id FROM {T}.jobs WHERE state = 'running' AND cardinality(workers) > 1"

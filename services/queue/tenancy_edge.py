@@ -21,7 +21,7 @@ from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
-from . import store
+from . import scans, store
 from .domain.preemption import PREEMPTED
 from .domain.submits import Target
 from .tenancy.admission import Node, Wait
@@ -73,7 +73,7 @@ async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_afte
         f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL AND held.id IS NULL AS free"
         f" FROM {T}.executors e LEFT JOIN (SELECT DISTINCT w.id FROM {T}.jobs j, unnest(j.workers) AS w(id)"
         "   WHERE j.state IN ('running', 'admitting')) AS held ON held.id = e.executor_id"
-        f" WHERE e.last_seen >= $1 AND {store.SCHEDULABLE_NODE}"
+        f" WHERE e.last_seen >= $1 AND {scans.SCHEDULABLE_NODE}"
         " ORDER BY e.executor_id",
         now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
     return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any

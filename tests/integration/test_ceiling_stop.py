@@ -20,7 +20,6 @@ from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 
 from tests.integration.helpers_executor import agent_with_fake_queue, command, eventually
-from tests.support.services import running
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from bench._recording import Recording
 from libs.contracts.commands import SubmitJob
 from libs.contracts.jobs import JobSpec
 from libs.runtime.service import Runtime
-from services.queue import store, tenancy_edge
+from services.queue import scans, store, tenancy_edge
 from services.queue.commands import Commands
 from services.queue.domain.wakes import FEWEST
 from services.queue.scheduler import Scheduler
@@ -125,12 +125,12 @@ async def test_every_worker_of_a_held_gang_is_busy_and_each_executor_is_listed_o
         assert [(n.executor_id, n.free) for n in nodes] == [("ex-0", False), ("ex-1", False), ("ex-2", True),
                                                             ("ex-3", False)]
         async with rt.pool.acquire() as conn:  # the placement pass's first question agrees: ex-2 is free
-            assert await store.queued_and_free(conn, 60.0) == (False, True)
+            assert await scans.queued_and_free(conn, 60.0) == (False, True)
             await conn.execute("UPDATE queue.executors SET job_id = 'other' WHERE executor_id = 'ex-2'")
-            assert await store.queued_and_free(conn, 60.0) == (False, False)
+            assert await scans.queued_and_free(conn, 60.0) == (False, False)
             await conn.execute("UPDATE queue.executors SET job_id = NULL, last_seen = last_seen - interval '2 min'"
                                " WHERE executor_id = 'ex-2'")
-            assert await store.queued_and_free(conn, 60.0) == (False, False)  # silent too long
+            assert await scans.queued_and_free(conn, 60.0) == (False, False)  # silent too long
     finally:
         await rt.close()
 
@@ -147,9 +147,9 @@ async def test_only_jobs_within_the_pass_are_asked_about_their_consumption(env):
             orgs = await tenancy_edge.organisations(conn)
             two = await tenancy_edge.candidates(conn, orgs, 2)  # what a pass of max_jobs_per_pass=2 considers
             assert sorted(two) == sorted([first, second])
-            assert [j.id for j in await store.queued_jobs_placed_before(conn, two)] == [first]
+            assert [j.id for j in await scans.queued_jobs_placed_before(conn, two)] == [first]
             three = await tenancy_edge.candidates(conn, orgs, 3)
-            assert [j.id for j in await store.queued_jobs_placed_before(conn, three)] == [first, third]
+            assert [j.id for j in await scans.queued_jobs_placed_before(conn, three)] == [first, third]
     finally:
         await rt.close()
 

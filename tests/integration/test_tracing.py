@@ -10,7 +10,6 @@ the training process is another process, which exports its span to its log throu
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sys

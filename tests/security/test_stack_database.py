@@ -6,7 +6,6 @@ every login), and the services each run under their own login; the job still suc
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest

@@ -9,7 +9,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from libs.contracts.commands import CommandOutcome
-from libs.contracts.secrets import REDACTED
 from libs.runtime.sealing import new_key
 from services.gateway import auth
 from services.gateway.api import create_app

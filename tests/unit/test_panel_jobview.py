@@ -4,7 +4,6 @@ may requeue or cancel; and the jobs page's cursor and name pattern."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 
 import pytest
 

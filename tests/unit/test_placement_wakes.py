@@ -96,7 +96,7 @@ async def test_a_wake_during_a_pass_rests_first_and_a_wake_after_an_idle_spell_d
     await asyncio.wait_for(waker.sleep(60.0), 5)
     assert waker.woken == 1 and waker.rested == pytest.approx(0.02)
     # This pass ends with nothing new; the next wake comes while the loop waits: no rest.
-    late = asyncio.get_running_loop().call_later(0.01, waker.set)
+    asyncio.get_running_loop().call_later(0.01, waker.set)
     now[0] += 0.02
     await asyncio.wait_for(waker.sleep(60.0), 5)
     assert waker.woken == 2 and waker.rested == pytest.approx(0.02)
