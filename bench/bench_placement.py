@@ -106,7 +106,7 @@ async def reference_ms(pool, limit: int) -> float:  # noqa: ANN001
     """The bare candidate query of the pass: the same rows locked, nothing decided or written."""
     async with pool.acquire() as conn, conn.transaction():
         t0 = time.perf_counter()
-        await conn.fetch(f"{store._SELECT_JOB} WHERE state = 'queued' ORDER BY created_at, id LIMIT $1"
+        await conn.fetch(f"{store.SELECT_JOB} WHERE state = 'queued' ORDER BY created_at, id LIMIT $1"
                          " FOR UPDATE SKIP LOCKED", limit)
         return (time.perf_counter() - t0) * 1000
 

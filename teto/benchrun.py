@@ -63,10 +63,17 @@ def failed_row(bench: str, note: str) -> dict:
 
 
 def failure(output: str) -> str:
-    """The line of a child's output that says why it failed: the last exception line, else the last line."""
+    """The line of a child's output that says why it failed: the last exception line, else the last line. When
+    that exception was raised while handling another (a cleanup that failed after the real error), the first
+    one is the cause and comes first: the cleanup's error alone would send a reader after the wrong fault."""
     lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
+    if len(errors) > 1 and _DURING in output and errors[0] != errors[-1]:
+        return f"{errors[0][:200]} (then, while handling it: {errors[-1][:150]})"
     return ((errors or lines or ["no output"])[-1])[:300]
+
+
+_DURING = "During handling of the above exception, another exception occurred"
 
 
 def verdict(passed: object) -> str:

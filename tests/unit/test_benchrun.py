@@ -59,6 +59,18 @@ def test_a_failed_benchmark_reads_as_short_with_its_reason():
         == "ValueError: bad spec"
     assert benchrun.failure("just a line\nlast") == "last"
     assert benchrun.failure("") == "no output"
+
+
+def test_a_failure_while_handling_another_names_the_first_as_the_cause():
+    chained = ("Traceback (most recent call last):\n  File x\nAttributeError: module 'store' has no attribute 'X'\n\n"
+               "During handling of the above exception, another exception occurred:\n\nTraceback (most recent call"
+               " last):\n  File y\nConnectionRefusedError: [Errno 111] Connect call failed\n")
+    assert benchrun.failure(chained) == ("AttributeError: module 'store' has no attribute 'X' (then, while handling"
+                                         " it: ConnectionRefusedError: [Errno 111] Connect call failed)")
+    # "raise B from A": B is the message the code chose to give; it stays the one shown
+    caused = ("ValueError: raw\n\nThe above exception was the direct cause of the following exception:\n\n"
+              "RuntimeError: the spec is invalid\n")
+    assert benchrun.failure(caused) == "RuntimeError: the spec is invalid"
     failed = benchrun.failed_row("audit", "timed out after 5 s")
     assert failed["passed"] is False and failed["figure"] is None and failed["note"] == "timed out after 5 s"
 
