@@ -77,7 +77,7 @@ class BudgetAnswers:
 
 async def _columns(conn) -> list[str]:  # noqa: ANN001
     rows = await conn.fetch("SELECT column_name FROM information_schema.columns WHERE table_schema = 'queue'"
-                            " AND table_name = 'jobs' ORDER BY ordinal_position")
+                            " AND table_name = 'jobs' AND is_generated = 'NEVER' ORDER BY ordinal_position")
     return [r[0] for r in rows]
 
 

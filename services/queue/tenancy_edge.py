@@ -62,20 +62,19 @@ async def submit_targets(conn: asyncpg.Connection, pairs: Iterable[tuple[str, st
     return {(r["org"], r["project"]): Target(r["org_exists"], r["project_exists"]) for r in rows}
 
 
+SCHEDULABLE_NODES = ("SELECT e.executor_id, e.gpus, e.group_name,"
+                     f" e.accepting AND e.job_id IS NULL AND {scans.NOT_HELD} AS free"
+                     f" FROM {T}.executors e WHERE e.last_seen >= $1 AND {scans.SCHEDULABLE_NODE}"
+                     " ORDER BY e.executor_id")
+
+
 async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_after: float, *,
                             require_checked: bool = True) -> list[Node]:
     """Every executor placement may use, busy or free, with its node group: the fleet's capacity per group.
     Free: accepting, reporting no job, and holding none per the jobs table (authoritative: a heartbeat sent
     before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping)."""
-    # The executors jobs hold, as a set joined once (a hash join), not a search of every running job's workers
-    # per executor (one index scan of the running jobs per executor: most of a pass at 1,000 executors).
     rows = await conn.fetch(
-        f"SELECT e.executor_id, e.gpus, e.group_name, e.accepting AND e.job_id IS NULL AND held.id IS NULL AS free"
-        f" FROM {T}.executors e LEFT JOIN (SELECT DISTINCT w.id FROM {T}.jobs j, unnest(j.workers) AS w(id)"
-        "   WHERE j.state IN ('running', 'admitting')) AS held ON held.id = e.executor_id"
-        f" WHERE e.last_seen >= $1 AND {scans.SCHEDULABLE_NODE}"
-        " ORDER BY e.executor_id",
-        now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
+        SCHEDULABLE_NODES, now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
     return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]
 
 
@@ -98,8 +97,9 @@ async def running(conn: asyncpg.Connection) -> list[Running]:
 # itself (``tenancy.candidates.choose``: each job keyed by its organisation's held devices plus its own and those
 # before it, over the weight; the ``limit`` lowest keys, ties older then id) is made here too, by a window sum
 # over those rows, so a pass reads ``limit`` ids, not ``limit`` rows per organisation to choose from in Python.
+# Those rows come from the index alone (``jobs_queued_org`` carries ``asked_devices``: migration 056).
 # Ids compare as Python compares them (code points: ``COLLATE "C"``). $1: limit; $2, $3: weights by organisation.
-_CANDIDATES = f"""
+CANDIDATES = f"""
 WITH RECURSIVE queued_orgs(org) AS (
     (SELECT org FROM {T}.jobs WHERE state = 'queued' ORDER BY org LIMIT 1)
     UNION ALL
@@ -107,9 +107,7 @@ WITH RECURSIVE queued_orgs(org) AS (
     FROM queued_orgs q WHERE q.org IS NOT NULL
 ), firsts AS (
     SELECT c.* FROM queued_orgs q CROSS JOIN LATERAL (
-        SELECT id, org, created_at, priority,
-               GREATEST(1, COALESCE((spec->>'workers')::int, 1)
-                           * GREATEST(1, COALESCE((spec->>'gpus_per_worker')::int, 0))) AS devices
+        SELECT id, org, created_at, priority, asked_devices AS devices
         FROM {T}.jobs WHERE state = 'queued' AND org = q.org
         ORDER BY priority DESC, created_at, id LIMIT $1) c
     WHERE q.org IS NOT NULL
@@ -134,7 +132,7 @@ async def candidates(conn: asyncpg.Connection | asyncpg.Pool, orgs: Mapping[str,
     (the pass locks the rows)."""
     if limit <= 0:
         return []
-    rows = await conn.fetch(_CANDIDATES, limit, list(orgs), [o.weight for o in orgs.values()])
+    rows = await conn.fetch(CANDIDATES, limit, list(orgs), [o.weight for o in orgs.values()])
     return [r["id"] for r in rows]
 
 

@@ -191,7 +191,7 @@ async def test_candidates_read_per_organisation_are_the_choice_over_every_queued
                 got = await tenancy_edge.candidates(conn, orgs, limit)
                 want = choose(every, limit, {"c": 9}, {n: o.weight for n, o in orgs.items()})
                 assert got == want, limit  # the same jobs, in the same order of share deficit
-            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge._CANDIDATES, 3, [], []))
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + tenancy_edge.CANDIDATES, 3, [], []))
             assert "jobs_queued_org" in plan
     finally:
         await rt.close()
