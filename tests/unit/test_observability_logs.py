@@ -83,7 +83,25 @@ def test_a_batch_binds_only_the_ids_all_its_messages_share():
     assert logs.shared_fields([cmd]) == {"command_id": "c7"}
 
 
-def test_configure_writes_json_lines_or_text_and_refuses_another_format(capsys):
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def keep_logging(monkeypatch):
+    """The process-wide switches ``configure`` sets, put back after the test (pytest's own log capture reads the
+    caller's file and line)."""
+    for name in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, name, getattr(logging, name))
+    monkeypatch.setattr(logging, "logAsyncioTasks", getattr(logging, "logAsyncioTasks", True), raising=False)
+
+
+def test_configure_writes_json_lines_or_text_and_refuses_another_format(capsys, keep_logging):
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     try:
@@ -100,3 +118,51 @@ def test_configure_writes_json_lines_or_text_and_refuses_another_format(capsys):
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])
+
+
+def test_a_configured_part_does_not_look_up_where_each_line_came_from(capsys, keep_logging):
+    """The caller's file and line (a walk up the stack), the thread and the process: no line shows them, and they
+    were half of what a line cost."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        logs.configure("INFO", "json")
+        kept = Kept()
+        root.addHandler(kept)
+        logging.getLogger("teto.x").info("placed %s", "j1")
+        (record,) = kept.records
+        assert (record.pathname, record.lineno) == ("(unknown file)", 0)
+        assert record.thread is None and record.process is None
+        assert json.loads(capsys.readouterr().err.strip().splitlines()[-1])["message"] == "placed j1"
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+
+@pytest.mark.parametrize("message", ["naïve café 東京", "a\x00nul, a\ttab, a \"quote\" and a \\ backslash",
+                                     "two\nlines\r\n", "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029 every line end",
+                                     "emoji \U0001f600"])
+def test_any_message_is_one_valid_json_line_that_reads_back_the_same(message):
+    record = logging.LogRecord("teto.test", logging.INFO, __file__, 1, "%s %s", (message, object), None)
+    text = logs.JsonFormatter().format(record)
+    assert text.splitlines() == [text]  # one line, whoever splits it
+    assert json.loads(text)["message"] == f"{message} {object}"
+
+
+def test_an_ids_value_the_json_library_cannot_write_is_written_as_text():
+    with logs.bound(job_id="j1"):
+        record = logging.LogRecord("teto.test", logging.INFO, __file__, 1, "m", (), None)
+        out = logs.JsonFormatter().format(record)
+    assert json.loads(out)["job_id"] == "j1"
+
+
+def test_the_current_spans_trace_id_is_on_the_line():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("s") as span:
+        out = line()
+        again = line()  # the span lookup is imported once, then called directly
+    want = format(span.get_span_context().trace_id, "032x")
+    assert out["trace_id"] == want == again["trace_id"]
+    assert "trace_id" not in line()
