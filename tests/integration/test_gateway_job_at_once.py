@@ -48,9 +48,10 @@ class Counting:
 
 
 async def _both(pool, job_id: str, events: int = 20) -> tuple[dict | None, dict | None]:
-    """The one-statement read and the view-by-view read of one job, in one transaction (one ``now()``)."""
+    """The one-statement read and the view-by-view read of one job, in one transaction (one ``now()``) on one
+    snapshot: the real queue's placement pass may note why the job waits between the two reads."""
     reads = Reads(pool)
-    async with pool.acquire() as conn, conn.transaction():
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         return await reads._job_at_once(conn, job_id, events), await reads._job_on(conn, job_id, events)
 
 
