@@ -89,3 +89,52 @@ def test_batches_are_a_function_of_seed_and_step():
     c = corpus.batch(8, batch_size=4, seq_len=32, seed=3)
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
     assert torch.equal(a[0][:, 1:], a[1][:, :-1])  # targets are the inputs shifted by one byte
+
+
+def _slow_counted_build(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Stand in for the pre-training (seconds of CPU) with a slow build that counts its calls."""
+    import threading
+    import time
+
+    built: list[int] = []
+    lock = threading.Lock()
+
+    def slow_state() -> dict:
+        with lock:
+            built.append(1)
+        time.sleep(0.3)
+        return {"w": torch.zeros(4)}
+    monkeypatch.setattr(model, "build_base_state", slow_state)
+    return built
+
+
+def test_builders_at_once_build_the_base_once_and_the_others_find_it_built(tmp_path, monkeypatch):
+    # The agents of a node share one base directory: four asking at once used to build it four times over,
+    # on the same cores (the first grant of each waited for all of them).
+    from concurrent.futures import ThreadPoolExecutor
+
+    built = _slow_counted_build(monkeypatch)
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: model.ensure_base(tmp_path), range(4)))
+    assert built == [1]
+    assert len(set(paths)) == 1 and checkpoints_valid(paths[0])
+
+
+def test_a_lock_file_left_behind_by_a_dead_builder_does_not_hold_anyone(tmp_path, monkeypatch):
+    # The lock is the kernel's (flock), released when its holder dies; the file itself means nothing.
+    built = _slow_counted_build(monkeypatch)
+    (tmp_path / (model.base_path(tmp_path).name + ".lock")).write_text("")
+    assert checkpoints_valid(model.ensure_base(tmp_path)) and built == [1]
+
+
+def test_without_a_lock_file_the_build_goes_on_unlocked(tmp_path, monkeypatch):
+    # A directory where the lock cannot be made (here: its name taken by a directory) does not stop a build.
+    built = _slow_counted_build(monkeypatch)
+    (tmp_path / (model.base_path(tmp_path).name + ".lock")).mkdir()
+    assert checkpoints_valid(model.ensure_base(tmp_path)) and built == [1]
+
+
+def checkpoints_valid(path) -> bool:  # noqa: ANN001
+    from agents.executor import checkpoints
+
+    return checkpoints.validate(path)[0] is not None

@@ -3,13 +3,20 @@
 Nothing can be downloaded at run time, so the "pre-trained" base is made here: a fixed-seed initialisation
 plus a few pre-training steps on a built-in generic corpus, single-threaded so the bytes are the same on
 every machine for the same ``BASE_VERSION``. It is cached under ``<base_dir>/base-v<N>.pt`` and rebuilt when
-missing; concurrent builders write identical bytes through an atomic rename, so they cannot corrupt it.
+missing or corrupt. Builders on one machine take turns on a lock file beside it (the agents of a node share one
+base directory, and so do a gang's workers): one builds, the others wait and find it built, instead of each
+spending the same seconds of CPU at once. Were the lock unavailable, builders would still write identical bytes
+through an atomic rename, so none can corrupt it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -116,16 +123,41 @@ def base_path(directory: Path) -> Path:
 
 
 def ensure_base(directory: Path) -> Path:
-    """The cached base checkpoint, built if missing or corrupt."""
+    """The cached base checkpoint, built if missing or corrupt: by one builder at a time (``_building``); whoever
+    waited for the lock finds it built and only validates it."""
     path = base_path(directory)
-    ckpt, _ = checkpoints.validate(path)
-    if ckpt is not None:
+    if checkpoints.validate(path)[0] is not None:
         return path
+    with _building(path):
+        if checkpoints.validate(path)[0] is not None:
+            return path
+        _build(path)
+    return path
+
+
+@contextlib.contextmanager
+def _building(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``<base>.lock`` (released by the kernel if the holder dies). Where the lock file cannot
+    be made (a directory this process may only read), no lock: the build then fails or succeeds as before."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _build(path: Path) -> None:
     buf = io.BytesIO()
     torch.save({"config": asdict(ModelConfig()), "version": BASE_VERSION, "model": build_base_state()}, buf)
     checkpoints.write_atomic(path, lambda f: f.write(buf.getvalue()))
     checkpoints.write_sidecar(path, 0, fmt="torch")
-    return path
 
 
 def load_base(directory: Path, device: str = "cpu") -> TinyLM:
