@@ -248,3 +248,113 @@ async def test_a_guard_that_fails_kills_its_commands_groups_before_it_goes(tmp_p
         os.close(write_fd)
         os.close(read_fd)
         await g.close()
+
+
+def _fresh_cgroup(tmp_path: Path) -> Path:
+    from agents.executor import sandbox as sandboxes
+
+    root = sandboxes.find_cgroup_root()
+    if root is None:
+        pytest.skip("no cgroup v2 here")
+    path = root / "teto" / f"test-born-{uuid.uuid4().hex[:8]}"
+    try:
+        path.mkdir(parents=True)
+    except OSError:
+        pytest.skip("no writable cgroup v2 here")
+    return path
+
+
+async def test_a_command_is_born_in_its_runs_cgroup_without_a_write_to_cgroup_procs(tmp_path):
+    """The guard starts the command inside the run's cgroup (clone3 into it) rather than moving it there after a
+    fork: a write to cgroup.procs waits for an RCU grace period, most of a run's start on a busy node. Handed a
+    cgroup.procs it can only read, the command still starts in the cgroup (the old fork-and-write refused: 126)."""
+    cgroup = _fresh_cgroup(tmp_path)
+    procs = os.open(cgroup / "cgroup.procs", os.O_RDONLY)
+    g = Guard(sys.executable)
+    try:
+        rc, out, err, _ = await _run(g, ["cat", "/proc/self/cgroup"], cgroup_fd=procs)
+    finally:
+        os.close(procs)
+        await g.close()
+        _wait(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        cgroup.rmdir()
+    assert rc == 0, err
+    assert f"0::/{cgroup.relative_to(cgroup.parents[1])}" in out.decode() or out.decode().strip().endswith(
+        f"/teto/{cgroup.name}"), out
+
+
+FORK_INTO = textwrap.dedent("""
+    import ctypes, errno, json, os, sys
+    sys.path.insert(0, sys.argv[3])
+    from agents.executor import guard
+
+    if sys.argv[2] == "no-clone3":
+        guard._CLONE3[:] = [None]
+    elif sys.argv[2] == "enosys":
+        def refused(dir_fd):
+            return -1, errno.ENOSYS
+        guard._CLONE3[:] = [refused]
+    procs = os.open(sys.argv[1], os.O_WRONLY)
+    pid, born_in = guard.fork_into(procs)
+    if pid == 0:
+        if not born_in:
+            os.write(procs, b"0")
+        os.write(1, open("/proc/self/cgroup").read().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print(json.dumps({"born_in": born_in, "after": None if not guard._CLONE3 else guard._CLONE3[0] is None}))
+""")
+
+
+@pytest.mark.parametrize(("how", "born_in", "clone3_forgotten"), [
+    ("clone3", True, False), ("no-clone3", False, True), ("enosys", False, True)])
+def test_where_clone3_is_refused_the_child_joins_after_a_fork_and_the_guard_stops_trying(tmp_path, how, born_in,
+                                                                                         clone3_forgotten):
+    cgroup = _fresh_cgroup(tmp_path)
+    try:
+        out = subprocess.run([sys.executable, "-c", FORK_INTO, str(cgroup / "cgroup.procs"), how, str(ROOT)],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    finally:
+        _wait(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        cgroup.rmdir()
+    *lines, last = out.strip().splitlines()
+    assert json.loads(last) == {"born_in": born_in, "after": clone3_forgotten}
+    assert any(line.startswith("0::") and line.endswith(f"/teto/{cgroup.name}") for line in lines), out
+
+
+def test_a_procs_descriptor_that_is_not_a_cgroups_gets_no_clone3(tmp_path):
+    # Only the directory whose cgroup.procs is the very file handed over is ever cloned into.
+    fake = tmp_path / "elsewhere" / "cgroup.procs"
+    fake.parent.mkdir()
+    fake.write_text("")
+    other = tmp_path / "other.txt"
+    other.write_text("")
+    for path in (fake, other):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            found = guard._cgroup_dir(fd)
+            if path == fake:  # the same file: its directory (clone3 then refuses a directory that is no cgroup)
+                assert found is not None and os.path.samestat(os.fstat(found), os.stat(fake.parent))
+                os.close(found)
+            else:
+                assert found is None
+        finally:
+            os.close(fd)
+
+
+def test_a_signal_the_guard_had_not_handled_when_it_forked_is_not_acted_on_by_the_child(tmp_path):
+    """clone3 copies the interpreter's pending signals as they are: the child must not take itself for the guard
+    and kill every run's group on the way to its exec."""
+    sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    a, b = __import__("socket").socketpair()
+    try:
+        g = guard.Guard(agent=12345, sock=a)  # not our parent: a real guard would kill all and exit here
+        g.live.add(sleeper.pid)
+        g.pid = os.getpid() + 1  # as seen from a child of the guard
+        g.on_signal(signal.SIGTERM, None)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        a.close()
+        b.close()
