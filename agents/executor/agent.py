@@ -41,7 +41,7 @@ from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
-from .run import Run
+from .run import Prepared, Run, discard
 from .runner import Child
 from .settings import ExecutorSettings
 from .usage import UsageReports
@@ -301,6 +301,9 @@ class Agent:
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
         watch: asyncio.Task | None = None
         spent: asyncio.Task | None = None
+        # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
+        # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
+        prepared: asyncio.Task[Prepared] | None = asyncio.create_task(self._prepare(run), name=f"prep-{grant.job_id}")
         try:
             reply = await keeper.acquire()
             if reply is None or not reply.ok:
@@ -309,7 +312,9 @@ class Agent:
                 return
             # Renewing while the run is being prepared too (a base model to build, directories to hand over).
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
-            if not await self._launch(run):
+            made = await asyncio.shield(prepared)  # a stop of the agent meanwhile leaves it to ``discard``
+            prepared = None
+            if not await self._launch(run, made):
                 return
             spent = self._watch_ceiling(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
@@ -337,6 +342,8 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the run ends visibly, never silently
             await self._fail(run, exc)
         finally:
+            if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
+                await discard(prepared)
             for task in (watch, spent):
                 if task is not None:
                     task.cancel()
@@ -344,22 +351,30 @@ class Agent:
                 self.run = None
                 metrics.EXECUTOR_RUNNING.set(0)
 
-    async def _launch(self, run: Run) -> bool:
-        """Prepare and start the training process, and report it started; False when a stop came first (the
-        run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
+    async def _prepare(self, run: Run) -> Prepared:
+        """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only,
+        done while the lease is being confirmed. Raises whatever keeps the sandbox from opening."""
         grant = run.grant
-        s = self.settings
-        ckpt_dir = s.effective_checkpoint_dir / grant.job_id
+        ckpt_dir = self.settings.effective_checkpoint_dir / grant.job_id
         ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
                          if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
+        box = await asyncio.to_thread(sandbox.open_for, self.settings, grant, start=self._uid_start())
+        return Prepared(ckpt, skipped, box)
+
+    async def _launch(self, run: Run, prepared: Prepared) -> bool:
+        """Start the training process of a confirmed grant, and report it started; False when a stop came first
+        (the run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
+        grant = run.grant
+        s = self.settings
+        ckpt, skipped, box = prepared
         for path, reason in skipped:
             log.warning("job %s: skipping checkpoint %s: %s", grant.job_id, path, reason)
             self._send(run, CheckpointSkipped, path=str(path), reason=reason)
         run.resumed_from_step = ckpt.step if ckpt else None
         if run.stop_requested:
+            await box.close()
             await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
             return False
-        box = await asyncio.to_thread(sandbox.open_for, s, grant, start=self._uid_start())
         try:
             resume = ckpt.path if ckpt else None
             if resume is not None and box.uid is not None and grant.rank > 0:

@@ -2,15 +2,48 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from libs.contracts.agents import RunJob
 from libs.contracts.telemetry import Phase, RunOutcome
 
+from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
 from .runner import Child
+from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+
+class Prepared(NamedTuple):
+    """What a run needs before its process can start, made while its lease is being confirmed: the checkpoint to
+    resume from (None for a first run), the invalid ones skipped on the way (path, why), and the sandbox."""
+
+    checkpoint: Checkpoint | None
+    skipped: list[tuple[Path, str]]
+    box: Sandbox
+
+
+async def discard(preparing: asyncio.Task[Prepared]) -> None:
+    """A preparation the run will not use (the grant was not confirmed, or the agent is stopping): waited for, and
+    its sandbox closed (its uid released, its cgroup and directories removed). Never raises but for cancellation."""
+    try:
+        prepared = await preparing
+    except asyncio.CancelledError:
+        if not preparing.cancelled():
+            raise
+        return
+    except Exception:  # noqa: BLE001 - it would have failed the run; no run, nothing to report
+        log.debug("an unused run preparation failed", exc_info=True)
+        return
+    with contextlib.suppress(Exception):
+        await prepared.box.close()
 
 
 @dataclass
