@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,20 @@ from tests.support.services import eventually_blocking as eventually
 # /root where this venv's interpreter may live (teto up then runs workloads with the system one and this
 # installation's packages on PYTHONPATH, and so must a job's own command).
 JOB_PYTHON = workload_python()[0] or sys.executable
+
+_SHARED_BASE: list[Path] = []
+
+
+def shared_base_dir() -> Path:
+    """The fine-tune's base checkpoint directory every stack of this process uses (``TETO_BASE_MODEL_DIR``, as an
+    operator keeps one across restarts): the first agent that needs it builds it, under the builders' lock
+    (``model.ensure_base``), instead of every stack spending the same 5 s of CPU on it. Removed at exit."""
+    if not _SHARED_BASE:
+        root = Path(tempfile.mkdtemp(prefix="teto-test-base-"))
+        os.chmod(root, 0o755)  # the workloads' uids read the base through it
+        atexit.register(shutil.rmtree, root, True)
+        _SHARED_BASE.append(root / "base")
+    return _SHARED_BASE[0]
 
 
 @dataclass
@@ -99,6 +116,7 @@ def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbe
                 ready_timeout: float = 120) -> Stack:
     port = free_port_block(3)  # the gateway replicas take --http-port and the ports after it
     env = _clean_env()
+    env["TETO_BASE_MODEL_DIR"] = str(shared_base_dir())
     env.update(extra_env or {})
     log = open(data_dir.parent / f"up-{port}.log", "ab")
     proc = subprocess.Popen(
