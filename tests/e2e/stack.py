@@ -32,9 +32,10 @@ _SHARED_BASE: list[Path] = []
 def shared_base_dir() -> Path:
     """The fine-tune's base checkpoint directory every stack of this process uses (``TETO_BASE_MODEL_DIR``, as an
     operator keeps one across restarts): the first agent that needs it builds it, under the builders' lock
-    (``model.ensure_base``), instead of every stack spending the same 5 s of CPU on it. Removed at exit."""
+    (``model.ensure_base``), instead of every stack spending the same 5 s of CPU on it. Removed at exit (a process
+    killed first leaves its 2 MB; not ``teto-test-*``, which the next session's reaping takes for its own kind)."""
     if not _SHARED_BASE:
-        root = Path(tempfile.mkdtemp(prefix="teto-test-base-"))
+        root = Path(tempfile.mkdtemp(prefix="teto-stack-base-"))
         os.chmod(root, 0o755)  # the workloads' uids read the base through it
         atexit.register(shutil.rmtree, root, True)
         _SHARED_BASE.append(root / "base")
