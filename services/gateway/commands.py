@@ -92,7 +92,17 @@ class Commands:
             self._listening = None  # not subscribed (connection trouble): the next request tries again
             raise
 
-    async def send(self, cmd: Command) -> Sent:
+    async def send(self, cmd: Command, *, wait: bool = True) -> Sent:
+        """Publish ``cmd`` to the command stream and, with ``wait``, await its outcome (None after the timeout).
+        Without: the answer once the command is durable (``Prefer: respond-async``); the outcome is read later
+        (``GET /v1/commands/{id}``, from the audit log)."""
+        if not wait:
+            try:
+                await bus.publish(self.runtime.js, self.runtime.subjects.cmd(cmd.KIND), cmd,
+                                  timeout=min(self.timeout, 15.0))
+            except Exception as exc:  # noqa: BLE001 - any failure to store the command means it was not sent
+                raise BusUnavailable(f"could not publish the command: {exc}") from exc
+            return Sent(cmd.command_id, None)
         try:
             await self.listen()
         except Exception as exc:  # noqa: BLE001 - no outcome could be heard: nothing is sent

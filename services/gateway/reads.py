@@ -255,6 +255,12 @@ class Reads:
             f.get("after_seq") or 0, f.get("actor"), f.get("job_id"), f.get("kind"), since, until, f["limit"],
         )
 
+    async def command(self, command_id: str) -> list[dict[str, Any]]:
+        """A command's audit rows in order: as received, and its outcome once recorded (``command_view``)."""
+        return await self._fetch("audit.log_public", "SELECT seq, command_id, actor, time, kind, job_id, payload,"
+                                 " outcome, reason FROM audit.log_public WHERE command_id = $1 ORDER BY seq LIMIT 20",
+                                 command_id)
+
     async def audit_verify(self) -> dict[str, Any] | None:
         """The audit service's verdict on its log (it alone holds the key verify needs); None: no bus here.
         Raises AuditVerifierUnavailable when the audit service does not answer."""

@@ -358,3 +358,53 @@ async def test_with_the_real_queue_submit_cancel_and_refusals(env):
             assert again.status_code == 409 and again.json()["by"] == "queue"
             listed = (await gw.client.get("/v1/jobs?state=cancelled", headers=gw.as_("auditor"))).json()
             assert [j["id"] for j in listed] == [job["id"]]
+
+
+async def test_respond_async_answers_once_durable_and_the_decision_is_read_from_the_audit_log(env):
+    """``Prefer: respond-async`` (RFC 7240): 202 as soon as the command is in the command stream, with where to read
+    its decision; ``GET /v1/commands/{id}`` then says pending, accepted or refused (with the reason and who
+    decided), to its actor and to whoever sees every owner's jobs only. The same endpoint answers the plain 202 (no
+    outcome in time)."""
+    queue_app = pytest.importorskip("services.queue.app")
+    from services.audit.app import serve as audit_serve
+    from services.audit.settings import AuditSettings
+    from services.queue.settings import QueueSettings
+
+    async with running(queue_app.serve, env.settings(QueueSettings)), \
+            running(audit_serve, env.settings(AuditSettings, batch_linger_seconds=0.0)):
+        async with gateway(env, stand_in=False, timeout=10.0) as gw:
+            prefer = {**gw.as_("submitter"), "Prefer": "wait=5, respond-async"}
+            resp = await gw.client.post("/v1/jobs", json={"name": "later", "workload": {"kind": "finetune"}},
+                                        headers=prefer)
+            assert resp.status_code == 202, resp.text
+            assert resp.headers["preference-applied"] == "respond-async"
+            body = resp.json()
+            assert body["status"] == "pending" and resp.headers["location"] == f"/v1/commands/{body['command_id']}"
+
+            async def decided(command_id: str, role: str = "submitter") -> dict[str, Any] | None:
+                r = await gw.client.get(f"/v1/commands/{command_id}", headers=gw.as_(role))
+                return r.json() if r.status_code == 200 and r.json()["status"] != "pending" else None
+
+            view = await eventually(lambda: decided(body["command_id"]), timeout=20)
+            assert view["status"] == "accepted" and view["by"] == "queue" and view["kind"] == "submit"
+            assert view["job_id"] == body["job_id"] and view["actor"] == "submitter-actor"
+            assert view["received_at"] and view["decided_at"]
+            job = (await gw.client.get(f"/v1/jobs/{body['job_id']}", headers=gw.as_("submitter"))).json()
+            assert job["state"] == "queued"  # accepted: the job exists as the queue made it
+
+            # A refusal is read the same way: cancelling the job twice, the second asynchronously.
+            first = await gw.client.post(f"/v1/jobs/{body['job_id']}/cancel", headers=gw.as_("submitter"))
+            assert first.status_code == 200, first.text
+            second = await gw.client.post(f"/v1/jobs/{body['job_id']}/cancel", headers=prefer)
+            assert second.status_code == 202
+            refused = await eventually(lambda: decided(second.json()["command_id"]), timeout=20)
+            assert refused["status"] == "refused" and refused["reason"] and refused["by"] == "queue"
+
+            # Its actor and whoever sees every owner's jobs (operator, auditor) see it; another actor gets the 404
+            # an unknown id gets.
+            other = await gw.client.get(f"/v1/commands/{body['command_id']}", headers=gw.as_("viewer"))
+            assert other.status_code == 404
+            for role in ("operator", "auditor"):
+                assert (await decided(body["command_id"], role))["status"] == "accepted"
+            assert (await gw.client.get("/v1/commands/nope", headers=gw.as_("submitter"))).status_code == 404
+            assert (await gw.client.get("/v1/commands/bad%20id", headers=gw.as_("submitter"))).status_code == 422

@@ -55,6 +55,10 @@ class FakeReads:
     async def audit(self, f: Any) -> list[dict[str, Any]]:
         return []
 
+    async def command(self, command_id: str) -> list[dict[str, Any]]:  # the caller's own command
+        return [{"seq": 1, "command_id": command_id, "actor": JOB["owner"], "kind": "submit", "job_id": "j1",
+                 "outcome": "received", "payload": {}, "reason": None, "time": None}] if command_id == "c1" else []
+
     async def nodes(self) -> list[dict[str, Any]]:
         return []
 
@@ -159,6 +163,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/{viewer_token_id}", None),
     ("GET", "/v1/audit"): ("/v1/audit?actor=x", None),
+    ("GET", "/v1/commands/{command_id}"): ("/v1/commands/c1", None),
     ("GET", "/v1/audit/verify"): ("/v1/audit/verify", None),
     ("POST", "/v1/health-checks"): ("/v1/health-checks", {"group": "g"}),
     ("GET", "/v1/health-checks/{run_id}"): ("/v1/health-checks/r1", None),

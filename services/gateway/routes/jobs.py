@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fastapi import FastAPI, Depends, Header, Query, Request, Response
+from fastapi import FastAPI, Depends, Header, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import Field
@@ -25,7 +25,7 @@ from libs.contracts.secrets import redact
 from ..auth import AuthError, Permission, Principal, require
 from ..commands import Sent
 from ..domain import paging, steps
-from ..domain.outcomes import status_for
+from ..domain.outcomes import command_view, prefers_async, status_for
 from ..errors import ApiError, not_found
 from ..orgs import acting_org
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
@@ -85,12 +85,17 @@ async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) ->
 
 async def _answer(request: Request, cmd: Command, job_id: str) -> Response:
     """Send a command, then answer with the job (accepted), the refusal, or 202 (no outcome in time)."""
-    sent: Sent = await commands_of(request).send(cmd)
+    wait = not prefers_async(request.headers.get("prefer"))
+    commands = commands_of(request)
+    sent: Sent = await (commands.send(cmd) if wait else commands.send(cmd, wait=False))
     out = sent.outcome
     status = status_for(cmd.KIND, None if out is None else out.accepted, out and out.reason, out and out.detail)
-    if out is None:
+    if out is None:  # durable in the command stream, not decided yet (asked not to wait, or no outcome in time)
         body = {"command_id": sent.command_id, "status": "pending", "job_id": job_id}
-        return JSONResponse(body, status_code=status)
+        headers = {"Location": f"/v1/commands/{sent.command_id}"}
+        if not wait:
+            headers["Preference-Applied"] = "respond-async"
+        return JSONResponse(body, status_code=status, headers=headers)
     if not out.accepted:
         raise ApiError(status, "refused", out.reason or "refused", detail=jsonable_encoder(out.detail),
                        command_id=sent.command_id, job_id=job_id, by=out.by)
@@ -113,7 +118,10 @@ def register(app: FastAPI) -> None:
                                                           description="Reuse to retry without submitting twice"),
                      org: str | None = Query(None, pattern=ID_PATTERN,
                                              description="Organisation (fleet-wide tokens only; default: the "
-                                                         "token's)")
+                                                         "token's)"),
+                     prefer: str | None = Header(None, max_length=200, description=(
+                         "`respond-async` (RFC 7240): answer 202 once the command is durable, without waiting for "
+                         "its decision; read it at the `Location` given (`GET /v1/commands/{command_id}`)"))
                      ) -> JSONResponse:
         cmd = SubmitJob(actor=principal.actor, spec=spec, org=acting_org(principal, org))
         if idempotency_key:
@@ -163,6 +171,19 @@ def register(app: FastAPI) -> None:
 
         job["log_tail"] = await log_tail(request, job)
         return redact(job)
+
+    @app.get("/v1/commands/{command_id}", tags=["jobs"],
+             summary="A command's decision: pending, accepted or refused (with the reason), from the audit log",
+             responses={404: {"description": "No such command recorded (yet), or not yours"}})
+    async def get_command(request: Request, command_id: str = Path(pattern=ID_PATTERN),
+                          principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
+        # What a 202 (respond-async, or no outcome in time) leaves the client to learn: the audit log holds every
+        # command as received and its outcome, whichever part decided it. Another actor's command is not found
+        # (as another owner's job: only who sees every owner's jobs sees every actor's commands).
+        view = command_view(await reads_of(request).command(command_id))
+        if view is None or not may_see(principal, view["actor"]):
+            raise not_found("command", command_id)
+        return jsonable_encoder(redact(view))
 
     @app.get("/v1/jobs/{job_id}/events", tags=["jobs"], summary="A job's events in order (page with after_seq)")
     async def job_events(request: Request, job_id: str, after_seq: int = Query(0, ge=0, le=INT32_MAX),
