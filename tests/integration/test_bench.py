@@ -119,6 +119,9 @@ def test_quick_smoke_of_the_submit_and_agent_overhead_benchmarks(tmp_path):
     submit = {r["name"]: r for r in rows if r["bench"] == "submit"}
     paced = submit.pop("submit: p50 at 20/s paced")  # open loop: a submit's own latency, no target of its own
     assert paced["figure"] > 0 and paced["passed"] is None and "open loop" in paced["note"]
+    durable = [submit.pop(f"submit respond-async: {q} latency") for q in ("p50", "p99")]  # answered once durable
+    assert all(r["figure"] > 0 and "Prefer: respond-async" in r["note"] and "128 of 128" in r["note"]
+               for r in durable), durable
     assert set(submit) == {"submit: p50 latency", "submit: p99 latency", "submit: accepted rate"}
     assert {r["target"] for r in submit.values()} == {10.0, 50.0, 300.0}
     for r in submit.values():
