@@ -258,14 +258,35 @@ def _print(args: argparse.Namespace, body: Any, human: str) -> None:
 
 def _job_or_pending(args: argparse.Namespace, status: int, body: Any) -> None:
     if status == 202:
-        _print(args, body, f"{body.get('job_id')}: sent (command {body.get('command_id')}), outcome still pending")
+        _print(args, body, f"{body.get('job_id')}: sent (command {body.get('command_id')}), outcome still pending; "
+                           f"see: teto command {body.get('command_id')}")
     else:
         _print(args, body, format_job(body))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    status, body = call(args, "POST", "/v1/jobs", json=build_spec(args))
+    # --no-wait: answered once the command is durable (Prefer: respond-async); its decision comes later.
+    headers = {"Prefer": "respond-async"} if args.no_wait else None
+    status, body = call(args, "POST", "/v1/jobs", json=build_spec(args), headers=headers)
     _job_or_pending(args, status, body)
+    return 0
+
+
+def format_command(c: Mapping[str, Any]) -> str:
+    """A command's decision as ``teto command`` prints it."""
+    head = f"command {c.get('command_id')} ({c.get('kind')}) by {c.get('actor') or '-'}: {c.get('status')}"
+    if c.get("status") == "refused":
+        head += f" by {c.get('by') or '-'}: {c.get('reason') or '-'}"
+    lines = [head, f"job: {c.get('job_id') or '-'}",
+             f"received: {c.get('received_at') or '-'}  decided: {c.get('decided_at') or '-'}"]
+    if c.get("detail"):
+        lines.append("detail: " + ", ".join(f"{k}={v}" for k, v in sorted(c["detail"].items())))
+    return "\n".join(lines)
+
+
+def cmd_command(args: argparse.Namespace) -> int:
+    _, body = call(args, "GET", f"/v1/commands/{args.command_id}")
+    _print(args, body, format_command(body))
     return 0
 
 
@@ -357,6 +378,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--secret-env", action="append", metavar="NAME", help="a command workload's secret: the value "
                    "of NAME in this shell's environment, encrypted by the gateway and shown to no one")
     p.add_argument("--file", help="a JobSpec JSON file (flags override it)")
+    p.add_argument("--no-wait", action="store_true", help="answer once the submit is durable, before the queue "
+                   "decides it (Prefer: respond-async); read the decision with teto command ID")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- program args... (a command workload)")
 
     from .cli_jobs import add_jobs_parser
@@ -364,6 +387,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_jobs_parser(add)
 
     add("job", cmd_job, "show one job").add_argument("job_id")
+    add("command", cmd_command, "how a command was decided (pending, accepted, refused: why)").add_argument(
+        "command_id")
     p = add("cancel", cmd_cancel, "cancel a job")
     p.add_argument("job_id")
     p.add_argument("--reason", default="cancelled by operator")

@@ -387,3 +387,29 @@ def test_teto_job_asks_for_enough_events_to_fold_and_json_keeps_the_apis_default
     args = parse("job", "j1", "--json")
     assert args.func(args) == 0
     assert "events" not in seen[-1].url.params
+
+
+def test_submit_no_wait_asks_for_respond_async_and_points_at_the_commands_decision(server, capsys):
+    routes, seen = server
+    routes[("POST", "/v1/jobs")] = (202, {"command_id": "c9", "status": "pending", "job_id": "j9"})
+    args = parse("submit", "--name", "later", "--no-wait")
+    assert args.func(args) == 0
+    assert seen[-1].headers["prefer"] == "respond-async"
+    assert json.loads(seen[-1].content)["name"] == "later"  # the flag is not part of the spec
+    assert "teto command c9" in capsys.readouterr().out
+    args = parse("submit", "--name", "now")
+    routes[("POST", "/v1/jobs")] = (201, JOB)
+    assert args.func(args) == 0 and "prefer" not in seen[-1].headers
+
+
+def test_command_prints_its_decision_with_the_reason(server, capsys):
+    routes, seen = server
+    routes[("GET", "/v1/commands/c9")] = (200, {
+        "command_id": "c9", "kind": "requeue", "actor": "alice", "job_id": "j9", "status": "refused", "by": "queue",
+        "reason": "new ceiling 100s is below consumed 100s + 60s", "detail": {"minimum_seconds": 160.0},
+        "received_at": "t0", "decided_at": "t1"})
+    args = parse("command", "c9")
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "command c9 (requeue) by alice: refused by queue: new ceiling 100s" in out
+    assert "job: j9" in out and "minimum_seconds=160.0" in out and "decided: t1" in out
