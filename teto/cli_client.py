@@ -272,24 +272,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_command(c: Mapping[str, Any]) -> str:
-    """A command's decision as ``teto command`` prints it."""
-    head = f"command {c.get('command_id')} ({c.get('kind')}) by {c.get('actor') or '-'}: {c.get('status')}"
-    if c.get("status") == "refused":
-        head += f" by {c.get('by') or '-'}: {c.get('reason') or '-'}"
-    lines = [head, f"job: {c.get('job_id') or '-'}",
-             f"received: {c.get('received_at') or '-'}  decided: {c.get('decided_at') or '-'}"]
-    if c.get("detail"):
-        lines.append("detail: " + ", ".join(f"{k}={v}" for k, v in sorted(c["detail"].items())))
-    return "\n".join(lines)
-
-
-def cmd_command(args: argparse.Namespace) -> int:
-    _, body = call(args, "GET", f"/v1/commands/{args.command_id}")
-    _print(args, body, format_command(body))
-    return 0
-
-
 def cmd_job(args: argparse.Namespace) -> int:
     # The latest EVENTS_READ events for the folded timeline; --json keeps the API's default.
     _, body = call(args, "GET", f"/v1/jobs/{args.job_id}", params=None if args.json else {"events": EVENTS_READ})
@@ -382,13 +364,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "decides it (Prefer: respond-async); read the decision with teto command ID")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- program args... (a command workload)")
 
-    from .cli_jobs import add_jobs_parser
+    from .cli_jobs import add_command_parser, add_jobs_parser
 
     add_jobs_parser(add)
+    add_command_parser(add)
 
     add("job", cmd_job, "show one job").add_argument("job_id")
-    add("command", cmd_command, "how a command was decided (pending, accepted, refused: why)").add_argument(
-        "command_id")
     p = add("cancel", cmd_cancel, "cancel a job")
     p.add_argument("job_id")
     p.add_argument("--reason", default="cancelled by operator")

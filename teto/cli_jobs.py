@@ -1,6 +1,6 @@
 """``teto jobs``: the job list, following the gateway's page cursor (``X-Next-Cursor``) until ``--limit`` jobs
-are shown or, with ``--all``, every job; and the lines ``teto job`` adds for the live budget and the cost of an
-interruption."""
+are shown or, with ``--all``, every job; the lines ``teto job`` adds for the live budget and the cost of an
+interruption; and ``teto command``: how a command was decided (what ``teto submit --no-wait`` leaves to learn)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .cli_client import JOB_COLUMNS, _cell, exchange, table
+from .cli_client import JOB_COLUMNS, _cell, _print, call, exchange, table
 
 PAGE_MAX = 1000  # the most jobs the gateway returns in one page
 DEFAULT_LIMIT = 100
@@ -80,3 +80,26 @@ def live_lines(job: Mapping[str, Any]) -> list[str]:
                      " GPU-s since "
                      f"the last checkpoint (step {_cell(cost.get('checkpoint_step'))})")
     return lines
+
+
+def format_command(c: Mapping[str, Any]) -> str:
+    """A command's decision as ``teto command`` prints it."""
+    head = f"command {c.get('command_id')} ({c.get('kind')}) by {c.get('actor') or '-'}: {c.get('status')}"
+    if c.get("status") == "refused":
+        head += f" by {c.get('by') or '-'}: {c.get('reason') or '-'}"
+    lines = [head, f"job: {c.get('job_id') or '-'}",
+             f"received: {c.get('received_at') or '-'}  decided: {c.get('decided_at') or '-'}"]
+    if c.get("detail"):
+        lines.append("detail: " + ", ".join(f"{k}={v}" for k, v in sorted(c["detail"].items())))
+    return "\n".join(lines)
+
+
+def cmd_command(args: argparse.Namespace) -> int:
+    _, body = call(args, "GET", f"/v1/commands/{args.command_id}")
+    _print(args, body, format_command(body))
+    return 0
+
+
+def add_command_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    add("command", cmd_command, "how a command was decided (pending, accepted, refused: why)").add_argument(
+        "command_id")
