@@ -41,7 +41,7 @@ from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
-from .run import Prepared, Run, discard
+from .run import Prepared, Run, discard, prepare
 from .runner import Child
 from .settings import ExecutorSettings
 from .usage import UsageReports
@@ -352,14 +352,7 @@ class Agent:
                 metrics.EXECUTOR_RUNNING.set(0)
 
     async def _prepare(self, run: Run) -> Prepared:
-        """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only,
-        done while the lease is being confirmed. Raises whatever keeps the sandbox from opening."""
-        grant = run.grant
-        ckpt_dir = self.settings.effective_checkpoint_dir / grant.job_id
-        ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
-                         if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
-        box = await asyncio.to_thread(sandbox.open_for, self.settings, grant, start=self._uid_start())
-        return Prepared(ckpt, skipped, box)
+        return await prepare(self.settings, run.grant, self._uid_start())
 
     async def _launch(self, run: Run, prepared: Prepared) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -12,6 +13,7 @@ from typing import Any, NamedTuple
 from libs.contracts.agents import RunJob
 from libs.contracts.telemetry import Phase, RunOutcome
 
+from . import checkpoints, sandbox
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -28,6 +30,16 @@ class Prepared(NamedTuple):
     checkpoint: Checkpoint | None
     skipped: list[tuple[Path, str]]
     box: Sandbox
+
+
+async def prepare(settings: Any, grant: RunJob, uid_start: int) -> Prepared:
+    """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only, done
+    while the lease is being confirmed. Raises whatever keeps the sandbox from opening."""
+    ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
+    ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
+                     if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
+    box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
+    return Prepared(ckpt, skipped, box)
 
 
 async def discard(preparing: asyncio.Task[Prepared]) -> None:

@@ -92,28 +92,15 @@ class Commands:
             self._listening = None  # not subscribed (connection trouble): the next request tries again
             raise
 
-    async def send(self, cmd: Command, *, wait: bool = True) -> Sent:
-        """Publish ``cmd`` to the command stream and, with ``wait``, await its outcome (None after the timeout).
-        Without: the answer once the command is durable (``Prefer: respond-async``); the outcome is read later
-        (``GET /v1/commands/{id}``, from the audit log)."""
-        if not wait:
-            try:
-                await bus.publish(self.runtime.js, self.runtime.subjects.cmd(cmd.KIND), cmd,
-                                  timeout=min(self.timeout, 15.0))
-            except Exception as exc:  # noqa: BLE001 - any failure to store the command means it was not sent
-                raise BusUnavailable(f"could not publish the command: {exc}") from exc
-            return Sent(cmd.command_id, None)
+    async def send(self, cmd: Command) -> Sent:
+        """Publish ``cmd`` to the command stream and await its outcome (None after the timeout)."""
         try:
             await self.listen()
         except Exception as exc:  # noqa: BLE001 - no outcome could be heard: nothing is sent
             raise BusUnavailable(f"could not listen for the outcome: {exc}") from exc
         future = self.outcomes.expect(cmd.command_id)
         try:
-            try:
-                await bus.publish(self.runtime.js, self.runtime.subjects.cmd(cmd.KIND), cmd,
-                                  timeout=min(self.timeout, 15.0))
-            except Exception as exc:  # noqa: BLE001 - any failure to store the command means it was not sent
-                raise BusUnavailable(f"could not publish the command: {exc}") from exc
+            await self.enqueue(cmd)
             try:
                 outcome = await asyncio.wait_for(asyncio.shield(future), self.timeout)
             except asyncio.TimeoutError:
@@ -121,6 +108,16 @@ class Commands:
             return Sent(cmd.command_id, outcome)
         finally:
             self.outcomes.forget(cmd.command_id, future)
+
+    async def enqueue(self, cmd: Command) -> Sent:
+        """Store ``cmd`` in the command stream, waiting for no outcome (``Prefer: respond-async``: the decision is
+        read later, ``GET /v1/commands/{id}``, from the audit log)."""
+        try:
+            await bus.publish(self.runtime.js, self.runtime.subjects.cmd(cmd.KIND), cmd,
+                              timeout=min(self.timeout, 15.0))
+        except Exception as exc:  # noqa: BLE001 - any failure to store the command means it was not sent
+            raise BusUnavailable(f"could not publish the command: {exc}") from exc
+        return Sent(cmd.command_id, None)
 
     async def refuse(self, kind: str, actor: str | None, reason: str, *, command_id: str | None = None,
                      job_id: str | None = None, detail: dict[str, Any] | None = None) -> str:

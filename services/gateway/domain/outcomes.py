@@ -51,14 +51,12 @@ def command_view(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         return None
     received = next((r for r in rows if r.get("outcome") == "received"), None)
     decided = [r for r in rows if r.get("outcome") in ("accepted", "refused")]
-    last = decided[-1] if decided else None
-    outcome = (last or {}).get("payload") if isinstance((last or {}).get("payload"), dict) else {}
+    last = decided[-1] if decided else {}
+    outcome = last.get("payload") if isinstance(last.get("payload"), dict) else {}
     first = received or rows[0]
-    return {"command_id": first.get("command_id"), "kind": first.get("kind") or (last or {}).get("kind"),
+    return {"command_id": first.get("command_id"), "kind": first.get("kind") or last.get("kind"),
             "actor": next((r.get("actor") for r in rows if r.get("actor")), None),
             "job_id": next((r.get("job_id") for r in rows if r.get("job_id")), None),
-            "status": last["outcome"] if last else "pending",
-            "reason": last.get("reason") if last else None, "by": outcome.get("by"),
+            "status": last.get("outcome", "pending"), "reason": last.get("reason"), "by": outcome.get("by"),
             "detail": outcome.get("detail") or {},
-            "received_at": received.get("time") if received else None,
-            "decided_at": last.get("time") if last else None}
+            "received_at": received.get("time") if received else None, "decided_at": last.get("time")}

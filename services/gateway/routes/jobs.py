@@ -86,8 +86,7 @@ async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) ->
 async def _answer(request: Request, cmd: Command, job_id: str) -> Response:
     """Send a command, then answer with the job (accepted), the refusal, or 202 (no outcome in time)."""
     wait = not prefers_async(request.headers.get("prefer"))
-    commands = commands_of(request)
-    sent: Sent = await (commands.send(cmd) if wait else commands.send(cmd, wait=False))
+    sent: Sent = await (commands_of(request).send(cmd) if wait else commands_of(request).enqueue(cmd))
     out = sent.outcome
     status = status_for(cmd.KIND, None if out is None else out.accepted, out and out.reason, out and out.detail)
     if out is None:  # durable in the command stream, not decided yet (asked not to wait, or no outcome in time)
