@@ -41,7 +41,7 @@ from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
-from .run import Prepared, Run, discard, prepare
+from .run import Prepared, Run, discard, prepare, unreadable_grant
 from .runner import Child
 from .settings import ExecutorSettings
 from .usage import UsageReports
@@ -183,21 +183,11 @@ class Agent:
                    error=f"not started: {why}", last_step=None, resumed_from_step=None)
 
     async def _refuse_grant(self, msg: Msg, reason: str) -> None:
-        """A grant this agent cannot read fails its attempt with the reason, when it says which job and epoch
-        it is for: otherwise the job would wait out its lease and be placed again, the same way, forever."""
-        try:
-            body = json.loads(msg.data)
-            job_id, epoch, executor_id = body["job_id"], body["epoch"], body.get("executor_id", self.id)
-            if executor_id != self.id:
-                return
-            note = RunFinished(job_id=job_id, epoch=epoch, executor_id=self.id, outcome=RunOutcome.FAILED,
-                               error=f"the executor cannot read this grant: {reason}"[:8000])
-            subject = self.subjects.progress(job_id, self.id)  # a job id that is no subject token names no job either
-        except (ValueError, TypeError, KeyError, ContractError) as exc:
-            log.error("unreadable grant names no job the executor can report on (%r)", exc)
-            return
-        log.error("grant of job %s epoch %s is unreadable: %s", job_id, epoch, reason)
-        self.publisher.send(subject, note)
+        """A grant this agent cannot read fails its attempt with the reason (``run.unreadable_grant``)."""
+        found = unreadable_grant(msg.data, self.id, self.subjects, reason)
+        if found is not None:
+            log.error("grant of job %s epoch %s is unreadable: %s", found[1].job_id, found[1].epoch, reason)
+            self.publisher.send(*found)
 
     async def reject(self, msg: Msg, reason: str) -> None:
         self.rejected += 1

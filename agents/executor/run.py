@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from libs.contracts.agents import RunJob
-from libs.contracts.telemetry import Phase, RunOutcome
+from libs.contracts.envelope import ContractError
+from libs.contracts.subjects import Subjects
+from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
 from . import checkpoints, sandbox
 from .checkpoints import Checkpoint
@@ -99,3 +102,20 @@ class Run:
         tail = self.child.stderr_tail().strip() if self.child else ""
         status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
         return (f"{status}: {tail}" if tail else status)[-8000:]
+
+
+def unreadable_grant(data: bytes, executor_id: str, subjects: Subjects, reason: str) -> tuple[str, RunFinished] | None:
+    """The report that fails a grant this executor cannot read, and its subject, when the grant says which job and
+    epoch it is for (and is not another executor's): otherwise the job would wait out its lease and be placed
+    again, the same way, forever. None where it names no job this executor can report on."""
+    try:
+        body = json.loads(data)
+        job_id, epoch, addressed = body["job_id"], body["epoch"], body.get("executor_id", executor_id)
+        if addressed != executor_id:
+            return None
+        note = RunFinished(job_id=job_id, epoch=epoch, executor_id=executor_id, outcome=RunOutcome.FAILED,
+                           error=f"the executor cannot read this grant: {reason}"[:8000])
+        return subjects.progress(job_id, executor_id), note  # a job id that is no subject token names no job
+    except (ValueError, TypeError, KeyError, ContractError) as exc:
+        log.error("unreadable grant names no job the executor can report on (%r)", exc)
+        return None
