@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -82,11 +82,27 @@ def _payloads(entries: Sequence[Entry]) -> list[tuple[object, str]]:
         raise PermanentError(f"payload cannot be stored: {exc}") from exc
 
 
-def _link(fields: Iterable[dict], head: str, texts: list[str]) -> list[str]:
-    try:
-        return chain.link(fields, head, texts)
-    except UnicodeEncodeError as exc:  # a lone surrogate in a text field: PostgreSQL could not store it either
-        raise PermanentError(f"entry cannot be stored: {exc}") from exc
+def _linked(entries: Sequence[Entry], payloads: list[tuple[object, str]], fresh: list[int], seqs: list[int],
+            actors: dict[str, str], head: str, now: datetime, key: bytes | None) -> Iterator[tuple]:
+    """The COPY rows of the ``fresh`` entries (their positions in the batch, from 1), each linked to the one before
+    it as it is asked for: asyncpg sends a batch's rows every 512 KB, so the rows after the first part are built
+    and hashed while PostgreSQL takes in that part. ``actors``: the actor of a command as received, for an
+    outcome that names none."""
+    prev, recorded = head, chain.utc_text(now)  # the batch's, formatted once
+    for seq, i in zip(seqs, fresh, strict=True):
+        e = entries[i - 1]
+        payload, text = payloads[i - 1]
+        # The hashed fields; the times as their canonical texts where known (the chain writes a time so anyway).
+        f = {"seq": seq, "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id),
+             "time": e.time_text or e.time, "recorded_at": recorded, "subject": e.subject, "kind": e.kind,
+             "job_id": e.job_id, "payload": payload, "outcome": str(e.outcome), "reason": e.reason}
+        try:
+            digest = chain.row_hash(prev, f, text)
+        except UnicodeEncodeError as exc:  # a lone surrogate in a text field: PostgreSQL could not store it either
+            raise PermanentError(f"entry cannot be stored: {exc}") from exc
+        yield (seq, e.command_id, f["actor"], e.time, now, e.subject, e.kind, e.job_id, text, f["outcome"], e.reason,
+               prev, digest, anchoring.row_mac(key, digest) if key is not None else None)
+        prev = digest
 
 
 async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: str | None, now: datetime,
@@ -108,27 +124,12 @@ async def append(conn: asyncpg.Connection, entries: Sequence[Entry], *, role: st
                                    [e.command_id for e in entries if e.actor is None])
         if not plan["fresh"]:
             return 0
-        actors = dict(plan["actors"] or ())
-        fresh = [entries[i - 1] for i in plan["fresh"]]
-        texts = [payloads[i - 1][1] for i in plan["fresh"]]
-        seqs = sorted(plan["seqs"])
-        head = plan["head"] or chain.GENESIS
-        recorded = chain.utc_text(now)  # the batch's, formatted once
-        # The hashed fields; the times as their canonical texts where known (the chain writes a time so anyway).
-        fields = [{"seq": seq, "command_id": e.command_id, "actor": e.actor or actors.get(e.command_id),
-                   "time": e.time_text or e.time, "recorded_at": recorded, "subject": e.subject, "kind": e.kind,
-                   "job_id": e.job_id, "payload": payloads[i - 1][0], "outcome": str(e.outcome), "reason": e.reason}
-                  for seq, e, i in zip(seqs, fresh, plan["fresh"], strict=True)]
-        hashes = _link(fields, head, texts)
-        # One binary COPY for the batch; the payload goes as its canonical text (jsonb parses it).
-        await conn.copy_records_to_table(
-            "log", schema_name="audit", columns=COLUMNS,
-            records=[(f["seq"], f["command_id"], f["actor"], e.time, now, f["subject"], f["kind"], f["job_id"], text,
-                      f["outcome"], f["reason"], prev, digest,
-                      anchoring.row_mac(key, digest) if key is not None else None)
-                     for f, e, text, prev, digest in zip(fields, fresh, texts, [head, *hashes[:-1]], hashes,
-                                                         strict=True)])
-    return len(hashes)
+        # One binary COPY for the batch; the payload goes as its canonical text (jsonb parses it). A row that
+        # cannot be stored fails the COPY (asyncpg aborts it), and with it the transaction: nothing is written.
+        await conn.copy_records_to_table("log", schema_name="audit", columns=COLUMNS, records=_linked(
+            entries, payloads, plan["fresh"], sorted(plan["seqs"]), dict(plan["actors"] or ()),
+            plan["head"] or chain.GENESIS, now, key))
+    return len(plan["fresh"])
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.audit.domain import chain
-from services.audit.domain.entries import Outcome
+from services.audit import store
+from services.audit.domain import anchoring, chain
+from services.audit.domain.entries import Entry, Outcome
 from services.audit.domain.jsonb import canonical_text
 
 pytestmark = __import__("pytest").mark.unit
@@ -96,16 +97,26 @@ def test_fields_of_other_types_are_written_as_the_encoder_writes_them():
         assert chain.canonical(fields, "[1]") == _reference(fields)
 
 
-def test_link_gives_the_hashes_chain_gives():
-    rows = [{"seq": i + 1, "command_id": f"c{i}", "actor": "alice", "time": datetime(2026, 1, 1, tzinfo=UTC),
-             "recorded_at": datetime(2026, 1, 2, tzinfo=UTC), "subject": "s", "kind": "k", "job_id": None,
-             "payload": {"n": i}, "outcome": "received", "reason": None} for i in range(5)]
-    texts = [canonical_text(r["payload"]) for r in rows]
-    linked = chain.chain(rows, "a" * 64, texts)
-    assert chain.link(rows, "a" * 64, texts) == [r["hash"] for r in linked]
-    assert [r["prev_hash"] for r in linked] == ["a" * 64] + [r["hash"] for r in linked[:-1]]
-    with pytest.raises(ValueError):  # a text for every entry
-        chain.link(rows, "a" * 64, texts[:-1])
+def test_the_stores_copy_rows_carry_the_hashes_chain_gives():
+    """store._linked (the rows of one COPY, built and hashed as asyncpg asks for them) links as chain.chain does:
+    only the fresh entries, in the plan's sequence order, an outcome naming no actor given its command's."""
+    now, key = datetime(2026, 1, 2, tzinfo=UTC), b"k" * 32
+    entries = [Entry(command_id=f"c{i}", actor=None if i == 3 else "alice", time=datetime(2026, 1, 1, tzinfo=UTC),
+                     subject="s", kind="k", job_id=None, payload={"n": i}, outcome=Outcome.RECEIVED, reason=None)
+               for i in range(5)]
+    payloads = [(e.payload, canonical_text(e.payload)) for e in entries]
+    fresh, seqs = [1, 2, 4, 5], [11, 12, 13, 14]  # the third entry was stored already
+    rows = list(store._linked(entries, payloads, fresh, seqs, {"c3": "bob"}, "a" * 64, now, key))
+    expected = chain.chain([{"seq": seq, "command_id": e.command_id, "actor": e.actor or "bob", "time": e.time,
+                             "recorded_at": now, "subject": "s", "kind": "k", "job_id": None, "payload": e.payload,
+                             "outcome": "received", "reason": None}
+                            for seq, e in zip(seqs, [entries[i - 1] for i in fresh], strict=True)], "a" * 64)
+    assert [r[0] for r in rows] == seqs and [r[2] for r in rows] == ["alice", "alice", "bob", "alice"]
+    assert [(r[11], r[12]) for r in rows] == [(x["prev_hash"], x["hash"]) for x in expected]
+    assert [r[13] for r in rows] == [anchoring.row_mac(key, x["hash"]) for x in expected]
+    assert [r[8] for r in rows] == [payloads[i - 1][1] for i in fresh]
+    with pytest.raises(ValueError):  # a sequence number for every fresh entry
+        list(store._linked(entries, payloads, fresh, seqs[:-1], {}, "a" * 64, now, key))
 
 
 def test_a_lone_surrogate_in_a_field_still_fails_as_utf8_would():

@@ -118,18 +118,6 @@ def verify(rows: Iterable[Mapping[str, Any]]) -> int | None:
     return check_chain(rows).first_bad_seq
 
 
-def link(entries: Iterable[Mapping[str, Any]], prev_hash: str, payload_texts: Iterable[str]) -> list[str]:
-    """The hash of each new entry (each with its ``seq``) linked after ``prev_hash``, each entry's previous hash
-    being the one before it; ``payload_texts`` are the entries' payloads' canonical texts, in order. What
-    ``chain`` computes, without copying the entries (the store builds its rows itself)."""
-    hashes = []
-    sha256 = hashlib.sha256
-    for entry, text in zip(entries, payload_texts, strict=True):
-        prev_hash = sha256(prev_hash.encode() + canonical(entry, text)).hexdigest()
-        hashes.append(prev_hash)
-    return hashes
-
-
 def chain(entries: Iterable[Mapping[str, Any]], prev_hash: str = GENESIS,
           payload_texts: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Link new entries (each with its ``seq``) after ``prev_hash``: returns them with prev_hash and hash.
