@@ -50,7 +50,7 @@ class Peak:
     """Dense peaks from NVIDIA's datasheets (half the "with sparsity" figures): TFLOP/s per precision, memory GB/s."""
 
     tflops: dict[str, float]
-    memory_gbps: float
+    memory_gbps: float | None
 
 
 _HOPPER = {"bfloat16": 989.0, "float16": 989.0, "tf32": 495.0, "float32": 67.0}
@@ -73,8 +73,7 @@ def peak_for(name: str, tflops: float | None = None, gbps: float | None = None) 
     table = dict(known.tflops) if known else {}
     if tflops is not None:
         table["bfloat16"] = tflops
-    memory = gbps if gbps is not None else (known.memory_gbps if known else 0.0)
-    return Peak(table, memory)
+    return Peak(table, gbps if gbps is not None else (known.memory_gbps if known else None))
 
 
 def device_name() -> str:
@@ -87,13 +86,12 @@ def _ratio(figure: float | None, peak: float | None) -> float | None:
 
 def gemm_row(figures: dict[str, float], status: str, name: str, peak: Peak | None) -> dict[str, Any]:
     """The suite's matmul figures as a row: bf16 (float32 where there is no bf16) against the peak."""
-    precision = "bfloat16" if "tflops_bfloat16" in figures else "float32"
-    figure = figures.get(f"tflops_{precision}")
-    ref = peak.tflops.get(precision) if peak else None
-    each = ", ".join(f"{k[len('tflops_'):]} {v:.4g}" + (f" ({v / peak.tflops[k[len('tflops_'):]]:.0%} of "
-                                                        f"{peak.tflops[k[len('tflops_'):]]:g})"
-                                                        if peak and k[len("tflops_"):] in peak.tflops else "")
-                     for k, v in sorted(figures.items()) if k.startswith("tflops_"))
+    peaks = peak.tflops if peak else {}
+    measured = {k[len("tflops_"):]: v for k, v in sorted(figures.items()) if k.startswith("tflops_")}
+    precision = "bfloat16" if "bfloat16" in measured else "float32"
+    figure, ref = measured.get(precision), peaks.get(precision)
+    each = ", ".join(f"{p} {v:.4g}" + (f" ({v / peaks[p]:.0%} of {peaks[p]:g})" if p in peaks else "")
+                     for p, v in measured.items())
     return {"name": f"deep check GEMM, {precision} ({name})", "figure": _round(figure), "reference": ref,
             "ratio": _ratio(figure, ref), "target": None, "unit": "TFLOP/s", "passed": None,
             "note": (f"suite matmul {status}; TFLOP/s by precision: {each}; reference: "
@@ -102,7 +100,7 @@ def gemm_row(figures: dict[str, float], status: str, name: str, peak: Peak | Non
 
 def membw_row(figures: dict[str, float], status: str, name: str, peak: Peak | None) -> dict[str, Any]:
     figure = figures.get("copy_gbps")
-    ref = peak.memory_gbps if peak and peak.memory_gbps else None
+    ref = peak.memory_gbps if peak else None
     return {"name": f"deep check memory bandwidth ({name})", "figure": _round(figure), "reference": ref,
             "ratio": _ratio(figure, ref), "target": None, "unit": "GB/s", "passed": None,
             "note": (f"suite membw {status}: a copy within the device's memory, read and write counted; reference: "

@@ -24,7 +24,9 @@ case "${1:-run}" in
       pins+=("$name==$("$py" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")")
     done
     mkdir -p .whl
-    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+    exclude=$(git rev-parse --git-path info/exclude)  # a worktree's too
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
     "$py" -m pip download -q --no-deps --only-binary=:all: --python-version "${PYVER:-3.12}" --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       -d .whl "${pins[@]}"
@@ -36,7 +38,8 @@ case "${1:-run}" in
     if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then dir=$1; shift; fi
     if compgen -G ".whl/*.whl" > /dev/null; then
       site=$(mktemp -d /tmp/teto-site-XXXXXX)
-      "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
+      "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" .whl/*.whl
       export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
     fi
     command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
