@@ -67,7 +67,7 @@ class NodeState(StrEnum):
     RECOVERING = "recovering"  # told to reboot; re-checked when it registers again
     REPLACED = "replaced"  # failed after max_reboots recoveries; the provisioner was asked for a new node
     DRAINED = "drained"  # taken out by an operator
-    GONE = "gone"  # registered, then no heartbeat for node_gone_seconds (a bare or dead registration)
+    GONE = "gone"  # its agent silent for node_gone_seconds (dead, frozen, powered off; or a bare registration)
 
 
 # A node in one of these states lost the work it ran: a gang on it applies its node-failure strategy at once.
@@ -88,7 +88,7 @@ class NodeEventKind(StrEnum):
     UNCORDONED = "uncordoned"
     HELD = "held"  # the group's systemic-failure alert holds it out of scheduling (reason says why)
     RELEASED = "released"  # the alert was cleared by an operator
-    GONE = "gone"  # no heartbeat since it registered: its agent is not there (registering again brings it back)
+    GONE = "gone"  # its agent is silent: not there (registering again brings it back)
 
 
 class NodeEvent(Envelope):
@@ -182,3 +182,6 @@ class CheckReport(Envelope):
     detail: JsonObject = Field(default_factory=dict)
     error: QuotedOutput | None = Field(None, description="What the test said (NULs shown as U+FFFD)")
     seconds: Seconds | None = Field(None, description="Wall time of the test")
+    suite_version: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9._-]{1,40}$", description="The check suite's version: figures are compared only "
+        "with figures of the same version (None: an agent from before versions were reported)")

@@ -19,7 +19,8 @@ from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain.nodes import Node, Reboot, Silent, Transition, Unaddressable, decide, silent_since_registration
+from .domain import liveness
+from .domain.nodes import Node, Reboot, Silent, Transition, Unaddressable, decide
 
 SCHEMA = "health"
 log = logging.getLogger(__name__)
@@ -73,24 +74,26 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
 
 
 async def mark_gone(conn: asyncpg.Connection, subjects: Subjects, now: datetime, gone_after: float) -> list[str]:
-    """Nodes registered with no heartbeat since, for ``gone_after`` seconds, are marked gone (their run, if
-    any, fails at its deadline). SKIP LOCKED: a node another transaction holds is looked at next tick."""
+    """Nodes whose agent has been silent for ``gone_after`` seconds (no heartbeat, no registration) are marked
+    gone (their run, if any, fails at its deadline). SKIP LOCKED: a node another transaction holds is looked at
+    next tick."""
+    cutoff = now - timedelta(seconds=gone_after)
     rows = await conn.fetch(
         "SELECT n.*, e.registered_at AS e_registered_at, e.last_heartbeat AS e_last_heartbeat FROM health.nodes n"
         " LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
-        " WHERE n.state NOT IN ('replaced', 'drained', 'gone') AND e.registered_at <= $1"
-        " AND (e.last_heartbeat IS NULL OR e.last_heartbeat < e.registered_at)"
-        " ORDER BY n.node_id FOR UPDATE OF n SKIP LOCKED", now - timedelta(seconds=gone_after))
+        " WHERE n.state NOT IN ('replaced', 'drained', 'gone')"
+        " AND GREATEST(e.registered_at, e.last_heartbeat, n.registered_at) <= $1"
+        " ORDER BY n.node_id FOR UPDATE OF n SKIP LOCKED", cutoff)
     gone = []
     for row in rows:
-        if not silent_since_registration(row["e_registered_at"], row["e_last_heartbeat"], now,
-                                         timedelta(seconds=gone_after)):
+        registered = liveness.last_heard(row["e_registered_at"], row["registered_at"])
+        if not liveness.silent(registered, row["e_last_heartbeat"], now, timedelta(seconds=gone_after)):
             continue
         t = decide(node_of(row), Silent(gone_after), now)
         if isinstance(t, Transition) and t.changed:
             await save(conn, subjects, t, now, seq=row["event_seq"], needs_check=False)
             gone.append(row["node_id"])
-            log.warning("node %s (executor %s) is gone: registered, and no heartbeat in %gs since", row["node_id"],
+            log.warning("node %s (executor %s) is gone: its agent has been silent for %gs", row["node_id"],
                         row["executor_id"], gone_after)
     return gone
 

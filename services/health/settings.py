@@ -10,6 +10,7 @@ from pydantic import Field
 from libs.runtime.settings import CommonSettings, SettingsError, batch_linger_field
 
 from .domain.breaker import Policy
+from .domain.liveness import SampleRule
 from .domain.signals import Thresholds
 
 
@@ -37,9 +38,12 @@ class HealthSettings(CommonSettings):
         "directive (the agent died, or its report was refused) fails the run with that reason. Keep it above the "
         "agents' check_timeout_seconds, which ends a hung suite on the node itself")
     node_gone_seconds: float = Field(
-        300.0, gt=0, le=7 * 86400, description="A node whose agent registered and has sent no heartbeat since, "
-        "for this long, is marked gone (a bare registration, an agent dead at start); registering again brings it "
-        "back")
+        300.0, gt=0, le=7 * 86400, description="A node whose agent has been silent this long (no heartbeat, no "
+        "registration: dead, frozen, powered off, or a bare registration) is marked gone: never schedulable, never "
+        "a peer; registering again brings it back")
+    median_max_age_seconds: float = Field(
+        7 * 86400.0, gt=0, le=365 * 86400, description="A ready node's figures take part in its group's median "
+        "only if it passed a check this recently (and is alive now, under the same suite version)")
     replacement_budget: int = Field(3, ge=0, le=1000, description="Replacements per group and window; one more "
                                     "due raises the group's systemic-failure alert instead (0: never replace)")
     replacement_window_seconds: float = Field(3600.0, gt=0, le=30 * 86400, description="The window of the "
@@ -61,6 +65,10 @@ class HealthSettings(CommonSettings):
     @property
     def effective_signal_timeout(self) -> float:
         return self.signal_timeout_seconds if self.signal_timeout_seconds is not None else 2 * self.heartbeat_seconds
+
+    def sample_rule(self, suite_version: str | None) -> SampleRule:
+        return SampleRule(timedelta(seconds=self.effective_signal_timeout),
+                          timedelta(seconds=self.median_max_age_seconds), suite_version)
 
     @property
     def thresholds(self) -> Thresholds:

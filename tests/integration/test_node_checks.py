@@ -57,6 +57,13 @@ class Agents:
 
         self.tasks[name] = asyncio.create_task(loop(), name=name)
 
+    async def stop_one(self, name: str) -> None:
+        """The agent stops without a word (a restarted stack, a machine powered off)."""
+        task = self.tasks.pop(name)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
     async def stop(self) -> None:
         for t in self.tasks.values():
             t.cancel()

@@ -25,7 +25,7 @@ from ..publisher import Publisher
 from ..settings import ExecutorSettings
 from . import faults
 from .runner import Record, run_suite
-from .suite import Spec
+from .suite import SUITE_VERSION, Spec
 
 log = logging.getLogger(__name__)
 FORCED_STOP_REASON = "stopped for a forced health check"
@@ -87,7 +87,7 @@ class NodeChecks:
     def _report(self, d: RunChecks, status: str, test: str | None = None, **fields: Any) -> asyncio.Future:
         s = self.settings
         report = CheckReport(run_id=d.run_id, node_id=s.node_id, executor_id=s.executor_id, test=test,
-                             attempt=d.attempt, status=status, **fields)
+                             attempt=d.attempt, status=status, suite_version=SUITE_VERSION, **fields)
         return self.publisher.send(s.subjects.check(d.run_id, status, s.executor_id), report)
 
     def _report_record(self, d: RunChecks, record: Record) -> None:

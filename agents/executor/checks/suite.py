@@ -18,6 +18,11 @@ from typing import Any
 
 from .faults import SLOW_FACTOR
 
+# The suite's version, sent with every figure. Bump it whenever a test's sizes, method or figures change meaning:
+# the health service compares a node's figures only with figures measured by the same version, so a fleet part
+# way through an upgrade is never judged against numbers of another yardstick.
+SUITE_VERSION = "2"
+
 # Relative Frobenius error of an n x n product against the float64 product of the same (rounded) inputs.
 ERROR_BOUNDS = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 3e-2}
 TEMPERATURE_LIMIT_C = 90.0

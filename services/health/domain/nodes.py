@@ -14,7 +14,7 @@ events to emit, the effects the edge must carry out: start checks, reboot, call 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from libs.contracts.nodes import NodeEventKind, NodeState
@@ -23,7 +23,7 @@ S = NodeState
 NOT_SCHEDULABLE = {S.JOINING: "waiting for its checks", S.CHECKING: "running its checks",
                    S.FAILED: "failed its checks", S.RECOVERING: "rebooting after failed checks",
                    S.REPLACED: "replaced", S.DRAINED: "drained by an operator",
-                   S.GONE: "gone: no heartbeat since it registered"}
+                   S.GONE: "gone: its agent is silent"}
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ class Unaddressable:
 
 @dataclass(frozen=True)
 class Silent:
-    """No heartbeat since the node's agent registered, for ``seconds``: no agent is there to do anything."""
+    """Nothing heard from the node's agent (no registration, no heartbeat) for ``seconds``: no agent is there
+    to do anything (liveness.silent)."""
     seconds: float
 
 
@@ -364,20 +365,14 @@ def on_unaddressable(node: Node, fact: Unaddressable, now: datetime) -> Transiti
     return Transition(new, (ev,))
 
 
-def silent_since_registration(registered_at: datetime | None, last_heartbeat: datetime | None, now: datetime,
-                              gone_after: timedelta) -> bool:
-    """A registration no heartbeat has followed for ``gone_after``: a bare registration on the bus, or an agent
-    that died at start. A rebooting node is not silent in this sense: its heartbeats before the reboot came
-    after its previous registration, and it registers again when it is back."""
-    if registered_at is None or now - registered_at < gone_after:
-        return False
-    return last_heartbeat is None or last_heartbeat < registered_at
-
-
 def on_silent(node: Node, fact: Silent, now: datetime) -> Transition:
-    """Out of every list of live nodes and never schedulable; registering again (a real agent) brings it back."""
+    """Out of every list of live nodes and never schedulable; registering again (a real agent) brings it back.
+
+    Whatever it was doing: a ready node whose agent died (a restarted ``teto up``, a machine powered off without
+    deregistering) must not stay schedulable, nor be given to joining nodes as a peer.
+    """
     if node.state in (S.REPLACED, S.DRAINED, S.GONE):
         return Transition.unchanged(node, f"node is {node.state}")
-    why = f"gone: no heartbeat in {fact.seconds:g}s since it registered"
+    why = f"gone: no heartbeat for {fact.seconds:g}s"
     new, ev = _to(node, S.GONE, NodeEventKind.GONE, now, why, run_id=None, cordoned=False)
     return Transition(new, (ev,))
