@@ -114,16 +114,21 @@ def _clean_env() -> dict[str, str]:
 
 def start_stack(data_dir: Path, *, executors: int = 2, lease: float = 6, heartbeat: float = 1,
                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
-                ready_timeout: float = 120) -> Stack:
+                ready_timeout: float = 120, code: Path | None = None) -> Stack:
+    """``code``: the source tree of another release to run instead of this checkout (an upgrade's starting
+    point): every part imports it first (it is the working directory and on PYTHONPATH), with this
+    environment's installed dependencies."""
     port = free_port_block(3)  # the gateway replicas take --http-port and the ports after it
     env = _clean_env()
     env["TETO_BASE_MODEL_DIR"] = str(shared_base_dir())
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     env.update(extra_env or {})
     log = open(data_dir.parent / f"up-{port}.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "teto.cli", "up", "--data-dir", str(data_dir), "--http-port", str(port),
          "--executors", str(executors), "--lease-seconds", str(lease), "--heartbeat-seconds", str(heartbeat), *args],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=code)
     stack_file = data_dir / "stack.json"
 
     def ready() -> bool:

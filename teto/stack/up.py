@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
@@ -28,6 +29,7 @@ from libs.runtime.dbroles import redact_url
 from libs.runtime.ports import port_is_free
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster
+from teto.stack.identities import Identities
 from teto.stack.observe import MetricsPorts
 from teto.stack.supervisor import Part, Supervisor
 
@@ -214,15 +216,19 @@ def up(opts: UpOptions) -> int:
                 sup.add(Part(part, [*py, "service", name, "--log-level", opts.log_level],
                              metrics_ports.env(part, part_vars)))
 
+        identities = Identities(data_dir)
+
         def add_executor(name: str, group: str) -> None:
+            def new_id() -> str:
+                return identities.take(name, lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}")
+
             sup.add(Part(name, [*py, "executor", "--group", group, "--executor-id", "{executor_id}",
                                 "--log-level", opts.log_level],
                          metrics_ports.env(name, part_env(env, own, "executor")),
-                         new_executor_id=lambda: f"{group}-{name.rsplit('-', 1)[-1]}-{uuid.uuid4().hex[:6]}",
-                         prepare=prepare_executor))
+                         new_executor_id=new_id, prepare=prepare_executor))
 
-        for i in range(1, opts.executors + 1):
-            add_executor(f"executor-{i}", opts.group)
+        for name in executor_parts(opts.executors, identities):
+            add_executor(name, opts.group)
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         url = urls[0]
         for gateway in urls:
@@ -250,7 +256,7 @@ def up(opts: UpOptions) -> int:
                 return rc
         while True:
             sup.check()
-            replace_nodes(sup, data_dir, add_executor)
+            replace_nodes(sup, data_dir, add_executor, identities)
             time.sleep(0.5)
     except _Stop:
         print("\nstopping Teto ...", flush=True)
@@ -290,7 +296,15 @@ def provisioner_command(data_dir: Path) -> str:
             "{node_id} {group} {executor_id}")
 
 
-def replace_nodes(sup: Supervisor, data_dir: Path, add_executor) -> list[str]:
+def executor_parts(executors: int, identities: Identities) -> list[str]:
+    """The executor parts to start: ``executor-1`` .. ``executor-N`` but those an earlier run replaced, and the
+    replacements it started (``executor-rK``), which are nodes of the fleet like the others and come back."""
+    wanted = [f"executor-{i}" for i in range(1, executors + 1)]
+    wanted += [name for name in identities.names() if re.fullmatch(r"executor-r\d+", name)]
+    return [name for name in wanted if not identities.replaced(name)]
+
+
+def replace_nodes(sup: Supervisor, data_dir: Path, add_executor, identities: Identities | None = None) -> list[str]:
     """Serve the local provisioner's requests: stop the replaced node's agent for good and start a fresh one
     in the same group (a new executor and node id, so it joins and is checked like any new node)."""
     started = []
@@ -304,7 +318,10 @@ def replace_nodes(sup: Supervisor, data_dir: Path, add_executor) -> list[str]:
             sup.stop([old.name])
             sup.parts.pop(old.name, None)
             sup.stopping = False  # stop() is for shutdown; the rest of the stack keeps being supervised
-        name = f"executor-r{len([n for n in sup.parts if n.startswith('executor-r')]) + 1}"
+            if identities is not None:
+                identities.forget(old.name)
+        taken = {*sup.parts, *(identities.names() if identities is not None else ())}
+        name = next(f"executor-r{k}" for k in range(1, len(taken) + 2) if f"executor-r{k}" not in taken)
         add_executor(name, str(info.get("group") or "local"))
         log.warning("node %s was replaced: started %s in group %s", info.get("node_id"), name, info.get("group"))
         request.unlink(missing_ok=True)

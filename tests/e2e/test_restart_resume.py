@@ -1,0 +1,118 @@
+"""``teto up``, a fine-tune mid-run, Ctrl-C, ``teto up`` again on the same data directory: the same nodes
+re-attach, pass their checks, and the job resumes from its checkpoint and succeeds, with no node rebooted or
+replaced and no alert (issue 26, item 1). The same from a data directory made by the previous release
+(``UPGRADE_FROM``), run from that release's own source tree, upgraded in place by this checkout."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from .stack import Stack, eventually, start_stack
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+# The release an upgrade starts from: tag v0.1.0 (the last landing before stable executor identities). Pinned by
+# commit, so a clone without tags tests the same thing; move it forward as releases are tagged.
+UPGRADE_FROM = "ffd48467803f67ba76795fb10ee9759485599e17"
+
+
+def _finetune() -> dict:
+    return {"name": "restart", "workload": {"kind": "finetune", "params": {
+        "steps": 80, "batch_size": 8, "seq_len": 32, "step_delay_seconds": 0.15}}, "checkpoint_every_steps": 10}
+
+
+def _nodes(stack: Stack) -> dict[str, dict]:
+    r = stack.get("/v1/nodes")
+    assert r.status_code == 200, r.text
+    return {n["node_id"]: n for n in r.json()}
+
+
+def _run_until_restart(stack: Stack) -> tuple[str, int]:
+    """Submit the fine-tune, let it checkpoint at step 20 or later, and stop the stack with Ctrl-C."""
+    r = stack.post("/v1/jobs", _finetune())
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    running = eventually(lambda: (j := stack.job(job_id))["last_checkpoint"] and j["last_checkpoint"]["step"] >= 20
+                         and j, 240, "a checkpoint at step 20")
+    assert running["state"] == "running", running
+    assert stack.stop() == 0
+    return job_id, running["last_checkpoint"]["step"]
+
+
+def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes_before: set[str] | None,
+                           dead: set[str] = frozenset(), **kw) -> None:
+    """``nodes_before``: the nodes that must be back (None: two new ones beside the ``dead``)."""
+    stack = start_stack(data_dir, **kw)
+    try:
+        done = stack.wait_state(job_id, {"succeeded", "failed", "interrupted", "cancelled"}, 300)
+        if dead:  # the node-gone time after the restart: wait for it rather than race it
+            eventually(lambda: all(_nodes(stack)[k]["state"] == "gone" for k in dead), 60, "the dead nodes gone")
+        assert done["state"] == "succeeded", (done, stack.log_tail())
+        started = [e for e in stack.events(job_id) if e["event"] == "started"]
+        assert started[-1]["detail"]["resumed_from_step"] >= checkpointed, started[-1]
+        assert done["attempts"]["training_error"] == 0, done["attempts"]
+        nodes = _nodes(stack)
+        if nodes_before is None:
+            nodes_before = set(nodes) - dead
+            assert len(nodes_before) == 2, sorted(nodes)
+        # The job may end on the first node back before the other has finished its own checks.
+        nodes = eventually(lambda: all((n := _nodes(stack))[k]["state"] == "ready" for k in nodes_before) and n,
+                           120, "every node back and ready")
+        assert set(nodes) == nodes_before | dead, (nodes_before, dead, sorted(nodes))  # re-attached, not grown
+        live = {k: v for k, v in nodes.items() if k in nodes_before}
+        assert all(n["state"] == "ready" and n["schedulable"] and n["reboots"] == 0 for n in live.values()), live
+        gone = {k: v for k, v in nodes.items() if k in dead}
+        assert all(n["state"] == "gone" and not n["schedulable"] for n in gone.values()), gone
+        groups = stack.get("/v1/node-groups").json()
+        assert all(not g.get("alert") for g in groups), groups
+        assert all(not n.get("alert") for n in nodes.values()), nodes
+    finally:
+        assert stack.stop() == 0
+
+
+def test_a_restart_reattaches_the_nodes_and_resumes_the_job_mid_run(stack_dir: Path):
+    stack = start_stack(stack_dir)
+    try:
+        eventually(lambda: len(n := _nodes(stack)) == 2 and all(v["state"] == "ready" for v in n.values()), 120,
+                   "both nodes ready")
+        nodes_before = set(_nodes(stack))
+        job_id, checkpointed = _run_until_restart(stack)
+    finally:
+        stack.stop()
+    _resumes_after_restart(stack_dir, job_id, checkpointed, nodes_before)
+
+
+def _release_tree(commit: str, into: Path) -> Path:
+    """The source tree of ``commit`` (git archive), to run the previous release as it was."""
+    try:
+        blob = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit],
+                              capture_output=True, check=True).stdout
+    except subprocess.CalledProcessError as exc:
+        raise AssertionError(f"commit {commit} (the previous release) is not in this clone: fetch the full "
+                             f"history ({exc.stderr.decode(errors='replace')[-300:]})") from None
+    into.mkdir(parents=True)
+    with tarfile.open(fileobj=BytesIO(blob)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def test_the_previous_releases_data_directory_upgraded_in_place_resumes_its_job(stack_dir: Path):
+    old = _release_tree(UPGRADE_FROM, stack_dir.parent / "release")
+    stack = start_stack(stack_dir, code=old)
+    try:
+        eventually(lambda: len(n := _nodes(stack)) == 2 and all(v["state"] == "ready" for v in n.values()), 120,
+                   "both nodes ready under the previous release")
+        dead = set(_nodes(stack))
+        job_id, checkpointed = _run_until_restart(stack)
+    finally:
+        stack.stop()
+    # The previous release gave its executors new ids on every start, so its two nodes are left behind, their
+    # agents gone. This release starts two of its own (kept from now on); the dead ones must stand in nobody's
+    # way: no peer, no median, gone and out of scheduling after the node-gone time (short here).
+    _resumes_after_restart(stack_dir, job_id, checkpointed, None, dead, extra_env={"TETO_NODE_GONE_SECONDS": "5"})
