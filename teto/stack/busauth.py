@@ -189,6 +189,12 @@ def start_embedded(nats_dir: Path, prefix: str, members: int = 1, sup=None):
         from teto.stack import cluster
 
         return bus_auth, cluster.start(nats_dir, bus_auth, members, sup)
+    if sup is not None:  # one that dies is started again (teto/stack/servers.py)
+        from teto.stack.servers import SupervisedNats
+
+        supervised = SupervisedNats.start(EmbeddedNats(nats_dir, config=bus_auth.config_path), sup)
+        bus_auth.server_pid, bus_auth.monitor_url = supervised.pid, supervised.monitor_url
+        return bus_auth, supervised
     nats = EmbeddedNats(nats_dir, config=bus_auth.config_path).start()
     bus_auth.server_pid = lambda: nats.proc.pid if nats.proc is not None and nats.proc.poll() is None else None
     bus_auth.monitor_url = nats.monitor_url

@@ -59,6 +59,9 @@ class Supervisor:
         self.parts: dict[str, Part] = {}
         self.max_restarts = max_restarts_per_minute
         self.stopping = False
+        # Servers that run outside the supervisor's processes (PostgreSQL under pg_ctl): each ``check()`` starts
+        # one again when it is gone (teto/stack/servers.py), before the parts that need it are restarted.
+        self.watches: list = []
 
     def add(self, part: Part) -> None:
         self.parts[part.name] = part
@@ -87,6 +90,8 @@ class Supervisor:
         """Start again the parts that exited, each after its back-off; returns the names started again."""
         restarted = []
         now = time.monotonic() if now is None else now
+        for watch in [] if self.stopping else self.watches:
+            watch.check()
         for part in self.parts.values():
             if self.stopping or part.proc is None or part.proc.poll() is None:
                 continue

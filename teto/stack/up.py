@@ -31,6 +31,7 @@ from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster
 from teto.stack.identities import Identities
 from teto.stack.observe import MetricsPorts
+from teto.stack.servers import PostgresWatch
 from teto.stack.supervisor import Part, Supervisor
 
 log = logging.getLogger("teto.up")
@@ -177,6 +178,7 @@ def up(opts: UpOptions) -> int:
                            else int(os.environ.get("TETO_STREAM_REPLICAS") or 1))
         if not database_url:
             pg = EmbeddedPostgres(data_dir / "postgres").start()
+            sup.watches.append(PostgresWatch(pg))
             database_url = pg.url
             log.info("embedded PostgreSQL at %s", redact_url(database_url))
         # What each part alone may hold (its credentials and keys), on top of ``env``: see ``part_env``.
