@@ -7,6 +7,7 @@ its stream sequence. Pure.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -35,3 +36,10 @@ def deliveries(m: Any) -> int:
 def stream_seq(m: Any) -> int | None:
     """The stream sequence of ``m``, or None if it is not a JetStream delivery."""
     return _field(m, 5, 7)
+
+
+def stored_at(m: Any) -> datetime | None:
+    """When the stream stored ``m`` (the server's clock, from the nanoseconds in the ack subject), or None if it
+    is not a JetStream delivery."""
+    ns = _field(m, 7, 9)
+    return None if ns is None else datetime.fromtimestamp(ns / 1e9, UTC)

@@ -50,7 +50,7 @@ from libs.contracts.envelope import ContractError, Envelope
 from libs.contracts.subjects import Subjects
 
 from . import logs, metrics, quickfetch, tracing
-from .acksubject import deliveries as _deliveries, stream_seq as _stream_seq
+from .acksubject import deliveries as _deliveries, stored_at as _stored_at, stream_seq as _stream_seq
 from .errors import is_permanent, reason_of
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,20 @@ def from_sender(decode: Callable[[bytes], M]) -> Callable[[Msg], M]:
     body claims another executor than the subject's sender token (libs/contracts/senders.py)."""
     read = senders.bound(decode)
     return lambda m: read(m.subject, m.data)
+
+
+@dataclass(frozen=True)
+class Stamped(Generic[M]):
+    """A message with the time its stream stored it: when it was said, on the server's clock, whenever it is
+    read (after an outage, a backlog is read long after)."""
+
+    value: M
+    stored_at: Any  # datetime | None (None: not a JetStream delivery)
+
+
+def stamped(read: Callable[[Msg], M]) -> Callable[[Msg], Stamped[M]]:
+    """A ``read`` that keeps the stream's time of each message beside it."""
+    return lambda m: Stamped(read(m), _stored_at(m))
 
 
 @dataclass

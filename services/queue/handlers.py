@@ -26,7 +26,7 @@ from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
 from libs.runtime import tracing
-from libs.runtime.edge import Consumer, from_sender
+from libs.runtime.edge import Consumer, from_sender, stamped
 from libs.runtime.edge_reply import Responder
 from libs.runtime.service import Runtime
 
@@ -82,7 +82,7 @@ def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Polici
         Consumer(s.budget_all, "BUDGET", "queue-budget", BudgetEvent.decode, on_budget, batch=50),
         # Placement needs only each executor's newest heartbeat: one upsert per batch.
         Consumer(s.heartbeat_all, "HB", "queue-heartbeats", None, runs.heartbeats, batch=500,
-                 read=from_sender(Heartbeat.decode)),
+                 read=stamped(from_sender(Heartbeat.decode))),
         Consumer(s.node_all, "NODE", "queue-nodes", NodeEvent.decode, on_node_events, batch=100,
                  accepts=node_events_only),
     ]

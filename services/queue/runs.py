@@ -28,10 +28,12 @@ from libs.runtime import metrics, tracing
 from libs.runtime.fencing import StaleCounter, StaleEpoch, is_stale
 from libs.runtime.service import Runtime
 from libs.runtime import wake
+from libs.runtime.edge import Stamped
 from libs.runtime.unit import Units
 
 from . import executors, store
 from .domain import lifecycle as lc
+from .domain.liveness import seen_at
 from .domain.wakes import PLACEMENT, offers_an_executor
 from .effects import apply, messages_for
 from .settings import QueueSettings
@@ -180,19 +182,23 @@ class Runs:
                 for job_id in await store.running_gangs_of(conn, event.executor_id):
                     await apply(conn, self.settings, job_id, fact, now)
 
-    async def heartbeats(self, beats: list[Heartbeat]) -> int:
-        """Upsert the newest heartbeat per executor of a batch (placement needs only the latest)."""
-        latest: dict[str, Heartbeat] = {}
-        for hb in beats:
-            if hb.executor_id not in latest or latest[hb.executor_id].sent_at <= hb.sent_at:
-                latest[hb.executor_id] = hb
+    async def heartbeats(self, beats: Sequence[Heartbeat | Stamped[Heartbeat]]) -> int:
+        """Upsert the newest heartbeat per executor of a batch (placement needs only the latest), seen when the
+        stream stored it (liveness.seen_at)."""
+        latest: dict[str, Stamped[Heartbeat]] = {}
+        for item in beats:
+            beat = item if isinstance(item, Stamped) else Stamped(item, None)
+            hb = beat.value
+            if hb.executor_id not in latest or latest[hb.executor_id].value.sent_at <= hb.sent_at:
+                latest[hb.executor_id] = beat
         if not latest:
             return 0
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                     hb.phase.value, hb.sent_at, now, hb.address) for hb in latest.values()]
+                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address)
+                    for beat in latest.values() for hb in [beat.value]]
             await executors.upsert_executors(conn, rows)
-            if offers_an_executor(latest.values()):  # perhaps free since the last pass: place now
+            if offers_an_executor([beat.value for beat in latest.values()]):  # perhaps free since the last pass: place now
                 await wake.notify(conn, wake.channel(self.settings.subject_prefix, PLACEMENT))
         return len(rows)
