@@ -45,8 +45,8 @@ from .ckpt_async import BackgroundWriter
 from .sdk_context import Context
 
 CheckpointRefused = _quota.CheckpointRefused
-__all__ = ["EXIT_AGENT_GONE", "CheckpointRefused", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
-           "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
+__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointRefused", "Context", "checkpoint_on_stop",
+           "context",           "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
            "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
