@@ -46,8 +46,9 @@ from .sdk_context import Context
 
 CheckpointRefused = _quota.CheckpointRefused
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointRefused", "Context", "checkpoint_on_stop",
-           "context",           "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
-           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
+           "context", "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready",
+           "report_step", "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent",
+           "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
