@@ -248,3 +248,22 @@ def test_the_agent_falls_back_to_the_job_s_own_quota_and_shows_the_sdk_s_refusal
     reports.on_report(_run(), {"type": "checkpoint_refused", "step": 2, "path": "/x/step-00000002.pt", "bytes": 101})
     assert [cls for cls, _ in sent] == [CheckpointReport, CheckpointSkipped]  # 500 fits the job's own 1000
     assert sent[1][1]["reason"].endswith("the checkpoint has 101 bytes, the job's quota is 100 bytes")
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+
+def test_the_cli_sets_the_quota_in_gib_on_a_job_and_an_organisation():
+    import argparse
+
+    from teto.cli import build_parser
+    from teto.cli_client import CliError, build_spec
+    from teto.cli_orgs import org_spec
+
+    job = build_parser().parse_args(["submit", "--checkpoint-quota-gib", "1.5"])
+    assert build_spec(job)["checkpoint_quota_bytes"] == 3 * 2**29
+    assert "checkpoint_quota_bytes" not in build_spec(build_parser().parse_args(["submit"]))
+    org = build_parser().parse_args(["orgs", "set", "north", "--checkpoint-quota-gib", "2"])
+    assert org_spec(org)["checkpoint_quota_bytes"] == 2 * GIB
+    assert org_spec(build_parser().parse_args(["orgs", "set", "north"]))["checkpoint_quota_bytes"] is None
+    with pytest.raises(CliError, match="must be more than 0"):
+        org_spec(argparse.Namespace(**{**vars(org), "checkpoint_quota_gib": 0.0}))
