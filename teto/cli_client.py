@@ -239,7 +239,16 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, flag, None)
         if value is not None:
             spec[field] = value
+    if getattr(args, "checkpoint_quota_gib", None) is not None:
+        spec["checkpoint_quota_bytes"] = gib_to_bytes("--checkpoint-quota-gib", args.checkpoint_quota_gib)
     return spec
+
+
+def gib_to_bytes(flag: str, gib: float) -> int:
+    """A size given in GiB on the command line, in whole bytes (at least one)."""
+    if not gib > 0:
+        raise CliError(f"{flag} {gib:g}: must be more than 0", 2)
+    return max(1, int(gib * 2**30))
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -353,6 +362,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints")
     p.add_argument("--checkpoints-kept", type=int, help="complete checkpoints kept on disk, the newest "
                    "(0: every one; default: the executor's, 3)")
+    p.add_argument("--checkpoint-quota-gib", type=float, help="most GiB one checkpoint may have (default 64; "
+                   "the organisation's quota caps it); a larger one is refused when written")
     p.add_argument("--workers", type=int)
     p.add_argument("--gpus", type=int, help="GPUs per worker")
     p.add_argument("--max-attempts", type=int)

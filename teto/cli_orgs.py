@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_client import CliError, _print, call, table
+from .cli_client import CliError, _print, call, gib_to_bytes, table
 
 ORG_COLUMNS = [("org", "name"), ("cohort", "cohort"), ("weight", "weight"), ("quotas", "quotas"),
                ("budget GPU-h", "budget"), ("period", "period")]
@@ -34,7 +34,10 @@ def org_spec(args: argparse.Namespace) -> dict[str, Any]:
     quotas = None if args.unmetered else dict(parse_quota(q) for q in args.quota or [])
     return {"cohort": args.cohort, "weight": args.weight, "quotas": quotas, "period": args.period,
             "budget_gpu_seconds": None if args.budget_gpu_hours is None else args.budget_gpu_hours * 3600.0,
+            "checkpoint_quota_bytes": None if getattr(args, "checkpoint_quota_gib", None) is None
+            else gib_to_bytes("--checkpoint-quota-gib", args.checkpoint_quota_gib),
             "description": args.description}
+
 
 
 def _quota_text(quotas: dict[str, Any] | None) -> str:
@@ -108,6 +111,8 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
     p.add_argument("--unmetered", action="store_true", help="no quotas at all (bounded by the fleet only)")
     p.add_argument("--budget-gpu-hours", type=float, help="GPU-hours per period")
     p.add_argument("--period", choices=["month", "day"], default="month")
+    p.add_argument("--checkpoint-quota-gib", type=float,
+                   help="most GiB one checkpoint of any of its jobs may have (caps each job's checkpoint_quota_bytes)")
     p.add_argument("--description", default="")
     p.set_defaults(func=guard(cmd_org_set))
     p = osub.add_parser("project", help="create or replace a project of an organisation", parents=[common])

@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import time
+from datetime import timedelta
 from typing import Any
 
 from nats.aio.client import Client
@@ -41,7 +42,7 @@ from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
-from .run import Prepared, Run, discard, prepare, unreadable_grant
+from .run import Prepared, Run, discard, prepare, resuming, unreadable_grant, verified
 from .runner import Child
 from .settings import ExecutorSettings
 from .usage import UsageReports
@@ -254,6 +255,7 @@ class Agent:
         run.stop_grace_seconds = stop.grace_seconds
         run.stop_reason = stop.reason
         run.phase = Phase.STOPPING
+        run.verify_stop.set()  # a checkpoint being verified for it is not hashed on: the executor is freed now
         stop_file = launch.stop_file(self.settings, run.grant)
         with contextlib.suppress(OSError):
             stop_file.parent.mkdir(parents=True, exist_ok=True)
@@ -293,6 +295,7 @@ class Agent:
         spent: asyncio.Task | None = None
         # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
         # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
+        verifying = time.monotonic() if resuming(s, grant) else None
         prepared: asyncio.Task[Prepared] | None = asyncio.create_task(self._prepare(run), name=f"prep-{grant.job_id}")
         try:
             reply = await keeper.acquire()
@@ -302,11 +305,17 @@ class Agent:
                 return
             # Renewing while the run is being prepared too (a base model to build, directories to hand over).
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
-            made = await asyncio.shield(prepared)  # a stop of the agent meanwhile leaves it to ``discard``
+            if verifying is not None:  # the job's devices are held for its checkpoint's verification: charged
+                self._meter(run, verifying)
+                spent = self._watch_ceiling(run)
+            made = await verified(run, prepared, watch)
             prepared = None
+            if made is None:  # stopped, or the lease lost, while its checkpoint was being verified
+                await self._unstarted(run)
+                return
             if not await self._launch(run, made):
                 return
-            spent = self._watch_ceiling(run)
+            spent = spent or self._watch_ceiling(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -320,7 +329,10 @@ class Agent:
             await self._finish(run, run.outcome(rc), rc, run.error(rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
-            if run.child is not None:
+            run.verify_stop.set()  # a verification in progress ends within a chunk, so ``discard`` returns soon
+            if run.child is None:
+                self.usage.finish()  # its verification's time, if it was metered
+            else:
                 await run.child.stop(min(s.stop_grace_seconds, SHUTDOWN_GRACE_SECONDS))
                 self.usage.finish()
                 if run.log is not None:
@@ -332,6 +344,7 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the run ends visibly, never silently
             await self._fail(run, exc)
         finally:
+            run.verify_stop.set()
             if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
                 await discard(prepared)
             for task in (watch, spent):
@@ -342,7 +355,27 @@ class Agent:
                 metrics.EXECUTOR_RUNNING.set(0)
 
     async def _prepare(self, run: Run) -> Prepared:
-        return await prepare(self.settings, run.grant, self._uid_start())
+        return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set)
+
+    def _meter(self, run: Run, since: float) -> None:
+        """Charge the run's devices from ``since`` (monotonic): its checkpoint's verification or its process's
+        start, whichever came first (docs/budget-and-audit.md). Once per run: a second start would reuse seqs."""
+        if run.metered_from is not None:
+            return
+        run.metered_from = since
+        self.usage.meter.start(run.grant.job_id, run.grant.epoch, launch.devices_held(run.grant, self.gpus), since,
+                               utcnow() - timedelta(seconds=max(0.0, time.monotonic() - since)))
+
+    async def _unstarted(self, run: Run) -> None:
+        """The run ended while its checkpoint was being verified: its process never started. A lost lease is
+        abandoned (free); a stop (cancel, ceiling) is stopped; the verification's time is charged either way."""
+        self.usage.finish()
+        if run.lost is not None:
+            run.phase = Phase.ABANDONED
+            await self._finish(run, RunOutcome.ABANDONED, None, run.lost.reason)
+        else:
+            await self._finish(run, RunOutcome.STOPPED, None,
+                               "stopped while its checkpoint was being verified, before the process started")
 
     async def _launch(self, run: Run, prepared: Prepared) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first
@@ -356,6 +389,7 @@ class Agent:
         run.resumed_from_step = ckpt.step if ckpt else None
         if run.stop_requested:
             await box.close()
+            self.usage.finish()
             await self._finish(run, RunOutcome.STOPPED, None, "stopped before the process started")
             return False
         try:
@@ -377,9 +411,9 @@ class Agent:
             asyncio.create_task(run.child.stop(run.stop_grace_seconds or s.stop_grace_seconds),
                                 name=f"stop-{grant.job_id}")
         run.launched_at = time.monotonic()
-        # Every worker, gang or not, is metered from its process's start: forming a gang uses the devices.
-        self.usage.meter.start(grant.job_id, grant.epoch, launch.devices_held(grant, self.gpus), run.launched_at,
-                               utcnow())
+        # Every worker, gang or not, is metered from its process's start (or its checkpoint's verification,
+        # earlier): forming a gang uses the devices.
+        self._meter(run, run.launched_at)
         log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                  run.child.pid, run.resumed_from_step)
         self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
@@ -399,7 +433,7 @@ class Agent:
                                  checkpoint_first=True, grace_seconds=self.settings.stop_grace_seconds))
 
         task = asyncio.create_task(ceiling.watch(
-            launch.devices_held(grant, self.gpus), run.launched_at or time.monotonic(), grant.remaining_gpu_seconds,
+            launch.devices_held(grant, self.gpus), run.metered_from or time.monotonic(), grant.remaining_gpu_seconds,
             grant.world_size, time.monotonic, spent), name=f"ceiling-{grant.job_id}")
         task.add_done_callback(_log_failure)
         return task

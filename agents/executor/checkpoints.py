@@ -9,7 +9,6 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,8 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from . import ckpt_quota
+
 NAME = re.compile(r"^step-(\d{8,})\.pt$")
-_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,10 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write through ``write(file)`` into a temp file next to ``path``, fsync, then rename over ``path``."""
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, quota: int | None = None,
+                 step: int | None = None) -> None:
+    """Write through ``write(file)`` into a temp file next to ``path``, fsync, then rename over ``path``. With a
+    ``quota``, a file larger than it is removed before it gets the final name (``ckpt_quota.CheckpointRefused``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -64,6 +66,9 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
+            size = os.fstat(f.fileno()).st_size  # the apparent size: a sparse file counts whole, as a reader sees it
+            if quota is not None and size > quota:
+                raise ckpt_quota.CheckpointRefused(step, size, quota)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -76,13 +81,7 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
 
 
 def sha256_of(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
+    return ckpt_quota.sha256_bounded(path)
 
 
 def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | None = None) -> Checkpoint:
@@ -96,19 +95,24 @@ def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | 
     return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=fmt)
 
 
-def save(directory: Path, step: int, write: Callable[[BinaryIO], None], *, fmt: str) -> Checkpoint:
-    """Write ``<directory>/step-<step>.pt`` through ``write(file)`` atomically, then its sidecar."""
+def save(directory: Path, step: int, write: Callable[[BinaryIO], None], *, fmt: str,
+         quota: int | None = None) -> Checkpoint:
+    """Write ``<directory>/step-<step>.pt`` through ``write(file)`` atomically, then its sidecar. One larger than
+    ``quota`` never gets its name (``ckpt_quota.CheckpointRefused``)."""
     path = checkpoint_path(directory, step)
-    write_atomic(path, write)
+    write_atomic(path, write, quota=quota, step=step)
     return write_sidecar(path, step, fmt=fmt)
 
 
-def save_bytes(directory: Path, step: int, data: bytes, *, fmt: str = "bytes") -> Checkpoint:
-    return save(directory, step, lambda f: f.write(data), fmt=fmt)
+def save_bytes(directory: Path, step: int, data: bytes, *, fmt: str = "bytes", quota: int | None = None) -> Checkpoint:
+    return save(directory, step, lambda f: f.write(data), fmt=fmt, quota=quota)
 
 
-def validate(path: Path) -> tuple[Checkpoint | None, str | None]:
-    """(checkpoint, None) when the file matches its sidecar, else (None, the reason it cannot be used)."""
+def validate(path: Path, *, quota: int | None = None,
+             stopped: Callable[[], bool] | None = None) -> tuple[Checkpoint | None, str | None]:
+    """(checkpoint, None) when the file matches its sidecar, else (None, the reason it cannot be used). Bounded:
+    a file over ``quota`` (or whose sidecar claims so) is refused without being read, and the hash raises
+    ``ckpt_quota.VerificationStopped`` as soon as ``stopped()`` is true."""
     path = Path(path)
     side = sidecar_path(path)
     if path.is_symlink() or side.is_symlink():
@@ -121,13 +125,17 @@ def validate(path: Path) -> tuple[Checkpoint | None, str | None]:
         step, sha, size = int(meta["step"]), str(meta["sha256"]), int(meta["bytes"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return None, f"unreadable sidecar: {exc}"
+    if (refused := ckpt_quota.over_quota(size, quota, claimed=True)) is not None:
+        return None, refused
     try:
         if not path.is_file():
             return None, "unreadable: not a regular file"
         actual_size = path.stat().st_size
         if actual_size != size:
             return None, f"truncated or altered: {actual_size} bytes, sidecar says {size}"
-        actual_sha, _ = sha256_of(path)
+        actual_sha, _ = ckpt_quota.sha256_bounded(path, limit=quota, stopped=stopped)
+    except ValueError as exc:  # it grew past the quota while being read
+        return None, str(exc)
     except OSError as exc:
         return None, f"unreadable: {exc}"
     if actual_sha != sha:
@@ -194,11 +202,13 @@ def prune(directory: Path, step: int, keep: int) -> list[int]:
     return sorted(gone)
 
 
-def latest_valid(directory: Path) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
-    """The newest checkpoint that validates, and every newer one skipped with the reason."""
+def latest_valid(directory: Path, *, quota: int | None = None, stopped: Callable[[], bool] | None = None,
+                 ) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that validates, and every newer one skipped with the reason (``validate``'s bounds:
+    ``ckpt_quota.VerificationStopped`` when the run is stopped meanwhile)."""
     skipped: list[tuple[Path, str]] = []
     for _, path in candidates(directory):
-        ckpt, reason = validate(path)
+        ckpt, reason = validate(path, quota=quota, stopped=stopped)
         if ckpt is not None:
             return ckpt, skipped
         skipped.append((path, reason or "invalid"))

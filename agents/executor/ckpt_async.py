@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from . import checkpoints as _ckpt
+from .ckpt_quota import CheckpointRefused
 
 
 def _is_tensor(obj: Any) -> bool:
@@ -118,23 +119,29 @@ class BackgroundWriter:
         return True
 
     def submit(self, directory: Path, step: int, state: Any, *, fmt: str,
-               on_done: Callable[[_ckpt.Checkpoint], None]) -> None:
-        """Wait for the previous write, snapshot ``state`` on this thread, and write it on a worker thread."""
+               on_done: Callable[[_ckpt.Checkpoint], None], quota: int | None = None,
+               on_refused: Callable[[CheckpointRefused], None] | None = None) -> None:
+        """Wait for the previous write, snapshot ``state`` on this thread, and write it on a worker thread. One
+        over ``quota`` is removed, ``on_refused`` is told at once, and its error raised at the next save or wait."""
         self.wait()
         payload = snapshot(state, self._staging)
         self._staging = None if isinstance(payload, bytes) else payload
         with self._cond:
             self._busy = True
         # Not a daemon: an interpreter that is exiting waits for the checkpoint to be complete.
-        threading.Thread(target=self._run, args=(Path(directory), int(step), payload, fmt, on_done),
+        threading.Thread(target=self._run, args=(Path(directory), int(step), payload, fmt, on_done, quota, on_refused),
                          name=f"teto-checkpoint-{step}", daemon=False).start()
 
-    def _run(self, directory: Path, step: int, payload: Any, fmt: str,
-             on_done: Callable[[_ckpt.Checkpoint], None]) -> None:
+    def _run(self, directory: Path, step: int, payload: Any, fmt: str, on_done: Callable[[_ckpt.Checkpoint], None],
+             quota: int | None = None, on_refused: Callable[[CheckpointRefused], None] | None = None) -> None:
         error: BaseException | None = None
         try:
-            ckpt = _ckpt.save(directory, step, lambda f: write_payload(f, payload), fmt=fmt)
+            ckpt = _ckpt.save(directory, step, lambda f: write_payload(f, payload), fmt=fmt, quota=quota)
             on_done(ckpt)  # only now, after the rename and the sidecar: the checkpoint is complete
+        except CheckpointRefused as exc:
+            error = exc
+            if on_refused is not None:
+                on_refused(exc)  # the person sees why now, not only when the training thread next saves
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread at its next save or wait
             error = exc
         with self._cond:

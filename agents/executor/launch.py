@@ -21,7 +21,7 @@ from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
 from libs.runtime import tracing
 
-from . import isolation
+from . import ckpt_quota, isolation
 from .runner import Launch
 from .secrets import open_env
 from .settings import ExecutorSettings
@@ -133,6 +133,8 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_WORLD_SIZE=str(grant.world_size), TETO_RENDEZVOUS=grant.rendezvous or "",
         TETO_READY_TIMEOUT=f"{grant.ready_timeout_seconds:g}" if grant.ready_timeout_seconds else "",
         TETO_CHECKPOINT_EVERY=str(grant.spec.checkpoint_every_steps), TETO_DEVICE=device(gpus),
+        TETO_CHECKPOINT_QUOTA_BYTES=str(ckpt_quota.quota_of(grant.spec.checkpoint_quota_bytes,
+                                                            grant.checkpoint_quota_bytes)),
         TETO_CHECKPOINTS_KEPT=str(settings.checkpoints_kept if grant.spec.checkpoints_kept is None
                                   else grant.spec.checkpoints_kept),
         TETO_PARAMS=params, TETO_WORK_DIR=str(home), TETO_STOP_FILE=str(home / stop_file(settings, grant).name),

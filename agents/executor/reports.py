@@ -1,25 +1,42 @@
 """What a training process says through ``teto.sdk`` (JSON lines on its report pipe), turned into progress
 messages: steps throttled to one per progress interval, always carrying the latest step when the interval ends
 (a line may stand for several steps the SDK held back, with their mean step time and ``step_seconds_n``);
-a checkpoint only after the step it covers; a gang worker's readiness; the phase (training or checkpointing).
+a checkpoint only after the step it covers, and only within the job's checkpoint quota (a larger one, or one the
+SDK refused itself, is a ``checkpoint_skipped`` with the reason); a gang worker's readiness; the phase.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from libs.contracts.bounds import MAX_SAFE_INT
-from libs.contracts.telemetry import CheckpointReport, Phase, StepReport, WorkerReady
+from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase, StepReport, WorkerReady
 
+from . import ckpt_quota
 from .run import Run
 
 log = logging.getLogger(__name__)
 
 Send = Callable[..., "asyncio.Future[Any]"]
+
+
+def quota(run: Run) -> int:
+    """The checkpoint quota this run applies (``ckpt_quota.quota_of`` its grant)."""
+    return ckpt_quota.quota_of(run.grant.spec.checkpoint_quota_bytes, run.grant.checkpoint_quota_bytes)
+
+
+def measured_size(path: object) -> int | None:
+    """The size on disk of a reported checkpoint: a link is not followed (its own size, not its target's), and
+    one that cannot be read has none (the report's own figure is judged then)."""
+    try:
+        return os.lstat(str(path)).st_size
+    except (OSError, ValueError):
+        return None
 
 
 class Reports:
@@ -57,8 +74,18 @@ class Reports:
                 self._flush_when_due(run, last + self.progress_interval_seconds - now)
         elif kind == "checkpoint":
             self.flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
+            refused = ckpt_quota.report_refusal(record.get("bytes"), measured_size(record["path"]), quota(run))
+            if refused is not None:  # refused when written, so a resume never meets (or hashes) it
+                log.warning("job %s: checkpoint %s refused: %s", run.grant.job_id, record["path"], refused)
+                self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
+                return
             self.send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
                        sha256=record.get("sha256"), bytes=record.get("bytes"))
+        elif kind == "checkpoint_refused":  # the SDK refused it itself (its file is gone): the person sees why
+            size = record.get("bytes")
+            why = ckpt_quota.over_quota(size, quota(run)) if isinstance(size, int) else None
+            self.send(run, CheckpointSkipped, path=str(record.get("path") or "?"),
+                      reason=why or f"refused by the training process: over the checkpoint quota of {quota(run)} bytes")
         elif kind == "ready" and not run.ready and run.grant.world_size > 1:
             self.on_ready(run)
         elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):

@@ -7,7 +7,9 @@ import contextlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -16,7 +18,7 @@ from libs.contracts.envelope import ContractError
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
-from . import checkpoints, sandbox
+from . import checkpoints, ckpt_quota, sandbox
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -35,12 +37,21 @@ class Prepared(NamedTuple):
     box: Sandbox
 
 
-async def prepare(settings: Any, grant: RunJob, uid_start: int) -> Prepared:
+def resuming(settings: Any, grant: RunJob) -> bool:
+    """Whether the run has checkpoints to verify (a first run has no directory: one stat call to learn it)."""
+    return os.path.lexists(settings.effective_checkpoint_dir / grant.job_id)
+
+
+async def prepare(settings: Any, grant: RunJob, uid_start: int,
+                  stopped: Callable[[], bool] | None = None) -> Prepared:
     """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only, done
-    while the lease is being confirmed. Raises whatever keeps the sandbox from opening."""
+    while the lease is being confirmed. Verification is bounded by the job's checkpoint quota (a larger file is
+    skipped unread) and ends as soon as ``stopped()`` says the run was stopped (``VerificationStopped``, the
+    thread returning within one chunk). Raises whatever keeps the sandbox from opening."""
     ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
-    ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
-                     if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
+    quota = ckpt_quota.quota_of(grant.spec.checkpoint_quota_bytes, grant.checkpoint_quota_bytes)
+    ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir, quota=quota, stopped=stopped)
+                     if resuming(settings, grant) else (None, []))
     box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
     return Prepared(ckpt, skipped, box)
 
@@ -59,6 +70,26 @@ async def discard(preparing: asyncio.Task[Prepared]) -> None:
         return
     with contextlib.suppress(Exception):
         await prepared.box.close()
+
+
+async def verified(run: Run, prepared: asyncio.Task[Prepared], lease_watch: asyncio.Task) -> Prepared | None:
+    """The preparation, once done; None when the run was stopped or lost its lease while its checkpoint was being
+    verified (``run.lost`` says which): the hash was abandoned, no sandbox is left open. A lost lease stops the
+    verification at once rather than after it (the queue may already be placing the job elsewhere)."""
+    await asyncio.wait({prepared, lease_watch}, return_when=asyncio.FIRST_COMPLETED)
+    if not prepared.done():
+        run.lost = lease_watch.result()
+        run.verify_stop.set()
+    try:
+        made = await asyncio.shield(prepared)  # a stop of the agent meanwhile leaves it to ``discard``
+    except ckpt_quota.VerificationStopped as exc:
+        log.warning("job %s epoch %d: checkpoint verification stopped after %d bytes of %s", run.grant.job_id,
+                    run.grant.epoch, exc.hashed, exc.path)
+        return None
+    if run.lost is not None:
+        await made.box.close()
+        return None
+    return made
 
 
 @dataclass
@@ -82,6 +113,10 @@ class Run:
     ready: bool = False  # a gang worker's process group has formed
     log: RunLog | None = None  # its output on the way to the bus
     ended: bool = False  # its end is reported (being acknowledged): a new grant waits for it, not handed back
+    # Set by any stop of the run (cancel, ceiling, lost lease, agent shutdown): a checkpoint being verified for it
+    # stops being hashed (a thread cannot be cancelled; it looks at this between chunks).
+    verify_stop: threading.Event = field(default_factory=threading.Event)
+    metered_from: float | None = None  # monotonic: its devices are charged from here (verification or process start)
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free

@@ -18,7 +18,8 @@ Checkpoints: ``save_checkpoint(state, step, background=True)`` blocks only for a
 and writes it on a background thread (``ckpt_async.py``); ``wait_checkpoints()`` waits for that write. Once a
 checkpoint is complete, the older ones beyond the newest ``TETO_CHECKPOINTS_KEPT`` complete ones (the job's
 ``checkpoints_kept``, else the executor's default, 3) are deleted by this process (``checkpoints.prune``); outside
-Teto, unset, every checkpoint is kept.
+Teto, unset, every checkpoint is kept. A checkpoint larger than the job's quota (``TETO_CHECKPOINT_QUOTA_BYTES``)
+is removed before it gets its name, reported to the agent as refused, and raises ``CheckpointRefused``.
 
 Imports nothing heavy: torch is imported only when ``save_checkpoint`` is given an object to serialise.
 """
@@ -36,15 +37,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import ckpt_quota as _quota
 from . import sdk_context as _context
 from . import sdk_steps as _steps
 from . import sdk_trace as _trace
 from .ckpt_async import BackgroundWriter
 from .sdk_context import Context
 
-__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "Context", "checkpoint_on_stop", "context",
-           "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready", "report_step",
-           "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
+CheckpointRefused = _quota.CheckpointRefused
+__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointRefused", "Context", "checkpoint_on_stop",
+           "context", "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready",
+           "report_step", "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent",
+           "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
@@ -234,7 +238,10 @@ def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
     """Tell the agent a checkpoint for ``step`` is complete at ``path`` (a sidecar is written if missing)."""
     _install()
     path = Path(path)
-    ckpt, _ = _ckpt.validate(path)
+    quota = context().checkpoint_quota
+    if quota is not None and (size := path.stat().st_size) > quota:
+        _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
+    ckpt, _ = _ckpt.validate(path, quota=quota)
     if ckpt is None:
         ckpt = _ckpt.write_sidecar(path, int(step))
     _send({"type": "checkpoint", "step": int(step), "path": str(path.resolve()), "sha256": ckpt.sha256,
@@ -246,6 +253,18 @@ def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
 def report_phase(phase: str) -> None:
     """``checkpointing`` while writing a checkpoint (a pause the health service must not call stuck)."""
     _send({"type": "phase", "phase": phase})
+
+
+def _refused(exc: _quota.CheckpointRefused, path: Path | None = None) -> None:
+    """Tell the agent a checkpoint was refused for its size (the job shows a checkpoint_skipped event saying so)."""
+    where = path if path is not None else _ckpt.checkpoint_path(context().checkpoint_dir, exc.step or 0)
+    _send({"type": "checkpoint_refused", "step": exc.step, "path": str(Path(where).resolve()), "bytes": exc.size,
+           "quota": exc.quota})
+
+
+def _refuse(exc: _quota.CheckpointRefused, path: Path | None = None) -> NoReturn:
+    _refused(exc, path)
+    raise exc
 
 
 def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
@@ -309,17 +328,21 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True, background: b
             atexit.register(_flush_at_exit)
             _state["atexit"] = True
         _writer.submit(ctx.checkpoint_dir, step, state, fmt=fmt,
-                       on_done=functools.partial(_completed, report=report))
+                       on_done=functools.partial(_completed, report=report), quota=ctx.checkpoint_quota,
+                       on_refused=_refused)
         return _ckpt.checkpoint_path(ctx.checkpoint_dir, step)
     wait_checkpoints()
     report_phase("checkpointing")
     try:
         if fmt == "bytes":
-            ckpt = _ckpt.save_bytes(ctx.checkpoint_dir, step, bytes(state))
+            ckpt = _ckpt.save_bytes(ctx.checkpoint_dir, step, bytes(state), quota=ctx.checkpoint_quota)
         else:
             import torch
 
-            ckpt = _ckpt.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch")
+            ckpt = _ckpt.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch",
+                              quota=ctx.checkpoint_quota)
+    except _quota.CheckpointRefused as exc:
+        _refuse(exc)
     finally:
         report_phase("training")
     _completed(ckpt, report=report)

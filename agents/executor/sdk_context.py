@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .ckpt_quota import quota_from_env
+
 
 @dataclass(frozen=True)
 class Context:
@@ -28,6 +30,7 @@ class Context:
     work_dir: Path | None
     params: dict[str, Any] = field(default_factory=dict)
     checkpoints_kept: int = 0  # complete checkpoints kept in checkpoint_dir; 0: every one (outside Teto)
+    checkpoint_quota: int | None = None  # most bytes of one checkpoint (the job's quota); None: none (outside Teto)
 
     @property
     def is_writer(self) -> bool:
@@ -70,4 +73,5 @@ def from_environ(env: Mapping[str, str]) -> Context:
         work_dir=Path(env["TETO_WORK_DIR"]) if env.get("TETO_WORK_DIR") else None,
         params=params,
         checkpoints_kept=max(env_int(env, "TETO_CHECKPOINTS_KEPT", 0) or 0, 0),
+        checkpoint_quota=quota_from_env(env),
     )

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from .bounds import INT32_MAX, Count, Epoch, Id, PositiveSeconds, Reason, Rendezvous, Seconds
 from .envelope import Envelope
-from .jobs import JobSpec
+from .jobs import CHECKPOINT_QUOTA_MAX, JobSpec
 
 
 class RunJob(Envelope):
@@ -32,6 +32,10 @@ class RunJob(Envelope):
         None, ge=0, le=1e12, allow_inf_nan=False,
         description="The job's GPU-seconds left at grant time (ceiling - consumed, all workers together); the "
                     "executor starts the ceiling stop by its own clock when its share is spent. None: unknown")
+    checkpoint_quota_bytes: int | None = Field(
+        None, ge=1, le=CHECKPOINT_QUOTA_MAX,
+        description="The job's checkpoint quota at grant time: the smaller of its own and its organisation's. "
+                    "None: the spec's own")
 
 
 class StopJob(Envelope):

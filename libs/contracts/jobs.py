@@ -30,6 +30,12 @@ class JobState(StrEnum):
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
+# The most bytes one checkpoint of a job may have (issue 26): a larger one is refused when written, and never
+# hashed when read. 64 GiB by default (a full fine-tune's state of a few billion parameters); an organisation's
+# ``checkpoint_quota_bytes`` caps every job of it (the grant carries the smaller of the two).
+CHECKPOINT_QUOTA_DEFAULT = 64 * 2**30
+CHECKPOINT_QUOTA_MAX = 2**50  # 1 PiB: a bound, not a promise of room
+
 
 class AttemptCause(StrEnum):
     TRAINING_ERROR = "training_error"  # the training process exited with failure: spends an attempt
@@ -89,6 +95,10 @@ class JobSpec(Model):
         description="Complete checkpoints kept in the job's checkpoint directory: once a newer one is complete, "
         "older ones beyond this many are deleted (the newest is never); 0 keeps every one; unset, the executor's "
         "default (TETO_CHECKPOINTS_KEPT, 3)")
+    checkpoint_quota_bytes: int = Field(
+        CHECKPOINT_QUOTA_DEFAULT, ge=1, le=CHECKPOINT_QUOTA_MAX,
+        description="Most bytes one checkpoint may have (64 GiB by default); the organisation's quota caps it. A "
+        "larger checkpoint is refused when written (a checkpoint_skipped event says why) and never verified on resume")
     max_attempts: int = Field(3, ge=1, le=100, description="Training failures allowed before the job fails")
     estimated_step_seconds: float | None = Field(
         None, gt=0, le=86_400, description="The user's estimate of one step's wall time, for an early ceiling warning"

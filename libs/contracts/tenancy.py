@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from .bounds import Id, Label
+from .jobs import CHECKPOINT_QUOTA_MAX
 from .envelope import Model
 
 DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
@@ -46,6 +47,9 @@ class OrgSpec(Model):
                                                description="Per node group (null: unmetered)")
     budget_gpu_seconds: float | None = Field(None, ge=0, le=10**12, description="GPU-seconds per period (null: none)")
     period: Literal["month", "day"] = Field("month", description="The budget's period (calendar, UTC)")
+    checkpoint_quota_bytes: int | None = Field(
+        None, ge=1, le=CHECKPOINT_QUOTA_MAX,
+        description="Most bytes one checkpoint of any of its jobs may have: caps each job's own quota (null: none)")
     description: Label = ""
 
 

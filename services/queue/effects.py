@@ -26,9 +26,11 @@ SERVICE = "queue"
 
 
 def messages_for(job: Job, transition: Transition, settings: QueueSettings,
-                 remaining: float | None = None, *, trusted: bool = False) -> list[tuple[str, Envelope]]:
+                 remaining: float | None = None, *, trusted: bool = False,
+                 checkpoint_quota: int | None = None) -> list[tuple[str, Envelope]]:
     """The outbox messages a transition's effects ask for (its job events are added by the store);
-    ``remaining``: the job's GPU-seconds left, carried by its grants (None: unknown). ``trusted``: every value is
+    ``remaining``: the job's GPU-seconds left, carried by its grants (None: unknown); ``checkpoint_quota``: the
+    job's checkpoint quota capped by its organisation's (None: the agent applies the spec's). ``trusted``: every value is
     the queue's own or a stored job's, already validated (a placement pass's grants): the messages are made
     without validating them again (``Envelope.trusted``)."""
     subjects = settings.subjects
@@ -42,7 +44,8 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings,
                              attempt=effect.attempt, lease_seconds=settings.lease_seconds,
                              heartbeat_seconds=settings.heartbeat_seconds, rank=rank,
                              world_size=len(effect.workers), rendezvous=job.rendezvous,
-                             ready_timeout_seconds=_ready_timeout(job), remaining_gpu_seconds=remaining)
+                             ready_timeout_seconds=_ready_timeout(job), remaining_gpu_seconds=remaining,
+                             checkpoint_quota_bytes=checkpoint_quota)
                 out.append((subjects.agent(executor_id, "run"), run))
         elif isinstance(effect, StopOn):
             for executor_id in effect.workers:

@@ -30,7 +30,7 @@ from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
 from .tenancy.admission import Admit, Snapshot, Wait, WaitCode, plan
-from .tenancy.model import Pending
+from .tenancy.model import Pending, checkpoint_quota
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,8 @@ class Scheduler:
                 job = by_id[a.job_id]
                 with tracing.continued(traces.get(a.job_id), "queue grant", kind=SpanKind.INTERNAL, new_trace=False,
                                        job_id=a.job_id, executors=list(a.workers)):
-                    grant = await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id))
+                    grant = await self._grant(conn, job, a, gangs, now, now + lease, left.get(job.id),
+                                              checkpoint_quota(job.spec.checkpoint_quota_bytes, orgs.get(job.org)))
                     if grant is None:
                         continue
                 if store.only_granted(job, grant.job):
@@ -181,7 +182,8 @@ class Scheduler:
         return len(placed), sum(len(a.workers) for a in assignments if a.job_id in placed), len(chosen)
 
     async def _grant(self, conn: asyncpg.Connection, job: lc.Job, assignment: Admit, gangs: GangGrants,
-                     now: datetime, expires: datetime, remaining: float | None) -> store.Staged | None:
+                     now: datetime, expires: datetime, remaining: float | None,
+                     ckpt_quota: int | None = None) -> store.Staged | None:
         """Stage the grant of one placed job (its gang's leases, the transition, RunJob and LeaseEvent for the
         outbox, under the caller's span); None when it cannot be granted."""
         granted = await gangs.grant(conn, job, assignment.workers, expires, now)
@@ -193,7 +195,8 @@ class Scheduler:
             return None
         # Every value of a grant's messages is the pass's own or the stored job's: not validated again.
         staged = store.stage(self.settings.subjects, t, now,
-                             messages_for(t.job, t, self.settings, remaining, trusted=True), trusted=True)
+                             messages_for(t.job, t, self.settings, remaining, trusted=True,
+                                          checkpoint_quota=ckpt_quota), trusted=True)
         log.info("job %s of %s placed on %s (epoch %d, rank %d: %s)", job.id, job.org, ", ".join(assignment.workers),
                  t.job.lease_epoch, assignment.rank, assignment.why)
         return staged

@@ -36,7 +36,8 @@ def organisation(name: str, spec: OrgSpec) -> Organisation:
     quotas = None if spec.quotas is None else {
         g: GroupQuota(q.nominal, q.borrowing_limit, q.lending_limit) for g, q in spec.quotas.items()}
     return Organisation(name, cohort=spec.cohort, weight=spec.weight, quotas=quotas,
-                        budget_gpu_seconds=spec.budget_gpu_seconds, period=spec.period)
+                        budget_gpu_seconds=spec.budget_gpu_seconds, period=spec.period,
+                        checkpoint_quota_bytes=spec.checkpoint_quota_bytes)
 
 
 async def organisations(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, Organisation]:

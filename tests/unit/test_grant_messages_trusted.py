@@ -116,3 +116,15 @@ def test_encode_is_the_json_dump_of_every_message_byte_for_byte(workers: int) ->
     for message in messages:
         assert message.encode() == message.model_dump_json(by_alias=True).encode()
         assert type(message).decode(message.encode()) == message
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_grant_carries_the_checkpoint_quota_the_pass_resolved(workers: int) -> None:
+    t = _granted(workers)
+    for quota in (None, 1, 2**30):
+        fast = messages_for(t.job, t, SETTINGS, trusted=True, checkpoint_quota=quota)
+        slow = messages_for(t.job, t, SETTINGS, checkpoint_quota=quota)
+        runs = [m for _, m in fast if isinstance(m, RunJob)]
+        assert len(runs) == workers and {r.checkpoint_quota_bytes for r in runs} == {quota}
+        for a, b in zip(fast, slow, strict=True):
+            _same(a[1], b[1])

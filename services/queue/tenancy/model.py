@@ -51,6 +51,7 @@ class Organisation:
     quotas: Mapping[str, GroupQuota] | None = None  # by node group; None: unmetered (no quota at all)
     budget_gpu_seconds: float | None = None  # per period; None: no budget
     period: str = "month"  # the budget's period: "month" (calendar, UTC) or "day"
+    checkpoint_quota_bytes: int | None = None  # most bytes of one checkpoint of any of its jobs; None: no cap
 
     def __post_init__(self) -> None:
         if not self.weight > 0:
@@ -125,3 +126,11 @@ class Running:
     executors: tuple[str, ...] = ()  # where it runs: a preemption frees these
     preemptible: bool = True  # running (single workers and gangs); a gang still forming is not
     stopping: bool = False  # already preempted and stopping: its nodes are coming free for whoever reclaims
+
+
+def checkpoint_quota(job_quota: int, org: Organisation | None) -> int:
+    """The checkpoint quota a grant carries: the job's own, capped by its organisation's (issue 26). An
+    organisation that is gone (or has no cap) leaves the job's own."""
+    if org is None or org.checkpoint_quota_bytes is None:
+        return job_quota
+    return min(job_quota, org.checkpoint_quota_bytes)
