@@ -28,7 +28,7 @@ def test_eta_is_null_until_a_step_time_is_measured_and_only_while_running():
     job = {"state": "running", "last_step": 60, "total_steps": 300, "step_seconds": None,
            "last_checkpoint": {"step": 50}}
     assert checkpoint_block(spec, job) == {"every_steps": 50, "last_step": 50, "next_step": 100,
-                                           "next_eta_seconds": None}
+                                           "next_eta_seconds": None, "next_eta_status": "not_measured"}
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25})["next_eta_seconds"] == 10.0
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25, "state": "interrupted"})["next_eta_seconds"] is None
 
