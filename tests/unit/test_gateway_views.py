@@ -106,6 +106,6 @@ def test_an_accepted_requeue_shows_its_ceiling_before_the_budget_service_has_hea
 def test_the_job_view_shows_every_attempt_cause_even_for_a_job_stored_before_hand_backs_were_counted():
     old = {"training_error": 1, "transport_lost": 2, "node_failure": 0, "gang_timeout": 0}
     view = job_view({"id": "j", "state": "queued", "spec": {}, "attempts": old})
-    assert view["attempts"] == {**old, "handed_back": 0, "preempted": 0}
+    assert view["attempts"] == {**old, "handed_back": 0, "preempted": 0, "health_check": 0}
     assert job_view({"id": "j", "state": "queued", "spec": {}, "attempts": {**old, "handed_back": 3}}
                     )["attempts"]["handed_back"] == 3
