@@ -171,6 +171,8 @@ class Scheduler:
                      *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
                             "admitting or queued before this one") for j in jobs if j.id not in allowed),
                      *(Wait(j, WaitCode.BUDGET, org_budgets.UNANSWERED) for j in unanswered)]
+            if size >= self.settings.max_jobs_per_pass and len(chosen) >= size:  # a whole pass, and more queued
+                waits += await tenancy_edge.waits_beyond(conn, orgs, chosen)
             await tenancy_edge.note_waits(conn, waits, now)
         if placed or result.preempted:
             self.placed += len(placed)
