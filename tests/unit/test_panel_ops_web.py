@@ -25,8 +25,12 @@ EXECUTORS = [
     {"executor_id": "ex-2", "node_id": "n2", "group_name": "g", "phase": "idle", "step": None, "job_id": None,
      "last_heartbeat": None, "signal": "no_signal", "signal_since": None,
      "detail": {"no_signal_after_seconds": 5.0, "seconds_since_heartbeat": 42.0}},
+    # A frozen agent woken up: its last heartbeat still names j9 at epoch 1, which runs on ex-1 at epoch 2 now.
+    {"executor_id": "ex-3", "node_id": "n3", "group_name": "g", "phase": "training", "step": 95, "job_id": "j9",
+     "epoch": 1, "last_heartbeat": None, "signal": "ok", "signal_since": None, "detail": {}},
 ]
-STALE = {"ex-2": 3}
+STALE = {"ex-2": 3, "ex-3": 2}
+QUEUE_JOBS = {"j9": {"id": "j9", "state": "running", "lease_epoch": 2, "executor_id": "ex-1"}}
 NODES = [{"node_id": "n3", "group_name": "g", "executor_id": None, "state": "checking", "schedulable": False,
           "reason": None, "job_id": None},
          {"node_id": "n1", "group_name": "g", "executor_id": "ex-1", "state": "ready", "schedulable": True,
@@ -59,7 +63,8 @@ class OpsReads(FakeReads):
         self.audit_asked: list[dict] = []
 
     async def executors(self) -> list[dict[str, Any]]:
-        return [views.executor_view(r, stale_reports=STALE, stale_heartbeats={}) for r in EXECUTORS]
+        return [views.executor_view(r, stale_reports=STALE, stale_heartbeats={}, job=QUEUE_JOBS.get(r["job_id"]))
+                for r in EXECUTORS]
 
     async def nodes(self) -> list[dict[str, Any]]:
         return [dict(n) for n in NODES]
@@ -108,10 +113,13 @@ def test_executors_show_the_job_badge_the_job_link_and_a_zombie(ops):
     row1 = page[page.index('data-executor-id="ex-1"'):page.index('data-executor-id="ex-2"')]
     assert "Travado" in row1 and "Passo parado há 9 s (limite 3 s)" in row1 and 'href="/jobs/j2"' in row1
     assert "Treinando" in row1 and "zombie" not in row1
-    row2 = page[page.index('data-executor-id="ex-2"'):]
+    row2 = page[page.index('data-executor-id="ex-2"'):page.index('data-executor-id="ex-3"')]
     assert "Sem sinal" in row2 and "Sem heartbeat há 42 s (limite 5 s)" in row2 and "há 42 s" in row2
-    assert "Zumbi" in row2 and "Enviou 3 relatório(s) e 0 heartbeat(s)" in row2
-    assert 'class="zombie"' in row2
+    # Idle: its agent stopped the run it lost, so the stale counts are history, not a zombie (issue 26).
+    assert "Zumbi" not in row2 and "3 relatórios · 0 heartbeats" in row2 and 'class="zombie"' not in row2
+    row3 = page[page.index('data-executor-id="ex-3"'):]
+    assert "Treinando" not in row3 and 'href="/jobs/j9"' in row3 and "saiu dele: agora roda em ex-1" in row3
+    assert "Zumbi" in row3 and "Enviou 2 relatório(s) e 0 heartbeat(s)" in row3 and 'class="zombie"' in row3
     fragment = client.get("/executors?fragment=1").text
     assert "<html" not in fragment and 'data-executor-id="ex-1"' in fragment
 

@@ -10,7 +10,7 @@ from typing import Any
 from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
-from . import eta, live
+from . import departures, eta, live
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 # States in which the queue has granted a job to executors (its rank 0 in executor_id, every rank in gang).
@@ -74,7 +74,8 @@ def run_ended(row: Mapping[str, Any], grant: Mapping[str, Any] | None, queue_run
 def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
                   stale_heartbeats: Mapping[str, int],
                   grant: Mapping[str, Any] | None = None,
-                  queue_run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  queue_run: Mapping[str, Any] | None = None,
+                  job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
     (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie.
 
@@ -84,7 +85,10 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
     ``starting`` with no step (``job_source: "grant"``); once one has, the heartbeat's phase and step stand
     (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is, unless the run it
     names has ended (``run_ended``: the executor reported its end, up to a heartbeat interval before its next
-    heartbeat says so): then it is idle with no job (``job_source: "report"``), as placement already counts it."""
+    heartbeat says so): then it is idle with no job (``job_source: "report"``), as placement already counts it.
+    ``job``: the queue's row of the job the heartbeat names; when that job has left the executor (a frozen agent
+    whose job runs elsewhere: departures.job_left) the row names no job and no phase (``job_source: "left"``)
+    and says what left in ``left_job``. ``zombie``: stale messages while it still names that run."""
     out = pick(row, EXECUTOR_FIELDS)
     out["job_source"] = "heartbeat" if out.get("job_id") else None
     if run_ended(row, grant, queue_run):
@@ -94,8 +98,13 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
         if not reported:
             out.update(job_id=grant["job_id"], epoch=grant.get("epoch"), phase="starting", step=None,
                        job_source="grant")
+    left = departures.job_left(row, job) if out["job_source"] == "heartbeat" else None
+    if left is not None:
+        out.update(job_id=None, epoch=None, phase=None, step=None, job_source="left")
+    out["left_job"] = left
     out["stale_reports"] = int(stale_reports.get(row.get("executor_id"), 0))
     out["stale_heartbeats"] = int(stale_heartbeats.get(row.get("executor_id"), 0))
+    out["zombie"] = departures.is_zombie(out)
     return out
 
 
