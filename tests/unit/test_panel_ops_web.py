@@ -47,7 +47,9 @@ RUN = {"run_id": "r1", "kind": "on_demand", "group_name": "g", "requested_by": "
                 "verdict": {"comparisons": [{"metric": "tflops_float32", "value": 0.004, "reference": 0.005,
                                              "source": "group median of 1", "ratio": 0.8, "ok": True}]}},
                {"test": "allreduce", "status": "passed", "attempt": 1, "figures": {"busbw_gbps": 0.68},
-                "verdict": {}}]}]}
+                "verdict": {}},
+               {"test": "nvml", "status": "not_applicable", "attempt": 1, "figures": {},
+                "error": "no NVML on this node (CPU only)"}]}]}
 AUDIT = [{"seq": 1, "command_id": "c1", "actor": HOSTILE, "time": "2026-12-01T10:00:00+00:00", "kind": "submit",
           "job_id": "j1", "outcome": "refused", "reason": "<b>no</b>", "hash": "ab" * 32}]
 
@@ -164,7 +166,11 @@ def test_a_check_run_shows_per_node_per_test_progress_and_figures_against_the_me
     as_(client, secrets, "vera")
     page = client.get("/nodes?run=r1", headers={"Accept-Language": "en"}).text
     text = text_of(page)
-    assert "Done" in text and "nodes 1 of 1 finished, tests 2 of 2 finished" in text and "1 passed, 0 failed" in text
+    assert "Done" in text and "nodes 1 of 1 finished, tests 3 of 3 finished" in text and "1 passed, 0 failed" in text
+    # NVML on a CPU-only node: "Not applicable" and its note in a neutral colour, not an error's (issue 26).
+    nvml = page[page.index('data-test="nvml"'):]
+    nvml = nvml[:nvml.index("</tr>")]
+    assert "no NVML on this node" in nvml and "error-text" not in nvml and 'class="muted test-note"' in nvml
     assert "Throughput (float32)" in text and "0.00400 TFLOP/s" in text
     assert "0.00500 (group median of 1 node(s))" in text and "80 %" in text
     assert "All-reduce bus bandwidth" in text and "0.680 GB/s" in text and "no reference yet" not in text
