@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.stack import eventually
 
-from .conftest import open_as, shoot, stack_for_module, submit, token_for, untranslated, visit
+from .conftest import Dialogs, open_as, shoot, stack_for_module, submit, token_for, untranslated, visit
 from .test_panel_signals import TRAIN_SCRIPT, command, words
 
 pytestmark = pytest.mark.panel
@@ -66,4 +66,19 @@ def test_a_forced_health_check_stop_is_its_own_cause_and_the_next_run_resumes_fr
     assert re.search(rf"resumed from step {resumed}\b", words(page.locator("#timeline")))
     assert not untranslated(page)
     shoot(page, "job-attempts", "en")
+
+    # Cancel asks first, in the page (no browser dialog): "No" keeps the job, "Yes" cancels it.
+    dialogs = Dialogs(page)
+    page.get_by_role("button", name="Cancel job").click()
+    question = page.locator("#cancel-confirm")
+    assert question.is_visible() and words(question).startswith("Cancel verificado?"), words(question)
+    assert page.locator("#cancel-submit").is_hidden()
+    shoot(page, "job-cancel-confirm", "en")
+    page.get_by_role("button", name="No, keep it running").click()
+    assert question.is_hidden() and page.locator("#cancel-submit").is_visible()
+    assert stack.job(job_id)["state"] == "running"
+    page.get_by_role("button", name="Cancel job").click()
+    page.get_by_role("button", name="Yes, cancel it").click()
+    eventually(lambda: stack.job(job_id)["state"] == "cancelled", 60, "the job to be cancelled")
+    assert not dialogs.seen
     page.context.close()
