@@ -117,6 +117,14 @@ class Reads:
                                  via=via)
         return rows[0] if rows else None
 
+    async def job_names(self, job_ids: list[str]) -> dict[str, str]:
+        """The name of each of these jobs that has one (the panel shows it beside the id)."""
+        if not job_ids:
+            return {}
+        rows = await self._fetch("queue.jobs_public",
+                                 "SELECT id, name FROM queue.jobs_public WHERE id = ANY($1::text[])", job_ids)
+        return {r["id"]: r["name"] for r in rows if r.get("name")}
+
     async def job_owners(self, job_ids: list[str]) -> dict[str, str]:
         """The owner of each of these jobs (tenant scoping of the fleet lists)."""
         rows = await self._fetch("queue.jobs_public",

@@ -115,6 +115,7 @@ def test_executors_show_the_job_badge_the_job_link_and_a_zombie(ops):
     row1 = page[page.index('data-executor-id="ex-1"'):page.index('data-executor-id="ex-2"')]
     assert "Travado" in row1 and "Passo parado há 9 s (limite 3 s)" in row1 and 'href="/jobs/j2"' in row1
     assert "Treinando" in row1 and "zombie" not in row1
+    assert '<a href="/jobs/j2">bob&#39;s</a><br><small class="muted">j2</small>' in row1  # its name beside its id
     row2 = page[page.index('data-executor-id="ex-2"'):page.index('data-executor-id="ex-3"')]
     assert "Sem sinal" in row2 and "Sem heartbeat há 42 s (limite 5 s)" in row2 and "há 42 s" in row2
     # Idle: its agent stopped the run it lost, so the stale counts are history, not a zombie (issue 26).
@@ -228,6 +229,10 @@ def test_audit_is_for_auditors_filters_reach_the_query_and_verification_says_why
     text = text_of(page.text)
     assert "A verificação não pôde ser feita" in text and "Um filtro de horário não pôde ser lido" in text
     assert "Recusado" in text and 'href="/jobs/j1"' in page.text
+    # The job's name beside its id (issue 26), escaped like every user string.
+    row = page.text[page.text.index('href="/jobs/j1"'):]
+    row = row[:row.index("</td>")]
+    assert "&lt;script&gt;" in row and "<script>alert" not in row and '<small class="muted">j1</small>' in row
     assert 'href="/audit"' in client.get("/jobs").text
 
 

@@ -66,6 +66,9 @@ class FakeReads:
     async def job_owners(self, ids: list[str]) -> dict[str, str]:
         return {j["id"]: j["owner"] for j in JOBS if j["id"] in ids}
 
+    async def job_names(self, ids: list[str]) -> dict[str, str]:
+        return {j["id"]: j["name"] for j in JOBS if j["id"] in ids and j.get("name")}
+
 
 class FakeCommands:
     def __init__(self) -> None:
