@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from services.queue.tenancy.admission import WaitCode
-from services.queue.tenancy.beyond import beyond_pass
+from services.queue.tenancy.beyond import beyond_due, beyond_pass
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +33,13 @@ def test_a_reason_that_would_not_change_is_not_written_again():
     order = ["a", "b", "c", "d"]
     waits = beyond_pass(order, considered=["a"], stored_ahead={"b": 1, "c": 1, "d": None})
     assert [(w.job_id, w.numbers["ahead"]) for w in waits] == [("c", 2), ("d", 3)]
+
+
+@pytest.mark.parametrize(("since_last", "refresh", "due"), [
+    (None, 5.0, True),   # the first whole pass: at once
+    (4.9, 5.0, False),   # a draining queue moves every position each pass: not rewritten every 0.5 s
+    (5.0, 5.0, True),
+    (0.0, 0.0, True),    # 0: every whole pass
+])
+def test_the_reasons_beyond_a_pass_are_brought_up_to_date_at_most_once_per_refresh(since_last, refresh, due):
+    assert beyond_due(since_last, refresh) is due

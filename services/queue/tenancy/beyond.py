@@ -5,6 +5,10 @@ get a reason from admission (``admission.plan``). The others were left with none
 jobs said nothing), yet their reason is plain: every job the pass considered comes first, and so do the ones
 before them in the same order. So each one is ``behind`` as many jobs as precede it in the candidates' order
 (the order later passes will see them in). Pure: ids in order and what each one's view says now, waits out.
+
+Reading the whole order and rewriting positions costs a statement over every queued job, and a draining queue
+moves every position each pass (every 0.5 s by default): so it is done on a whole pass at most once per
+``waiting_refresh_seconds`` (``beyond_due``), and a job's reason is written again only where its position moved.
 """
 
 from __future__ import annotations
@@ -12,6 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .admission import Wait, WaitCode
+
+
+def beyond_due(since_last: float | None, refresh_seconds: float) -> bool:
+    """Whether a whole pass brings the reasons beyond it up to date: the first time (``since_last`` None), then
+    once ``refresh_seconds`` have passed since the last time (0: every whole pass)."""
+    return since_last is None or since_last >= refresh_seconds
 
 
 def beyond_pass(order: Sequence[str], considered: Sequence[str],
