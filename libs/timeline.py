@@ -19,7 +19,8 @@ def timeline(events: list[Mapping[str, Any]]) -> dict[str, Any]:
     A run of consecutive events of a ``FOLDED`` kind in one lease epoch is one row: how many, their first and
     last step, time and sequence number (a fine-tune checkpointing every few steps would otherwise fill the list
     and push the events that matter, a start, a stop, a requeue, out of it). ``earlier``: older events exist than
-    the first shown (its sequence number is past 1), so the page points to the whole list."""
+    the first shown (its sequence number is past 1), so the page points to the whole list. ``resumed_from``: the
+    checkpoint step a run started from (its ``started`` event; None: from scratch, or another event)."""
     rows: list[dict[str, Any]] = []
     for e in events:
         last = rows[-1] if rows else None
@@ -33,12 +34,13 @@ def timeline(events: list[Mapping[str, Any]]) -> dict[str, Any]:
         rows.append({"event": e.get("event"), "state": e.get("state"), "reason": e.get("reason"),
                      "executor_id": e.get("executor_id"), "epoch": e.get("epoch"), "count": 1,
                      "seq": e.get("seq"), "last_seq": e.get("seq"), "time": e.get("time"), "last_time": e.get("time"),
-                     "first_step": step, "last_step": step})
+                     "first_step": step, "last_step": step, "resumed_from": _step(e, "resumed_from_step")})
     first_seq = events[0].get("seq") if events else None
     return {"rows": rows[::-1], "earlier": isinstance(first_seq, int) and first_seq > 1}
 
 
-def _step(event: Mapping[str, Any]) -> int | None:
+def _step(event: Mapping[str, Any], field: str = "step") -> int | None:
+    """A step number from the event's detail (``step`` of a checkpoint, ``resumed_from_step`` of a start)."""
     detail = event.get("detail")
-    step = detail.get("step") if isinstance(detail, Mapping) else None
+    step = detail.get(field) if isinstance(detail, Mapping) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None

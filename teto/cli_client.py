@@ -103,6 +103,13 @@ def refusal_text(status: int, body: Any) -> str:
 # -- formatting -----------------------------------------------------------------------------------------
 
 
+def _eta(ckpt: dict[str, Any]) -> str:
+    """The checkpoint ETA, or why there is none (the API's next_eta_status: standing, not_running, ...)."""
+    if ckpt.get("next_eta_seconds") is not None:
+        return f"{_cell(ckpt['next_eta_seconds'])} s"
+    return f"- ({ckpt['next_eta_status'].replace('_', ' ')})" if ckpt.get("next_eta_status") else "- s"
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -178,7 +185,7 @@ def format_job(job: Mapping[str, Any]) -> str:
         f"progress  step {_cell(job.get('last_step'))} of {_cell(job.get('total_steps'))}",
         f"attempts  {', '.join(f'{k}={v}' for k, v in attempts.items()) or '-'}",
         f"checkpoint last step {_cell(ckpt.get('last_step'))}, every {_cell(ckpt.get('every_steps'))}, "
-        f"next at {_cell(ckpt.get('next_step'))} in {_cell(ckpt.get('next_eta_seconds'))} s, "
+        f"next at {_cell(ckpt.get('next_step'))} in {_eta(ckpt)}, "
         f"{_kept((job.get('spec') or {}).get('checkpoints_kept'))}",
     ]
     if job.get("signal"):

@@ -44,6 +44,11 @@ class AttemptCause(StrEnum):
     GANG_TIMEOUT = "gang_timeout"  # gang not ready in time: free
     HANDED_BACK = "handed_back"  # the executor gave the grant back unstarted (busy, checking its node): free
     PREEMPTED = "preempted"  # checkpointed and stopped to give borrowed capacity back (tenancy): free
+    HEALTH_CHECK = "health_check"  # checkpointed and stopped for an operator's forced health check: free
+
+
+# The causes that spend one of the spec's max_attempts; every other cause is an interruption, counted apart.
+SPENDS_ATTEMPT = frozenset({AttemptCause.TRAINING_ERROR})
 
 
 class FinetuneParams(Model):

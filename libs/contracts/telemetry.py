@@ -104,6 +104,11 @@ class RunOutcome(StrEnum):
     HANDED_BACK = "handed_back"  # the agent could not take the grant (busy, checking) and never started it: free
 
 
+# RunFinished.stop_reason of a run the agent stopped (checkpoint first) for an operator's forced health check: the
+# queue requeues it under its own cause (AttemptCause.HEALTH_CHECK), not as a transport loss.
+HEALTH_CHECK_STOP = "health_check"
+
+
 class RunFinished(ProgressBase):
     SCHEMA = "teto.progress.finished/1"
     kind: Literal["finished"] = "finished"

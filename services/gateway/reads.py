@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import logviews, paging, views
+from .domain import departures, logviews, paging, views
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,14 @@ class Reads:
                                  via=via)
         return rows[0] if rows else None
 
+    async def job_names(self, job_ids: list[str]) -> dict[str, str]:
+        """The name of each of these jobs that has one (the panel shows it beside the id)."""
+        if not job_ids:
+            return {}
+        rows = await self._fetch("queue.jobs_public",
+                                 "SELECT id, name FROM queue.jobs_public WHERE id = ANY($1::text[])", job_ids)
+        return {r["id"]: r["name"] for r in rows if r.get("name")}
+
     async def job_owners(self, job_ids: list[str]) -> dict[str, str]:
         """The owner of each of these jobs (tenant scoping of the fleet lists)."""
         rows = await self._fetch("queue.jobs_public",
@@ -202,10 +210,19 @@ class Reads:
         beats = await self._fetch("health.stale_heartbeats_public",
                                   "SELECT executor_id, count FROM health.stale_heartbeats_public")
         grants, runs = await self._grants(), await self._queue_runs()
+        # The queue's rows of the jobs the heartbeats name (has the job left its executor?), and the nodes the
+        # health service gave up (their executors' rows end): views.executor_view, domain/departures.py.
+        named = sorted({r["job_id"] for r in rows if r.get("job_id")})
+        jobs = {j["id"]: j for j in await self._fetch(
+            "queue.jobs_public", "SELECT id, state, lease_epoch, executor_id FROM queue.jobs_public"
+            " WHERE id = ANY($1::text[])", named)} if named else {}
+        nodes = {n["executor_id"]: n["state"] for n in await self._fetch(
+            "health.nodes_public", "SELECT executor_id, state FROM health.nodes_public WHERE executor_id IS NOT NULL")}
         return [views.executor_view(r, stale_reports={s["executor_id"]: s["count"] for s in reports},
                                     stale_heartbeats={s["executor_id"]: s["count"] for s in beats},
-                                    grant=grants.get(r["executor_id"]), queue_run=runs.get(r["executor_id"]))
-                for r in rows]
+                                    grant=grants.get(r["executor_id"]), queue_run=runs.get(r["executor_id"]),
+                                    job=jobs.get(r.get("job_id")))
+                for r in rows if not departures.row_ended(nodes.get(r["executor_id"]))]
 
     async def _queue_runs(self) -> dict[str, dict[str, Any]]:
         """The run the queue's row names for each executor (cleared by its end report), read after the

@@ -54,6 +54,9 @@ def hide_other_jobs(rows: Iterable[Mapping[str, Any]], owners: Mapping[str, str 
         job_id = row.get("job_id")
         if job_id is not None and not may_see(principal, owners.get(job_id)):
             row.update({c: None for c in JOB_COLUMNS if c in row})
+        left = row.get("left_job")  # the job that left the executor (domain/departures.py): the same rule
+        if left and not may_see(principal, owners.get(left.get("job_id"))):
+            row["left_job"] = {k: None for k in left}
         out.append(row)
     return out
 

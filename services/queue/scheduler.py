@@ -30,6 +30,7 @@ from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
 from .tenancy.admission import Admit, Snapshot, Wait, WaitCode, plan
+from .tenancy.beyond import beyond_due
 from .tenancy.model import Pending, checkpoint_quota
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Scheduler:
         self.skipped = 0  # passes not made: jobs queued, no executor free, the last whole pass under a tick ago
         self.widened = 0  # passes sized to the free executors that left some free, made whole at once
         self._whole_at: float | None = None  # monotonic time of the last whole pass
+        self._beyond_at: float | None = None  # monotonic time the reasons beyond a whole pass were last written
 
     @property
     def silent_after(self) -> float:
@@ -172,6 +174,11 @@ class Scheduler:
                      *(Wait(j.id, WaitCode.GANG_SEQUENTIAL, "gang admission is sequential: another gang is "
                             "admitting or queued before this one") for j in jobs if j.id not in allowed),
                      *(Wait(j, WaitCode.BUDGET, org_budgets.UNANSWERED) for j in unanswered)]
+            since = None if self._beyond_at is None else time.monotonic() - self._beyond_at
+            if (size >= self.settings.max_jobs_per_pass and len(chosen) >= size  # a whole pass, and more queued
+                    and beyond_due(since, self.settings.waiting_refresh_seconds)):
+                waits += await tenancy_edge.waits_beyond(conn, orgs, chosen)
+                self._beyond_at = time.monotonic()
             await tenancy_edge.note_waits(conn, waits, now)
         if placed or result.preempted:
             self.placed += len(placed)

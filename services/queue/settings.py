@@ -25,6 +25,10 @@ class QueueSettings(CommonSettings):
         2.0, ge=1, le=100, description="An executor unseen for this many heartbeats is not given work"
     )
     max_jobs_per_pass: int = Field(200, ge=1, le=100_000, description="Queued jobs considered per placement pass")
+    waiting_refresh_seconds: float = Field(
+        5.0, ge=0, le=3600, description="How often a whole placement pass brings the waiting reasons of the queued "
+        "jobs beyond it ('behind N jobs') up to date: a job submitted meanwhile waits at most this long for its "
+        "reason (0: every whole pass)")
     rendezvous_port_first: int = Field(
         29500, ge=1024, le=65535, description="First port the queue hands out for a gang's rendezvous (rank 0)")
     rendezvous_port_count: int = Field(

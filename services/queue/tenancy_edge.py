@@ -25,6 +25,7 @@ from . import scans, store
 from .domain.preemption import PREEMPTED
 from .domain.submits import Target
 from .tenancy.admission import Node, Wait
+from .tenancy.beyond import beyond_pass
 from .tenancy.model import Cohort, GroupQuota, Organisation, Running
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,27 @@ async def candidates(conn: asyncpg.Connection | asyncpg.Pool, orgs: Mapping[str,
         return []
     rows = await conn.fetch(CANDIDATES, limit, list(orgs), [o.weight for o in orgs.values()])
     return [r["id"] for r in rows]
+
+
+# How far down the candidates' order the jobs beyond a whole pass are given a reason (every queued job, on any
+# queue this side of the bound; the order is one statement, the writes only where a position moved).
+BEYOND_LIMIT = 100_000
+
+
+async def waits_beyond(conn: asyncpg.Connection, orgs: Mapping[str, Organisation],
+                       considered: list[str]) -> list[Wait]:
+    """The reasons of the queued jobs a whole pass did not consider (``tenancy.beyond``): behind every job
+    before them in the candidates' order. Read on the pass's connection, after its planning."""
+    order = await candidates(conn, orgs, BEYOND_LIMIT)
+    seen = set(considered)
+    rest = [job_id for job_id in order if job_id not in seen]
+    if not rest:
+        return []
+    rows = await conn.fetch(f"SELECT id, waiting->>'code' AS code, waiting->'numbers'->>'ahead' AS ahead"
+                            f" FROM {T}.jobs WHERE id = ANY($1::text[])", rest)
+    stored = {r["id"]: int(r["ahead"]) for r in rows
+              if r["code"] == "behind" and r["ahead"] is not None and r["ahead"].isdigit()}
+    return beyond_pass(order, considered, stored)
 
 
 async def note_waits(conn: asyncpg.Connection, waits: Iterable[Wait], now: datetime) -> None:

@@ -148,7 +148,8 @@ async def test_submit_is_accepted_and_visible_at_once_with_signal_budget_and_che
         assert job["owner"] == "submitter-actor" and job["state"] == "queued" and job["name"] == "demo"
         assert job["signal"] is None and job["budget"] is None
         # 60 of 300 steps done, a checkpoint every 50, 0.5 s a step: next at 100 -> 40 steps -> 20 s (once running)
-        assert job["checkpoint"] == {"every_steps": 50, "last_step": None, "next_step": 100, "next_eta_seconds": None}
+        assert job["checkpoint"] == {"every_steps": 50, "last_step": None, "next_step": 100, "next_eta_seconds": None,
+                                     "next_eta_status": "not_running"}
         assert [e["event"] for e in job["events"]] == ["submitted"]
 
         await gw.rt.pool.execute(HEALTH_BUDGET_DDL)
@@ -162,7 +163,12 @@ async def test_submit_is_accepted_and_visible_at_once_with_signal_budget_and_che
         got = (await gw.client.get(f"/v1/jobs/{job['id']}", headers=gw.as_("auditor"))).json()
         assert got["signal"]["signal"] == "stuck" and got["signal"]["stuck_after_seconds"] == 5
         assert got["budget"]["consumed_seconds"] == 100 and got["budget"]["remaining_seconds"] == 3500
-        assert got["checkpoint"]["next_eta_seconds"] == 20.0
+        # stuck: the step stands still, so no ETA (issue 26: "in 5 s" for minutes), and the reason is given
+        assert (got["checkpoint"]["next_eta_seconds"], got["checkpoint"]["next_eta_status"]) == (None, "standing")
+        await gw.rt.pool.execute("UPDATE health.job_signals_public SET signal = 'ok' WHERE job_id = $1", job["id"])
+        got = (await gw.client.get(f"/v1/jobs/{job['id']}", headers=gw.as_("auditor"))).json()
+        assert (got["checkpoint"]["next_eta_seconds"], got["checkpoint"]["next_eta_status"]) == (20.0, "estimated")
+        await gw.rt.pool.execute("UPDATE health.job_signals_public SET signal = 'stuck' WHERE job_id = $1", job["id"])
 
         listed = (await gw.client.get("/v1/jobs?state=running", headers=gw.as_("auditor"))).json()
         assert [j["id"] for j in listed] == [job["id"]] and listed[0]["signal"]["signal"] == "stuck"

@@ -177,3 +177,48 @@ async def test_the_executor_list_shows_the_granted_job_before_any_heartbeat_name
         await gw.rt.pool.execute("UPDATE queue.jobs SET state = 'running' WHERE id = 'j1'")
         (ex,) = (await gw.get("/v1/executors", role="viewer")).json()
         assert ex["job_id"] is None and ex["phase"] == "starting"
+
+
+async def test_a_frozen_executors_row_says_its_job_left_and_ends_when_its_node_is_gone(env):
+    """Issue 26: a frozen executor's row kept showing its job as `training` while the job ran elsewhere, and its
+    "Zombie" row stayed for good (services/gateway/domain/departures.py, read from the real views)."""
+    async with gateway(env) as gw:
+        # e1 froze while training j1 at epoch 3 (its last heartbeat, long ago); the queue granted j1 to e2 at epoch 4.
+        await gw.rt.pool.execute(
+            "INSERT INTO health.executors (executor_id, node_id, group_name, accepting, phase, step, job_id, epoch,"
+            " last_heartbeat, signal) VALUES ('e1', 'n1', 'g', false, 'training', 95, 'j1', 3,"
+            " now() - interval '5 minutes', 'no_signal'),"
+            " ('e2', 'n2', 'g', false, 'training', 40, 'j1', 4, now(), 'ok')")
+        await insert_jobs(gw.rt, [("j1", "x", "alice", "running", T0)])
+        await gw.rt.pool.execute("UPDATE queue.jobs SET executor_id = 'e2', lease_epoch = 4 WHERE id = 'j1'")
+
+        rows = {e["executor_id"]: e for e in (await gw.get("/v1/executors")).json()}
+        frozen = rows["e1"]
+        assert (frozen["job_id"], frozen["phase"], frozen["step"], frozen["job_source"]) == (None, None, None, "left")
+        assert frozen["left_job"] == {"job_id": "j1", "epoch": 3, "job_state": "running", "job_epoch": 4,
+                                      "job_executor_id": "e2"}
+        assert frozen["zombie"] is False and rows["e2"]["job_id"] == "j1" and rows["e2"]["left_job"] is None
+
+        # It wakes and heartbeats under its lost lease (health counts it): a zombie while it names that run.
+        await gw.rt.pool.execute(
+            "INSERT INTO health.stale_heartbeats VALUES ('e1', 2, 'j1', 3, 4, now(), now())")
+        await gw.rt.pool.execute("UPDATE health.executors SET last_heartbeat = now(), signal = 'ok'"
+                                 " WHERE executor_id = 'e1'")
+        frozen = {e["executor_id"]: e for e in (await gw.get("/v1/executors")).json()}["e1"]
+        assert frozen["zombie"] is True and frozen["left_job"]["job_id"] == "j1"
+        # A tenant who does not own j1 learns that a run left e1, not which.
+        seen = {e["executor_id"]: e for e in (await gw.get("/v1/executors", role="viewer")).json()}["e1"]
+        assert seen["left_job"] == dict.fromkeys(frozen["left_job"]) and seen["zombie"] is True
+
+        # It stops that run: idle, the count is history, no zombie.
+        await gw.rt.pool.execute("UPDATE health.executors SET job_id = null, epoch = null, step = null,"
+                                 " phase = 'idle' WHERE executor_id = 'e1'")
+        frozen = {e["executor_id"]: e for e in (await gw.get("/v1/executors")).json()}["e1"]
+        assert (frozen["zombie"], frozen["left_job"], frozen["stale_heartbeats"]) == (False, None, 2)
+
+        # Its node is given up by the health service (gone): the row ends; registering again brings it back.
+        await gw.rt.pool.execute("INSERT INTO health.nodes (node_id, group_name, executor_id, state)"
+                                 " VALUES ('n1', 'g', 'e1', 'gone'), ('n2', 'g', 'e2', 'ready')")
+        assert [e["executor_id"] for e in (await gw.get("/v1/executors")).json()] == ["e2"]
+        await gw.rt.pool.execute("UPDATE health.nodes SET state = 'joining' WHERE node_id = 'n1'")
+        assert [e["executor_id"] for e in (await gw.get("/v1/executors")).json()] == ["e1", "e2"]

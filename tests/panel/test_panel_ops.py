@@ -124,7 +124,9 @@ def test_executor_rows_show_stuck_and_no_signal_like_their_jobs(stack, chromium,
     page = open_as(chromium, stack, tokens["operator"], "pt-BR")
     page.goto(f"{stack.url}/executors")
     row = page.locator(f"tr[data-executor-id='{lost_executor}']")
-    assert row.get_by_role("link", name=lost).count() == 1  # the job it runs, a link
+    # The job it runs, a link by its name, the id beside it (issue 26: names beside ids).
+    assert row.get_by_role("link", name="perdido", exact=True).get_attribute("href") == f"/jobs/{lost}"
+    assert lost in row.inner_text()
     (victim,) = [p for p in stack.processes() if p.get("executor_id") == lost_executor]
     os.kill(victim["pid"], signal.SIGKILL)
     # Live: the rows change without a reload.
@@ -141,7 +143,7 @@ def test_executor_rows_show_stuck_and_no_signal_like_their_jobs(stack, chromium,
     page.evaluate("() => new Promise(done => { TetoPanel.on('fragment', () => done()); TetoPanel.emit('signal', {}); })")
     assert page.evaluate("() => document.activeElement.classList.contains('signal-stuck')")
     assert hung_row.get_by_role("tooltip").is_visible()
-    assert hung_row.get_by_role("link", name=hung).count() == 1
+    assert hung_row.get_by_role("link", name="trava", exact=True).get_attribute("href") == f"/jobs/{hung}"
     eventually(lambda: "Sem sinal" in row.inner_text(), 60, "the killed executor's row to say Sem sinal")
     assert words(row.locator(".badge.alert")).startswith("✕ Sem sinal")
     assert re.search(r"há \d+", row.locator("td").nth(7).inner_text())

@@ -73,6 +73,10 @@ def test_signal_badges_as_a_person_sees_them(stack, chromium):
     # The job's own page carries the same badge.
     visit(page, f"{stack.url}/jobs/{hung}")
     assert "Travado" in page.locator("#job-state").inner_text()
+    # Its step stands still, so no checkpoint ETA is claimed, here or in the API (issue 26: "in 5 s" for minutes).
+    checkpoint = stack.job(hung)["checkpoint"]
+    assert (checkpoint["next_eta_seconds"], checkpoint["next_eta_status"]) == (None, "standing"), checkpoint
+    assert page.locator("#ckpt-eta").inner_text() == "desconhecido: o passo não avança"
 
     # Filters: by signal, and by name; paging of two rows at a time reaches every job exactly once.
     visit(page, f"{stack.url}/jobs?signal=stuck")

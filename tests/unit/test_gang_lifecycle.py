@@ -283,7 +283,7 @@ def test_peer_lost_waits_for_the_real_cause_a_silent_worker_whose_lease_expires(
     t = decide(job, LeaseExpired(EPOCH), LEASE + timedelta(seconds=1))
     assert t.job.state is JobState.QUEUED and t.job.attempts == {
         "training_error": 0, "transport_lost": 0, "node_failure": 1, "gang_timeout": 0,
-        "handed_back": 0, "preempted": 0}
+        "handed_back": 0, "preempted": 0, "health_check": 0}
     assert [e.event for e in t.events] == [JobEventKind.WORKER_LOST, JobEventKind.REQUEUED]
     assert t.events[0].detail["lost"] == ["w1"] and t.events[1].reason == "node_failure"
 

@@ -28,7 +28,7 @@ def test_eta_is_null_until_a_step_time_is_measured_and_only_while_running():
     job = {"state": "running", "last_step": 60, "total_steps": 300, "step_seconds": None,
            "last_checkpoint": {"step": 50}}
     assert checkpoint_block(spec, job) == {"every_steps": 50, "last_step": 50, "next_step": 100,
-                                           "next_eta_seconds": None}
+                                           "next_eta_seconds": None, "next_eta_status": "not_measured"}
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25})["next_eta_seconds"] == 10.0
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25, "state": "interrupted"})["next_eta_seconds"] is None
 
@@ -106,6 +106,6 @@ def test_an_accepted_requeue_shows_its_ceiling_before_the_budget_service_has_hea
 def test_the_job_view_shows_every_attempt_cause_even_for_a_job_stored_before_hand_backs_were_counted():
     old = {"training_error": 1, "transport_lost": 2, "node_failure": 0, "gang_timeout": 0}
     view = job_view({"id": "j", "state": "queued", "spec": {}, "attempts": old})
-    assert view["attempts"] == {**old, "handed_back": 0, "preempted": 0}
+    assert view["attempts"] == {**old, "handed_back": 0, "preempted": 0, "health_check": 0}
     assert job_view({"id": "j", "state": "queued", "spec": {}, "attempts": {**old, "handed_back": 3}}
                     )["attempts"]["handed_back"] == 3

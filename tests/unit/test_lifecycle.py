@@ -9,7 +9,7 @@ import pytest
 
 from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobSpec, JobState
 from libs.contracts.leases import LeaseEventKind
-from libs.contracts.telemetry import RunOutcome
+from libs.contracts.telemetry import HEALTH_CHECK_STOP, RunOutcome
 from services.queue.domain.lifecycle import (
     CEILING_STOP,
     Cancel,
@@ -71,6 +71,7 @@ FACTS = {
     "finished_abandoned": lambda: Finished(EPOCH, RunOutcome.ABANDONED),
     "finished_stopped": lambda: Finished(EPOCH, RunOutcome.STOPPED),
     "finished_handed_back": lambda: Finished(EPOCH, RunOutcome.HANDED_BACK, error="not started: busy"),
+    "finished_health_check": lambda: Finished(EPOCH, RunOutcome.STOPPED, last_step=40, stop_reason=HEALTH_CHECK_STOP),
     "lease_expired": lambda: LeaseExpired(EPOCH),
     "cancel": lambda: Cancel("no longer needed", "ann"),
     "stop_for_ceiling": lambda: StopForCeiling(ceiling_seconds=600, consumed_seconds=601),
@@ -79,7 +80,8 @@ FACTS = {
     "undeliverable": lambda: Undeliverable("teto.job.j1.submitted: payload 2000000 bytes over the 1048576 limit"),
 }
 RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "finished_succeeded", "finished_failed",
-             "finished_abandoned", "finished_stopped", "finished_handed_back", "lease_expired")
+             "finished_abandoned", "finished_stopped", "finished_handed_back", "finished_health_check",
+             "lease_expired")
 
 NON_TERMINAL = [s for s in JobState if s not in TERMINAL_STATES]
 REFUSED, UNCHANGED = "refused", "unchanged"
@@ -103,7 +105,7 @@ def expected(state: JobState, fact: str) -> str | JobState:
     if fact == "finished_succeeded":
         return JobState.SUCCEEDED if running else UNCHANGED
     if fact in ("finished_failed", "finished_abandoned", "finished_stopped", "finished_handed_back",
-                "lease_expired"):
+                "finished_health_check", "lease_expired"):
         return JobState.QUEUED if running else UNCHANGED
     if fact == "cancel":
         return REFUSED if state in TERMINAL_STATES else JobState.CANCELLED
@@ -160,7 +162,7 @@ def test_submit_makes_a_queued_job_and_a_submitted_event_with_spec_owner_and_nam
     t = decide(None, Submitted("j9", "mine", "bob", spec), T0)
     assert t.job.state is JobState.QUEUED and t.job.owner == "bob" and t.job.lease_epoch == 0
     assert t.job.attempts == {"training_error": 0, "transport_lost": 0, "node_failure": 0, "gang_timeout": 0,
-                              "handed_back": 0, "preempted": 0}
+                              "handed_back": 0, "preempted": 0, "health_check": 0}
     (ev,) = t.events
     assert ev.event is JobEventKind.SUBMITTED and ev.previous_state is None
     assert ev.detail == {"spec": spec.model_dump(mode="json"), "owner": "bob", "name": "mine", "org": "default"}
@@ -286,6 +288,20 @@ def test_a_hand_back_requeues_free_and_counts_as_a_hand_back_never_as_a_transpor
     again = decide(replace(t.job, state=JobState.RUNNING, lease_epoch=EPOCH, executor_id=EX, workers=(EX,)),
                    FACTS["finished_handed_back"](), LATER)
     assert again.job.attempts["handed_back"] == 2 and again.job.attempts["transport_lost"] == 0
+
+
+def test_a_forced_health_check_stop_requeues_free_under_its_own_cause_never_as_a_transport_loss():
+    """Issue 26: an operator's `teto nodes check --force` stopped a job, and its attempts said "transport loss"."""
+    t = decide(make_job(JobState.RUNNING), FACTS["finished_health_check"](), LATER)
+    assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.last_step == 40
+    assert t.job.attempts["health_check"] == 1
+    assert t.job.attempts["transport_lost"] == 0 and t.job.attempts["training_error"] == 0
+    assert [e.event for e in t.events] == [JobEventKind.ABANDONED, JobEventKind.REQUEUED]
+    assert t.events[0].reason == "health_check" and t.events[-1].reason == "health_check"
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, EX, reason="health_check"),)
+    other = decide(make_job(JobState.RUNNING), Finished(EPOCH, RunOutcome.STOPPED, stop_reason="something else"),
+                   LATER)
+    assert other.job.attempts["transport_lost"] == 1 and other.job.attempts["health_check"] == 0
 
 
 def test_lease_expiry_is_announced_then_requeued():

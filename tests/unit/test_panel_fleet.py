@@ -41,9 +41,10 @@ def test_heartbeat_age_is_the_health_views_measure_else_from_the_last_heartbeat(
     assert fleet.heartbeat_age({}, NOW) is None
 
 
-def test_a_zombie_is_an_executor_with_stale_messages():
-    assert not fleet.is_zombie({"stale_reports": 0, "stale_heartbeats": 0})
-    assert fleet.is_zombie({"stale_reports": 0, "stale_heartbeats": 2})
+def test_a_zombie_is_an_executor_with_stale_messages_that_still_names_the_run_it_lost():
+    assert not fleet.is_zombie({"stale_reports": 0, "stale_heartbeats": 0, "left_job": {"job_id": "j"}})
+    assert fleet.is_zombie({"stale_reports": 0, "stale_heartbeats": 2, "left_job": {"job_id": "j"}})
+    assert not fleet.is_zombie({"stale_reports": 0, "stale_heartbeats": 2})  # it stopped that run: history
     assert fleet.stale_count({"stale_reports": 3, "stale_heartbeats": 2}) == 5
     assert fleet.stale_count({}) == 0
 

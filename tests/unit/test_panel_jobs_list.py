@@ -133,3 +133,15 @@ def test_the_follow_up_page_reads_the_apis_steps_and_follows_its_logs_as_text():
 def test_the_panels_own_step_route_is_gone(jobs_panel):
     client, _, _ = jobs_panel
     assert client.get("/jobs/j1/steps").status_code == 404
+
+
+def test_the_first_checkpoint_warning_is_on_the_jobs_row_too(jobs_panel):
+    """Issue 26: the warning that the first checkpoint cannot fit the ceiling was only on the job's own page."""
+    client, _, _ = jobs_panel
+    listing = client.get("/jobs", headers={"Accept-Language": "pt-BR"}).text
+    row = listing[listing.index('data-job-id="j1"'):]
+    row = row[:row.index("</tr>")]
+    assert 'class="warning first-ckpt-warning" role="note"' in row
+    assert "O primeiro checkpoint precisa de 40 GPU-s, acima do teto de 30 GPU-s" in row
+    other = listing[listing.index('data-job-id="j2"'):]
+    assert "first-ckpt-warning" not in other[:other.index("</tr>")]  # no warning: none shown

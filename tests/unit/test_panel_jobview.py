@@ -99,3 +99,14 @@ def test_requeue_only_of_an_interrupted_job_and_cancel_per_the_apis_rule(state):
 def test_attempts_keep_the_contract_order():
     counts = {"training_error": 1, "transport_lost": 2}
     assert jobview.attempts(job(attempts=counts)) == [("training_error", 1), ("transport_lost", 2)]
+
+
+def test_attempts_against_the_limit_and_interruptions_are_shown_apart():
+    """Issue 26: "Attempt 4 / 3" compared every run (interruptions included) with max_attempts."""
+    counts = {"training_error": 1, "transport_lost": 2, "node_failure": 0, "health_check": 1}
+    got = jobview.attempt_groups(job(attempts=counts, attempt_number=5,
+                                     spec={"max_attempts": 3, "gpu_ceiling_seconds": 100}))
+    assert (got["spent"], got["max"], got["interruptions"]) == (1, 3, 3)
+    assert got["counted"] == [("training_error", 1)]
+    assert got["free"] == [("transport_lost", 2), ("node_failure", 0), ("health_check", 1)]
+    assert jobview.attempt_groups(job(attempts=None))["spent"] == 0 and jobview.attempt_groups(job())["max"] is None

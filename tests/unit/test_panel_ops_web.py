@@ -25,8 +25,12 @@ EXECUTORS = [
     {"executor_id": "ex-2", "node_id": "n2", "group_name": "g", "phase": "idle", "step": None, "job_id": None,
      "last_heartbeat": None, "signal": "no_signal", "signal_since": None,
      "detail": {"no_signal_after_seconds": 5.0, "seconds_since_heartbeat": 42.0}},
+    # A frozen agent woken up: its last heartbeat still names j9 at epoch 1, which runs on ex-1 at epoch 2 now.
+    {"executor_id": "ex-3", "node_id": "n3", "group_name": "g", "phase": "training", "step": 95, "job_id": "j9",
+     "epoch": 1, "last_heartbeat": None, "signal": "ok", "signal_since": None, "detail": {}},
 ]
-STALE = {"ex-2": 3}
+STALE = {"ex-2": 3, "ex-3": 2}
+QUEUE_JOBS = {"j9": {"id": "j9", "state": "running", "lease_epoch": 2, "executor_id": "ex-1"}}
 NODES = [{"node_id": "n3", "group_name": "g", "executor_id": None, "state": "checking", "schedulable": False,
           "reason": None, "job_id": None},
          {"node_id": "n1", "group_name": "g", "executor_id": "ex-1", "state": "ready", "schedulable": True,
@@ -43,7 +47,9 @@ RUN = {"run_id": "r1", "kind": "on_demand", "group_name": "g", "requested_by": "
                 "verdict": {"comparisons": [{"metric": "tflops_float32", "value": 0.004, "reference": 0.005,
                                              "source": "group median of 1", "ratio": 0.8, "ok": True}]}},
                {"test": "allreduce", "status": "passed", "attempt": 1, "figures": {"busbw_gbps": 0.68},
-                "verdict": {}}]}]}
+                "verdict": {}},
+               {"test": "nvml", "status": "not_applicable", "attempt": 1, "figures": {},
+                "error": "no NVML on this node (CPU only)"}]}]}
 AUDIT = [{"seq": 1, "command_id": "c1", "actor": HOSTILE, "time": "2026-12-01T10:00:00+00:00", "kind": "submit",
           "job_id": "j1", "outcome": "refused", "reason": "<b>no</b>", "hash": "ab" * 32}]
 
@@ -59,7 +65,8 @@ class OpsReads(FakeReads):
         self.audit_asked: list[dict] = []
 
     async def executors(self) -> list[dict[str, Any]]:
-        return [views.executor_view(r, stale_reports=STALE, stale_heartbeats={}) for r in EXECUTORS]
+        return [views.executor_view(r, stale_reports=STALE, stale_heartbeats={}, job=QUEUE_JOBS.get(r["job_id"]))
+                for r in EXECUTORS]
 
     async def nodes(self) -> list[dict[str, Any]]:
         return [dict(n) for n in NODES]
@@ -108,10 +115,14 @@ def test_executors_show_the_job_badge_the_job_link_and_a_zombie(ops):
     row1 = page[page.index('data-executor-id="ex-1"'):page.index('data-executor-id="ex-2"')]
     assert "Travado" in row1 and "Passo parado há 9 s (limite 3 s)" in row1 and 'href="/jobs/j2"' in row1
     assert "Treinando" in row1 and "zombie" not in row1
-    row2 = page[page.index('data-executor-id="ex-2"'):]
+    assert '<a href="/jobs/j2">bob&#39;s</a><br><small class="muted">j2</small>' in row1  # its name beside its id
+    row2 = page[page.index('data-executor-id="ex-2"'):page.index('data-executor-id="ex-3"')]
     assert "Sem sinal" in row2 and "Sem heartbeat há 42 s (limite 5 s)" in row2 and "há 42 s" in row2
-    assert "Zumbi" in row2 and "Enviou 3 relatório(s) e 0 heartbeat(s)" in row2
-    assert 'class="zombie"' in row2
+    # Idle: its agent stopped the run it lost, so the stale counts are history, not a zombie (issue 26).
+    assert "Zumbi" not in row2 and "3 relatórios · 0 heartbeats" in row2 and 'class="zombie"' not in row2
+    row3 = page[page.index('data-executor-id="ex-3"'):]
+    assert "Treinando" not in row3 and 'href="/jobs/j9"' in row3 and "saiu dele: agora roda em ex-1" in row3
+    assert "Zumbi" in row3 and "Enviou 2 relatório(s) e 0 heartbeat(s)" in row3 and 'class="zombie"' in row3
     fragment = client.get("/executors?fragment=1").text
     assert "<html" not in fragment and 'data-executor-id="ex-1"' in fragment
 
@@ -156,7 +167,11 @@ def test_a_check_run_shows_per_node_per_test_progress_and_figures_against_the_me
     as_(client, secrets, "vera")
     page = client.get("/nodes?run=r1", headers={"Accept-Language": "en"}).text
     text = text_of(page)
-    assert "Done" in text and "nodes 1 of 1 finished, tests 2 of 2 finished" in text and "1 passed, 0 failed" in text
+    assert "Done" in text and "nodes 1 of 1 finished, tests 3 of 3 finished" in text and "1 passed, 0 failed" in text
+    # NVML on a CPU-only node: "Not applicable" and its note in a neutral colour, not an error's (issue 26).
+    nvml = page[page.index('data-test="nvml"'):]
+    nvml = nvml[:nvml.index("</tr>")]
+    assert "no NVML on this node" in nvml and "error-text" not in nvml and 'class="muted test-note"' in nvml
     assert "Throughput (float32)" in text and "0.00400 TFLOP/s" in text
     assert "0.00500 (group median of 1 node(s))" in text and "80 %" in text
     assert "All-reduce bus bandwidth" in text and "0.680 GB/s" in text and "no reference yet" not in text
@@ -214,6 +229,10 @@ def test_audit_is_for_auditors_filters_reach_the_query_and_verification_says_why
     text = text_of(page.text)
     assert "A verificação não pôde ser feita" in text and "Um filtro de horário não pôde ser lido" in text
     assert "Recusado" in text and 'href="/jobs/j1"' in page.text
+    # The job's name beside its id (issue 26), escaped like every user string.
+    row = page.text[page.text.index('href="/jobs/j1"'):]
+    row = row[:row.index("</td>")]
+    assert "&lt;script&gt;" in row and "<script>alert" not in row and '<small class="muted">j1</small>' in row
     assert 'href="/audit"' in client.get("/jobs").text
 
 

@@ -66,6 +66,9 @@ class FakeReads:
     async def job_owners(self, ids: list[str]) -> dict[str, str]:
         return {j["id"]: j["owner"] for j in JOBS if j["id"] in ids}
 
+    async def job_names(self, ids: list[str]) -> dict[str, str]:
+        return {j["id"]: j["name"] for j in JOBS if j["id"] in ids and j.get("name")}
+
 
 class FakeCommands:
     def __init__(self) -> None:
@@ -152,6 +155,16 @@ def test_every_page_has_a_csp_without_inline_scripts_and_no_inline_script(panel)
         assert not re.search(r"<[^>]+\son[a-z]+\s*=", answer.text), path  # no inline event handlers
 
 
+def test_every_page_links_a_favicon_that_is_served_without_a_session(panel):
+    _, client, _, _ = panel
+    page = client.get("/signin").text
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+    for path in ("/static/favicon.svg", "/favicon.ico"):  # browsers ask for /favicon.ico whatever the page says
+        answer = client.get(path)
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("image/svg+xml")
+        assert answer.text.startswith("<svg")
+
+
 def test_user_strings_are_escaped(panel):
     _, client, secrets, _ = panel
     sign_in(client, secrets["olga"])
@@ -220,7 +233,7 @@ def test_the_language_follows_accept_language_and_the_switch(panel):
 
 def test_every_panel_route_is_public_by_design_or_needs_a_session(panel):
     app = panel[0]
-    public = {"/", "/signin", "/signout", "/lang/{locale}"}
+    public = {"/", "/signin", "/signout", "/lang/{locale}", "/favicon.ico"}
     for route in app.routes:
         if not isinstance(route, APIRoute) or route.path.startswith("/v1/") or route.path in public:
             continue

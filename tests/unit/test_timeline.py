@@ -50,3 +50,13 @@ def test_the_timeline_shows_no_step_it_cannot_read():
     rows = timeline([ev(1, "checkpointed", step=True), {"seq": 2, "event": "checkpointed", "epoch": 1,
                                                                    "detail": "x"}])["rows"]
     assert rows[0]["count"] == 2 and rows[0]["first_step"] is None and rows[0]["last_step"] is None
+
+
+def test_a_start_says_which_checkpoint_step_it_resumed_from():
+    """Issue 26: the timeline says "resumed from step N" (the ``started`` event's ``resumed_from_step``)."""
+    events = [ev(1, "started", 1, detail={"resumed_from_step": None}),
+              ev(2, "checkpointed", 1, step=20), ev(3, "requeued", 1, state="queued", reason="health_check"),
+              ev(4, "started", 2, detail={"resumed_from_step": 20, "resumed_from": "/c/step-20.pt"})]
+    rows = timeline(events)["rows"][::-1]
+    assert [(r["event"], r["resumed_from"]) for r in rows] == [
+        ("started", None), ("checkpointed", None), ("requeued", None), ("started", 20)]

@@ -20,6 +20,7 @@ import time
 from typing import Any, Protocol
 
 from libs.contracts.nodes import CheckReport, CheckStatus, RebootNode, RunChecks
+from libs.contracts.telemetry import HEALTH_CHECK_STOP
 
 from ..publisher import Publisher
 from ..settings import ExecutorSettings
@@ -28,7 +29,7 @@ from .runner import Record, run_suite
 from .suite import SUITE_VERSION, Spec
 
 log = logging.getLogger(__name__)
-FORCED_STOP_REASON = "stopped for a forced health check"
+FORCED_STOP_REASON = HEALTH_CHECK_STOP  # reported as the run's stop_reason: the queue counts it apart
 
 
 class Reboot(Exception):

@@ -10,7 +10,7 @@ from typing import Any
 from libs.contracts.jobs import AttemptCause
 from libs.contracts.policies import GangPolicy
 
-from . import live
+from . import departures, eta, live
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 # States in which the queue has granted a job to executors (its rank 0 in executor_id, every rank in gang).
@@ -74,7 +74,8 @@ def run_ended(row: Mapping[str, Any], grant: Mapping[str, Any] | None, queue_run
 def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
                   stale_heartbeats: Mapping[str, int],
                   grant: Mapping[str, Any] | None = None,
-                  queue_run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  queue_run: Mapping[str, Any] | None = None,
+                  job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An executor as GET /v1/executors shows it; ``stale_*`` count what it sent under a lease it had lost
     (reports and renewals ignored by the queue, heartbeats ignored by health): non-zero marks a zombie.
 
@@ -84,7 +85,10 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
     ``starting`` with no step (``job_source: "grant"``); once one has, the heartbeat's phase and step stand
     (``job_source: "heartbeat"``). Without a grant, what the heartbeat said is shown as it is, unless the run it
     names has ended (``run_ended``: the executor reported its end, up to a heartbeat interval before its next
-    heartbeat says so): then it is idle with no job (``job_source: "report"``), as placement already counts it."""
+    heartbeat says so): then it is idle with no job (``job_source: "report"``), as placement already counts it.
+    ``job``: the queue's row of the job the heartbeat names; when that job has left the executor (a frozen agent
+    whose job runs elsewhere: departures.job_left) the row names no job and no phase (``job_source: "left"``)
+    and says what left in ``left_job``. ``zombie``: stale messages while it still names that run."""
     out = pick(row, EXECUTOR_FIELDS)
     out["job_source"] = "heartbeat" if out.get("job_id") else None
     if run_ended(row, grant, queue_run):
@@ -94,8 +98,13 @@ def executor_view(row: Mapping[str, Any], *, stale_reports: Mapping[str, int],
         if not reported:
             out.update(job_id=grant["job_id"], epoch=grant.get("epoch"), phase="starting", step=None,
                        job_source="grant")
+    left = departures.job_left(row, job) if out["job_source"] == "heartbeat" else None
+    if left is not None:
+        out.update(job_id=None, epoch=None, phase=None, step=None, job_source="left")
+    out["left_job"] = left
     out["stale_reports"] = int(stale_reports.get(row.get("executor_id"), 0))
     out["stale_heartbeats"] = int(stale_heartbeats.get(row.get("executor_id"), 0))
+    out["zombie"] = departures.is_zombie(out)
     return out
 
 
@@ -126,17 +135,22 @@ def next_checkpoint_step(every: int, last_step: int | None, total_steps: int | N
     return nxt
 
 
-def checkpoint_block(spec: Mapping[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
-    """{every_steps, last_step, next_step, next_eta_seconds}; the ETA is null until a step time is measured."""
+def checkpoint_block(spec: Mapping[str, Any], job: Mapping[str, Any], signal: Mapping[str, Any] | None = None,
+                     measured_eta: Any = None) -> dict[str, Any]:
+    """{every_steps, last_step, next_step, next_eta_seconds, next_eta_status}: the ETA is a number only while
+    the job runs, its step time is measured and its step advances (eta.next_eta); ``next_eta_status`` says why
+    it is null otherwise. ``measured_eta``: the budget service's ETA, taken while the queue has no step time."""
     every = int(spec.get("checkpoint_every_steps") or 0)
     last_ckpt = job.get("last_checkpoint") or {}
     nxt = next_checkpoint_step(every, job.get("last_step"), job.get("total_steps"))
-    step_seconds = job.get("step_seconds")
-    eta = None
-    if nxt is not None and step_seconds is not None and math.isfinite(step_seconds) and job.get("state") == "running":
-        eta = round((nxt - (job.get("last_step") or 0)) * float(step_seconds), 3)
+    got = eta.next_eta(state=job.get("state"), next_step=nxt, last_step=job.get("last_step"),
+                       step_seconds=job.get("step_seconds"), signal=signal, lease_epoch=job.get("lease_epoch"))
+    if (got.status is eta.EtaStatus.NOT_MEASURED and isinstance(measured_eta, int | float)
+            and math.isfinite(measured_eta)):
+        standing = eta.step_standing(signal, 0.0, job.get("lease_epoch"))
+        got = eta.Eta(None, eta.EtaStatus.STANDING) if standing else eta.Eta(measured_eta, eta.EtaStatus.ESTIMATED)
     return {"every_steps": every or None, "last_step": last_ckpt.get("step"), "next_step": nxt,
-            "next_eta_seconds": eta}
+            "next_eta_seconds": got.seconds, "next_eta_status": str(got.status)}
 
 
 def signal_block(job_state: str, row: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -208,12 +222,10 @@ def job_view(job: Mapping[str, Any], *, signal: Mapping[str, Any] | None = None,
     out["budget"] = block
     if usage is not None:
         out["interruption_cost"] = live.interruption_cost(out, usage, prov)
-    out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out)
-    # The budget service measures step time too (from usage reports); use its ETA when the queue has none.
+    # The budget service measures step time too (from usage reports); its ETA stands in when the queue has none.
     measured = (budget or {}).get("checkpoint")
-    if (out["checkpoint"]["next_eta_seconds"] is None and out.get("state") == "running"
-            and isinstance(measured, Mapping) and measured.get("next_eta_seconds") is not None):
-        out["checkpoint"]["next_eta_seconds"] = measured["next_eta_seconds"]
+    measured_eta = measured.get("next_eta_seconds") if isinstance(measured, Mapping) else None
+    out["checkpoint"] = checkpoint_block(spec if isinstance(spec, Mapping) else {}, out, out["signal"], measured_eta)
     if events is not None:
         out["events"] = [pick(e, EVENT_FIELDS) for e in events]
     return out

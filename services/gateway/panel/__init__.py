@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -84,6 +84,12 @@ def mount(app: FastAPI, runtime: Any = None) -> None:
         return render(request, exc.principal, "forbidden.html", "common", status=403, permission=exc.permission)
 
     router = APIRouter(include_in_schema=False)
+
+    @router.get("/favicon.ico")
+    async def favicon() -> FileResponse:
+        """Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404 in every log."""
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     live.register(router)
     for page in pages():
         page.register(router)

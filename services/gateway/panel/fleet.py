@@ -2,7 +2,7 @@
 
 - Executors: the signal badge (the SAME block the job's badge reads: ``signal`` plus the health service's
   thresholds and measured seconds), the heartbeat age, and whether the executor is a zombie (it sent messages
-  under a lease it no longer held: ``stale_reports`` + ``stale_heartbeats`` > 0).
+  under a lease it no longer held, ``stale_reports`` + ``stale_heartbeats`` > 0, and still names that run).
 - Nodes: a group's counts per state in lifecycle order.
 - Check runs: progress per run, per node and per test, and each figure against its reference: the verdict's
   (a configured baseline, or the group's median over its ready nodes, the node itself left out), else the
@@ -24,6 +24,7 @@ from annotated_types import Ge, Gt, Le
 
 from libs.contracts.policies import GangPolicy, NodeFailureStrategy
 
+from ..domain import departures
 from .fmt import parse_time
 
 SIGNALS = ("stuck", "no_signal")
@@ -60,8 +61,10 @@ def stale_count(row: Mapping[str, Any]) -> int:
 
 
 def is_zombie(row: Mapping[str, Any]) -> bool:
-    """It sent reports or heartbeats under a lease it had lost (the queue and health ignored them)."""
-    return stale_count(row) > 0
+    """It sent reports or heartbeats under a lease it had lost (the queue and health ignored them) and still
+    names the run it lost (``left_job``: the gateway's rule, services/gateway/domain/departures.py); once its
+    agent has stopped that run the counts are history, not a zombie."""
+    return departures.is_zombie(row)
 
 
 # -- nodes -------------------------------------------------------------------------------------------------

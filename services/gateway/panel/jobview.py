@@ -16,6 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from libs.contracts.jobs import SPENDS_ATTEMPT
+
 REQUEUE_MARGIN_SECONDS = 60.0  # the queue's rule: new ceiling >= consumed + 60 s (services/queue/domain)
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
@@ -97,6 +99,18 @@ def attempts(job: Mapping[str, Any]) -> list[tuple[str, int]]:
     """Attempts by cause, every cause shown (counted or not), in the contract's order."""
     counts = job.get("attempts") or {}
     return [(cause, int(count or 0)) for cause, count in counts.items()] if isinstance(counts, Mapping) else []
+
+
+def attempt_groups(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Attempts that count against the spec's ``max_attempts`` and interruptions that do not, shown apart
+    (issue 26: "Attempt 4 / 3" compared every run with the limit): ``{spent, max, interruptions, counted,
+    free}``, the last two as (cause, count) in the contract's order."""
+    pairs = attempts(job)
+    counted = [(cause, count) for cause, count in pairs if cause in SPENDS_ATTEMPT]
+    free = [(cause, count) for cause, count in pairs if cause not in SPENDS_ATTEMPT]
+    limit = (job.get("spec") or {}).get("max_attempts")
+    return {"spent": sum(count for _, count in counted), "max": limit if isinstance(limit, int) else None,
+            "interruptions": sum(count for _, count in free), "counted": counted, "free": free}
 
 
 def gang_ranks(job: Mapping[str, Any], executors: list[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -34,7 +34,8 @@ async def scoped_fleet(request: Request, principal: Principal, rows: list[dict[s
     """Executor or node rows as this principal may see them: other owners' job ids hidden (scoping.py)."""
     if sees_all(principal):
         return rows
-    job_ids = sorted({r["job_id"] for r in rows if r.get("job_id")})
+    job_ids = sorted({r["job_id"] for r in rows if r.get("job_id")}
+                     | {r["left_job"]["job_id"] for r in rows if r.get("left_job")})
     owners = await reads_of(request).job_owners(job_ids) if job_ids else {}
     return hide_other_jobs(rows, owners, principal)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
-from libs.contracts.telemetry import RunOutcome
+from libs.contracts.telemetry import HEALTH_CHECK_STOP, RunOutcome
 
 from . import gang as gang_rules
 from . import preemption
@@ -57,6 +57,7 @@ CEILING_STOP = "gpu_ceiling"  # the reason carried by a stop for the GPU ceiling
 REQUEUE_MARGIN_SECONDS = 60.0  # a requeue must leave at least this many GPU-seconds to run (DESIGN.md 5)
 TRANSPORT_LOST = AttemptCause.TRANSPORT_LOST.value
 HANDED_BACK = AttemptCause.HANDED_BACK.value
+HEALTH_CHECK = AttemptCause.HEALTH_CHECK.value
 
 
 # -- the transition function ------------------------------------------------------------------------------
@@ -306,6 +307,11 @@ def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
         # loss in the attempts is always a real one.
         return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, f"handed back: {fact.error}", now,
                          {**detail, "error": fact.error}, cause=HANDED_BACK)
+    if fact.outcome is RunOutcome.STOPPED and fact.stop_reason == HEALTH_CHECK_STOP:
+        # The agent checkpointed and stopped it for an operator's forced health check: free, and its own cause,
+        # so "transport loss" keeps meaning a lost contact.
+        return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, HEALTH_CHECK, now, detail,
+                         cause=HEALTH_CHECK)
     # abandoned (the executor lost contact) or stopped without being asked: not the workload's fault.
     why = "abandoned" if fact.outcome is RunOutcome.ABANDONED else "stopped by executor"
     return _run_lost(job, JobEventKind.ABANDONED, LeaseEventKind.RELEASED, why, now, detail)

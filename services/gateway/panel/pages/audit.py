@@ -50,5 +50,6 @@ def register(router: APIRouter) -> None:
                                   "after_seq": after_seq, "limit": PAGE_SIZE})
         following = rows[-1]["seq"] if len(rows) == PAGE_SIZE else None
         query = {k: f[k] for k in fleet.AUDIT_FILTERS if f[k]}
-        return render(request, principal, "audit.html", "audit", filters=f, query=query, entries=rows,
+        names = await reads.job_names(sorted({r["job_id"] for r in rows if r.get("job_id")}))
+        return render(request, principal, "audit.html", "audit", filters=f, query=query, entries=rows, names=names,
                       next_after_seq=following, first_page=after_seq == 0, verify=await verification(reads))

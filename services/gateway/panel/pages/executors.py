@@ -32,7 +32,11 @@ def register(router: APIRouter) -> None:
     @router.get("/executors")
     async def executors(request: Request, fragment: bool = False,
                         principal: Principal = Depends(signed_in(Permission.READ))) -> Response:
-        rows = await scoped_fleet(request, principal, await reads_of(request).executors())
+        reads = reads_of(request)
+        rows = await scoped_fleet(request, principal, await reads.executors())
+        # Job names beside their ids, read after scoping: a job hidden from this principal has no id left to name.
+        named = {r["job_id"] for r in rows if r.get("job_id")} | {
+            r["left_job"]["job_id"] for r in rows if r.get("left_job") and r["left_job"].get("job_id")}
         template = "executors_table.html" if fragment else "executors.html"
         return render(request, principal, template, "executors", messages=("executors.",),
-                      executors=rows_for(rows, datetime.now(UTC)))
+                      executors=rows_for(rows, datetime.now(UTC)), names=await reads.job_names(sorted(named)))

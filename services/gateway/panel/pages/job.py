@@ -33,7 +33,7 @@ def figures(job: dict, executors: list[dict], principal: Principal) -> dict:
     money = jobview.budget(job)
     return {"budget": money, "minimum": jobview.requeue_minimum(money["consumed"]),
             "history": jobview.ceiling_history(job), "cost": jobview.interruption_cost(job),
-            "warning": jobview.first_checkpoint_warning(job), "attempts": jobview.attempts(job),
+            "warning": jobview.first_checkpoint_warning(job), "attempts": jobview.attempt_groups(job),
             "ranks": jobview.gang_ranks(job, executors), "timeline": timeline(job.get("events") or []),
             "may_requeue": jobview.may_requeue(job) and principal.can(Permission.FINETUNE_MANAGE),
             "may_cancel": jobview.may_cancel(job, principal.actor, manage=principal.can(Permission.FINETUNE_MANAGE),

@@ -19,6 +19,7 @@ from ...auth import Permission, Principal
 from ...domain import paging
 from ...routes import reads_of
 from ...scoping import owner_filter
+from .. import jobview
 from ..web import render, signed_in
 from . import NavItem
 
@@ -58,6 +59,8 @@ def register(router: APIRouter) -> None:
             rows, next_cursor = await reads_of(request).jobs_page(
                 state=f["state"], owner=scoped_owner, name=f["name"], signal=f["signal"], cursor=start, limit=limit)
         template = "jobs_table.html" if fragment else "jobs.html"
+        # The first-checkpoint warning of the job's page, on its row too (issue 26).
+        warnings = {row["id"]: jobview.first_checkpoint_warning(row) for row in rows}
         return render(request, principal, template, "jobs", messages=("jobs.",), jobs=rows, states=list(STATES),
-                      signals=SIGNALS, filters={**f, "owner": owner or "", "name": f["name"] or ""},
+                      signals=SIGNALS, warnings=warnings, filters={**f, "owner": owner or "", "name": f["name"] or ""},
                       next_cursor=next_cursor, first_page=start is None, limit=limit)

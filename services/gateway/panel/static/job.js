@@ -127,11 +127,20 @@
     });
   }
 
+  /* Cancel asks first: the submit shows the question in the page (no browser dialog), "yes" sends it. */
   function cancelForm() {
     var form = document.getElementById("cancel-form");
     if (!form) { return; }
-    form.addEventListener("submit", function (ev) {
-      ev.preventDefault();
+    var question = document.getElementById("cancel-confirm"), submit = document.getElementById("cancel-submit");
+    function ask(open) {
+      question.hidden = !open;
+      submit.hidden = open;
+      (open ? document.getElementById("cancel-no") : submit).focus();
+    }
+    form.addEventListener("submit", function (ev) { ev.preventDefault(); ask(true); });
+    document.getElementById("cancel-no").addEventListener("click", function () { ask(false); });
+    document.getElementById("cancel-yes").addEventListener("click", function () {
+      ask(false);
       var reason = document.getElementById("cancel-reason").value.trim(), result = document.getElementById("cancel-result");
       P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/cancel", reason ? {reason: reason} : {})
         .then(function (answer) {
