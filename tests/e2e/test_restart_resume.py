@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import tarfile
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def _run_until_restart(stack: Stack) -> tuple[str, int]:
 def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes_before: set[str] | None,
                            dead: set[str] = frozenset(), **kw) -> None:
     """``nodes_before``: the nodes that must be back (None: two new ones beside the ``dead``)."""
+    began = time.monotonic()
     stack = start_stack(data_dir, **kw)
     try:
         done = stack.wait_state(job_id, {"succeeded", "failed", "interrupted", "cancelled"}, 300)
+        print(f"restart -> job {done['state']}: {time.monotonic() - began:.1f} s")
         if dead:  # the node-gone time after the restart: wait for it rather than race it
             eventually(lambda: all(_nodes(stack)[k]["state"] == "gone" for k in dead), 60, "the dead nodes gone")
         assert done["state"] == "succeeded", (done, stack.log_tail())
