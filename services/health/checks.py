@@ -34,7 +34,7 @@ from libs.runtime.service import Runtime
 
 from . import commands, guards, provisioner
 from . import nodes as store
-from .domain import breaker, liveness
+from .domain import breaker
 from .domain import nodes as lc
 from .domain import runs
 from .domain.verdicts import Verdict, judge
@@ -180,17 +180,11 @@ class Checks:
         return len(members)
 
     async def _peers(self, conn: asyncpg.Connection, node: lc.Node) -> list[CheckPeer]:
-        """The group's other nodes whose agents are alive now: a dead node's listener would fail the connectivity
-        test of every node that joins after it (liveness.alive)."""
-        rows = await conn.fetch(
-            "SELECT n.node_id, n.address, n.registered_at, e.registered_at AS e_registered_at, e.last_heartbeat"
-            " FROM health.nodes n LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
-            " WHERE n.group_name = $1 AND n.node_id <> $2 AND n.address IS NOT NULL"
-            " AND n.state IN ('joining', 'checking', 'ready') ORDER BY n.node_id", node.group, node.node_id)
-        now, within = self.runtime.clock.now(), timedelta(seconds=self.settings.effective_signal_timeout)
-        return [CheckPeer(node_id=r["node_id"], address=r["address"]) for r in rows
-                if liveness.alive(liveness.last_heard(r["registered_at"], r["e_registered_at"]), r["last_heartbeat"],
-                                  now, within)]
+        """The group's other nodes whose agents are alive now (a dead node's listener would fail the
+        connectivity test of every node that joins after it)."""
+        rows = await store.live_peers(conn, node.group, node.node_id, self.runtime.clock.now(),
+                                      timedelta(seconds=self.settings.effective_signal_timeout))
+        return [CheckPeer(node_id=r["node_id"], address=r["address"]) for r in rows]
 
     # -- reports -------------------------------------------------------------------------------------------
 
@@ -235,18 +229,8 @@ class Checks:
 
     async def _judge(self, conn: asyncpg.Connection, rep: CheckReport) -> Verdict:
         """Judged against the group's median over the nodes that may speak for it now (liveness.median_sample)."""
-        group = await conn.fetchval("SELECT group_name FROM health.nodes WHERE node_id = $1", rep.node_id)
-        rows = await conn.fetch(
-            "SELECT n.state, n.figures -> $3 AS f, n.last_check_at, n.figures_suite, n.registered_at,"
-            " e.registered_at AS e_registered_at, e.last_heartbeat FROM health.nodes n"
-            " LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
-            " WHERE n.group_name = $1 AND n.node_id <> $2 AND n.state = 'ready' AND n.figures ? $3",
-            group, rep.node_id, rep.test.value)
-        now, rule = self.runtime.clock.now(), self.settings.sample_rule(rep.suite_version)
-        peers = [json.loads(r["f"]) for r in rows
-                 if liveness.median_sample(NodeState(r["state"]),
-                                           liveness.last_heard(r["registered_at"], r["e_registered_at"]),
-                                           r["last_heartbeat"], r["last_check_at"], r["figures_suite"], now, rule)]
+        peers = await store.median_samples(conn, rep.node_id, rep.test.value, self.runtime.clock.now(),
+                                           self.settings.sample_rule(rep.suite_version))
         return judge(rep.test.value, CheckStatus(rep.status), rep.figures, peers, rep.attempt,
                      baselines=self.settings.baselines, min_ratio=self.settings.min_ratio, error=rep.error)
 
@@ -315,7 +299,7 @@ class Checks:
                 passed = await conn.fetch(
                     "SELECT test, figures AS f, suite_version FROM health.check_results WHERE run_id = $1 AND"
                     " node_id = $2 AND status = 'passed'", run_id, node_id)
-                extra: dict[str, Any] = figures_after_pass(row, passed)
+                extra: dict[str, Any] = store.figures_after_pass(row, passed)
             else:
                 fact, extra = await self._failed_fact(conn, node, row, run_id, outcome, now), {}
             extra.update(last_check_run_id=run_id, last_check_at=now, last_check_outcome=outcome.status.value)
@@ -416,15 +400,6 @@ class Checks:
 
     async def on_command(self, cmd: commands.HealthCommand) -> CommandOutcome:
         return await commands.apply(self, cmd)
-
-
-def figures_after_pass(node: asyncpg.Record, passed: list[asyncpg.Record]) -> dict[str, Any]:
-    """The node's figures once a run passed: this run's passing tests over the earlier ones (an on-demand run
-    may check a few tests only), unless the suite version changed, when the earlier ones are dropped (another
-    yardstick)."""
-    suite = next((r["suite_version"] for r in passed if r["suite_version"] is not None), node["figures_suite"])
-    earlier = json.loads(node["figures"]) if suite == node["figures_suite"] else {}
-    return {"figures": {**earlier, **{r["test"]: json.loads(r["f"]) for r in passed}}, "figures_suite": suite}
 
 
 def _member(row: asyncpg.Record | None) -> runs.Member | None:

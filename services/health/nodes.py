@@ -98,6 +98,42 @@ async def mark_gone(conn: asyncpg.Connection, subjects: Subjects, now: datetime,
     return gone
 
 
+async def live_peers(conn: asyncpg.Connection, group: str, node_id: str, now: datetime,
+                     within: timedelta) -> list[asyncpg.Record]:
+    """The group's other nodes (joining, checking, ready, with an address) whose agents are alive now."""
+    rows = await conn.fetch(
+        "SELECT n.node_id, n.address, n.registered_at, e.registered_at AS e_registered_at, e.last_heartbeat"
+        " FROM health.nodes n LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
+        " WHERE n.group_name = $1 AND n.node_id <> $2 AND n.address IS NOT NULL"
+        " AND n.state IN ('joining', 'checking', 'ready') ORDER BY n.node_id", group, node_id)
+    return [r for r in rows if liveness.alive(liveness.last_heard(r["registered_at"], r["e_registered_at"]),
+                                              r["last_heartbeat"], now, within)]
+
+
+async def median_samples(conn: asyncpg.Connection, node_id: str, test: str, now: datetime,
+                         rule: liveness.SampleRule) -> list[dict[str, float]]:
+    """``test``'s figures on the other nodes of ``node_id``'s group that may set its median now."""
+    rows = await conn.fetch(
+        "SELECT n.state, n.figures -> $2 AS f, n.last_check_at, n.figures_suite, n.registered_at,"
+        " e.registered_at AS e_registered_at, e.last_heartbeat FROM health.nodes n"
+        " LEFT JOIN health.executors e ON e.executor_id = n.executor_id"
+        " WHERE n.group_name = (SELECT group_name FROM health.nodes WHERE node_id = $1) AND n.node_id <> $1"
+        " AND n.state = 'ready' AND n.figures ? $2", node_id, test)
+    return [json.loads(r["f"]) for r in rows
+            if liveness.median_sample(NodeState(r["state"]), liveness.last_heard(r["registered_at"],
+                                                                                 r["e_registered_at"]),
+                                      r["last_heartbeat"], r["last_check_at"], r["figures_suite"], now, rule)]
+
+
+def figures_after_pass(node: asyncpg.Record, passed: list[asyncpg.Record]) -> dict[str, Any]:
+    """The node's figures once a run passed: this run's passing tests over the earlier ones (an on-demand run
+    may check a few tests only), unless the suite version changed, when the earlier ones are dropped (another
+    yardstick)."""
+    suite = next((r["suite_version"] for r in passed if r["suite_version"] is not None), node["figures_suite"])
+    earlier = json.loads(node["figures"]) if suite == node["figures_suite"] else {}
+    return {"figures": {**earlier, **{r["test"]: json.loads(r["f"]) for r in passed}}, "figures_suite": suite}
+
+
 async def flag_unaddressable(conn: asyncpg.Connection, subjects: Subjects, node_id: str, reason: str,
                              now: datetime) -> None:
     """Fail a node no directive can reach (Unaddressable), with its node event if even that can be addressed."""

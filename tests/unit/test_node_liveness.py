@@ -65,3 +65,17 @@ def test_unversioned_figures_still_compare_with_an_unversioned_report():
     """An agent from before suite versions, judged against its own kind: the old behaviour, not no reference."""
     legacy = SampleRule(WITHIN, timedelta(days=7), None)
     assert median_sample(NodeState.READY, ago(600), ago(1), ago(100), None, T0, legacy)
+
+
+def test_a_pass_merges_figures_of_the_same_suite_and_drops_those_of_another():
+    import json
+
+    from services.health.nodes import figures_after_pass
+
+    node = {"figures": json.dumps({"matmul": {"tflops_float32": 1.0}, "membw": {"copy_gbps": 9.0}}),
+            "figures_suite": "2"}
+    same = [{"test": "matmul", "f": json.dumps({"tflops_float32": 2.0}), "suite_version": "2"}]
+    assert figures_after_pass(node, same) == {
+        "figures": {"matmul": {"tflops_float32": 2.0}, "membw": {"copy_gbps": 9.0}}, "figures_suite": "2"}
+    newer = [{"test": "matmul", "f": json.dumps({"tflops_float32": 3.0}), "suite_version": "3"}]
+    assert figures_after_pass(node, newer) == {"figures": {"matmul": {"tflops_float32": 3.0}}, "figures_suite": "3"}
