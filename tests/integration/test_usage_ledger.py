@@ -38,8 +38,9 @@ def report(executor: str, *records: UsageRecord) -> UsageReport:
     return UsageReport(executor_id=executor, node_id=f"node-{executor}", records=list(records))
 
 
-async def submitted(js, s, job: str, ceiling: float = 1000.0) -> None:
-    spec = JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": ceiling})
+async def submitted(js, s, job: str, ceiling: float = 1000.0, gpus: int = 0) -> None:
+    spec = JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": ceiling,
+                                   "gpus_per_worker": gpus})
     await publish(js, s.job_event(job, "submitted"), JobEvent(
         job_id=job, seq=1, event="submitted", state=JobState.QUEUED,
         detail={"spec": spec.model_dump(mode="json"), "owner": "alice"}))
@@ -64,7 +65,8 @@ async def test_usage_sent_while_the_budget_was_down_longer_than_heartbeats_are_k
         config.max_age, config.duplicate_window = 1.0, 1.0
         await js.update_stream(config)
 
-        await submitted(js, s, "j1")
+        await submitted(js, s, "j1", gpus=2)  # a grant of 2 devices: the records below claim 2
+        await leased(js, s, "j1", 2, epoch=1, executor="ex1")
         # The same stretch, once in a heartbeat the way agents before usage reports carried it, once in a report.
         await publish(js, s.heartbeat("ex1"), Heartbeat(
             executor_id="ex1", node_id="n1", group="g", job_id="j1", epoch=1, phase=Phase.TRAINING,
