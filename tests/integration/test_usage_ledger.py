@@ -289,3 +289,22 @@ async def _closed(conn: asyncpg.Connection, job: str):
 async def _rows(conn: asyncpg.Connection, job: str, executor: str) -> list[asyncpg.Record]:
     return await conn.fetch("SELECT epoch, seq, wall_seconds, started_at, ended_at FROM budget.ledger"
                             " WHERE job_id = $1 AND executor_id = $2 ORDER BY epoch, seq", job, executor)
+
+
+async def test_a_record_that_overtakes_its_grant_is_held_then_charged_when_the_grant_comes(env):
+    settings = env.settings(BudgetSettings)
+    s = settings.subjects
+    pg = await asyncpg.connect(env.database_url)
+    async with running(serve, settings), jetstream(settings.nats_url) as (nc, js):
+        await submitted(js, s, "jh")
+        await eventually(lambda: pg.fetchval("SELECT ceiling_seconds FROM budget.jobs WHERE job_id = 'jh'"))
+        # The usage stream ran ahead of the job events: epoch 1's grant is not known yet.
+        await publish(js, s.usage("ex1"), report("ex1", record("jh", 1, wall=2.0)))
+        assert await eventually(lambda: pg.fetchval("SELECT count(*) = 1 FROM budget.held_usage WHERE job_id = 'jh'"))
+        assert await pg.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = 'jh'") == 0
+        await leased(js, s, "jh", 2, epoch=1, executor="ex1")
+        assert await eventually(lambda: _consumed(pg, "jh", 2.0))
+        assert await pg.fetchval("SELECT count(*) FROM budget.held_usage") == 0
+        (rec,) = await store.reconcile(pg, ["jh"])
+        assert rec.ok and rec.rows == 1
+    await pg.close()
