@@ -19,7 +19,7 @@ from libs.contracts.subjects import Subjects
 
 from . import grants
 from .domain.events import Exhausted, JobRow, fold
-from .domain.grants import Grant, grant_of
+from .domain.grants import Grant, JobLease, grant_of, to_judge_again
 from .store import Effects, exhausted_event, locked, record_usage, utc, warning_event
 
 log = logging.getLogger(__name__)
@@ -88,10 +88,8 @@ def _grants(events: list[JobEvent], rows: dict[str, JobRow]) -> list[Grant]:
                                                                                   or ev.executor_id)]
 
 
-def _moved(before: dict[str, tuple[int, str | None]], rows: dict[str, JobRow]) -> list[str]:
-    """Jobs whose epoch moved or that ended in this batch: their held usage is judged again."""
-    return [j for j, (epoch, state) in before.items()
-            if rows[j].epoch > epoch or (rows[j].state in TERMINAL_STATES and state not in TERMINAL_STATES)]
+def _leases(rows: dict[str, JobRow]) -> dict[str, JobLease]:
+    return {j: JobLease(r.epoch, r.state in TERMINAL_STATES) for j, r in rows.items()}
 
 
 async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects,
@@ -104,7 +102,7 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
     if not events:
         return effects
     rows = await _lock(conn, [ev.job_id for ev in events])
-    before = {j: (r.epoch, r.state) for j, r in rows.items()}
+    before = _leases(rows)
     done = fold(rows, events, _spec_of)
     ceilings = json.dumps([
         [c.job_id, c.event_seq, c.ceiling_seconds, c.actor, c.reason, c.consumed_seconds, utc(c.set_at)]
@@ -125,7 +123,7 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
                               else warning_event(subjects, a.job_id, a.warning, a.consumed))
     if admission is not None:
         await grants.store_grants(conn, _grants(events, rows))
-        held = await grants.held_for(conn, _moved(before, rows))
+        held = await grants.held_for(conn, to_judge_again(before, _leases(rows)))
         if held:
             charged = await record_usage(conn, held, subjects, admission)
             effects.events.extend(charged.events)

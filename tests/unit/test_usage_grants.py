@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.budget.domain.grants import Grant, JobLease, Verdict, grant_of, judge, judge_batch
+from services.budget.domain.grants import Grant, JobLease, Verdict, grant_of, judge, judge_batch, to_judge_again
 from services.budget.domain.usage import Charge
 
 T0 = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
@@ -116,3 +116,14 @@ def test_a_batch_of_an_unknown_job_is_held():
 def test_a_leased_event_s_grant_shares_the_gang_s_devices_among_its_workers(workers, gang, per_worker):
     g = grant_of("j", 1, workers, gang, T0)
     assert g.devices == per_worker and g.workers == tuple(dict.fromkeys(workers))
+
+
+@pytest.mark.parametrize(("was", "now", "again"), [
+    (JobLease(0), JobLease(1), True),  # granted: the records waiting for it
+    (JobLease(1), JobLease(1), False),
+    (JobLease(1), JobLease(1, ended=True), True),  # ended: no grant will come
+    (JobLease(1, ended=True), JobLease(1, ended=True), False),
+    (JobLease(2), JobLease(3, ended=True), True),
+], ids=["granted", "unchanged", "ended", "already-ended", "granted-and-ended"])
+def test_held_records_are_judged_again_when_the_job_s_epoch_moves_or_it_ends(was, now, again):
+    assert to_judge_again({"j": was}, {"j": now}) == (["j"] if again else [])

@@ -120,6 +120,13 @@ def judge_batch(batch: Iterable[Charge], grants: dict[tuple[str, int], Grant], j
     return out
 
 
+def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease]) -> list[str]:
+    """The jobs whose held records a batch of job events makes worth judging again: their epoch moved (the
+    grant a record waited for may have come) or they ended (no grant will come)."""
+    return sorted(j for j, was in before.items()
+                  if j in after and (after[j].epoch > was.epoch or (after[j].ended and not was.ended)))
+
+
 def grant_of(job_id: str, epoch: int, workers: Iterable[str], gang_devices: int | None,
              granted_at: datetime) -> Grant:
     """A ``leased`` event's grant: its workers, each allowed its share of the job's devices (the budget keeps the
