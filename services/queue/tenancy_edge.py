@@ -16,7 +16,7 @@ import asyncpg
 
 from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject
 from libs.contracts.nodes import RULED_OUT_STATES
-from libs.contracts.tenancy import CohortSpec
+from libs.contracts.tenancy import CohortSpec, OrgSpec
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
@@ -25,19 +25,26 @@ from . import scans, store
 from .domain.preemption import PREEMPTED
 from .domain.submits import Target
 from .tenancy.admission import Node, Wait
-from .tenancy.model import Cohort, Organisation, Running
-from .tenancy.orgs import Organisations
-from .tenancy.orgs import read as read_organisations
+from .tenancy.model import Cohort, GroupQuota, Organisation, Running
+from .tenancy.orgs import Organisations, read as read_organisations
 
 log = logging.getLogger(__name__)
 SERVICE = "queue"
 T = store.T
 
 
+def organisation(name: str, spec: OrgSpec) -> Organisation:
+    quotas = None if spec.quotas is None else {
+        g: GroupQuota(q.nominal, q.borrowing_limit, q.lending_limit) for g, q in spec.quotas.items()}
+    return Organisation(name, cohort=spec.cohort, weight=spec.weight, quotas=quotas,
+                        budget_gpu_seconds=spec.budget_gpu_seconds, period=spec.period)
+
+
 async def organisations(conn: asyncpg.Connection | asyncpg.Pool) -> Organisations:
     """Every organisation, each read on its own: one the contract refuses now is in ``broken``, not raised
     (tenancy/orgs.py), so its bad data never stops the others' placement."""
-    orgs = read_organisations((r["name"], r["spec"]) for r in await conn.fetch(f"SELECT name, spec FROM {T}.orgs"))
+    rows = await conn.fetch(f"SELECT name, spec FROM {T}.orgs")
+    orgs = read_organisations(((r["name"], r["spec"]) for r in rows), organisation)
     for name, reason in sorted(orgs.broken.items()):
         if (name, reason) not in _told:  # once, not every pass
             _told.add((name, reason))

@@ -18,7 +18,8 @@ from libs.runtime.singleton import periodic
 from services.gateway.domain.status import services_view
 from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
 from services.queue.tenancy.model import Pending
-from services.queue.tenancy.orgs import read
+from services.queue.tenancy.orgs import read as read_orgs
+from services.queue.tenancy_edge import organisation
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -45,15 +46,15 @@ def test_the_weight_s_bounds_keep_every_share_an_ordinary_float():
 
 
 def test_a_stored_organisation_the_contract_refuses_now_is_set_aside_with_the_reason():
-    orgs = read([("ok", json.dumps({"weight": 2})), ("tiny", json.dumps({"weight": 5e-324})),
-                 ("junk", "{not json"), ("extra", json.dumps({"weight": 1, "surprise": 1}))])
+    orgs = read_orgs([("ok", json.dumps({"weight": 2})), ("tiny", json.dumps({"weight": 5e-324})),
+                      ("junk", "{not json"), ("extra", json.dumps({"weight": 1, "surprise": 1}))], organisation)
     assert list(orgs) == ["ok"] and orgs["ok"].weight == 2
     assert set(orgs.broken) == {"tiny", "junk", "extra"}
     assert "weight" in orgs.broken["tiny"] and "greater than or equal to 0.001" in orgs.broken["tiny"]
 
 
 def test_a_set_aside_organisation_s_jobs_wait_saying_why_and_the_others_are_placed():
-    orgs = read([("ok", json.dumps({})), ("tiny", json.dumps({"weight": 5e-324}))])
+    orgs = read_orgs([("ok", json.dumps({})), ("tiny", json.dumps({"weight": 5e-324}))], organisation)
     pending = [Pending("t1", "tiny", T0, 1, 0, 0), Pending("o1", "ok", T0, 1, 0, 0)]
     nodes = [Node("ex-1", "default", 0), Node("ex-2", "default", 0)]
     result = plan(Snapshot(orgs, nodes, pending, broken=orgs.broken))

@@ -8,13 +8,13 @@ organisation's bad data stays that organisation's: its jobs wait, saying why, an
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import ValidationError
 
 from libs.contracts.tenancy import OrgSpec
 
-from .model import GroupQuota, Organisation
+from .model import Organisation
 
 
 class Organisations(dict[str, Organisation]):
@@ -26,26 +26,20 @@ class Organisations(dict[str, Organisation]):
         self.broken: dict[str, str] = dict(broken or {})
 
 
-def organisation(name: str, spec: OrgSpec) -> Organisation:
-    quotas = None if spec.quotas is None else {
-        g: GroupQuota(q.nominal, q.borrowing_limit, q.lending_limit) for g, q in spec.quotas.items()}
-    return Organisation(name, cohort=spec.cohort, weight=spec.weight, quotas=quotas,
-                        budget_gpu_seconds=spec.budget_gpu_seconds, period=spec.period)
-
-
 def _problem(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()[:3])
     return str(exc)[:300]
 
 
-def read(rows: Iterable[tuple[str, str]]) -> Organisations:
-    """Each stored (name, spec JSON) checked against today's contract on its own."""
+def read(rows: Iterable[tuple[str, str]], build: Callable[[str, OrgSpec], Organisation]) -> Organisations:
+    """Each stored (name, spec JSON) checked against today's contract and made an organisation by ``build``, on
+    its own."""
     usable: dict[str, Organisation] = {}
     broken: dict[str, str] = {}
     for name, spec in rows:
         try:
-            usable[name] = organisation(name, OrgSpec.model_validate_json(spec))
+            usable[name] = build(name, OrgSpec.model_validate_json(spec))
         except (ValidationError, ValueError) as exc:
             broken[name] = _problem(exc)
     return Organisations(usable, broken)
