@@ -4,7 +4,7 @@ can be stored by PostgreSQL, sent by NATS and used by the code that reads it.
 A value that passes a contract but cannot be applied is a poison message: jsonb refuses ``\\u0000``, a bigint
 column refuses ``2**63``, an int4 column anything past ``2**31 - 1``, a subject refuses an id with a ``.``, and an
 infinite float serialises as ``null``. So strings are bounded and NUL-free (names, ids and actors also free of
-control characters), ids match :data:`ID_PATTERN` (a subset of what a subject token allows), integers are bounded
+C0 and C1 control characters), ids match :data:`ID_PATTERN` (a subset of what a subject token allows), integers are bounded
 by the column that stores them (int4) or by what a float and a JSON reader keep exact (``2**53``), floats are
 finite, and free-form ``detail`` objects are checked as JSON values. Every message and nested model uses these.
 """
@@ -32,7 +32,8 @@ MAX_SECONDS = 1e10  # about 300 years: no duration Teto measures is longer, and 
 SEED_MAX = 2**32 - 1
 MAX_JSON_DEPTH = 32
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1 (U+0080-U+009F: CSI, NEL and the rest that a terminal or a log viewer acts on like C0).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _no_nul(value: str) -> str:

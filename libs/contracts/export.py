@@ -102,7 +102,7 @@ def render_events_md(entries: tuple[Entry, ...] = CATALOGUE) -> str:
            "each message are written by `teto contracts export` (default `docs/schemas/`).", "",
            "Every field is bounded so that what decodes can be stored and sent (`libs/contracts/bounds.py`): ids",
            f"match `{ID_PATTERN}` (a subject token); strings are length-bounded and never contain NUL (names,",
-           "actors and hosts no control characters; quoted process output shows a NUL as U+FFFD); integers",
+           "actors and hosts no C0 or C1 control characters; quoted output shows a NUL as U+FFFD); integers",
            "stay within their column (epochs, sequences, attempts and counts within int32, steps and bytes within",
            f"2**53); numbers are finite; times are UTC between 1970 and 9998; env names match `{ENV_NAME_PATTERN}`;",
            "free-form `detail` objects hold no NUL, integers within 2**53, finite numbers, at most",

@@ -23,6 +23,15 @@ class ConsumerLag(Model):
     sampled_at: Time
 
 
+class FailingLoop(Model):
+    """A background loop of the replica that raised on its last ticks, none succeeding between."""
+
+    name: Label
+    failures: Big = Field(description="Ticks in a row that raised")
+    since: Time = Field(description="When the first of them raised")
+    error: Reason = Field(description="The last error")
+
+
 class ReplicaStatus(Envelope):
     SCHEMA = "teto.rpc.status.reply/1"
 
@@ -38,3 +47,5 @@ class ReplicaStatus(Envelope):
     metrics_error: Reason | None = Field(None, description="Why this replica's /metrics port is not served (another "
                                          "process holds it, say); retried until it is")
     nats_server: Label | None = Field(None, description="The NATS server this replica is connected to")
+    failing_loops: list[FailingLoop] = Field(default_factory=list, max_length=100,
+                                             description="Background loops raising tick after tick (each a problem)")

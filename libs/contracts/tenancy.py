@@ -20,6 +20,11 @@ from .envelope import Model
 DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
 DEFAULT_PROJECT = "default"
 MAX_DEVICES = 1_000_000
+# Placement divides devices held (at most MAX_DEVICES) by the weight: bounded both ways, every share is an ordinary
+# float8. A weight of 5e-324 was once accepted and overflowed every placement pass (issue 26, item 4).
+MIN_WEIGHT = 0.001
+MAX_WEIGHT = 1000.0
+MAX_BUDGET_GPU_SECONDS = 10.0**12
 
 
 class Preemption(StrEnum):
@@ -42,10 +47,11 @@ class OrgSpec(Model):
     """An organisation (``PUT /v1/orgs/{name}``)."""
 
     cohort: Id | None = Field(None, description="Cohort it borrows from and lends to (null: none)")
-    weight: float = Field(1.0, gt=0, le=1000, description="Fair-share weight")
+    weight: float = Field(1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight")
     quotas: dict[Id, QuotaSpec] | None = Field(None, max_length=1000,
                                                description="Per node group (null: unmetered)")
-    budget_gpu_seconds: float | None = Field(None, ge=0, le=10**12, description="GPU-seconds per period (null: none)")
+    budget_gpu_seconds: float | None = Field(None, ge=0, le=MAX_BUDGET_GPU_SECONDS,
+                                             description="GPU-seconds per period (null: none)")
     period: Literal["month", "day"] = Field("month", description="The budget's period (calendar, UTC)")
     checkpoint_quota_bytes: int | None = Field(
         None, ge=1, le=CHECKPOINT_QUOTA_MAX,

@@ -106,7 +106,7 @@ class Observer:
                              leading=sorted(singleton_label(s.name) for s in loops if s.leader),
                              consumers=[self.lag[d] for d in sorted(self.lag)], metrics_port=metrics.Endpoint.port,
                              metrics_error=metrics.Endpoint.error,
-                             nats_server=server)
+                             nats_server=server, failing_loops=self.runtime.loop_health.failing())
 
     async def _answer(self, msg: Msg) -> None:
         if not msg.reply:

@@ -32,6 +32,7 @@ from libs.contracts.envelope import Envelope
 
 from .bus import trace_headers
 from .jsacks import AckPipe
+from .loophealth import CURRENT
 from .outbox_order import waves
 
 log = logging.getLogger(__name__)
@@ -208,13 +209,18 @@ class OutboxRelay:
         """Relay until cancelled. A batch smaller than the limit was all there was when it was read, so the relay
         then waits for a kick (or ``idle_wait``) instead of reading again at once: one statement fewer a commit.
         The kick is cleared before each read, so a commit landing after the read wakes the wait at once."""
+        health, name = CURRENT.get(), f"outbox relay {self.schema}"  # a relay failing on and on: a status problem
         while True:
             self._wake.clear()
             try:
                 await self.relay_once()
                 more = self.fetched >= self.batch
+                if health is not None:
+                    health.succeeded(name)
             except (OSError, asyncpg.PostgresError, asyncio.TimeoutError, Exception) as exc:  # noqa: BLE001
                 log.warning("outbox relay %s: %s; retrying", self.schema, exc)
+                if health is not None:
+                    health.failed(name, exc)
                 more = False
                 await asyncio.sleep(1.0)
             if not more:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 
-from . import bus, db, metrics, tracing
+from . import bus, db, loophealth, metrics, tracing
 from .clock import Clock
 from .edge import Consumer, ConsumerLoop, EdgeCounters
 from .edge_reply import Responder, serve_responder
@@ -46,6 +47,7 @@ class Runtime:
     loops: list[ConsumerLoop] = field(default_factory=list)
     singletons: list[SingletonLoop] = field(default_factory=list)
     observer: Observer | None = None
+    loop_health: loophealth.LoopHealth = field(default_factory=loophealth.LoopHealth)
 
     @property
     def subjects(self) -> Subjects:
@@ -78,10 +80,16 @@ class Runtime:
         loop = SingletonLoop(self.settings.database_url, f"{self.settings.subject_prefix}:{lock_name}", body,
                              retry_seconds=retry_seconds)
         self.singletons.append(loop)
-        self.tasks.append(asyncio.create_task(loop.run(), name=lock_name))
+        self.tasks.append(asyncio.create_task(loop.run(), name=lock_name, context=self._loop_context()))
 
     def background(self, coro: Awaitable[None], name: str) -> None:
-        self.tasks.append(asyncio.create_task(coro, name=name))
+        self.tasks.append(asyncio.create_task(coro, name=name, context=self._loop_context()))
+
+    def _loop_context(self) -> contextvars.Context:
+        """A task context whose periodic loops report to this runtime's ``loop_health`` (loophealth.py)."""
+        ctx = contextvars.copy_context()
+        ctx.run(loophealth.CURRENT.set, self.loop_health)
+        return ctx
 
     async def consume(self, consumers: list[Consumer]) -> None:
         """Bind every durable (so the service is ready only once it receives), then run each in a task."""

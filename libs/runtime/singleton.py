@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from .db import lock_key
+from .loophealth import CURRENT
 from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,19 @@ def periodic(fn: Callable[[], Awaitable[object]], every: float, name: str, *,
              sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> Callable[[], Awaitable[None]]:
     """``fn`` every ``every`` seconds; ``sleep`` may end a wait early (libs/runtime/wake.py)."""
     async def loop() -> None:
+        health = CURRENT.get()  # the runtime's, set on the task that runs this loop (loophealth.py)
         while True:
             try:
                 await fn()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a failing tick is logged and retried next tick
+            except Exception as exc:  # noqa: BLE001 - a failing tick is logged and retried next tick
                 log.exception("%s tick failed", name)
+                if health is not None:
+                    health.failed(name, exc)
+            else:
+                if health is not None:
+                    health.succeeded(name)
             await sleep(every)
 
     return loop

@@ -24,6 +24,7 @@ from libs.runtime.edge_reply import Responder
 from libs.runtime.fencing import StaleCounter
 
 from . import jobevents, orgs, store
+from .grants import Admission
 from .settings import BudgetSettings
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class Counters:
         self.stale = StaleCounter("budget")
         self.late = 0  # usage records of an old lease epoch, charged (the worker really ran)
         self.exhausted = 0
+        self.held = 0  # usage records that came before their lease grant, held until it comes
+        self.refused = 0  # usage records no lease grant allows: refused on teto.rejected.budget
 
 
 def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
@@ -55,6 +58,9 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
     # The relay is kicked after each commit: a ceiling reached tells the queue without waiting for its poll.
     units = Units(runtime.pool, store.SCHEMA, s, counters.stale, kick=relay.kick if relay is not None else None)
 
+    def admission() -> Admission:
+        return Admission(runtime.clock.now(), settings.usage_clock_slack_seconds)
+
     async def commit(work) -> None:
         async with units.begin() as unit:
             effects = await work(unit.conn)
@@ -62,6 +68,9 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
             for stale in effects.stale:
                 unit.stale(stale)
         counters.late += effects.late
+        counters.held += effects.held
+        counters.refused += effects.refused
+        metrics.REJECTED.labels("budget").inc(effects.refused)
         exhausted = sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
         counters.exhausted += exhausted
         # Committed: each GPU-second is counted by the replica whose transaction appended it.
@@ -73,15 +82,15 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
         # Agents before usage reports carried usage here; same identity, so charged once either way.
         charges = [store.charge_of(b.executor_id, b.usage) for b in beats if b.usage is not None]
         if charges:
-            await commit(lambda conn: store.record_usage(conn, charges, s))
+            await commit(lambda conn: store.record_usage(conn, charges, s, admission()))
 
     async def on_usage(reports: list[UsageReport]) -> None:
         charges = store.charges_of(reports)
         if charges:
-            await commit(lambda conn: store.record_usage(conn, charges, s))
+            await commit(lambda conn: store.record_usage(conn, charges, s, admission()))
 
     async def on_job_events(events: list[JobEvent]) -> None:
-        await commit(lambda conn: jobevents.apply_job_events(conn, events, s))
+        await commit(lambda conn: jobevents.apply_job_events(conn, events, s, admission()))
 
     async def on_steps(reports: list[StepReport]) -> None:
         await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))

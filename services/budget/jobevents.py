@@ -14,11 +14,13 @@ from typing import Any
 import asyncpg
 from pydantic import ValidationError
 
-from libs.contracts.jobs import JobEvent, JobSpec
+from libs.contracts.jobs import TERMINAL_STATES, JobEvent, JobEventKind, JobSpec
 from libs.contracts.subjects import Subjects
 
+from . import grants
 from .domain.events import Exhausted, JobRow, fold
-from .store import Effects, exhausted_event, locked, utc, warning_event
+from .domain.grants import Grant, JobLease, grant_of, to_judge_again
+from .store import Effects, exhausted_event, locked, record_usage, utc, warning_event
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +80,30 @@ ON CONFLICT DO NOTHING"""
 _WRITE_BOTH = f"WITH ceilings AS ({_add_ceilings('$2')})\n{_WRITE_JOBS.strip()}"
 
 
-async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects) -> Effects:
-    """A batch of job events, with the result of applying each in (job, seq) order (see domain/events.py)."""
+def _grants(events: list[JobEvent], rows: dict[str, JobRow]) -> list[Grant]:
+    """The grants of the batch's ``leased`` events: each worker named may charge its share of the job's devices."""
+    return [grant_of(ev.job_id, ev.epoch, ev.detail.get("workers") or [ev.executor_id], rows[ev.job_id].devices,
+                     ev.time)
+            for ev in events if ev.event == JobEventKind.LEASED and ev.epoch and (ev.detail.get("workers")
+                                                                                  or ev.executor_id)]
+
+
+def _leases(rows: dict[str, JobRow]) -> dict[str, JobLease]:
+    return {j: JobLease(r.epoch, r.state in TERMINAL_STATES) for j, r in rows.items()}
+
+
+async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], subjects: Subjects,
+                           admission: grants.Admission | None = None) -> Effects:
+    """A batch of job events, with the result of applying each in (job, seq) order (see domain/events.py).
+
+    With ``admission`` (the service's path), the ``leased`` events' grants are kept and the usage held for the
+    jobs whose epoch moved or that ended is judged again (domain/grants.py), in the same transaction."""
     effects = Effects()
     if not events:
         return effects
-    done = fold(await _lock(conn, [ev.job_id for ev in events]), events, _spec_of)
+    rows = await _lock(conn, [ev.job_id for ev in events])
+    before = _leases(rows)
+    done = fold(rows, events, _spec_of)
     ceilings = json.dumps([
         [c.job_id, c.event_seq, c.ceiling_seconds, c.actor, c.reason, c.consumed_seconds, utc(c.set_at)]
         for c in done.ceilings]) if done.ceilings else None
@@ -101,4 +121,13 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
     for a in done.announced:
         effects.events.append(exhausted_event(subjects, a.job_id, a.account) if isinstance(a, Exhausted)
                               else warning_event(subjects, a.job_id, a.warning, a.consumed))
+    if admission is not None:
+        await grants.store_grants(conn, _grants(events, rows))
+        held = await grants.held_for(conn, to_judge_again(before, _leases(rows)))
+        if held:
+            charged = await record_usage(conn, held, subjects, admission)
+            effects.events.extend(charged.events)
+            effects.inserted, effects.charged, effects.overshoot = charged.inserted, charged.charged, charged.overshoot
+            effects.late, effects.duplicates = charged.late, charged.duplicates
+            effects.held, effects.refused = charged.held, charged.refused
     return effects

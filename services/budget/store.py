@@ -21,6 +21,7 @@ from libs.contracts.telemetry import StepReport, UsageSample
 from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime.fencing import StaleEpoch, is_stale
 
+from . import grants
 from .domain import ledger, usage
 from .domain.ledger import Account, Decision, FirstCheckpointWarning, StepStats
 from .domain.usage import Charge, Reconciliation
@@ -42,6 +43,8 @@ class Effects:
     duplicates: int = 0  # usage records already charged
     charged: float = 0.0  # GPU-seconds appended to the ledger
     overshoot: float = 0.0  # growth of the jobs' overshoot (charged past a ceiling)
+    held: int = 0  # usage records waiting for their grant (domain/grants.py)
+    refused: int = 0  # usage records no grant allows: refused on teto.rejected.budget, never charged
 
 
 _LOCK_JOBS = ("SELECT * FROM budget.jobs WHERE job_id = ANY(ARRAY(SELECT json_array_elements_text($1::json)))"
@@ -203,8 +206,12 @@ class _Charging:
                             self.epochs[j]] for j, d in self.decisions.items()])
 
 
-async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: Subjects) -> Effects:
+async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: Subjects,
+                       admission: grants.Admission | None = None) -> Effects:
     """Append usage records to the ledger and charge their jobs, each (job, executor, epoch, seq) once.
+
+    With ``admission`` (the service's path), only what a lease grant allows is charged (grants.py): the rest is
+    held for its grant or refused on ``teto.rejected.budget`` in the same transaction.
 
     A record of an old lease epoch is charged too (counted in ``late``): the worker really ran. The job rows
     are locked first, so two replicas charging the same job serialise and the second sees the first's rows.
@@ -218,6 +225,12 @@ async def record_usage(conn: asyncpg.Connection, batch: list[Charge], subjects: 
     if not batch:
         return effects
     rows = await locked(conn, [c.job_id for c in batch], _LOCK_ACCOUNTS)
+    if admission is not None:
+        judged, notes = await grants.admit(conn, batch, rows, admission, subjects)
+        effects.events.extend(notes)
+        effects.held, effects.refused, batch = len(judged.held), len(judged.refused), judged.charged
+        if not batch:
+            return effects
     epochs_now = {j: r["epoch"] for j, r in rows.items()}
     plan = usage.plan_charges(batch, {}, epochs_now)  # every identity of the batch once: never empty
     charging = _Charging.of(rows, plan.fresh)

@@ -20,7 +20,7 @@ from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 from libs.runtime.wake import channel, notify
 
-from . import store
+from . import registrations, store
 from .checks import Checks
 from .domain.observed import results_of
 
@@ -63,11 +63,15 @@ def consumers(runtime: Runtime, counters: Counters, checks: Checks) -> list[Cons
 
     async def on_registrations(regs: list[NodeRegistered]) -> None:
         async with runtime.pool.acquire() as conn, conn.transaction():
+            regs, foreign = await registrations.split_foreign(conn, regs, runtime.clock.now(),
+                                                              checks.settings.node_gone_seconds)
             for reg in regs:
                 await checks.on_registration(conn, reg)
             # The executors last, in key order (as heartbeats and the evaluator lock them): a node's lock waited
             # for above (the check loop holds joining nodes) never holds up their heartbeats (issue 12).
             await store.record_registrations(conn, regs)
+        for reg, reason in foreign:  # visibly, like a malformed one (teto.rejected.health, then the audit log)
+            await runtime.reject(s.node(reg.node_id, "registered"), reg.encode(), reason)
 
     async def on_check_reports(reports: list[CheckReport]) -> None:
         provision = []

@@ -125,7 +125,7 @@ class Scheduler:
             pending = [pending_of(j, needs.get(j.id, 0.0)) for j in jobs
                        if j.id in allowed and j.id not in unanswered]
             snapshot = Snapshot(orgs, nodes, pending, await tenancy_edge.running(conn),
-                                await tenancy_edge.cohorts(conn), accounts)
+                                await tenancy_edge.cohorts(conn), accounts, broken=orgs.broken)
             # 4. Decide on the snapshot: fair share, quotas, borrowing, reclaim (services/queue/tenancy).
             result = plan(snapshot)
             assignments = result.admitted

@@ -27,6 +27,7 @@ from .domain.submits import Target
 from .tenancy.admission import Node, Wait
 from .tenancy.beyond import beyond_pass
 from .tenancy.model import Cohort, GroupQuota, Organisation, Running
+from .tenancy.orgs import Organisations, read as read_organisations
 
 log = logging.getLogger(__name__)
 SERVICE = "queue"
@@ -41,9 +42,19 @@ def organisation(name: str, spec: OrgSpec) -> Organisation:
                         checkpoint_quota_bytes=spec.checkpoint_quota_bytes)
 
 
-async def organisations(conn: asyncpg.Connection | asyncpg.Pool) -> dict[str, Organisation]:
+async def organisations(conn: asyncpg.Connection | asyncpg.Pool) -> Organisations:
+    """Every organisation, each read on its own: one the contract refuses now is in ``broken``, not raised
+    (tenancy/orgs.py), so its bad data never stops the others' placement."""
     rows = await conn.fetch(f"SELECT name, spec FROM {T}.orgs")
-    return {r["name"]: organisation(r["name"], OrgSpec.model_validate_json(r["spec"])) for r in rows}
+    orgs = read_organisations(((r["name"], r["spec"]) for r in rows), organisation)
+    for name, reason in sorted(orgs.broken.items()):
+        if (name, reason) not in _told:  # once, not every pass
+            _told.add((name, reason))
+            log.error("organisation %s is set aside until its settings are fixed: %s", name, reason)
+    return orgs
+
+
+_told: set[tuple[str, str]] = set()
 
 
 async def cohorts(conn: asyncpg.Connection) -> dict[str, Cohort]:

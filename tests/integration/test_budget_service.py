@@ -30,10 +30,13 @@ def usage_beat(job: str, seq: int, *, epoch: int = 1, devices: int = 2, wall: fl
 
 
 async def test_ledger_exhaustion_rpc_and_requeue(env):
-    settings = env.settings(BudgetSettings)
+    # The samples below stand for minutes of running sent in a moment: the grant's time bound is not what is
+    # tested here (tests/unit/test_usage_grants.py, tests/security/test_forged_usage.py).
+    settings = env.settings(BudgetSettings, usage_clock_slack_seconds=3600)
     s = settings.subjects
     spec = JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": 10,
-                                   "checkpoint_every_steps": 100, "estimated_step_seconds": 1.0})
+                                   "checkpoint_every_steps": 50, "estimated_step_seconds": 1.0,
+                                   "gpus_per_worker": 2})
     pg = await asyncpg.connect(env.database_url)
     async with running(serve, settings), jetstream(settings.nats_url) as (nc, js), \
             collect(settings.nats_url, s.budget_all) as budget:
@@ -47,7 +50,7 @@ async def test_ledger_exhaustion_rpc_and_requeue(env):
         await publish(js, s.job_event("j1", "submitted"), JobEvent(
             job_id="j1", seq=1, event="submitted", state=JobState.QUEUED,
             detail={"spec": spec.model_dump(mode="json"), "owner": "alice"}))
-        # The user's estimate already says the first checkpoint (100 steps x 1 s x 1 device) cannot fit in 10.
+        # The user's estimate already says the first checkpoint (50 steps x 1 s x 2 devices) cannot fit in 10.
         (warning,) = await eventually(lambda: asyncio.sleep(0, events("warning")))
         assert warning.detail["expected_seconds"] == 100.0 and warning.ceiling_seconds == 10.0
         await publish(js, s.job_event("j1", "leased"), JobEvent(job_id="j1", seq=2, event="leased",

@@ -76,7 +76,8 @@ async def test_the_largest_accepted_body_travels_to_the_queue_and_back_as_an_eve
             await queue
 
 
-@pytest.mark.parametrize("actor", ["ali\x00ce", "ali\x1bce", "a\nb", "", " ", "x" * 201])
+@pytest.mark.parametrize("actor", ["ali\x00ce", "ali\x1bce", "a\nb", "", " ", "x" * 201, "ali\x80ce", "ali\x9bce",
+                                   "ali\x9fce"])
 async def test_a_token_actor_the_contracts_refuse_is_422_over_the_api_and_refused_by_the_cli_rule(env, actor):
     async with gateway(env, stand_in=False) as gw:
         resp = await gw.client.post("/v1/tokens", json={"actor": actor, "role": "submitter"}, headers=gw.as_("admin"))
@@ -84,6 +85,15 @@ async def test_a_token_actor_the_contracts_refuse_is_422_over_the_api_and_refuse
         assert "body.actor" in resp.json()["reason"]
     with pytest.raises(ValueError, match="actor"):  # teto tokens create goes through the same rule
         auth.issue_token(env.data_dir / "tokens.json", actor, "submitter")
+
+
+@pytest.mark.parametrize("name", ["job\x07", "job\x80", "job\x85", "job\x9b[2J", "job\x9f"])
+async def test_a_job_name_with_a_c0_or_c1_control_character_is_422_naming_the_field(env, name):
+    async with gateway(env, stand_in=False) as gw:
+        resp = await gw.client.post("/v1/jobs", json={"name": name, "workload": {"kind": "finetune"}},
+                                    headers=gw.as_("submitter"))
+        assert resp.status_code == 422, resp.text
+        assert "name" in resp.json()["reason"] and "control" in resp.json()["reason"]
 
 
 async def test_a_token_file_actor_written_by_hand_that_the_contracts_refuse_gives_no_access(env):

@@ -38,8 +38,9 @@ def report(executor: str, *records: UsageRecord) -> UsageReport:
     return UsageReport(executor_id=executor, node_id=f"node-{executor}", records=list(records))
 
 
-async def submitted(js, s, job: str, ceiling: float = 1000.0) -> None:
-    spec = JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": ceiling})
+async def submitted(js, s, job: str, ceiling: float = 1000.0, gpus: int = 0) -> None:
+    spec = JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": ceiling,
+                                   "gpus_per_worker": gpus})
     await publish(js, s.job_event(job, "submitted"), JobEvent(
         job_id=job, seq=1, event="submitted", state=JobState.QUEUED,
         detail={"spec": spec.model_dump(mode="json"), "owner": "alice"}))
@@ -64,7 +65,8 @@ async def test_usage_sent_while_the_budget_was_down_longer_than_heartbeats_are_k
         config.max_age, config.duplicate_window = 1.0, 1.0
         await js.update_stream(config)
 
-        await submitted(js, s, "j1")
+        await submitted(js, s, "j1", gpus=2)  # a grant of 2 devices: the records below claim 2
+        await leased(js, s, "j1", 2, epoch=1, executor="ex1")
         # The same stretch, once in a heartbeat the way agents before usage reports carried it, once in a report.
         await publish(js, s.heartbeat("ex1"), Heartbeat(
             executor_id="ex1", node_id="n1", group="g", job_id="j1", epoch=1, phase=Phase.TRAINING,
@@ -287,3 +289,22 @@ async def _closed(conn: asyncpg.Connection, job: str):
 async def _rows(conn: asyncpg.Connection, job: str, executor: str) -> list[asyncpg.Record]:
     return await conn.fetch("SELECT epoch, seq, wall_seconds, started_at, ended_at FROM budget.ledger"
                             " WHERE job_id = $1 AND executor_id = $2 ORDER BY epoch, seq", job, executor)
+
+
+async def test_a_record_that_overtakes_its_grant_is_held_then_charged_when_the_grant_comes(env):
+    settings = env.settings(BudgetSettings)
+    s = settings.subjects
+    pg = await asyncpg.connect(env.database_url)
+    async with running(serve, settings), jetstream(settings.nats_url) as (nc, js):
+        await submitted(js, s, "jh")
+        await eventually(lambda: pg.fetchval("SELECT ceiling_seconds FROM budget.jobs WHERE job_id = 'jh'"))
+        # The usage stream ran ahead of the job events: epoch 1's grant is not known yet.
+        await publish(js, s.usage("ex1"), report("ex1", record("jh", 1, wall=2.0)))
+        assert await eventually(lambda: pg.fetchval("SELECT count(*) = 1 FROM budget.held_usage WHERE job_id = 'jh'"))
+        assert await pg.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = 'jh'") == 0
+        await leased(js, s, "jh", 2, epoch=1, executor="ex1")
+        assert await eventually(lambda: _consumed(pg, "jh", 2.0))
+        assert await pg.fetchval("SELECT count(*) FROM budget.held_usage") == 0
+        (rec,) = await store.reconcile(pg, ["jh"])
+        assert rec.ok and rec.rows == 1
+    await pg.close()

@@ -66,6 +66,10 @@ CASES = [
     (SubmitJob, SUBMIT, "spec.name", "job\x00", "spec.name"),
     (SubmitJob, SUBMIT, "actor", "ali\x00ce", "actor"),
     (SubmitJob, SUBMIT, "actor", "alice\x1b[31m", "actor"),
+    (SubmitJob, SUBMIT, "actor", "alice\x9b31m", "actor"),  # C1: CSI
+    (SubmitJob, SUBMIT, "actor", "ali\x85ce", "actor"),  # C1: NEL
+    (SubmitJob, SUBMIT, "spec.name", "job\x80", "spec.name"),
+    (SubmitJob, SUBMIT, "spec.name", "job\x9f", "spec.name"),
     (SubmitJob, COMMAND_SUBMIT, "spec.workload.command", ["python", "a\x00b"], "spec.workload.command.command.1"),
     (SubmitJob, COMMAND_SUBMIT, "spec.workload.env", {"A": "x\x00"}, "spec.workload.command.env.A"),
     (SubmitJob, COMMAND_SUBMIT, "spec.workload.env", {"A=B": "1"}, "spec.workload.command.env.A=B.[key]"),

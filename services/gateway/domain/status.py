@@ -115,10 +115,13 @@ def services_view(replies: Iterable[ReplicaStatus], expected: Sequence[str]) -> 
                 problems.append(f"{name}: singleton {lock} held by {len(holders)} replicas: {', '.join(holders)}")
         problems += [f"{name}: replica {r.instance} serves no metrics: {r.metrics_error}"
                      for r in replicas if r.metrics_error]
+        problems += [f"{name}: loop {f.name} of replica {r.instance} failing since {f.since.isoformat()} "
+                     f"({f.failures} ticks in a row): {f.error}" for r in replicas for f in r.failing_loops]
         out[name] = {
             "replicas": [{"instance": r.instance, "started_at": r.started_at.isoformat(), "leading": r.leading,
                           "nats_server": r.nats_server, "metrics_port": r.metrics_port,
-                          "metrics_error": r.metrics_error} for r in replicas],
+                          "metrics_error": r.metrics_error,
+                          "failing_loops": [f.model_dump(mode="json") for f in r.failing_loops]} for r in replicas],
             "singletons": {lock: (holders[0] if len(holders) == 1 else holders or None)
                            for lock, holders in sorted(singletons.items())},
         }

@@ -42,6 +42,7 @@ class Node:
 
 class WaitCode(StrEnum):
     NO_ORGANISATION = "no_organisation"  # the job's organisation does not exist (any more)
+    ORGANISATION_INVALID = "organisation_invalid"  # its organisation's stored settings are refused (tenancy/orgs.py)
     NO_QUOTA = "no_quota"  # its organisation has no share of any group that could run it
     QUOTA = "quota"  # at nominal + borrowing limit, or the cohort's shared devices are in use
     BUDGET = "budget"  # the organisation's period budget cannot reserve its remaining ceiling
@@ -91,6 +92,7 @@ class Snapshot:
     running: Sequence[Running] = ()
     cohorts: Mapping[str, Cohort] = field(default_factory=dict)
     budgets: Mapping[str, budgets.BudgetAccount] = field(default_factory=dict)
+    broken: Mapping[str, str] = field(default_factory=dict)  # organisations set aside, with why (tenancy/orgs.py)
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,11 @@ def plan(snap: Snapshot) -> Plan:
     queues: dict[str, list[Pending]] = {}
     waiting: dict[str, Wait] = {}
     for job in snap.pending:
+        if job.org in snap.broken:
+            waiting[job.job_id] = Wait(job.job_id, WaitCode.ORGANISATION_INVALID,
+                                       f"organisation {job.org}'s settings are refused ({snap.broken[job.org]}): "
+                                       "an admin sets them again")
+            continue
         if job.org not in snap.orgs:
             waiting[job.job_id] = Wait(job.job_id, WaitCode.NO_ORGANISATION, f"organisation {job.org} does not exist")
             continue
