@@ -112,7 +112,7 @@ def test_the_limit_is_tight_the_margin_is_the_envelope_not_a_guess():
 @given(argv=st.lists(st.text(min_size=1).filter(lambda s: "\x00" not in s and s.strip()), min_size=1, max_size=8),
        env=st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
                            st.text().filter(lambda s: "\x00" not in s), max_size=8),
-       name=st.text(max_size=200).filter(lambda s: not any(ord(c) < 32 or ord(c) == 127 for c in s)))
+       name=st.text(max_size=200).filter(lambda s: not any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in s)))
 def test_any_valid_spec_grows_by_no_more_than_the_allowance(argv, env, name):
     spec = {"name": name, "workload": {"kind": "command", "command": argv, "env": env}}
     body = json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode()
