@@ -23,7 +23,7 @@ from libs.contracts.nodes import CheckReport, CheckStatus, RebootNode, RunChecks
 
 from ..publisher import Publisher
 from ..settings import ExecutorSettings
-from . import faults
+from . import faults, reach
 from .runner import Record, run_suite
 from .suite import Spec
 
@@ -125,7 +125,8 @@ class NodeChecks:
         spec = Spec(tests=[t.value for t in d.tests], fault=faults.parse(s.test_fault),
                     memtest_fraction=s.check_memtest_fraction, peers=[p.model_dump() for p in d.peers],
                     rank=d.rank, world_size=d.world_size, rendezvous=d.rendezvous,
-                    collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2))
+                    collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2),
+                    bind_host=reach.advertised_host(s.advertise_host))
         started = time.monotonic()
         ended: set[str] = set()
 
