@@ -382,10 +382,13 @@ class Agent:
                                utcnow())
         log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                  run.child.pid, run.resumed_from_step)
+        for line in box.plan.not_enforced:
+            log.warning("job %s epoch %d: limit not fully enforced on this host: %s", grant.job_id, grant.epoch, line)
         self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
                    resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
                    detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
-                           "rank": grant.rank, "world_size": grant.world_size})
+                           "rank": grant.rank, "world_size": grant.world_size,
+                           "confinement": confinement_of(box)})
         return True
 
     def _watch_ceiling(self, run: Run) -> asyncio.Task:
@@ -437,6 +440,14 @@ class Agent:
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
                          resumed_from_step=run.resumed_from_step,
                          stop_reason=run.stop_reason if outcome is RunOutcome.STOPPED else None)
+
+
+def confinement_of(box: sandbox.Sandbox) -> dict[str, Any]:
+    """What holds the run, for its ``started`` event: the limits and how each holds here, what does not hold,
+    and the seccomp filter (confine.py)."""
+    return {"limits": dict(box.plan.enforced), "not_enforced": list(box.plan.not_enforced),
+            "seccomp": "no new namespaces (unshare, clone CLONE_NEW*, setns refused), no_new_privs"
+            if sandbox.confinement().filters else "NOT ENFORCED: no seccomp filter for this machine; no_new_privs only"}
 
 
 def _log_failure(task: asyncio.Task) -> None:

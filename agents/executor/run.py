@@ -17,6 +17,7 @@ from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
 from . import checkpoints, sandbox
+from . import limits as run_limits
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -101,6 +102,11 @@ class Run:
             return None
         tail = self.child.stderr_tail().strip() if self.child else ""
         status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        box = self.child.sandbox if self.child else None
+        if box is not None and (why := run_limits.exit_reason(rc, box.plan, box.oom_killed)):
+            status = f"{status}, {why}"
+        elif box is not None and box.plan.enforced:
+            status = f"{status} (limits: {'; '.join(box.plan.lines())})"
         return (f"{status}: {tail}" if tail else status)[-8000:]
 
 
