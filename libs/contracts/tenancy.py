@@ -15,6 +15,7 @@ from pydantic import Field
 
 from .bounds import Id, Label
 from .envelope import Model
+from .jobs import RunLimits
 
 DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
 DEFAULT_PROJECT = "default"
@@ -46,6 +47,9 @@ class OrgSpec(Model):
                                                description="Per node group (null: unmetered)")
     budget_gpu_seconds: float | None = Field(None, ge=0, le=10**12, description="GPU-seconds per period (null: none)")
     period: Literal["month", "day"] = Field("month", description="The budget's period (calendar, UTC)")
+    run_limits: RunLimits | None = Field(
+        None, description="Memory, processes and disk each run of its jobs may use at most; a job that sets no "
+        "limit of a kind gets this one, a job asking for more is refused (null: none)")
     description: Label = ""
 
 

@@ -122,3 +122,21 @@ async def test_a_submitter_sees_its_own_usage_only(env, tmp_path):
         # read:all (operators, auditors) sees every owner, as for jobs.
         every = (await s.as_("olga").get("/v1/usage", params={"group_by": "user"})).json()
         assert {r["key"]: r["gpu_seconds"] for r in every["rows"]} == {"alice": 7200.0, "bob": 30.0}
+
+
+async def test_an_organisations_run_limits_bound_its_jobs_and_fill_those_they_leave_unset(env, tmp_path):
+    """Issue 26, item 6: a submitter asks for more memory per run than its organisation allows (refused, with the
+    numbers); a job that sets no limit of a kind gets the organisation's, which its grants then carry."""
+    from services.gateway.auth import create_token
+
+    async with gateway_stack(env, tmp_path / "s", audit=False) as s:
+        admin = s.as_("olga")
+        admin.headers["Authorization"] = f"Bearer {create_token(s.root / 'tokens.json', 'adam', 'admin')}"
+        r = await admin.put("/v1/orgs/default", json={"run_limits": {"memory_mb": 2048, "pids": 128}})
+        assert r.status_code == 200, r.text
+        greedy = await s.as_("alice").post("/v1/jobs", json={**FINETUNE, "limits": {"memory_mb": 65536}})
+        assert greedy.status_code == 409 and "limits.memory_mb 65536" in greedy.json()["reason"], greedy.text
+        modest = await s.as_("alice").post("/v1/jobs", json={**FINETUNE, "limits": {"memory_mb": 512}})
+        assert modest.status_code == 201, modest.text
+        stored = (await s.as_("alice").get(f"/v1/jobs/{modest.json()['id']}")).json()["spec"]["limits"]
+        assert stored == {"memory_mb": 512, "pids": 128, "disk_mb": None}
