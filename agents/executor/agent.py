@@ -33,7 +33,7 @@ from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Pha
                                       RunStarted)
 from libs.runtime import logs, metrics, tracing
 
-from . import ceiling, checkpoints, launch, sandbox
+from . import ceiling, checkpoints, diskwatch, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .guard_client import Guard
@@ -54,6 +54,7 @@ except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
 LOG_CLOSE_SECONDS = 5.0  # the run's last output is shipped before its end is reported, waiting at most this
+DISK_WATCH_SECONDS = 2.0  # how often a run's files are added up for its disk limit (diskwatch.py)
 
 
 class Agent:
@@ -291,6 +292,7 @@ class Agent:
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
         watch: asyncio.Task | None = None
         spent: asyncio.Task | None = None
+        disk: asyncio.Task | None = None
         # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
         # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
         prepared: asyncio.Task[Prepared] | None = asyncio.create_task(self._prepare(run), name=f"prep-{grant.job_id}")
@@ -307,6 +309,7 @@ class Agent:
             if not await self._launch(run, made):
                 return
             spent = self._watch_ceiling(run)
+            disk = self._watch_disk(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -334,7 +337,7 @@ class Agent:
         finally:
             if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
                 await discard(prepared)
-            for task in (watch, spent):
+            for task in (watch, spent, disk):
                 if task is not None:
                     task.cancel()
             if self.run is run:
@@ -404,6 +407,21 @@ class Agent:
         task = asyncio.create_task(ceiling.watch(
             launch.devices_held(grant, self.gpus), run.launched_at or time.monotonic(), grant.remaining_gpu_seconds,
             grant.world_size, time.monotonic, spent), name=f"ceiling-{grant.job_id}")
+        task.add_done_callback(_log_failure)
+        return task
+
+    def _watch_disk(self, run: Run) -> asyncio.Task:
+        """The run's disk limit over all its files (diskwatch.py): past it the run is ended, its error says why."""
+        grant = run.grant
+
+        def over(why: str) -> None:
+            log.warning("job %s epoch %d: %s; ending it", grant.job_id, grant.epoch, why)
+            run.over_limit = why
+            if run.child is not None:
+                asyncio.create_task(run.child.stop(self.settings.abandon_grace_seconds), name=f"disk-{grant.job_id}")
+
+        task = asyncio.create_task(diskwatch.watch(launch.run_dirs(self.settings, grant), grant.spec.limits.disk_mb,
+                                                   DISK_WATCH_SECONDS, over), name=f"disk-{grant.job_id}")
         task.add_done_callback(_log_failure)
         return task
 

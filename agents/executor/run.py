@@ -83,6 +83,7 @@ class Run:
     ready: bool = False  # a gang worker's process group has formed
     log: RunLog | None = None  # its output on the way to the bus
     ended: bool = False  # its end is reported (being acknowledged): a new grant waits for it, not handed back
+    over_limit: str | None = None  # a limit the agent ended it for (diskwatch.py): its error says so
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free
@@ -91,6 +92,8 @@ class Run:
             return RunOutcome.ABANDONED
         if self.stop_requested:
             return RunOutcome.STOPPED
+        if self.over_limit is not None:
+            return RunOutcome.FAILED
         return RunOutcome.SUCCEEDED if rc == 0 else RunOutcome.FAILED
 
     def error(self, rc: int) -> str | None:
@@ -98,12 +101,14 @@ class Run:
         the process's stderr (at most 8,000 characters, the end kept); None for a clean exit."""
         if self.lost is not None:
             return self.lost.reason
-        if rc == 0:
+        if rc == 0 and self.over_limit is None:
             return None
         tail = self.child.stderr_tail().strip() if self.child else ""
         status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
         box = self.child.sandbox if self.child else None
-        if box is not None and (why := run_limits.exit_reason(rc, box.plan, box.oom_killed)):
+        if self.over_limit is not None:
+            status = f"{status}, {self.over_limit}"
+        elif box is not None and (why := run_limits.exit_reason(rc, box.plan, box.oom_killed)):
             status = f"{status}, {why}"
         elif box is not None and box.plan.enforced:
             status = f"{status} (limits: {'; '.join(box.plan.lines())})"

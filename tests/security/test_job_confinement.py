@@ -97,3 +97,20 @@ async def test_a_job_writing_past_its_disk_limit_is_stopped_with_the_reason(agen
                       limits={"disk_mb": 5})
     done = await queue.wait_finished(sigxfsz, timeout=60)
     assert done.outcome is RunOutcome.FAILED and "stopped by its disk limit" in done.error, done
+
+
+async def test_a_job_writing_many_files_past_its_disk_limit_is_ended_with_the_reason(agent):
+    """Each file below the per-file limit, their sum without end: only the agent's watch can end the run."""
+    settings, js, queue = agent
+    job = uuid.uuid4().hex
+    filler = textwrap.dedent("""
+        import itertools, os, time
+        for i in itertools.count():
+            with open(os.path.join(os.environ["TMPDIR"], f"part-{i}"), "wb") as f:
+                f.write(os.urandom(1 << 20))
+            time.sleep(0.02)  # at most 50 MiB/s: a bounded overshoot on a shared disk
+    """)
+    await queue.grant(js, settings, job, command({}, PYTHON, "-c", filler), limits={"disk_mb": 20})
+    done = await queue.wait_finished(job, timeout=120)
+    assert done.outcome is RunOutcome.FAILED, done
+    assert "stopped by its disk limit: its files grew by" in done.error and "20 MiB" in done.error, done.error

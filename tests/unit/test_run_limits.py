@@ -103,3 +103,16 @@ def test_rlimits_are_applied_to_the_child():
     done = confined([sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_FSIZE))"],
                     rlimits=[(resource.RLIMIT_FSIZE, 1 << 20)])
     assert done.stdout.strip() == f"({1 << 20}, {1 << 20})"
+
+
+def test_the_disk_watch_counts_each_file_once_and_names_the_overshoot(tmp_path):
+    from agents.executor import diskwatch
+
+    work = tmp_path / "work"
+    (work / "tmp").mkdir(parents=True)
+    (work / "tmp" / "a").write_bytes(b"x" * (3 << 20))
+    assert diskwatch.outermost([work, work / "tmp", tmp_path / "ckpt"]) == [work, tmp_path / "ckpt"]
+    used = diskwatch.used_bytes([work, work / "tmp"])
+    assert (3 << 20) <= used < (4 << 20)
+    assert diskwatch.over(2 << 20, 2) is None
+    assert diskwatch.over((2 << 20) + 1, 2).startswith("stopped by its disk limit: its files grew by 2.0 MiB")
