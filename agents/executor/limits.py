@@ -8,7 +8,7 @@ Each limit goes to the strongest means the host offers, and the plan says which 
 - processes: the cgroup's ``pids.max`` (a fork past it fails with EAGAIN); else ``RLIMIT_NPROC``, which counts
   the processes and threads of the run's uid and so holds for the run only under a per-run uid; else nothing;
 - disk: ``RLIMIT_FSIZE`` (a write past it fails with EFBIG, or SIGXFSZ ends a process that does not ignore it),
-  which bounds each file the run writes, not the sum of its files (no per-run quota exists here).
+  which bounds each file the run writes; their sum is the agent's watch (diskwatch.py).
 """
 
 from __future__ import annotations
@@ -57,9 +57,8 @@ def plan(limits: Mapping[str, int | None], controllers: Collection[str], *, per_
                                     "per-run uid here (TETO_WORKLOAD_UID_RANGE, as root)")
     if disk is not None:
         out.rlimits.append((resource.RLIMIT_FSIZE, disk * MIB))
-        out.enforced["disk"] = f"{disk} MiB per file written (RLIMIT_FSIZE; a write past it fails with EFBIG)"
-        out.not_enforced.append("disk: the sum of the run's files is not limited on this host (no quota), "
-                                "only each file")
+        out.enforced["disk"] = (f"{disk} MiB per file written (RLIMIT_FSIZE; a write past it fails with EFBIG), "
+                                "and for all its files (the agent adds them up every 2 s and ends the run past it)")
     return out
 
 

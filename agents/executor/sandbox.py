@@ -402,6 +402,13 @@ def describe_limits(settings: Any) -> list[str]:
     lines = isolation.limits(is_root=os.geteuid() == 0, uid_range=settings.workload_uid_range,
                              workload_user=settings.workload_user, cgroup=settings.workload_cgroup,
                              cgroup_found=found)
+    if not confinement().filters:
+        lines.append("seccomp: NOT ENFORCED: no filter for this machine; runs may create namespaces "
+                     "(no_new_privs only)")
+    missing = [c for c in ("memory", "pids") if c not in (run_controllers(settings.executor_id) if found else set())]
+    if missing:
+        lines.append(f"run limits: no cgroup v2 {'/'.join(missing)} controller delegated here: a job's "
+                     f"{'/'.join(missing)} limit is a per-process rlimit instead (docs/security/jobs.md)")
     if os.geteuid() == 0 and (settings.workload_uid_range or settings.workload_user):
         from .launch import interpreter
 
