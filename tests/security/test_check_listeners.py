@@ -74,6 +74,15 @@ async def test_an_agent_listens_on_its_advertised_address_only(env):
                 await asyncio.open_connection(OTHER, port)
 
 
+async def test_behind_nat_the_listeners_bind_the_configured_local_address(env):
+    before = listening(os.getpid())
+    settings = env.settings(ExecutorSettings, executor_id="listen-2", advertise_host="192.0.2.1",  # not on this host
+                            check_bind_host=ADVERTISED)
+    async with agent_with_fake_queue(settings):
+        opened = listening(os.getpid()) - before
+        assert opened and {address for address, _ in opened} == {ADVERTISED}, opened
+
+
 def test_an_advertised_address_that_is_not_this_hosts_is_refused_by_name():
     with pytest.raises(OSError, match="TETO_ADVERTISE_HOST"):
         asyncio.run(reach.start_listener("192.0.2.1"))  # TEST-NET-1: on no interface of this host

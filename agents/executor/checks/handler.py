@@ -126,7 +126,7 @@ class NodeChecks:
                     memtest_fraction=s.check_memtest_fraction, peers=[p.model_dump() for p in d.peers],
                     rank=d.rank, world_size=d.world_size, rendezvous=d.rendezvous,
                     collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2),
-                    bind_host=reach.advertised_host(s.advertise_host))
+                    bind_host=reach.bind_host(s))
         started = time.monotonic()
         ended: set[str] = set()
 

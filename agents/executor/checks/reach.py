@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from typing import Any
 
 from libs.runtime import ports
 
@@ -28,7 +29,8 @@ async def start_listener(host: str) -> tuple[asyncio.base_events.Server, int]:
         server = await asyncio.start_server(_echo, host, 0)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot listen on the advertised address {host!r} (TETO_ADVERTISE_HOST must be "
-                                 f"an address of this host): {exc.strerror}") from exc
+                                 f"an address of this host, or set TETO_CHECK_BIND_HOST to one): {exc.strerror}"
+                      ) from exc
     return server, server.sockets[0].getsockname()[1]
 
 
@@ -51,6 +53,11 @@ def free_port() -> int:
     needs it, possibly hours later, it must not be a port the kernel may hand to an outgoing connection meanwhile
     (a rank 0 that cannot bind fails the connectivity test, and a failed node is rebooted or replaced)."""
     return ports.free_port("0.0.0.0")
+
+
+def bind_host(settings: Any) -> str:
+    """The address the check listeners bind: ``check_bind_host``, else the advertised host."""
+    return settings.check_bind_host or advertised_host(settings.advertise_host)
 
 
 def advertised_host(configured: str | None) -> str:
