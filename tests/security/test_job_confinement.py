@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from libs.contracts.telemetry import RunOutcome
-from tests.integration.helpers_executor import command
+from tests.integration.helpers_executor import command, finetune
 from tests.security.test_job_isolation import PYTHON, agent, base_dir, data_dir  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.security
@@ -114,3 +114,16 @@ async def test_a_job_writing_many_files_past_its_disk_limit_is_ended_with_the_re
     done = await queue.wait_finished(job, timeout=120)
     assert done.outcome is RunOutcome.FAILED, done
     assert "stopped by its disk limit: its files grew by" in done.error and "20 MiB" in done.error, done.error
+
+
+async def test_the_built_in_fine_tune_is_held_to_its_memory_limit_too(agent):
+    """The fine-tune starts through the sandbox's preexec, not the guard: the same limits and filter hold. With
+    64 MiB it cannot even load torch; the error says which limit held it."""
+    settings, js, queue = agent
+    job = uuid.uuid4().hex
+    await queue.grant(js, settings, job, finetune(3), every=3, limits={"memory_mb": 64})
+    done = await queue.wait_finished(job, timeout=120)
+    assert done.outcome is RunOutcome.FAILED, done
+    assert "memory: 64 MiB per process" in done.error, done.error
+    (started,) = queue.of(job, "started")
+    assert "no new namespaces" in started.detail["confinement"]["seccomp"]
