@@ -125,3 +125,13 @@ class Confinement:
                                                          ctypes.byref(self._fprog), 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, "cannot install the seccomp filter: " + os.strerror(err))
+
+
+_shared = []
+
+
+def shared():
+    """The agent's one Confinement (made once, in the agent: a forked child only makes system calls)."""
+    if not _shared:
+        _shared.append(Confinement())
+    return _shared[0]

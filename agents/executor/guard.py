@@ -17,7 +17,8 @@ joins through the agent's ``cgroup.procs``, closed at exec: the command cannot m
 takes the run's uid (no supplementary
 groups) when it has one, asks for its parent-death signal (after the uid change, which clears it), refuses to
 run when its parent is no longer the guard, and then is confined (confine.py: the run's rlimits, no_new_privs,
-the seccomp filter refusing new namespaces) so that all it execs is. The command's environment is only ever handed to ``execve``: the
+the seccomp filter refusing new namespaces) so that all it execs is. The command's environment is only ever
+handed to ``execve``: the
 guard never runs with it, as root or otherwise. Replies are JSON lines: ``{"id": N, "pid": P}`` once forked,
 ``{"exited": P, "status": S}`` when reaped, S as a shell reports it (128 + N for a command killed by signal N).
 A command that cannot start exits 127 (126: cannot join the cgroup; 137: its guard was gone) with the reason on

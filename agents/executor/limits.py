@@ -62,6 +62,20 @@ def plan(limits: Mapping[str, int | None], controllers: Collection[str], *, per_
     return out
 
 
+def host_lines(filters: bool, controllers: Collection[str]) -> list[str]:
+    """What this host cannot do for any run, for the agent's start-up log (``filters``: a seccomp filter exists
+    for this machine; ``controllers``: those a run's cgroup gets, empty without one)."""
+    lines = []
+    if not filters:
+        lines.append("seccomp: NOT ENFORCED: no filter for this machine; runs may create namespaces "
+                     "(no_new_privs only)")
+    missing = [c for c in ("memory", "pids") if c not in controllers]
+    if missing:
+        lines.append(f"run limits: no cgroup v2 {'/'.join(missing)} controller delegated here: a job's "
+                     f"{'/'.join(missing)} limit is a per-process rlimit instead (docs/security/jobs.md)")
+    return lines
+
+
 def exit_reason(rc: int, plan_: LimitPlan | None, oom_killed: bool) -> str | None:
     """The limit that ended a run, read from its exit status and its cgroup's OOM count (None: none known)."""
     if plan_ is None:

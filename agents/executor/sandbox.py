@@ -29,22 +29,12 @@ from typing import Any
 from . import isolation
 from . import limits as run_limits
 from .cgroup import Cgroup, agent_cgroup, find_cgroup_root, run_controllers
-from .confine import Confinement
+from .confine import shared as confinement
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 SHARED_TMP = (Path("/tmp"), Path("/dev/shm"), Path("/var/tmp"))  # writable by every uid, a run's included
-
-_confinement: list[Confinement] = []  # made once, in the agent: a forked child only makes system calls
-
-
-def confinement() -> Confinement:
-    """no_new_privs and the seccomp filter of every run (confine.py), prepared once."""
-    if not _confinement:
-        _confinement.append(Confinement())
-    return _confinement[0]
-
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
@@ -402,13 +392,7 @@ def describe_limits(settings: Any) -> list[str]:
     lines = isolation.limits(is_root=os.geteuid() == 0, uid_range=settings.workload_uid_range,
                              workload_user=settings.workload_user, cgroup=settings.workload_cgroup,
                              cgroup_found=found)
-    if not confinement().filters:
-        lines.append("seccomp: NOT ENFORCED: no filter for this machine; runs may create namespaces "
-                     "(no_new_privs only)")
-    missing = [c for c in ("memory", "pids") if c not in (run_controllers(settings.executor_id) if found else set())]
-    if missing:
-        lines.append(f"run limits: no cgroup v2 {'/'.join(missing)} controller delegated here: a job's "
-                     f"{'/'.join(missing)} limit is a per-process rlimit instead (docs/security/jobs.md)")
+    lines += run_limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
     if os.geteuid() == 0 and (settings.workload_uid_range or settings.workload_user):
         from .launch import interpreter
 

@@ -5,8 +5,9 @@ this order: body too large (413), too many failed attempts from its source or fo
 authenticated (401), not permitted (403, naming the permission), invalid
 (422, naming the field), unknown id (404). FastAPI parses a JSON body before it runs dependencies, so the
 validation handler re-checks the token and permission first: a caller without access never learns what a valid
-body looks like. Refusals of command endpoints are recorded as gateway outcomes, so the audit log holds them; so are failed
-credentials (kind ``authenticate``; the sign-in form's ``sign_in``), counted per source and actor.
+body looks like. Refusals of command endpoints are recorded as gateway outcomes, so the audit log holds them;
+so are failed credentials (kind ``authenticate``; the sign-in form's ``sign_in``), counted per source and
+actor.
 """
 
 from __future__ import annotations

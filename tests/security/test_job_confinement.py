@@ -93,8 +93,8 @@ async def test_a_job_writing_past_its_disk_limit_is_stopped_with_the_reason(agen
     assert done.outcome is RunOutcome.FAILED and "File too large" in done.error, done
     assert "disk: 5 MiB per file" in done.error
     sigxfsz = uuid.uuid4().hex  # a process that does not ignore SIGXFSZ is ended by it: the reason is named
-    await queue.grant(js, settings, sigxfsz, command({}, "/bin/sh", "-c", 'exec head -c 20000000 /dev/zero > "$TMPDIR/big"'),
-                      limits={"disk_mb": 5})
+    head = 'exec head -c 20000000 /dev/zero > "$TMPDIR/big"'
+    await queue.grant(js, settings, sigxfsz, command({}, "/bin/sh", "-c", head), limits={"disk_mb": 5})
     done = await queue.wait_finished(sigxfsz, timeout=60)
     assert done.outcome is RunOutcome.FAILED and "stopped by its disk limit" in done.error, done
 

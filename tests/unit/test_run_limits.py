@@ -116,3 +116,14 @@ def test_the_disk_watch_counts_each_file_once_and_names_the_overshoot(tmp_path):
     assert (3 << 20) <= used < (4 << 20)
     assert diskwatch.over(2 << 20, 2) is None
     assert diskwatch.over((2 << 20) + 1, 2).startswith("stopped by its disk limit: its files grew by 2.0 MiB")
+
+
+@pytest.mark.parametrize("controllers", HOSTS, ids=lambda c: "+".join(sorted(c)) or "no-controllers")
+@pytest.mark.parametrize("filters", [True, False], ids=["filter", "no-filter"])
+def test_the_agent_says_at_start_what_this_host_cannot_do(filters, controllers):
+    lines = run_limits.host_lines(filters, controllers)
+    assert any(line.startswith("seccomp: NOT ENFORCED") for line in lines) is (not filters)
+    limited = [line for line in lines if line.startswith("run limits:")]
+    assert bool(limited) is (controllers != {"memory", "pids"})
+    for name in {"memory", "pids"} - controllers:
+        assert name in limited[0]
