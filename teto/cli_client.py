@@ -248,6 +248,10 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
             spec[field] = value
     if getattr(args, "checkpoint_quota_gib", None) is not None:
         spec["checkpoint_quota_bytes"] = gib_to_bytes("--checkpoint-quota-gib", args.checkpoint_quota_gib)
+    for flag, field in (("memory_mb", "memory_mb"), ("pids", "pids"), ("disk_mb", "disk_mb")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            spec.setdefault("limits", {})[field] = value
     return spec
 
 
@@ -374,6 +378,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int)
     p.add_argument("--gpus", type=int, help="GPUs per worker")
     p.add_argument("--max-attempts", type=int)
+    p.add_argument("--memory-mb", type=int, help="memory (MiB) each run may use (limits.memory_mb)")
+    p.add_argument("--pids", type=int, help="processes and threads each run may have at once (limits.pids)")
+    p.add_argument("--disk-mb", type=int, help="disk (MiB) each run may write (limits.disk_mb)")
     p.add_argument("--env", type=_env_pair, action="append", metavar="KEY=VALUE", help="for a command workload")
     p.add_argument("--secret-env", action="append", metavar="NAME", help="a command workload's secret: the value "
                    "of NAME in this shell's environment, encrypted by the gateway and shown to no one")

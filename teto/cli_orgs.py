@@ -32,10 +32,13 @@ def parse_quota(text: str) -> tuple[str, dict[str, int | None]]:
 
 def org_spec(args: argparse.Namespace) -> dict[str, Any]:
     quotas = None if args.unmetered else dict(parse_quota(q) for q in args.quota or [])
+    limits = {"memory_mb": getattr(args, "run_memory_mb", None), "pids": getattr(args, "run_pids", None),
+              "disk_mb": getattr(args, "run_disk_mb", None)}
     return {"cohort": args.cohort, "weight": args.weight, "quotas": quotas, "period": args.period,
             "budget_gpu_seconds": None if args.budget_gpu_hours is None else args.budget_gpu_hours * 3600.0,
             "checkpoint_quota_bytes": None if getattr(args, "checkpoint_quota_gib", None) is None
             else gib_to_bytes("--checkpoint-quota-gib", args.checkpoint_quota_gib),
+            "run_limits": limits if any(v is not None for v in limits.values()) else None,
             "description": args.description}
 
 
@@ -113,6 +116,9 @@ def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
     p.add_argument("--period", choices=["month", "day"], default="month")
     p.add_argument("--checkpoint-quota-gib", type=float,
                    help="most GiB one checkpoint of any of its jobs may have (caps each job's checkpoint_quota_bytes)")
+    p.add_argument("--run-memory-mb", type=int, help="most memory (MiB) per run of its jobs, and their default")
+    p.add_argument("--run-pids", type=int, help="most processes and threads per run, and their default")
+    p.add_argument("--run-disk-mb", type=int, help="most disk (MiB) a run may write, and their default")
     p.add_argument("--description", default="")
     p.set_defaults(func=guard(cmd_org_set))
     p = osub.add_parser("project", help="create or replace a project of an organisation", parents=[common])

@@ -34,7 +34,7 @@ from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Pha
                                       RunStarted)
 from libs.runtime import logs, metrics, tracing
 
-from . import ceiling, checkpoints, launch, sandbox
+from . import ceiling, checkpoints, diskwatch, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .guard_client import Guard
@@ -55,6 +55,7 @@ except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
 LOG_CLOSE_SECONDS = 5.0  # the run's last output is shipped before its end is reported, waiting at most this
+DISK_WATCH_SECONDS = 2.0  # how often a run's files are added up for its disk limit (diskwatch.py)
 
 
 class Agent:
@@ -293,6 +294,7 @@ class Agent:
                              stop_margin_seconds=min(s.effective_stop_margin, grant.lease_seconds / 2))
         watch: asyncio.Task | None = None
         spent: asyncio.Task | None = None
+        disk: asyncio.Task | None = None
         # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
         # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
         verifying = time.monotonic() if resuming(s, grant) else None
@@ -316,6 +318,7 @@ class Agent:
             if not await self._launch(run, made):
                 return
             spent = spent or self._watch_ceiling(run)
+            disk = self._watch_disk(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
@@ -347,7 +350,7 @@ class Agent:
             run.verify_stop.set()
             if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
                 await discard(prepared)
-            for task in (watch, spent):
+            for task in (watch, spent, disk):
                 if task is not None:
                     task.cancel()
             if self.run is run:
@@ -416,10 +419,13 @@ class Agent:
         self._meter(run, run.launched_at)
         log.info("job %s epoch %d started as process %d, resuming from step %s", grant.job_id, grant.epoch,
                  run.child.pid, run.resumed_from_step)
+        for line in box.plan.not_enforced:
+            log.warning("job %s epoch %d: limit not fully enforced on this host: %s", grant.job_id, grant.epoch, line)
         self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
                    resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
                    detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
-                           "rank": grant.rank, "world_size": grant.world_size})
+                           "rank": grant.rank, "world_size": grant.world_size,
+                           "confinement": confinement_of(box)})
         return True
 
     def _watch_ceiling(self, run: Run) -> asyncio.Task:
@@ -435,6 +441,21 @@ class Agent:
         task = asyncio.create_task(ceiling.watch(
             launch.devices_held(grant, self.gpus), run.metered_from or time.monotonic(), grant.remaining_gpu_seconds,
             grant.world_size, time.monotonic, spent), name=f"ceiling-{grant.job_id}")
+        task.add_done_callback(_log_failure)
+        return task
+
+    def _watch_disk(self, run: Run) -> asyncio.Task:
+        """The run's disk limit over all its files (diskwatch.py): past it the run is ended, its error says why."""
+        grant = run.grant
+
+        def over(why: str) -> None:
+            log.warning("job %s epoch %d: %s; ending it", grant.job_id, grant.epoch, why)
+            run.over_limit = why
+            if run.child is not None:
+                asyncio.create_task(run.child.stop(self.settings.abandon_grace_seconds), name=f"disk-{grant.job_id}")
+
+        task = asyncio.create_task(diskwatch.watch(launch.run_dirs(self.settings, grant), grant.spec.limits.disk_mb,
+                                                   DISK_WATCH_SECONDS, over), name=f"disk-{grant.job_id}")
         task.add_done_callback(_log_failure)
         return task
 
@@ -471,6 +492,14 @@ class Agent:
         await self._send(run, RunFinished, outcome=outcome, exit_code=rc, error=error, last_step=run.step,
                          resumed_from_step=run.resumed_from_step,
                          stop_reason=run.stop_reason if outcome is RunOutcome.STOPPED else None)
+
+
+def confinement_of(box: sandbox.Sandbox) -> dict[str, Any]:
+    """What holds the run, for its ``started`` event: the limits and how each holds here, what does not hold,
+    and the seccomp filter (confine.py)."""
+    return {"limits": dict(box.plan.enforced), "not_enforced": list(box.plan.not_enforced),
+            "seccomp": "no new namespaces (unshare, clone CLONE_NEW*, setns refused), no_new_privs"
+            if sandbox.confinement().filters else "NOT ENFORCED: no seccomp filter for this machine; no_new_privs only"}
 
 
 def _log_failure(task: asyncio.Task) -> None:

@@ -19,6 +19,7 @@ from . import isolation
 log = logging.getLogger(__name__)
 
 KILL_WAIT_SECONDS = 10.0
+LIMIT_CONTROLLERS = ("memory", "pids")  # what a run's limits use (limits.py), when the host delegates them
 
 
 _found_root: list[Path] = []  # the cgroup v2 mount once found: it does not move while an agent runs
@@ -46,6 +47,27 @@ class Cgroup:
     def create(cls, path: Path) -> Cgroup:
         path.mkdir(parents=True, exist_ok=True)
         return cls(path, os.open(path / "cgroup.procs", os.O_WRONLY))
+
+    def limit(self, files: dict[str, str]) -> list[str]:
+        """Write the run's limits (``memory.max``...) before anything joins; the files it could not write."""
+        failed = []
+        for name, value in files.items():
+            try:
+                (self.path / name).write_text(value)
+            except OSError as exc:
+                failed.append(f"{name}: {exc.strerror}")
+        return failed
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed for the cgroup's memory limit (``memory.events``), 0 when unknown."""
+        try:
+            for line in (self.path / "memory.events").read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def pids(self) -> list[int]:
         try:
@@ -99,7 +121,26 @@ def agent_cgroup(executor_id: str) -> Path | None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:
         return None
+    for level in (root, root / "teto", path):  # each level hands the controllers down to the next
+        for controller in LIMIT_CONTROLLERS:
+            with contextlib.suppress(OSError):
+                (level / "cgroup.subtree_control").write_text(f"+{controller}")
     return path
+
+
+_controllers: dict[str, set[str]] = {}  # per agent: what its runs' cgroups get does not change while it runs
+
+
+def run_controllers(executor_id: str) -> set[str]:
+    """The controllers a run's cgroup under this agent's has (its parent's ``cgroup.subtree_control``)."""
+    if executor_id not in _controllers:
+        parent = agent_cgroup(executor_id)
+        try:
+            found = set((parent / "cgroup.subtree_control").read_text().split()) if parent is not None else set()
+        except OSError:
+            found = set()
+        _controllers[executor_id] = found
+    return _controllers[executor_id]
 
 
 def remove_agent_cgroup(executor_id: str) -> None:

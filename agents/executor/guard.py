@@ -15,8 +15,10 @@ copied 100 MB of page tables) and the child, before it execs the command: takes 
 as fd 3, ``TETO_REPORT_FD=3``), starts its session, is in the run's cgroup (born there: ``fork_into``; else it
 joins through the agent's ``cgroup.procs``, closed at exec: the command cannot move processes), sets the umask,
 takes the run's uid (no supplementary
-groups) when it has one, asks for its parent-death signal (after the uid change, which clears it) and refuses to
-run when its parent is no longer the guard. The command's environment is only ever handed to ``execve``: the
+groups) when it has one, asks for its parent-death signal (after the uid change, which clears it), refuses to
+run when its parent is no longer the guard, and then is confined (confine.py: the run's rlimits, no_new_privs,
+the seccomp filter refusing new namespaces) so that all it execs is. The command's environment is only ever
+handed to ``execve``: the
 guard never runs with it, as root or otherwise. Replies are JSON lines: ``{"id": N, "pid": P}`` once forked,
 ``{"exited": P, "status": S}`` when reaped, S as a shell reports it (128 + N for a command killed by signal N).
 A command that cannot start exits 127 (126: cannot join the cgroup; 137: its guard was gone) with the reason on
@@ -321,6 +323,10 @@ def _child(request: dict, fds: list, moves: tuple, cgroup, devnull: int, guard: 
         _ask_for_signal_on_parent_death(signal.SIGKILL)  # after the uid change, which clears it
         if os.getppid() != guard:  # the guard died before the request took effect
             os._exit(AGENT_GONE)
+        if request.get("confine"):  # limits, no_new_privs, the seccomp filter (confine.py): they bind the exec
+            if _confinement is None:
+                raise OSError(f"the guard cannot confine commands: {_confine_error}")
+            _confinement.apply(request.get("rlimits") or ())
         env = dict(request["env"])
         if request.get("report"):
             env["TETO_REPORT_FD"] = str(REPORT_FD)
@@ -355,7 +361,27 @@ def _ask_for_signal_on_parent_death(signum: int) -> None:
         pass
 
 
+_confinement = None  # confine.Confinement, prepared once at start (the children only make system calls)
+_confine_error = None
+
+
+def _prepare_confinement() -> None:
+    """Import confine.py beside this file (the guard runs as ``python -I -S``: no package, no path of its own) and
+    prepare the filter. A guard that cannot refuses every command asking for it: never one run unconfined."""
+    global _confinement, _confine_error
+    try:
+        try:
+            from . import confine  # imported as agents.executor.guard (tests)
+        except ImportError:
+            sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # last: never shadows the stdlib
+            import confine
+        _confinement = confine.Confinement()
+    except Exception as exc:  # noqa: BLE001 - said on every command that needed it
+        _confine_error = f"{type(exc).__name__}: {exc}"
+
+
 def main(argv: list) -> int:
+    _prepare_confinement()
     try:
         agent, sock_fd = parse(argv)
     except ValueError as exc:

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,10 +60,12 @@ class GuardedProcess:
 
 
 def request(argv: list[str], env: Mapping[str, str], *, cwd: Path | None, umask: int, uid: int | None,
-            gid: int | None, cgroup: bool, rid: int) -> bytes:
-    """One request as the guard reads it: the 4-byte length, then the JSON (pure)."""
+            gid: int | None, cgroup: bool, rid: int, rlimits: Sequence[tuple[int, int]] = ()) -> bytes:
+    """One request as the guard reads it: the 4-byte length, then the JSON (pure). Every command is confined
+    (no_new_privs, the seccomp filter: confine.py) with ``rlimits``."""
     body = json.dumps({"id": rid, "argv": list(argv), "env": dict(env), "cwd": str(cwd) if cwd else None,
-                       "umask": umask, "uid": uid, "gid": gid, "report": True, "cgroup": cgroup}).encode()
+                       "umask": umask, "uid": uid, "gid": gid, "report": True, "cgroup": cgroup,
+                       "confine": True, "rlimits": [list(r) for r in rlimits]}).encode()
     return protocol.HEADER.pack(len(body)) + body
 
 
@@ -106,7 +108,7 @@ class Guard:
 
     async def spawn(self, argv: list[str], env: Mapping[str, str], *, report_fd: int, cwd: Path | None = None,
                     umask: int = -1, uid: int | None = None, gid: int | None = None,
-                    cgroup_fd: int | None = None) -> GuardedProcess:
+                    cgroup_fd: int | None = None, rlimits: Sequence[tuple[int, int]] = ()) -> GuardedProcess:
         """Start ``argv`` through the guard; its output is read from the returned process's streams."""
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
@@ -121,7 +123,7 @@ class Guard:
                 proc, started = GuardedProcess(), loop.create_future()
                 self._pending[rid] = (proc, started)
                 data = request(argv, env, cwd=cwd, umask=umask, uid=uid, gid=gid, cgroup=cgroup_fd is not None,
-                               rid=rid)
+                               rid=rid, rlimits=rlimits)
                 fds = [out_w, err_w, report_fd] + ([cgroup_fd] if cgroup_fd is not None else [])
                 try:
                     await self._send(data, fds)

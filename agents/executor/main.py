@@ -47,8 +47,8 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
         await bus.prepare_streams(js, settings.subjects, authenticated=creds is not None, role="executor",
                                   executor_id=settings.executor_id, node_id=settings.node_id,
                                   replicas=settings.stream_replicas)
-        listener, port = await reach.start_listener()
-        agent.address = f"{reach.advertised_host(settings.advertise_host)}:{port}"
+        listener, port = await reach.start_listener(reach.bind_host(settings))  # that address only, not 0.0.0.0
+        agent.address = f"{agent.host}:{port}"
         agent.collective_port = reach.free_port()
         tasks.append(asyncio.create_task(agent.publisher.run(), name="publisher"))
         await agent.register()

@@ -19,6 +19,7 @@ from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
 from . import checkpoints, ckpt_quota, sandbox
+from . import limits as run_limits
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -117,6 +118,7 @@ class Run:
     # stops being hashed (a thread cannot be cancelled; it looks at this between chunks).
     verify_stop: threading.Event = field(default_factory=threading.Event)
     metered_from: float | None = None  # monotonic: its devices are charged from here (verification or process start)
+    over_limit: str | None = None  # a limit the agent ended it for (diskwatch.py): its error says so
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free
@@ -125,6 +127,8 @@ class Run:
             return RunOutcome.ABANDONED
         if self.stop_requested:
             return RunOutcome.STOPPED
+        if self.over_limit is not None:
+            return RunOutcome.FAILED
         return RunOutcome.SUCCEEDED if rc == 0 else RunOutcome.FAILED
 
     def error(self, rc: int) -> str | None:
@@ -132,10 +136,17 @@ class Run:
         the process's stderr (at most 8,000 characters, the end kept); None for a clean exit."""
         if self.lost is not None:
             return self.lost.reason
-        if rc == 0:
+        if rc == 0 and self.over_limit is None:
             return None
         tail = self.child.stderr_tail().strip() if self.child else ""
         status = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        box = self.child.sandbox if self.child else None
+        if self.over_limit is not None:
+            status = f"{status}, {self.over_limit}"
+        elif box is not None and (why := run_limits.exit_reason(rc, box.plan, box.oom_killed)):
+            status = f"{status}, {why}"
+        elif box is not None and box.plan.enforced:
+            status = f"{status} (limits: {'; '.join(box.plan.lines())})"
         return (f"{status}: {tail}" if tail else status)[-8000:]
 
 

@@ -125,7 +125,8 @@ class Child:
                 proc: Any = await guard.spawn(
                     launch.argv, launch.env, report_fd=write_fd, cwd=launch.cwd, umask=umask,
                     uid=sandbox.uid if sandbox is not None else None, gid=sandbox.gid if sandbox is not None else None,
-                    cgroup_fd=cgroup.procs_fd if cgroup is not None and cgroup.procs_fd >= 0 else None)
+                    cgroup_fd=cgroup.procs_fd if cgroup is not None and cgroup.procs_fd >= 0 else None,
+                    rlimits=sandbox.plan.rlimits if sandbox is not None else ())
             else:
                 preexec = preexec_of(os.getpid(), sandbox.preexec if sandbox is not None else None)
                 proc = await asyncio.create_subprocess_exec(

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from . import isolation
-from .cgroup import Cgroup, agent_cgroup, find_cgroup_root
+from . import limits as run_limits
+from .cgroup import Cgroup, agent_cgroup, find_cgroup_root, run_controllers
+from .confine import shared as confinement
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +201,13 @@ class Sandbox:
     cgroup: Cgroup | None = None
     dirs: list[Path] = field(default_factory=list)
     pgid: int | None = None
+    plan: run_limits.LimitPlan = field(default_factory=run_limits.LimitPlan)  # how the job's limits hold here
+    oom_killed: bool = False  # the run's cgroup saw the kernel kill for its memory limit (read at close)
     _closing: asyncio.Task | None = None
 
     def preexec(self, parent_pid: int) -> Callable[[], None]:
         procs_fd, uid, gid = self.cgroup.procs_fd if self.cgroup else -1, self.uid, self.gid
+        confined, rlimits = confinement(), list(self.plan.rlimits)
 
         def run() -> None:
             if procs_fd >= 0:
@@ -217,6 +222,7 @@ class Sandbox:
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent_pid:  # the agent died between fork and prctl
                 os._exit(1)
+            confined.apply(rlimits)  # limits, no_new_privs, the seccomp filter: last, they bind the exec
 
         return run
 
@@ -234,6 +240,7 @@ class Sandbox:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.pgid, signal.SIGKILL)
             if self.cgroup is not None:
+                self.oom_killed = self.cgroup.oom_kills() > 0
                 await self.cgroup.kill_and_remove()
             if self.uid_lease is not None:
                 await asyncio.to_thread(sweep_uid, self.uid_lease.uid)
@@ -248,8 +255,11 @@ class Sandbox:
 
 
 def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgroup: bool, cgroup_root: Path | None,
-                 cgroup_name: Callable[[Path], Path], dirs: Iterable[Path], start: int) -> Sandbox:
-    """Take a uid (root only), make the run's directories its own, create its cgroup. On failure nothing is left
+                 cgroup_name: Callable[[Path], Path], dirs: Iterable[Path], start: int,
+                 limits: dict[str, int | None] | None = None,
+                 controllers: Callable[[], set[str]] = set) -> Sandbox:
+    """Take a uid (root only), make the run's directories its own, create its cgroup with the run's limits
+    (``controllers``: those its cgroup gets; limits.py decides what holds how). On failure nothing is left
     held. Raises IsolationError (or OSError) with the reason."""
     box = Sandbox(dirs=list(dirs))
     try:
@@ -272,10 +282,14 @@ def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgro
                 box.cgroup = Cgroup.create(cgroup_name(cgroup_root))
             except OSError as exc:
                 log.debug("no cgroup for the run (%s): process group and uid sweep only", exc)
+        box.plan = run_limits.plan(limits or {}, controllers() if box.cgroup is not None else set(),
+                                   per_run_uid=box.uid_lease is not None)
+        if box.cgroup is not None and box.plan.cgroup_files:
+            for failed in box.cgroup.limit(box.plan.cgroup_files):
+                box.plan.not_enforced.append(f"cgroup {failed}")
         return box
     except BaseException:
-        if box.uid_lease is not None:
-            box.uid_lease.release()
+        _close_now(box)
         raise
 
 
@@ -317,7 +331,8 @@ def open_for(settings: Any, grant: Any, *, start: int) -> Sandbox:
         cgroup_root=find_cgroup_root() if settings.workload_cgroup else None,
         cgroup_name=lambda root: isolation.run_cgroup(root, settings.executor_id, grant.job_id, grant.epoch,
                                                       grant.rank),
-        dirs=launch.run_dirs(settings, grant), start=start)
+        dirs=launch.run_dirs(settings, grant), start=start, limits=grant.spec.limits.model_dump(),
+        controllers=lambda: run_controllers(settings.executor_id))
     if box.uid is not None and (problems := reach_problems_for(launch.interpreter(settings))):
         _close_now(box)
         raise isolation.IsolationError(isolation.reach_advice(problems, box.uid))
@@ -377,6 +392,7 @@ def describe_limits(settings: Any) -> list[str]:
     lines = isolation.limits(is_root=os.geteuid() == 0, uid_range=settings.workload_uid_range,
                              workload_user=settings.workload_user, cgroup=settings.workload_cgroup,
                              cgroup_found=found)
+    lines += run_limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
     if os.geteuid() == 0 and (settings.workload_uid_range or settings.workload_user):
         from .launch import interpreter
 

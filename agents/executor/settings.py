@@ -45,6 +45,9 @@ class ExecutorSettings(CommonSettings):
     advertise_host: str | None = Field(
         None, max_length=255, description="Host other nodes reach this one at for checks (default: this host's "
         "address)")
+    check_bind_host: str | None = Field(
+        None, max_length=255, description="Address this node's check listeners bind (default: advertise_host); "
+        "set it to a local address when the advertised one is not on this host (behind NAT)")
     check_timeout_seconds: float = Field(300.0, gt=0, le=7200, description="A check run longer than this fails")
     check_memtest_fraction: float = Field(
         0.05, gt=0, le=0.95, description="Fraction of free device memory the memory pattern test covers (CPU: at "

@@ -84,6 +84,17 @@ class CommandWorkload(Model):
 Workload = Annotated[FinetuneWorkload | CommandWorkload, Field(discriminator="kind")]
 
 
+class RunLimits(Model):
+    """What each of a job's runs may use on its node (unset: no limit of that kind). The executor enforces each
+    where the host allows it (a cgroup v2 controller, else a per-process rlimit) and says plainly, in the run's
+    ``started`` event and its log, which it could not (docs/security/jobs.md)."""
+
+    memory_mb: int | None = Field(None, ge=16, le=64 << 20, description="Memory of the run, MiB (RAM; no swap)")
+    pids: int | None = Field(None, ge=8, le=4_194_304, description="Processes and threads of the run at once")
+    disk_mb: int | None = Field(None, ge=1, le=1 << 30,
+                                description="Bytes the run may write, MiB: the largest file it may make")
+
+
 class JobSpec(Model):
     """What a user submits (``POST /v1/jobs``). Every field but ``workload`` has a default."""
 
@@ -114,6 +125,8 @@ class JobSpec(Model):
     )
     project: Id = Field("default", description="Project of the submitter's organisation the job belongs to")
     priority: int = Field(0, ge=-1000, le=1000, description="Within its organisation: higher is admitted first")
+    limits: RunLimits = Field(default_factory=RunLimits,
+                              description="Memory, processes and disk each run may use (within the organisation's)")
 
 
 class JobEventKind(StrEnum):

@@ -16,6 +16,7 @@ from pydantic import Field
 from .bounds import Id, Label
 from .jobs import CHECKPOINT_QUOTA_MAX
 from .envelope import Model
+from .jobs import RunLimits
 
 DEFAULT_ORG = "default"  # jobs and tokens from before tenancy belong here
 DEFAULT_PROJECT = "default"
@@ -56,6 +57,9 @@ class OrgSpec(Model):
     checkpoint_quota_bytes: int | None = Field(
         None, ge=1, le=CHECKPOINT_QUOTA_MAX,
         description="Most bytes one checkpoint of any of its jobs may have: caps each job's own quota (null: none)")
+    run_limits: RunLimits | None = Field(
+        None, description="Memory, processes and disk each run of its jobs may use at most; a job that sets no "
+        "limit of a kind gets this one, a job asking for more is refused (null: none)")
     description: Label = ""
 
 

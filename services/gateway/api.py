@@ -1,15 +1,20 @@
 """The FastAPI application: wiring of routes, the error shapes, and the order of refusals.
 
 Every error body is JSON ``{"error": <code>, "reason": <what a person reads>, ...}``. A request is refused in
-this order: body too large (413), not authenticated (401), not permitted (403, naming the permission), invalid
+this order: body too large (413), too many failed attempts from its source or for its actor (429, throttle.py), not
+authenticated (401), not permitted (403, naming the permission), invalid
 (422, naming the field), unknown id (404). FastAPI parses a JSON body before it runs dependencies, so the
 validation handler re-checks the token and permission first: a caller without access never learns what a valid
-body looks like. Refusals of command endpoints are recorded as gateway outcomes, so the audit log holds them.
+body looks like. Refusals of command endpoints are recorded as gateway outcomes, so the audit log holds them;
+so are failed credentials (kind ``authenticate``; the sign-in form's ``sign_in``), counted per source and
+actor.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import Any
 
 import asyncpg
@@ -42,6 +47,7 @@ from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .routes import status as status_routes
 from .status import StatusGatherer
+from .throttle import attempts_for, record_failure
 from .routes import tenancy as tenancy_routes
 from .settings import GatewaySettings
 from .timing import RouteTimer
@@ -119,6 +125,8 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.settings = settings
     app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
+    app.state.attempts = attempts_for(settings)  # failed sign-ins and bad tokens (throttle.py)
+    app.state.monotonic = time.monotonic
     try:
         app.state.command_allow = load_allow_list(settings.command_allow, settings.command_allow_file)
         app.state.secrets_key = load_key(settings.secrets_key) if settings.secrets_key else None
@@ -141,10 +149,14 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
 
     @app.exception_handler(AuthError)
     async def on_auth_error(request: Request, exc: AuthError) -> JSONResponse:
-        if exc.status == 403:
+        if exc.failure is not None:  # credentials that did not hold: counted, logged, audited once
+            await record_failure(request, exc.failure, exc.reason, exc.actor)
+        elif exc.status == 403:
             await _audit_refusal(request, exc.reason, getattr(request.state, "principal", None),
                                  permission=exc.permission)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        if exc.status == 429 and exc.retry_after is not None:
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     async def invalid(request: Request, errors: list[dict[str, Any]]) -> JSONResponse:

@@ -29,6 +29,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from libs.contracts.bounds import Actor
 
+from .domain.attempts import Scope
+
 _ACTOR = TypeAdapter(Actor)
 
 
@@ -81,20 +83,41 @@ def allows(role: Role | str, permission: Permission | str) -> bool:
         return False
 
 
-class AuthError(Exception):
-    """A request refused for who is asking: ``status`` 401 (not authenticated) or 403 (not allowed)."""
+class Failure(StrEnum):
+    """Credentials that did not hold: each is counted against the source (and its actor when it names one),
+    logged and audited (throttle.py)."""
 
-    def __init__(self, status: int, reason: str, *, permission: str | None = None, actor: str | None = None):
+    UNKNOWN_TOKEN = "unknown_token"  # a bearer token (or a session's) that no token record has
+    REVOKED_TOKEN = "revoked_token"  # a revoked token: its actor is known
+    CSRF = "csrf"  # a panel session's state-changing request without its CSRF token: the session's actor is known
+    SIGN_IN = "sign_in"  # a wrong token typed into the panel's sign-in form
+    SIGN_IN_CSRF = "sign_in_csrf"  # the sign-in form posted without its own one-off CSRF token
+
+
+_ERRORS = {401: "unauthorized", 403: "forbidden", 429: "too_many_attempts"}
+
+
+class AuthError(Exception):
+    """A request refused for who is asking: ``status`` 401 (not authenticated), 403 (not allowed) or 429 (too
+    many failed attempts from its source or for its actor: ``retry_after`` seconds). ``failure`` says which
+    credentials failed, when the refusal is one to count (throttle.py)."""
+
+    def __init__(self, status: int, reason: str, *, permission: str | None = None, actor: str | None = None,
+                 failure: Failure | None = None, retry_after: float | None = None):
         super().__init__(reason)
         self.status = status
         self.reason = reason
         self.permission = permission
         self.actor = actor
+        self.failure = failure
+        self.retry_after = retry_after
 
     def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": "unauthorized" if self.status == 401 else "forbidden", "reason": self.reason}
+        body: dict[str, Any] = {"error": _ERRORS.get(self.status, "forbidden"), "reason": self.reason}
         if self.permission:
             body["permission"] = self.permission
+        if self.retry_after is not None:
+            body["retry_after_seconds"] = round(self.retry_after, 1)
         return body
 
 
@@ -240,6 +263,16 @@ class TokenStore:
                                       org=token_org(role, t.get("org")))
         return found
 
+    def revoked_actor(self, secret: str) -> str | None:
+        """The actor of a revoked token with this secret (None: no such revoked token): a failure it names."""
+        self._refresh()
+        digest = hash_secret(secret)
+        actor = None
+        for t in self._tokens:
+            if hmac.compare_digest(str(t.get("sha256", "")), digest) and t.get("revoked"):
+                actor = str(t.get("actor", ""))[:200] or None
+        return actor
+
 
 def bearer_secret(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
@@ -249,20 +282,46 @@ def bearer_secret(request: Request) -> str | None:
     return value.strip()
 
 
+def source_of(request: Request) -> str:
+    """The client's address, the key failed attempts are counted under."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def refuse_if_blocked(request: Request, scope: Scope, name: str, actor: str | None = None) -> None:
+    """AuthError 429 while ``name`` (a source or an actor) is blocked for failed attempts (domain/attempts.py)."""
+    attempts = getattr(request.app.state, "attempts", None)
+    if attempts is None:
+        return
+    left = attempts.blocked_for((scope, name), request.app.state.monotonic())
+    if left is not None:
+        raise AuthError(429, f"too many failed sign-ins or bad tokens for this {scope.value}; try again in "
+                             f"{left:.0f} s", actor=actor, retry_after=left)
+
+
 def authenticate(request: Request) -> Principal:
-    """The request's principal, or AuthError(401). Cached on the request."""
+    """The request's principal, or AuthError: 429 while its source is blocked (checked first: a blocked
+    source's token is not even looked at), 401 for a missing, unknown or revoked token, 403 for a panel session
+    without its CSRF token, 429 when its actor is blocked. Cached on the request."""
     cached = getattr(request.state, "principal", None)
     if cached is not None:
         return cached
     secret = bearer_secret(request)
     session_hook = getattr(request.app.state, "session_secret", None)  # the panel's cookie (panel/__init__.py)
+    if secret is not None or (session_hook is not None and request.cookies):
+        refuse_if_blocked(request, Scope.SOURCE, source_of(request))
     if secret is None and session_hook is not None:
         secret = session_hook(request)
     if secret is None:
         raise AuthError(401, "missing bearer token (Authorization: Bearer <token>)")
-    principal = request.app.state.tokens.authenticate(secret)
+    tokens: TokenStore = request.app.state.tokens
+    principal = tokens.authenticate(secret)
     if principal is None:
-        raise AuthError(401, "unknown or revoked token")
+        actor = tokens.revoked_actor(secret)
+        if actor is not None:
+            refuse_if_blocked(request, Scope.ACTOR, actor, actor)
+        raise AuthError(401, "unknown or revoked token", actor=actor,
+                        failure=Failure.REVOKED_TOKEN if actor else Failure.UNKNOWN_TOKEN)
+    refuse_if_blocked(request, Scope.ACTOR, principal.actor, principal.actor)
     request.state.principal = principal
     return principal
 

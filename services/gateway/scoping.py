@@ -4,6 +4,8 @@
   is not theirs is *not found* (404), never *forbidden*, so job ids are not confirmed to exist. Lists that
   name a job elsewhere (executors, nodes) keep the fleet's shape but hide another owner's job id, epoch and
   step: a tenant may see that a node is busy, not with whose job.
+- Usage reports follow the same rule (``usage_owner``): without ``read:all`` only one's own jobs' GPU-seconds
+  and counts, and a total that is their sum, not the ledger's.
 - Idempotency keys are scoped to the actor: the command and job id are a hash of (actor, key), so the same key
   sent by two actors names two jobs, and nobody can reach another's job through its key.
 - ``command`` workloads run the user's own code on the nodes: they need ``finetune:command`` and, when the
@@ -43,6 +45,13 @@ def owner_filter(principal: Principal, asked: str | None) -> tuple[str | None, b
     if asked is not None and asked != principal.actor:
         return principal.actor, True
     return principal.actor, False
+
+
+def usage_owner(principal: Principal) -> str | None:
+    """The one owner a usage report is restricted to (None: every owner). Usage is scoped like jobs: GPU-seconds
+    and job counts are facts about jobs, so a principal without ``read:all`` sees its own and nobody else's,
+    grouped however it asks (``group_by=user`` then has one row, its own)."""
+    return None if sees_all(principal) else principal.actor
 
 
 def hide_other_jobs(rows: Iterable[Mapping[str, Any]], owners: Mapping[str, str | None],

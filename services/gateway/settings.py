@@ -1,5 +1,5 @@
 """Typed settings of the gateway (HTTP listener and TLS, tokens file, command wait, body limit, command
-allow-list, the key that seals secret env values)."""
+allow-list, the key that seals secret env values, the limits on failed sign-ins and bad tokens)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,16 @@ class GatewaySettings(CommonSettings):
     status_forget_seconds: float = Field(
         120.0, gt=0, le=86_400, description="How long GET /v1/status names a replica that answered before and "
         "no longer does (unless one started since replaces it); then it is forgotten")
+
+    auth_failures_per_source: int = Field(
+        20, ge=1, le=100_000, description="Failed sign-ins and bad tokens a source address may make within "
+        "auth_failure_window_seconds; the last of them blocks it for auth_block_seconds (429)")
+    auth_failures_per_actor: int = Field(
+        10, ge=1, le=100_000, description="The same, for failures that name an actor (a revoked token's, a panel "
+        "session's without its CSRF token)")
+    auth_failure_window_seconds: float = Field(60.0, gt=0, le=86_400, description="The window failures count in")
+    auth_block_seconds: float = Field(60.0, gt=0, le=86_400, description="How long a source or actor stays "
+                                      "blocked once it reached its limit")
 
     def check(self) -> None:
         super().check()

@@ -44,7 +44,9 @@ log = logging.getLogger(__name__)
 def fact_of(msg: ProgressBase) -> lc.Fact:
     """The lifecycle fact a progress message states."""
     if isinstance(msg, RunStarted):
-        return lc.Started(msg.epoch, msg.resumed_from_step, msg.resumed_from, msg.device)
+        confinement = msg.detail.get("confinement")
+        return lc.Started(msg.epoch, msg.resumed_from_step, msg.resumed_from, msg.device,
+                          confinement if isinstance(confinement, dict) else None)
     if isinstance(msg, StepReport):
         return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
     if isinstance(msg, CheckpointReport):

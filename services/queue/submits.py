@@ -24,7 +24,7 @@ from libs.runtime.unit import Units
 
 from . import policy, store, tenancy_edge
 from .domain.lifecycle import Job, Submitted, Transition, decide
-from .domain.submits import first_of_each, needs_policy, submit_refusal
+from .domain.submits import first_of_each, needs_policy, submit_refusal, with_org_limits
 from .effects import answer_of, messages_for
 from .settings import QueueSettings
 
@@ -75,7 +75,8 @@ async def _decide(units: Units, settings: QueueSettings, cmds: Sequence[SubmitJo
                     rows += outbox.rows_of([(subjects.outcome(cmd.KIND, cmd.command_id), outcome)])
                     log.info("submit %s seen again: answered with the stored outcome", cmd.command_id)
                 else:
-                    fact = Submitted(cmd.job_id, cmd.spec.name, cmd.actor, cmd.spec, cmd.org)
+                    spec = with_org_limits(cmd.spec, targets.get((cmd.org, cmd.spec.project)))
+                    fact = Submitted(cmd.job_id, cmd.spec.name, cmd.actor, spec, cmd.org)
                     result = refusals.get(cmd.command_id) or decide(jobs.get(cmd.job_id), fact, now)
                     outcome = answer_of(cmd, cmd.job_id, result)
                     answer = (subjects.outcome(cmd.KIND, cmd.command_id), outcome)

@@ -16,6 +16,7 @@ import asyncpg
 
 from libs.contracts.commands import CommandOutcome, SetCohort, SetOrganisation, SetProject
 from libs.contracts.nodes import RULED_OUT_STATES
+from libs.contracts.jobs import RunLimits
 from libs.contracts.tenancy import CohortSpec, OrgSpec
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
@@ -70,9 +71,16 @@ async def submit_targets(conn: asyncpg.Connection, pairs: Iterable[tuple[str, st
         return {}
     rows = await conn.fetch(
         f"SELECT w.org, w.project, EXISTS (SELECT 1 FROM {T}.orgs o WHERE o.name = w.org) AS org_exists,"
-        f" EXISTS (SELECT 1 FROM {T}.projects p WHERE p.org = w.org AND p.name = w.project) AS project_exists"
+        f" EXISTS (SELECT 1 FROM {T}.projects p WHERE p.org = w.org AND p.name = w.project) AS project_exists,"
+        f" (SELECT o.spec->'run_limits' FROM {T}.orgs o WHERE o.name = w.org)::text AS run_limits"
         " FROM unnest($1::text[], $2::text[]) AS w(org, project)", [o for o, _ in wanted], [p for _, p in wanted])
-    return {(r["org"], r["project"]): Target(r["org_exists"], r["project_exists"]) for r in rows}
+    return {(r["org"], r["project"]): Target(r["org_exists"], r["project_exists"], _run_limits(r["run_limits"]))
+            for r in rows}
+
+
+def _run_limits(text: str | None) -> RunLimits | None:
+    """An organisation's stored run limits (validated when they were set; ``null`` or absent: none)."""
+    return RunLimits.model_validate_json(text) if text and text != "null" else None
 
 
 SCHEDULABLE_NODES = ("SELECT e.executor_id, e.gpus, e.group_name,"

@@ -116,9 +116,9 @@ class FakeQueue:
 
     # -- directives
     async def grant(self, js: Any, settings: Any, job_id: str, workload: Any, *, epoch: int = 1,
-                    every: int = 5, attempt: int = 1) -> RunJob:
+                    every: int = 5, attempt: int = 1, limits: dict[str, int] | None = None) -> RunJob:
         msg = RunJob(job_id=job_id, epoch=epoch, executor_id=self.executor_id, attempt=attempt,
-                     spec=JobSpec(workload=workload, checkpoint_every_steps=every),
+                     spec=JobSpec(workload=workload, checkpoint_every_steps=every, limits=limits or {}),
                      lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
         await bus.publish(js, self.subjects.agent(self.executor_id, "run"), msg)
         return msg

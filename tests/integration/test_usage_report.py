@@ -53,12 +53,12 @@ async def test_usage_totals_equal_the_ledger_to_the_second(env):
         ledger = await pool.fetchval("SELECT sum(gpu_seconds) FROM budget.ledger WHERE ended_at >= $1"
                                      " AND ended_at < $2", start, end)
         for group_by in GroupBy:
-            report = await _report(request, None, start, end, group_by)
+            report = await _report(request, None, start, end, group_by, owner=None)
             assert round(report.total_gpu_seconds) == round(ledger)
             assert abs(report.total_gpu_seconds - ledger) < 1e-6
             assert abs(sum(r.gpu_seconds for r in report.rows) + report.unattributed_gpu_seconds - ledger) < 1e-6
             assert report.unattributed_gpu_seconds == 0
-        north = await _report(request, "north", start, end, GroupBy.PROJECT)
+        north = await _report(request, "north", start, end, GroupBy.PROJECT, owner=None)
         north_ledger = await pool.fetchval(
             "SELECT sum(l.gpu_seconds) FROM budget.ledger l JOIN queue.jobs j ON j.id = l.job_id"
             " WHERE j.org = 'north' AND l.ended_at >= $1 AND l.ended_at < $2", start, end)

@@ -83,3 +83,60 @@ async def test_the_executor_list_hides_which_job_of_another_owner_runs(env, tmp_
         for nodes_reader in ("alice", "vic"):
             assert all(n.get("job_id") is None for n in (await s.as_(nodes_reader).get("/v1/nodes")).json())
         assert (await s.as_("olga").post(f"/v1/jobs/{job_id}/cancel")).status_code == 200
+
+
+async def test_a_submitter_sees_its_own_usage_only(env, tmp_path):
+    """Attack (issue 26, item 6): bob asks the usage report for everyone's GPU-seconds and job counts, grouped by
+    user, as JSON and as CSV. He gets his own row and his own total; alice's GPU time and jobs stay unseen."""
+    import asyncpg
+
+    from libs.runtime import db as migrations
+
+    async with gateway_stack(env, tmp_path / "s", audit=False) as s:
+        alice, bob = s.as_("alice"), s.as_("bob")
+        ids = {}
+        for person, client in (("alice", alice), ("bob", bob)):
+            r = await client.post("/v1/jobs", json={**FINETUNE, "name": f"{person}-usage"})
+            assert r.status_code == 201, r.text
+            ids[person] = r.json()["id"]
+        pool = await asyncpg.create_pool(env.database_url, min_size=1, max_size=1)
+        try:
+            await migrations.migrate(pool, "budget", "services.budget")
+        finally:
+            await pool.close()
+        await s.db.executemany(
+            "INSERT INTO budget.ledger (job_id, epoch, executor_id, seq, devices, wall_seconds, gpu_seconds, ended_at)"
+            " VALUES ($1, 1, 'ex', $2, 1, $3, $3, now())", [(ids["alice"], 1, 7200.0), (ids["bob"], 2, 30.0)])
+
+        report = (await bob.get("/v1/usage", params={"group_by": "user"})).json()
+        assert [(r["key"], r["gpu_seconds"]) for r in report["rows"]] == [("bob", 30.0)]
+        assert report["total_gpu_seconds"] == 30.0 and report["unattributed_gpu_seconds"] == 0.0
+        assert sum(sum(r["jobs"].values()) for r in report["rows"]) == 1 and report["owner"] == "bob"
+        csv_text = (await bob.get("/v1/usage", params={"group_by": "user", "format": "csv"})).text
+        assert "alice" not in csv_text and "7200" not in csv_text
+        for group_by in ("org", "project"):
+            rows = (await bob.get("/v1/usage", params={"group_by": group_by})).json()["rows"]
+            assert sum(r["gpu_seconds"] for r in rows) == 30.0
+        assert (await s.as_("vic").get("/v1/usage", params={"group_by": "user"})).json()["rows"] == []
+
+        # read:all (operators, auditors) sees every owner, as for jobs.
+        every = (await s.as_("olga").get("/v1/usage", params={"group_by": "user"})).json()
+        assert {r["key"]: r["gpu_seconds"] for r in every["rows"]} == {"alice": 7200.0, "bob": 30.0}
+
+
+async def test_an_organisations_run_limits_bound_its_jobs_and_fill_those_they_leave_unset(env, tmp_path):
+    """Issue 26, item 6: a submitter asks for more memory per run than its organisation allows (refused, with the
+    numbers); a job that sets no limit of a kind gets the organisation's, which its grants then carry."""
+    from services.gateway.auth import create_token
+
+    async with gateway_stack(env, tmp_path / "s", audit=False) as s:
+        admin = s.as_("olga")
+        admin.headers["Authorization"] = f"Bearer {create_token(s.root / 'tokens.json', 'adam', 'admin')}"
+        r = await admin.put("/v1/orgs/default", json={"run_limits": {"memory_mb": 2048, "pids": 128}})
+        assert r.status_code == 200, r.text
+        greedy = await s.as_("alice").post("/v1/jobs", json={**FINETUNE, "limits": {"memory_mb": 65536}})
+        assert greedy.status_code == 409 and "limits.memory_mb 65536" in greedy.json()["reason"], greedy.text
+        modest = await s.as_("alice").post("/v1/jobs", json={**FINETUNE, "limits": {"memory_mb": 512}})
+        assert modest.status_code == 201, modest.text
+        stored = (await s.as_("alice").get(f"/v1/jobs/{modest.json()['id']}")).json()["spec"]["limits"]
+        assert stored == {"memory_mb": 512, "pids": 128, "disk_mb": None}

@@ -60,6 +60,8 @@ def test_target_from_flags_then_env_then_stack_json(tmp_path):
 
 def test_spec_from_flags_file_and_command_argv(tmp_path):
     assert build_spec(parse("submit")) == {"workload": {"kind": "finetune"}}
+    assert build_spec(parse("submit", "--memory-mb", "2048", "--pids", "256", "--disk-mb", "100"))["limits"] == {
+        "memory_mb": 2048, "pids": 256, "disk_mb": 100}
     spec = build_spec(parse("submit", "--name", "n", "--steps", "40", "--ceiling", "90", "--checkpoint-every", "10",
                             "--checkpoints-kept", "0", "--workers", "2"))
     assert spec == {"name": "n", "workload": {"kind": "finetune", "params": {"steps": 40}},

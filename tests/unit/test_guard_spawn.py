@@ -85,7 +85,7 @@ def test_a_request_is_its_length_then_what_the_guard_needs_to_start_the_command(
     assert size == len(data) - guard.HEADER.size
     assert json.loads(data[guard.HEADER.size:]) == {
         "id": 7, "argv": ["sh", "-c", "x"], "env": {"A": "1"}, "cwd": "/w", "umask": 0o077, "uid": 200001,
-        "gid": None, "report": True, "cgroup": True}
+        "gid": None, "report": True, "cgroup": True, "confine": True, "rlimits": []}
 
 
 def test_growing_the_pipe_of_a_process_that_already_ended_is_no_error():

@@ -38,14 +38,16 @@ EVENTS = [{"job_id": "u1", "event": "submitted", "time": at(1, 10)}, {"job_id": 
 
 
 class UsageReads(FakeReads):
-    """The three public views the report reads; ``org`` (argument 4 of the jobs query) filters as the SQL does."""
+    """The three public views the report reads; ``org`` and ``owner`` (arguments 4 and 5 of the jobs query)
+    filter as the SQL does."""
 
     async def public(self, view: str, sql: str, *args: Any) -> list[dict[str, Any]]:
         self.__dict__.setdefault("asked", []).append((view, args))
         if view == "budget.ledger_public":
             return [dict(c) for c in LEDGER if args[0] <= c["at"] < args[1]]
         if view == "queue.jobs_public":
-            return [dict(j) for j in UJOBS if args[3] is None or j["org"] == args[3]]
+            return [dict(j) for j in UJOBS if (args[3] is None or j["org"] == args[3])
+                    and (args[4] is None or j["owner"] == args[4])]
         return [dict(e) for e in EVENTS if e["job_id"] in args[0]]
 
 
@@ -54,7 +56,8 @@ def usage_panel(tmp_path):
     settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
     path = settings.effective_tokens_file
     secrets = {"olga": auth.create_token(path, "olga", "operator"),
-               "vic": auth.create_token(path, "vic", "viewer", org="acme")}
+               "vic": auth.create_token(path, "vic", "viewer", org="acme"),
+               "ana": auth.create_token(path, "ana", "viewer", org="acme")}
     reads = UsageReads()
     app = create_app(settings, reads=reads, commands=FakeCommands())
     with TestClient(app, base_url="https://panel.test") as client:
@@ -85,11 +88,13 @@ def test_a_fleet_wide_operator_sees_every_organisation_with_locale_formatting(us
 
 def test_an_organisations_token_sees_its_organisation_only_and_may_not_name_another(usage_panel):
     client, secrets, reads = usage_panel
-    sign_in(client, secrets["vic"])
+    sign_in(client, secrets["ana"])
     page = client.get("/usage?period=2026-12&group_by=project").text
     assert 'data-key="acme/nlp"' in page and "zeta" not in page and "cv" not in page.split("<main")[1]
     assert "org=acme" in page  # the CSV link asks for the same organisation
-    assert reads.asked[1][1][3] == "acme"
+    assert reads.asked[1][1][3:5] == ("acme", "ana")
+    # a viewer sees its own jobs' usage only (0.50 GPU-hours of u2), not the 1.50 of u1 by another owner
+    assert 'id="usage-total">0.50<' in page and ">1.50<" not in page and ">2.00<" not in page
     refused = client.get("/usage?org=zeta")
     assert refused.status_code == 403 and "zeta" not in refused.text.split("<main")[1].split("</main>")[0]
     # the API refuses the same people the page does

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from libs.contracts.jobs import JobSpec
+from libs.contracts.jobs import JobSpec, RunLimits
 from libs.contracts.policies import GangPolicy
 from services.queue.domain.lifecycle import Refusal
-from services.queue.domain.submits import Target, first_of_each, needs_policy, submit_refusal, target_refusal
+from services.queue.domain.submits import (Target, first_of_each, limits_refusal, needs_policy, submit_refusal,
+                                           target_refusal, with_org_limits)
 
 pytestmark = pytest.mark.unit
 
@@ -68,3 +69,32 @@ def test_each_submit_is_judged_on_its_own_target():
 def test_a_spec_with_a_ready_timeout_cannot_be_judged_without_the_policy():
     with pytest.raises(ValueError):
         submit_refusal(spec(ready_timeout_seconds=5), "default", None, EXISTING)
+
+
+# -- the organisation's run limits (issue 26, item 6) -------------------------------------------------------
+
+ORG_LIMITS = Target(True, True, RunLimits(memory_mb=4096, pids=256, disk_mb=None))
+
+
+def limited(**limits: int) -> JobSpec:
+    return JobSpec.model_validate({"workload": {"kind": "finetune"}, "limits": limits})
+
+
+@pytest.mark.parametrize(("asked", "refused"), [
+    ({}, None), ({"memory_mb": 4096}, None), ({"memory_mb": 4097}, "limits.memory_mb 4097"),
+    ({"pids": 257}, "limits.pids 257"), ({"disk_mb": 10**6}, None), ({"memory_mb": 64, "pids": 8}, None)],
+    ids=["none", "at-the-limit", "memory-above", "pids-above", "disk-unlimited-by-org", "below"])
+def test_a_job_asks_for_no_more_than_its_organisation_allows_per_run(asked, refused):
+    found = limits_refusal(limited(**asked), "acme", ORG_LIMITS)
+    assert (found is None) if refused is None else (found.reason.startswith(refused) and "allows per run" in
+                                                    found.reason and found.detail["allowed"] in (4096, 256))
+    if refused is not None:
+        targets = {("acme", "default"): ORG_LIMITS}
+        assert submit_refusal(limited(**asked), "acme", None, targets).reason == found.reason
+
+
+def test_a_job_gets_its_organisations_limit_for_each_it_leaves_unset():
+    spec = with_org_limits(limited(memory_mb=512), ORG_LIMITS)
+    assert spec.limits == RunLimits(memory_mb=512, pids=256, disk_mb=None)
+    assert with_org_limits(limited(), Target(True, True)) == limited()  # an organisation without limits
+    assert with_org_limits(limited(pids=8), None) == limited(pids=8)

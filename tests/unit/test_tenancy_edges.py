@@ -110,6 +110,9 @@ def test_the_org_spec_the_cli_sends():
     assert spec["quotas"] == {"a100": {"nominal": 4, "borrowing_limit": 2, "lending_limit": None}}
     assert spec["budget_gpu_seconds"] == 36000.0
     assert org_spec(argparse.Namespace(**{**vars(args), "unmetered": True}))["quotas"] is None
+    assert spec["run_limits"] is None
+    limited = org_spec(argparse.Namespace(**{**vars(args), "run_memory_mb": 8192, "run_pids": 512}))
+    assert limited["run_limits"] == {"memory_mb": 8192, "pids": 512, "disk_mb": None}
 
 
 def test_the_job_view_shows_the_organisation_and_why_a_queued_job_waits():

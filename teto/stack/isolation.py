@@ -134,3 +134,21 @@ def cgroup_line() -> str | None:
         return None
     return ("NOT ENFORCED: no writable cgroup v2: a run is contained by its process group (and, as root, a sweep "
             "of its uid); without root a process that leaves its group (setsid) can outlive the run")
+
+
+def confinement_lines() -> list[str]:
+    """What the executors here cannot do for a run's filter and limits (each agent says it again in its log and
+    in every run's ``started`` event): read from the machine and the cgroup v2 root's controllers."""
+    import platform
+
+    from agents.executor import limits
+    from agents.executor.confine import seccomp_program
+
+    root = isolation.cgroup2_mount(Path("/proc/self/mounts").read_text()) if Path("/proc/self/mounts").exists() \
+        else None
+    try:
+        controllers = set((root / "cgroup.controllers").read_text().split()) if root is not None else set()
+    except OSError:
+        controllers = set()
+    return ["NOT ENFORCED: " + line.replace("NOT ENFORCED: ", "")
+            for line in limits.host_lines(seccomp_program(platform.machine()) is not None, controllers)]

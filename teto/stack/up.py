@@ -249,7 +249,8 @@ def up(opts: UpOptions) -> int:
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"  metrics:     {metrics_ports.summary()}\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
-        for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()])]:
+        for line in [*isolation_lines, *filter(None, [jobs_isolation.cgroup_line()]),
+                     *jobs_isolation.confinement_lines()]:
             print(f"  job isolation: {line}", flush=True)
         rc = 0
         if opts.demo:

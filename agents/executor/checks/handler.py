@@ -24,7 +24,7 @@ from libs.contracts.telemetry import HEALTH_CHECK_STOP
 
 from ..publisher import Publisher
 from ..settings import ExecutorSettings
-from . import faults
+from . import faults, reach
 from .runner import Record, run_suite
 from .suite import SUITE_VERSION, Spec
 
@@ -126,7 +126,8 @@ class NodeChecks:
         spec = Spec(tests=[t.value for t in d.tests], fault=faults.parse(s.test_fault),
                     memtest_fraction=s.check_memtest_fraction, peers=[p.model_dump() for p in d.peers],
                     rank=d.rank, world_size=d.world_size, rendezvous=d.rendezvous,
-                    collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2))
+                    collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2),
+                    bind_host=reach.bind_host(s))
         started = time.monotonic()
         ended: set[str] = set()
 

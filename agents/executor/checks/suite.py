@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from . import reach
 from .faults import SLOW_FACTOR
 
 # The suite's version, sent with every figure. Bump it whenever a test's sizes, method or figures change meaning:
@@ -40,6 +41,7 @@ class Spec:
     world_size: int = 1
     rendezvous: str | None = None
     collective_timeout_seconds: float = 60.0
+    bind_host: str | None = None  # this node's advertised address: the only one its collective listeners use
 
 
 @dataclass
@@ -320,8 +322,24 @@ def allreduce(spec: Spec) -> Result:
     dev = _device(spec)
     backend = "nccl" if dev.type == "cuda" else "gloo"
     nbytes = (256 << 20) if dev.type == "cuda" else (4 << 20)
-    dist.init_process_group(backend, init_method=f"tcp://{spec.rendezvous}", rank=spec.rank,
-                            world_size=spec.world_size, timeout=timedelta(seconds=spec.collective_timeout_seconds))
+    timeout = timedelta(seconds=spec.collective_timeout_seconds)
+    # Not init_method="tcp://...": torch's TCPStore would listen on every address of rank 0 and gloo's pairs on
+    # whatever the host name resolves to. Rank 0 hands the store a socket bound to its advertised address, and
+    # gloo's device is made for this node's advertised address.
+    host, _, port = spec.rendezvous.rpartition(":")
+    if spec.rank == 0:
+        listener = reach.rendezvous_listener(spec.bind_host or host, int(port))
+        store = dist.TCPStore(host, int(port), spec.world_size, True, timeout=timeout, wait_for_workers=False,
+                              master_listen_fd=listener.detach())  # the store owns the socket from here
+    else:
+        store = dist.TCPStore(host, int(port), spec.world_size, False, timeout=timeout)
+    options = None
+    if backend == "gloo" and spec.bind_host:
+        options = dist.ProcessGroupGloo._Options()
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname=spec.bind_host)]
+        options._timeout = timeout
+    dist.init_process_group(backend, store=store, rank=spec.rank, world_size=spec.world_size, timeout=timeout,
+                            pg_options=options)
     try:
         t = torch.empty(nbytes // 4, dtype=torch.float32, device=dev)
         t.fill_(spec.rank + 1)

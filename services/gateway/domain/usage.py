@@ -105,20 +105,24 @@ def key_of(job: JobFacts, group_by: GroupBy) -> str:
 
 
 def report(charges: Iterable[Charge], jobs: Iterable[JobFacts], group_by: GroupBy, start: datetime,
-           end: datetime, *, org: str | None = None) -> UsageReport:
-    """Rows sorted by GPU time, largest first (then key). ``org`` keeps only that organisation's jobs."""
-    facts = {j.job_id: j for j in jobs if org is None or j.org == org}
+           end: datetime, *, org: str | None = None, owner: str | None = None) -> UsageReport:
+    """Rows sorted by GPU time, largest first (then key). ``org`` keeps only that organisation's jobs, ``owner``
+    only that user's (a principal without ``read:all`` sees its own usage only, as it sees its own jobs).
+
+    A scoped report's total is the sum of its own jobs' charges and it has no unattributed charges: the rest of
+    the ledger is other tenants' usage, which a scoped reader must not learn, not even as one sum."""
+    scoped = org is not None or owner is not None
+    facts = {j.job_id: j for j in jobs if (org is None or j.org == org) and (owner is None or j.user == owner)}
     in_period = [c for c in charges if start <= c.at < end]
     per_key: dict[str, list[float]] = {}
     unattributed: list[float] = []
-    charged: set[str] = set()
     for charge in in_period:
         job = facts.get(charge.job_id)
         if job is None:
-            unattributed.append(charge.gpu_seconds)
+            if not scoped:
+                unattributed.append(charge.gpu_seconds)
             continue
         per_key.setdefault(key_of(job, group_by), []).append(charge.gpu_seconds)
-        charged.add(job.job_id)
     rows: dict[str, UsageRow] = {k: UsageRow(k, gpu_seconds=math.fsum(v)) for k, v in per_key.items()}
     for job in facts.values():
         row = rows.setdefault(key_of(job, group_by), UsageRow(key_of(job, group_by)))
@@ -128,10 +132,9 @@ def report(charges: Iterable[Charge], jobs: Iterable[JobFacts], group_by: GroupB
         row.queue_wait_seconds += job.queue_wait_seconds
         row.checkpoints_due += job.checkpoints_due
         row.checkpoints_made += job.checkpoints_made
-    mine = [c.gpu_seconds for c in in_period if org is None or c.job_id in facts]
+    total = math.fsum(c.gpu_seconds for c in in_period if not scoped or c.job_id in facts)
     return UsageReport(group_by, start, end, sorted(rows.values(), key=lambda r: (-r.gpu_seconds, r.key)),
-                       math.fsum(mine) if org is not None else math.fsum(c.gpu_seconds for c in in_period),
-                       math.fsum(unattributed))
+                       total, math.fsum(unattributed))
 
 
 def to_csv_rows(result: UsageReport) -> list[list[str]]:

@@ -20,7 +20,8 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..auth import AuthError, bearer_secret
+from ..auth import AuthError, Failure, bearer_secret, refuse_if_blocked
+from ..domain.attempts import Scope as Counted
 from . import live, session
 from .pages import pages
 from .web import NeedsSignIn, PageForbidden, render
@@ -63,7 +64,14 @@ def session_secret(request: Request) -> str | None:
     if found is None:
         return None
     if session.needs_csrf(request.method) and not session.csrf_ok(found.csrf, request.headers.get(session.CSRF_HEADER)):
-        raise AuthError(403, "missing or wrong CSRF token (X-CSRF-Token) for a request made with a panel session")
+        # The session names its actor (its sealed token): the refusal is counted and audited under it.
+        tokens = request.app.state.tokens
+        principal = tokens.authenticate(found.secret)
+        actor = principal.actor if principal is not None else tokens.revoked_actor(found.secret)
+        if actor is not None:
+            refuse_if_blocked(request, Counted.ACTOR, actor, actor)
+        raise AuthError(403, "missing or wrong CSRF token (X-CSRF-Token) for a request made with a panel session",
+                        actor=actor, failure=Failure.CSRF)
     request.state.panel_session = found
     return found.secret
 

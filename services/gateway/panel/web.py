@@ -70,6 +70,8 @@ class signed_in:  # noqa: N801 - a declaration on the route, like auth.require
         try:
             return self.check(request)
         except AuthError as exc:
+            if exc.status == 429:
+                raise  # answered by the gateway's handler, Retry-After included
             if exc.status == 401:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 raise NeedsSignIn(target) from None

@@ -4,6 +4,7 @@ Changes are the queue's commands ``set_org``, ``set_project`` and ``set_cohort``
 an accepted change answers with the row now in force, read back from the queue's public views. ``GET /v1/usage``
 reads the budget's ledger (``budget.ledger_public``, and ``budget.usage_public`` for the runs interrupted), the
 queue's jobs and events, and reports GPU time and jobs per organisation, project or user (services/gateway/domain/usage.py); ``format=csv`` gives CSV.
+Usage is scoped like jobs (scoping.usage_owner): without ``read:all`` a principal sees its own jobs' usage only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..auth import Permission, Principal, require
 from ..domain import usage as usages
 from ..errors import ApiError
 from ..orgs import usage_org
+from ..scoping import usage_owner
 from . import COMMAND_KEY, commands_of, reads_of
 
 _REFUSALS = {202: {"description": "Accepted for processing; no outcome yet"}, 409: {"description": "Refused"}}
@@ -85,24 +87,26 @@ def register(app: FastAPI) -> None:
             start, end = usages.period_window(period, datetime.now(UTC))
         except ValueError as exc:
             raise ApiError(422, "invalid", str(exc)) from None
-        result = await usage_report(request, scope, start, end, group_by)
+        owner = usage_owner(principal)
+        result = await usage_report(request, scope, start, end, group_by, owner=owner)
         if format == "csv":
             out = io.StringIO()
             csv.writer(out).writerows(usages.to_csv_rows(result))
             return PlainTextResponse(out.getvalue(), media_type="text/csv")
-        return {**usages.as_json(result), "org": scope}
+        return {**usages.as_json(result), "org": scope, "owner": owner}
 
 
 async def usage_report(request: Request, org: str | None, start: datetime, end: datetime,
-                  group_by: usages.GroupBy) -> usages.UsageReport:
+                       group_by: usages.GroupBy, *, owner: str | None) -> usages.UsageReport:
+    """The report for one organisation (or all) and one owner (or all: ``scoping.usage_owner`` decides)."""
     reads = reads_of(request)
     charges = await reads.public("budget.ledger_public", "SELECT job_id, gpu_seconds, at FROM budget.ledger_public"
                                  " WHERE at >= $1 AND at < $2", start, end)
     ids = sorted({c["job_id"] for c in charges})
     jobs = await reads.public(
         "queue.jobs_public", "SELECT id, org, project, owner, state, attempts, spec, last_step FROM queue.jobs_public"
-        " WHERE (id = ANY($1::text[]) OR (created_at >= $2 AND created_at < $3)) AND ($4::text IS NULL OR org = $4)",
-        ids, start, end, org)
+        " WHERE (id = ANY($1::text[]) OR (created_at >= $2 AND created_at < $3)) AND ($4::text IS NULL OR org = $4)"
+        " AND ($5::text IS NULL OR owner = $5)", ids, start, end, org, owner)
     # Only a checkpoint's detail is needed (its time): a submitted event's detail holds the whole spec.
     events = await reads.public(
         "queue.job_events_public", "SELECT job_id, event, time, state, reason, epoch,"
@@ -122,4 +126,4 @@ async def usage_report(request: Request, org: str | None, start: datetime, end: 
         runs.setdefault(sample["job_id"], []).append(sample)
     facts = [usages.job_facts(j, by_job.get(j["id"], []), runs.get(j["id"], []), start, end) for j in jobs]
     return usages.report([usages.Charge(c["job_id"], c["gpu_seconds"], c["at"]) for c in charges], facts, group_by,
-                         start, end, org=org)
+                         start, end, org=org, owner=owner)

@@ -135,6 +135,7 @@ class Started:
     resumed_from_step: int | None = None
     resumed_from: str | None = None
     device: str = "cpu"
+    confinement: dict | None = None  # the run's limits and filter, as the executor says they hold on its host
 
 
 @dataclass(frozen=True)

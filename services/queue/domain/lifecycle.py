@@ -259,6 +259,8 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     if isinstance(fact, Started):
         detail = {"resumed_from_step": fact.resumed_from_step, "resumed_from": fact.resumed_from,
                   "device": fact.device}
+        if fact.confinement is not None:  # what holds the run on its host, and what does not (said plainly)
+            detail["confinement"] = fact.confinement
         # The run starts where its checkpoint was (None: from scratch), whatever the last run reached.
         new = evolve(job, last_step=fact.resumed_from_step, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.STARTED, job.state, job.state, epoch=fact.epoch,

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from libs.contracts.jobs import JobSpec
+from libs.contracts.jobs import JobSpec, RunLimits
 from libs.contracts.policies import GangPolicy
 
 from .admission import spec_refusal
@@ -26,6 +26,7 @@ class Target:
 
     org_exists: bool
     project_exists: bool
+    run_limits: RunLimits | None = None  # the organisation's most per run, and its default (OrgSpec.run_limits)
 
 
 def first_of_each(ids: Sequence[str]) -> list[int]:
@@ -53,6 +54,33 @@ def target_refusal(org: str, project: str, target: Target) -> Refusal | None:
     return None
 
 
+LIMIT_FIELDS = ("memory_mb", "pids", "disk_mb")
+
+
+def limits_refusal(spec: JobSpec, org: str, target: Target) -> Refusal | None:
+    """A job may not ask for more memory, processes or disk per run than its organisation allows."""
+    most = target.run_limits
+    if most is None:
+        return None
+    for name in LIMIT_FIELDS:
+        asked, allowed = getattr(spec.limits, name), getattr(most, name)
+        if asked is not None and allowed is not None and asked > allowed:
+            return Refusal(f"limits.{name} {asked} is more than organisation {org} allows per run ({allowed})",
+                           {"limit": name, "asked": asked, "allowed": allowed})
+    return None
+
+
+def with_org_limits(spec: JobSpec, target: Target | None) -> JobSpec:
+    """The spec a job is stored and granted with: each limit it leaves unset is its organisation's (at submit:
+    a later change of the organisation's limits applies to jobs submitted after it)."""
+    most = target.run_limits if target is not None else None
+    if most is None:
+        return spec
+    merged = {name: getattr(spec.limits, name) if getattr(spec.limits, name) is not None else getattr(most, name)
+              for name in LIMIT_FIELDS}
+    return spec if merged == spec.limits.model_dump() else spec.model_copy(update={"limits": RunLimits(**merged)})
+
+
 def submit_refusal(spec: JobSpec, org: str, policy: GangPolicy | None,
                    targets: Mapping[tuple[str, str], Target]) -> Refusal | None:
     """Why this submit is refused, or None: the gang policy first (a gang may ask for a shorter ready timeout
@@ -64,4 +92,5 @@ def submit_refusal(spec: JobSpec, org: str, policy: GangPolicy | None,
         found = spec_refusal(spec, policy)
         if found is not None:
             return Refusal(*found)
-    return target_refusal(org, spec.project, targets[(org, spec.project)])
+    target = targets[(org, spec.project)]
+    return target_refusal(org, spec.project, target) or limits_refusal(spec, org, target)

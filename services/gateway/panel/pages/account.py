@@ -4,6 +4,9 @@ Sign-in is a plain HTML form (it works before any script runs): the form carries
 equal the ``teto_signin`` cookie (login CSRF: another site cannot sign a browser into its own account). A token
 the tokens file accepts becomes a sealed session cookie (session.py); a wrong one is answered 401 with the form
 again. The body is read as a form whatever its Content-Type (the gateway labels every body JSON, limits.py).
+A wrong token or a form without its CSRF token is a failed sign-in: counted per source address and per actor
+(the revoked token's), logged and audited as ``sign_in`` (throttle.py); a blocked source or actor gets 429 with
+the form and a message, and its token is not looked at.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from ...auth import AuthError, Failure, refuse_if_blocked, source_of
+from ...domain.attempts import Scope
+from ...throttle import record_failure
 from .. import i18n, session
 from ..web import render, safe_next
 
@@ -29,6 +35,12 @@ async def form_of(request: Request) -> dict[str, str]:
 
 def _secure(request: Request) -> bool:
     return request.url.scheme == "https"
+
+
+def limited(request: Request, exc: AuthError, next_path: str) -> Response:
+    response = sign_in_form(request, next_path=next_path, error="signin.error_limited", status=429)
+    response.headers["Retry-After"] = str(max(1, int(exc.retry_after or 1) + 1))
+    return response
 
 
 def sign_in_form(request: Request, *, next_path: str, error: str | None = None, status: int = 200) -> Response:
@@ -53,11 +65,24 @@ def register(router: APIRouter) -> None:
     async def signin(request: Request) -> Response:
         form = await form_of(request)
         next_path = safe_next(form.get("next"))
-        if not session.csrf_ok(request.cookies.get(session.PRE_COOKIE), form.get("csrf")):
-            return sign_in_form(request, next_path=next_path, error="signin.error_csrf", status=403)
-        principal = request.app.state.tokens.authenticate(form.get("token", "").strip())
-        if principal is None:
-            return sign_in_form(request, next_path=next_path, error="signin.error_token", status=401)
+        tokens = request.app.state.tokens
+        try:
+            refuse_if_blocked(request, Scope.SOURCE, source_of(request))  # before the token is looked at
+            if not session.csrf_ok(request.cookies.get(session.PRE_COOKIE), form.get("csrf")):
+                await record_failure(request, Failure.SIGN_IN_CSRF, "sign-in form posted without its CSRF token", None)
+                return sign_in_form(request, next_path=next_path, error="signin.error_csrf", status=403)
+            typed = form.get("token", "").strip()
+            principal = tokens.authenticate(typed)
+            if principal is None:
+                actor = tokens.revoked_actor(typed) if typed else None
+                if actor is not None:
+                    refuse_if_blocked(request, Scope.ACTOR, actor, actor)
+                await record_failure(request, Failure.SIGN_IN, "unknown or revoked token typed into the sign-in form",
+                                     actor)
+                return sign_in_form(request, next_path=next_path, error="signin.error_token", status=401)
+            refuse_if_blocked(request, Scope.ACTOR, principal.actor, principal.actor)
+        except AuthError as exc:
+            return limited(request, exc, next_path)
         value, _ = session.seal(request.app.state.panel_key, form["token"].strip(), now=time.time())
         response = RedirectResponse(next_path, status_code=303)
         response.set_cookie(session.COOKIE, value, **session.cookie_options(secure=_secure(request)))

@@ -1,6 +1,7 @@
 """The usage page (issue 14): GPU-hours, jobs by outcome, interruptions and queue wait per organisation,
 project or user over a period: the report GET /v1/usage answers (routes/tenancy.usage_report over
-domain/usage.py), for the same people (read, an organisation's token its own organisation only: orgs.usage_org),
+domain/usage.py), for the same people (read, an organisation's token its own organisation only: orgs.usage_org;
+without ``read:all`` one's own jobs only: scoping.usage_owner),
 with a link to the same report as CSV (``format=csv``).
 """
 
@@ -20,6 +21,7 @@ from ...auth import AuthError, Permission, Principal
 from ...domain import usage as usages
 from ...orgs import usage_org
 from ...routes.tenancy import usage_report
+from ...scoping import usage_owner
 from ..web import PageForbidden, render, signed_in
 from . import NavItem
 
@@ -70,7 +72,8 @@ def register(router: APIRouter) -> None:
             except ValueError as exc:  # 2026-13, 2026-02-30
                 form["error"] = str(exc)
             else:
-                result = await usage_report(request, scope, start, end, usages.GroupBy(form["group_by"]))
+                result = await usage_report(request, scope, start, end, usages.GroupBy(form["group_by"]),
+                                            owner=usage_owner(principal))
                 report = usages.as_json(result)
         return render(request, principal, "usage.html", "usage", report=report, form=form, org=scope,
                       groups=GROUPS, outcomes=usages.OUTCOMES, csv=csv_link(form, scope))
