@@ -21,6 +21,8 @@ GRANT = RunJob(job_id="j1", epoch=1, executor_id="ex-1", attempt=1, lease_second
 
 
 class FakeChild:
+    sandbox = None  # no limits in force: the error is the exit status and the stderr tail alone
+
     def __init__(self, tail: str) -> None:
         self.tail = tail
 
