@@ -92,5 +92,5 @@ def register(router: APIRouter) -> None:
         job = redact(job)
         executors = await scoped_fleet(request, principal, await reads.executors()) if job.get("gang") else []
         template = "job_live.html" if fragment else "job.html"
-        return render(request, principal, template, "job", messages=("job.", "numbers."), job=job,
+        return render(request, principal, template, "job", messages=("job.", "numbers.", "terms.log_"), job=job,
                       f=figures(job, executors, principal), ceiling_most=_CEILING_MOST)

@@ -194,6 +194,24 @@
       return body;
     }
 
+    /* The marker where output is missing or ends, in the page's words from the chunk's fields (the API's
+       English "notice" is logviews.notice; the same rule, words from terms.log_*). */
+    function notice(c) {
+      var parts = [];
+      if (c.dropped_bytes) {
+        var why = c.truncated && !c.text ? "terms.log_limit" : "terms.log_not_in_time";
+        parts.push(P.t("terms.log_dropped", {bytes: numberText(c.dropped_bytes, 0), stream: c.stream, why: P.t(why)}));
+      } else if (c.truncated && !c.final) {
+        parts.push(P.t("terms.log_truncated", {stream: c.stream}));
+      }
+      if (c.final) {
+        var code = c.exit_code, status = code === null || code === undefined ? P.t("terms.log_status_unknown")
+          : code < 0 ? P.t("terms.log_status_signal", {signal: -code}) : P.t("terms.log_status_exit", {code: code});
+        parts.push(P.t("terms.log_ended", {attempt: c.attempt, rank: c.rank, status: status}));
+      }
+      return parts.join(" ");
+    }
+
     function chunk(c) {
       var key = c.attempt + "/" + c.rank + "/" + c.stream;
       var source = P.t("job.logs_line_source", {rank: c.rank, stream: c.stream, attempt: c.attempt});
@@ -206,7 +224,8 @@
       });
       /* A chunk that does not end its line: the next chunk of the same source continues it. */
       if (pieces[pieces.length - 1] !== "" && last) { open[key] = last; } else { delete open[key]; }
-      if (c.notice) { addLine(source, c.stream, c.notice); delete open[key]; }
+      var marker = notice(c);
+      if (marker) { addLine(source, c.stream, marker).classList.add("log-notice"); delete open[key]; }
       if (atBottom) { text.scrollTop = text.scrollHeight; }
       box.hidden = false;
     }
