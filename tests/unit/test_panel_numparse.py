@@ -188,3 +188,42 @@ def test_the_requeue_form_posts_the_text_and_the_server_reads_it_in_the_pages_lo
     csrf = sign_in(client, secrets["ana"])
     forged = client.post("/jobs/j1/requeue", json={"ceiling": "1,000"}, headers={"X-CSRF-Token": csrf})
     assert forged.status_code == 403 and forged.json()["permission"] == "finetune:manage" and len(commands.sent) == 3
+
+
+class PolicyReads(FakeReads):
+    async def gang_policy(self) -> dict:
+        return {"ready_timeout_seconds": 1000.5, "backoff_base_seconds": 15.0, "backoff_max_seconds": 600.0,
+                "backoff_limit": None, "sequential_admission": True, "node_failure_strategy": "requeue_gang"}
+
+
+def test_the_policy_form_is_filled_and_read_in_the_pages_locale(tmp_path):
+    settings = GatewaySettings.from_env(env={}, data_dir=tmp_path)
+    secret = auth.create_token(settings.effective_tokens_file, "adm", "admin")
+    commands = FakeCommands()
+    with TestClient(create_app(settings, reads=PolicyReads(), commands=commands), base_url="https://panel.test") as client:
+        csrf = sign_in(client, secret)
+        client.cookies.set(i18n.LANG_COOKIE, "pt-BR")
+        assert 'value="1.000,5"' in client.get("/policy").text  # filled as the page's locale writes it
+        typed = {"ready_timeout_seconds": "1.000", "backoff_base_seconds": "2,5", "backoff_max_seconds": "1.200",
+                 "backoff_limit": ""}
+        saved = client.put("/policy", json={"numbers": typed, "node_failure_strategy": "fail_job"},
+                           headers={"X-CSRF-Token": csrf})
+        assert saved.status_code == 200, saved.text
+        policy = commands.sent[-1].policy
+        assert (policy.ready_timeout_seconds, policy.backoff_base_seconds, policy.backoff_max_seconds,
+                policy.backoff_limit, policy.node_failure_strategy.value) == (1000, 2.5, 1200, None, "fail_job")
+        refused = client.put("/policy", json={"numbers": {**typed, "backoff_base_seconds": "1.5"}},
+                             headers={"X-CSRF-Token": csrf})
+        assert refused.status_code == 422 and "digite 1,5" in refused.json()["fields"]["backoff_base_seconds"]
+        invalid = client.put("/policy", json={"numbers": {**typed, "ready_timeout_seconds": "0"}},
+                             headers={"X-CSRF-Token": csrf})
+        assert invalid.status_code == 422 and invalid.json()["error"] == "invalid" and len(commands.sent) == 1
+        client.cookies.set(i18n.LANG_COOKIE, "en")
+        assert 'value="1,000.5"' in client.get("/policy").text
+        assert client.put("/policy", json={"numbers": {**typed, "ready_timeout_seconds": "1,000"}},
+                          headers={"X-CSRF-Token": csrf}).status_code == 422  # "2,5" is no English number
+        assert client.put("/policy", json={"numbers": {"ready_timeout_seconds": "1,000", "backoff_base_seconds": "2.5",
+                                                       "backoff_max_seconds": "1,200"}},
+                          headers={"X-CSRF-Token": csrf}).status_code == 200
+        assert commands.sent[-1].policy.ready_timeout_seconds == 1000 and len(commands.sent) == 2
+        assert client.put("/policy", json={"numbers": {}}).status_code == 403  # no CSRF token

@@ -113,3 +113,15 @@ def test_every_pattern_and_code_has_its_words_in_both_catalogues():
     for locale in i18n.LOCALES:
         catalogue = i18n.catalogue(locale)
         assert {f"terms.{k}" for k in keys} <= set(catalogue), locale
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    ("nvidia-ml-py is not installed: no NVML readings", "nvidia-ml-py não está instalado: sem leituras da NVML"),
+    ("no NVIDIA GPU on this node (NVMLError_LibraryNotFound)", "nenhuma GPU NVIDIA neste nó (NVMLError_LibraryNotFound)"),
+    ("no other node in the group to reach", "nenhum outro nó no grupo para alcançar"),
+    ("a single node in this run: no collective to measure",
+     "um só nó nesta verificação: nenhuma operação coletiva para medir"),
+    ("GPU 0: temperature 95 C above 90", "GPU 0: temperature 95 C above 90"),  # a failure's own words
+])
+def test_a_test_that_does_not_apply_says_why_in_portuguese(error, said):
+    assert words.check_error(error, PT) == said

@@ -71,6 +71,15 @@ WAITING: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for 
      r"\((?P<stopped>\d+) job\(s\) preempted for it\)", "wait_reclaiming"),
 ))
 
+# A check's own words for a test that does not apply (agents/executor/checks/suite.py), same shape; a failing
+# test's error (what went wrong, in the check's words) is shown as written.
+CHECK_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for p, k in (
+    (r"nvidia-ml-py is not installed: no NVML readings", "check_no_nvml"),
+    (r"no NVIDIA GPU on this node \((?P<why>[\w.]+)\)", "check_no_gpu"),
+    (r"no other node in the group to reach", "check_no_peer"),
+    (r"a single node in this run: no collective to measure", "check_single_node"),
+))
+
 # Figures a check measures whose name is not in the nodes page's own table (fleet.metric_label).
 METRIC_PREFIXES = ("rel_error_", "gpu")
 
@@ -132,6 +141,14 @@ def audit_reason(text: str | None, locale: str) -> str:
         if name in values:
             values[name] = fmt.compact(float(values[name]), locale)
     return _say(locale, key, values)
+
+
+def check_error(text: str | None, locale: str) -> str:
+    """A check's error: a test that does not apply, in the page's words; a failure's own text as written."""
+    if not text:
+        return ""
+    found = _match(CHECK_ERRORS, text)
+    return text if found is None else _say(locale, *found)
 
 
 def waiting(wait: Mapping[str, Any] | None, locale: str) -> str | None:
