@@ -43,7 +43,7 @@ def test_every_attempt_cause_and_state_has_portuguese_words():
 def test_every_command_kind_of_the_audit_log_has_words_in_both_languages():
     kinds = {c.KIND for c in vars(commands).values() if isinstance(c, type) and getattr(c, "KIND", "")}
     assert {"submit", "cancel", "requeue", "drain_node", "set_policy"} <= kinds
-    for kind in kinds | {"dead_letter_replay"}:
+    for kind in kinds | {"dead_letter_replay", "token_create", "token_revoke"}:
         assert words.audit_kind(kind, PT) != kind and words.audit_kind(kind, "en") != kind, kind
     assert words.audit_kind("made_up", PT) == "made_up" and words.audit_kind(None, PT) is None
 
@@ -125,3 +125,36 @@ def test_every_pattern_and_code_has_its_words_in_both_catalogues():
 ])
 def test_a_test_that_does_not_apply_says_why_in_portuguese(error, said):
     assert words.check_error(error, PT) == said
+
+
+@pytest.mark.parametrize(("reason", "said"), [
+    ("exit status 3", "código de saída 3"), ("exit status 1: Traceback ...\nValueError: x",
+                                             "código de saída 1: Traceback ...\nValueError: x"),
+    ("killed by signal 9", "morto pelo sinal 9"),
+])
+def test_the_agents_exit_status_is_said_in_portuguese_and_the_programs_own_words_kept(reason, said):
+    assert words.reason(reason, PT) == said
+
+
+@pytest.mark.parametrize(("problem", "said"), [
+    ("1 executor(s) without signal", "1 executor(es) sem sinal"),
+    ("queue: no replica answered", "queue: nenhuma réplica respondeu"),
+    ("queue: nobody holds singleton queue-placement", "queue: ninguém detém o singleton queue-placement"),
+    ("budget: replica b-1 did not answer (last seen 12 s ago)",
+     "budget: a réplica b-1 não respondeu (vista pela última vez há 12 s)"),
+    ("stream JOB: no leader", "stream JOB: sem líder"),
+    ("stream JOB: replica on n2 is behind (40 operations)", "stream JOB: a réplica em n2 está atrasada (40 operações)"),
+    ("nats member node-3 (127.0.0.1:4222) did not answer: timeout",
+     "o membro NATS node-3 (127.0.0.1:4222) não respondeu: timeout"),
+    ("something new", "something new"),
+])
+def test_a_control_plane_problem_is_said_in_portuguese(problem, said):
+    assert words.problem(problem, PT) == said
+
+
+def test_the_status_problems_match_what_the_status_gathering_writes():
+    from services.gateway.domain import status
+    source = open(status.__file__, encoding="utf-8").read()
+    for fragment in ("executor(s) without signal", ": no replica answered", ": nobody holds singleton ", ": no leader",
+                     "did not answer \"", "is behind ("):
+        assert fragment.rstrip('"') in source, fragment

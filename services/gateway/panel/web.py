@@ -104,6 +104,7 @@ def context(request: Request, principal: Principal | None, page: str) -> dict[st
         "audit_reason": lambda text: words.audit_reason(_v(text), locale),
         "metric": lambda name: words.metric(name, locale),
         "check_error": lambda text: words.check_error(_v(text), locale),
+        "problem": lambda text: words.problem(_v(text), locale),
         "can": (lambda perm: principal is not None and principal.can(perm)),
         "nav": [item for item in navigation() if principal is not None and principal.can(item.permission)],
         "csrf": session.csrf if session is not None else "",

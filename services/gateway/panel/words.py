@@ -22,7 +22,7 @@ from . import fmt, i18n
 _CODE = re.compile(r"[a-z][a-z0-9_]*")
 
 # A job's or an event's reason: (pattern over the whole reason, terms key). Codes first (below), then these.
-REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for p, k in (
+REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.S), k) for p, k in (
     (r"lease expired", "reason_lease_expired"),
     (r"stopped by executor", "reason_stopped_by_executor"),
     (r"abandoned", "reason_abandoned"),
@@ -31,6 +31,8 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for 
     (r"cancelled by operator", "reason_cancelled_by_operator"),
     (r"training failed", "reason_training_failed"),
     (r"exit code (?P<code>-?\d+)", "reason_exit_code"),
+    (r"exit status (?P<code>-?\d+)(?P<tail>: .*)?", "reason_exit_status"),  # the agent's (run.py), then stderr
+    (r"killed by signal (?P<signal>\d+)(?P<tail>: .*)?", "reason_killed"),
     (r"handed back: (?P<why>.*)", "reason_handed_back"),
     (r"node failed: (?P<why>.*)", "reason_node_failed"),
     (r"undeliverable: (?P<why>.*)", "reason_undeliverable"),
@@ -80,6 +82,26 @@ CHECK_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k)
     (r"a single node in this run: no collective to measure", "check_single_node"),
 ))
 
+# The control plane's problems as GET /v1/status words them (services/gateway/domain/status.py), same shape.
+PROBLEMS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.S), k) for p, k in (
+    (r"(?P<count>\d+) executor\(s\) without signal", "problem_no_signal"),
+    (r"(?P<service>\S+): no replica answered", "problem_no_replica"),
+    (r"(?P<service>\S+): nobody holds singleton (?P<lock>\S+)", "problem_nobody_holds"),
+    (r"(?P<service>\S+): singleton (?P<lock>\S+) held by (?P<count>\d+) replicas: (?P<holders>.*)", "problem_held_twice"),
+    (r"(?P<service>\S+): replica (?P<instance>\S+) did not answer \(last seen (?P<seconds>\d+) s ago\)",
+     "problem_replica_silent"),
+    (r"(?P<service>\S+): replica (?P<instance>\S+) serves no metrics: (?P<why>.*)", "problem_no_metrics"),
+    (r"nats member (?P<member>.+?) did not answer: (?P<why>.*)", "problem_nats_member"),
+    (r"stream (?P<stream>\S+): no leader", "problem_no_leader"),
+    (r"stream (?P<stream>\S+): replica on (?P<peer>\S+) is offline", "problem_replica_offline"),
+    (r"stream (?P<stream>\S+): replica on (?P<peer>\S+) is behind \((?P<lag>\d+) operations\)",
+     "problem_replica_behind"),
+    (r"stream (?P<stream>\S+): (?P<have>\d+) of (?P<want>\d+) replicas", "problem_replicas_missing"),
+    (r"stream (?P<stream>\S+): info failed: (?P<why>.*)", "problem_stream_info"),
+    (r"database unreachable: (?P<why>.*)", "problem_database"),
+    (r"NATS: (?P<why>.*)", "problem_nats"),
+))
+
 # Figures a check measures whose name is not in the nodes page's own table (fleet.metric_label).
 METRIC_PREFIXES = ("rel_error_", "gpu")
 
@@ -111,6 +133,8 @@ def reason(text: str | None, locale: str) -> str:
         key, values = found
         if "why" in values:
             values["why"] = reason(values["why"], locale)
+        if "tail" in values:
+            values["tail"] = values["tail"] or ""
         return _say(locale, key, values)
     return text
 
@@ -141,6 +165,14 @@ def audit_reason(text: str | None, locale: str) -> str:
         if name in values:
             values[name] = fmt.compact(float(values[name]), locale)
     return _say(locale, key, values)
+
+
+def problem(text: str | None, locale: str) -> str:
+    """A problem of the control plane (GET /v1/status) in the page's words; the errors it quotes as written."""
+    if not text:
+        return ""
+    found = _match(PROBLEMS, text)
+    return text if found is None else _say(locale, *found)
 
 
 def check_error(text: str | None, locale: str) -> str:
