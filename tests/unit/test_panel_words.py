@@ -22,7 +22,8 @@ PT = "pt-BR"
     ("handed back: busy", "devolvido sem iniciar: ocupado"), ("exit code 3", "código de saída 3"),
     ("node failed: lease expired", "o nó falhou: a concessão expirou"),
     ("undeliverable: payload too large", "impossível de entregar: payload too large"),
-    ("succeeded", "concluído"),
+    ("succeeded", "concluído"), ("drained by operator", "drenado pelo operador"),
+    ("cordoned for run r-1", "isolado para a verificação r-1"),
 ])
 def test_a_reason_is_said_in_portuguese(reason, said):
     assert words.reason(reason, PT) == said

@@ -29,6 +29,8 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.S), k
     (r"every worker lost a peer", "reason_peer_lost"),
     (r"stop already requested", "reason_stop_already_requested"),
     (r"cancelled by operator", "reason_cancelled_by_operator"),
+    (r"drained by operator", "reason_drained_by_operator"),  # a node's (routes/nodes.py's default)
+    (r"cordoned for run (?P<run>\S+)", "reason_cordoned"),
     (r"training failed", "reason_training_failed"),
     (r"exit code (?P<code>-?\d+)", "reason_exit_code"),
     (r"exit status (?P<code>-?\d+)(?P<tail>: .*)?", "reason_exit_status"),  # the agent's (run.py), then stderr
