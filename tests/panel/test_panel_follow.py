@@ -133,7 +133,8 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     olga = open_as(chromium, stack, token_for(stack, "olga2", "operator"), "pt-BR")
     visit(olga, f"{stack.url}/jobs/{job_id}")
     field = olga.get_by_label("Novo teto total de GPU (GPU-segundos)")
-    field.fill(str(round(consumed + 30, 1)))
+    pt = lambda value: str(value).replace(".", ",")  # noqa: E731 - as a Brazilian types it (fewer than 1000)
+    field.fill(pt(round(consumed + 30, 1)))
     check = olga.locator("#requeue-check")
     assert "abaixo do mínimo" in check.inner_text()
     assert re.search(r"mínimo de \d+(,\d)? GPU-s \(consumido \d+(,\d)? \+ 60 s\)", check.inner_text()), check.inner_text()
@@ -142,7 +143,7 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
 
     # A page whose figures were stale lets it through: the server refuses, and the page shows its numbers.
     olga.evaluate("document.getElementById('requeue-ceiling').dataset.minimum = '0'")
-    field.fill(str(round(consumed + 30, 1)))
+    field.fill(pt(round(consumed + 30, 1)))
     olga.get_by_role("button", name="Recolocar na fila").click()
     refusal = olga.locator("#requeue-result")
     refusal.wait_for(state="visible")
@@ -173,6 +174,67 @@ def test_a_tiny_ceiling_job_is_requeued_from_the_page(stack, chromium):
     shoot(olga, "job-requeued", "pt-BR")
     assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
     olga.context.close()
+
+
+SLEEPER = "import time\nwhile True:\n    time.sleep(0.5)\n"
+
+# (typed, what the page says as it is typed, whether the button is enabled), per locale.
+TYPED = {
+    "pt-BR": [("1.000", "1.000 GPU-s é suficiente", True), ("100,5", "100,5 GPU-s é suficiente", True),
+              ("1.5", "Se queria dizer 1,5, digite 1,5", False), ("1,000", "é ambíguo: 1 ou 1.000?", False),
+              ("1.000,5,3", "mais de uma vírgula decimal", False), ("1,00.0", "ponto de milhar depois da vírgula", False),
+              ("1.0.0", "de três em três", False), ("1e3", "não é um número", False)],
+    "en": [("1,000", "1,000 GPU-s is enough", True), ("100.5", "100.5 GPU-s is enough", True),
+           ("100,5", "If you meant 100.5, type 100.5", False), ("1.000", "is ambiguous: 1 or 1,000?", False),
+           ("1,000.5.3", "more than one decimal point", False), ("1,00.0", "every three digits", False)],
+}
+SUBMITTED = {"pt-BR": ("1.000,5", "Recolocado na fila com teto de 1.000,5 GPU-s"),
+             "en": ("1,000.5", "Requeued with a ceiling of 1,000.5 GPU-s")}
+UNREADABLE = {"pt-BR": ("1.5", "digite 1,5"), "en": ("100,5", "type 100.5")}
+
+
+def test_the_requeue_ceiling_is_read_in_the_pages_locale(stack, chromium):
+    """pt-BR "100,5" is 100.5 and "1.000" is 1000, English "1,000" is 1000: each said back as typed, and the
+    ceiling the queue records is exactly the number meant; ambiguous or malformed text is refused with the reason,
+    on the page as typed and by the server when posted anyway."""
+    spec = {"gpu_ceiling_seconds": 3, "workload": {"kind": "command", "command": [JOB_PYTHON, "-c", SLEEPER]}}
+    jobs = {locale: submit(stack, {**spec, "name": f"teto-numero-{locale}"}) for locale in TYPED}
+    for job_id in jobs.values():
+        assert stack.wait_state(job_id, {"interrupted", "failed", "succeeded"}, 180)["state"] == "interrupted"
+    for locale, job_id in jobs.items():
+        page = open_as(chromium, stack, token_for(stack, f"olga-{locale.lower()}", "operator"), locale)
+        visit(page, f"{stack.url}/jobs/{job_id}")
+        field, check = page.locator("#requeue-ceiling"), page.locator("#requeue-check")
+        button = page.locator("#requeue-submit")
+        for typed, said, enabled in TYPED[locale]:
+            field.fill(typed)
+            assert said in check.inner_text(), (locale, typed, check.inner_text())
+            assert button.is_enabled() is enabled, (locale, typed)
+            assert (field.get_attribute("aria-invalid") == "true") is not enabled, (locale, typed)
+            if typed == "1,00.0":
+                shoot(page, "requeue-number", locale)
+        assert not untranslated(page)
+        # The server is the judge: the same text posted past the page's check is refused, in the page's words.
+        text, words = UNREADABLE[locale]
+        answer = page.evaluate("""async (typed) => {
+            const form = document.getElementById('requeue-form');
+            const r = await fetch(form.dataset.action, {method: 'POST', credentials: 'same-origin',
+                headers: {'Content-Type': 'application/json',
+                          'X-CSRF-Token': document.querySelector('meta[name=csrf-token]').content},
+                body: JSON.stringify({ceiling: typed})});
+            return [r.status, await r.json()];
+        }""", text)
+        assert answer[0] == 422 and answer[1]["error"] == "unreadable_number" and words in answer[1]["reason"], answer
+        assert stack.job(job_id)["state"] == "interrupted"
+        # A readable ceiling: the queue records exactly the number meant.
+        typed, done = SUBMITTED[locale]
+        field.fill(typed)
+        button.click()
+        page.locator("#action-status").get_by_text(done).wait_for()
+        assert eventually(lambda: stack.job(job_id)["budget"]["ceiling_seconds"] == 1000.5 or None, 30,
+                          "the new ceiling in the job's budget")
+        assert stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "story done"}).status_code == 200
+        page.context.close()
 
 
 CHATTY = """

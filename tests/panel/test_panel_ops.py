@@ -169,10 +169,17 @@ def test_the_gang_policy_is_checked_as_typed_and_saved_with_the_admins_name(stac
     field.fill("0")
     assert page.locator("#e-ready_timeout_seconds").inner_text() == "Deve ser maior que 0."
     assert field.get_attribute("aria-invalid") == "true" and page.locator("#policy-save").is_disabled()
+    field.fill("1.5")  # read in pt-BR: an English decimal or a mistyped thousand? refused, with the reason
+    assert "digite 1,5" in page.locator("#e-ready_timeout_seconds").inner_text()
+    assert page.locator("#policy-save").is_disabled()
+    field.fill("1.000")  # one thousand
+    assert page.locator("#e-ready_timeout_seconds").inner_text() == ""
     field.fill("90")
     page.get_by_label("Espera inicial (segundos)").fill("30")
     page.get_by_label("Espera máxima (segundos)").fill("20")
     assert "menor que a inicial" in page.locator("#e-backoff_max_seconds").inner_text()
+    page.get_by_label("Espera máxima (segundos)").fill("1.200")  # 1200, above the base
+    assert page.locator("#e-backoff_max_seconds").inner_text() == ""
     page.get_by_label("Espera máxima (segundos)").fill("300")
     page.get_by_label("Limite de esperas").fill("")  # empty: unlimited
     page.get_by_label("Quando um nó falha").select_option("fail_job")

@@ -170,9 +170,12 @@ def test_numbers_go_into_fields_plainly():
 def test_policy_js_applies_the_same_messages():
     """Every message the typed check can name has its words, and the page's script uses each of them."""
     script = (Path(i18n.__file__).parent / "static" / "policy.js").read_text()
-    for name in ("required", "not_number", "not_integer", "above", "at_least", "at_most", "max_below_base"):
+    for name in ("required", "not_integer", "above", "at_least", "at_most", "max_below_base"):
         assert f'"policy.err_{name}"' in script
         assert i18n.translate("pt-BR", f"policy.err_{name}") != f"policy.err_{name}"
+    # A text that is no number in the page's locale: numparse.js's reading and the numbers.* words (not a
+    # locale-blind pattern: pt-BR "1.000" is a thousand).
+    assert "TetoNumbers.parse(text, P.locale)" in script and '"numbers." + read.problem' in script
 
 
 def test_audit_filters_trim_and_parse_times():

@@ -79,8 +79,9 @@ def test_every_problem_is_listed_first_and_each_part_shows_what_is_wrong_in_port
     text = text_of(page)
     assert 'data-ok="0"' in page[page.index('id="status-verdict"'):][:400]
     problems = re.findall(r"<li>(.*?)</li>", page[page.index('id="status-problems"'):].split("</ul>")[0], re.S)
-    assert len(problems) >= 6 and "gateway: no replica answered" in problems
-    assert any(p.startswith("queue: replica queue-1 serves no metrics: port 21001: ") for p in problems)
+    # In the page's words; ids, names and the errors quoted as the server has them (words.problem).
+    assert len(problems) >= 6 and "gateway: nenhuma réplica respondeu" in problems
+    assert any(p.startswith("queue: a réplica queue-1 não serve métricas: port 21001: ") for p in problems)
     assert f"{len(problems)} problema(s)" in text
     assert HOSTILE not in page and "&lt;" in page  # the server's text escaped
     assert "Nenhuma réplica respondeu" in page[page.index('data-service="gateway"'):].split("</tr>")[0]

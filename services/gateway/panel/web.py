@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 
 from ..auth import AuthError, Permission, Principal, require
-from . import fmt, i18n
+from . import fmt, i18n, words
 from .pages import navigation
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -100,6 +100,13 @@ def context(request: Request, principal: Principal | None, page: str) -> dict[st
         "gpu_time": lambda s: fmt.gpu_time(_v(s), locale), "timestamp": lambda v: fmt.timestamp(_v(v), locale),
         "age": lambda v: fmt.age(_v(v), now, locale), "percent": lambda p, w: fmt.percent(_v(p), _v(w), locale),
         "ratio": lambda p, w: fmt.ratio(_v(p), _v(w)),
+        # the control plane's codes and sentences in the page's words (words.py)
+        "reason": lambda text: words.reason(_v(text), locale), "waiting": lambda w: words.waiting(_v(w), locale),
+        "audit_kind": lambda k: words.audit_kind(_v(k), locale),
+        "audit_reason": lambda text: words.audit_reason(_v(text), locale),
+        "metric": lambda name: words.metric(name, locale),
+        "check_error": lambda text: words.check_error(_v(text), locale),
+        "problem": lambda text: words.problem(_v(text), locale),
         "can": (lambda perm: principal is not None and principal.can(perm)),
         "nav": [item for item in navigation() if principal is not None and principal.can(item.permission)],
         "csrf": session.csrf if session is not None else "",

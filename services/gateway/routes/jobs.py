@@ -105,6 +105,14 @@ async def _answer(request: Request, cmd: Command, job_id: str) -> Response:
     return json_response(redact(job), status)
 
 
+async def requeue_job(request: Request, job_id: str, principal: Principal, ceiling: float) -> Response:
+    """Requeue with a new total ceiling, as ``POST /v1/jobs/{id}/requeue`` does (the panel's requeue form, which
+    reads the typed number in the page's locale first, comes here too)."""
+    await _existing_job(request, job_id, principal, "requeue")
+    cmd = RequeueJob(actor=principal.actor, job_id=job_id, gpu_ceiling_seconds=ceiling)
+    return await _answer(request, cmd, job_id)
+
+
 def register(app: FastAPI) -> None:
 
     @app.post("/v1/jobs", tags=["jobs"], status_code=201, summary="Submit a job (the owner is the token's actor)",
@@ -217,9 +225,7 @@ def register(app: FastAPI) -> None:
                  openapi_extra={COMMAND_KEY: "requeue"})
     async def requeue(request: Request, job_id: str, body: RequeueBody,
                       principal: Principal = Depends(require(Permission.FINETUNE_MANAGE))) -> JSONResponse:
-        await _existing_job(request, job_id, principal, "requeue")
-        cmd = RequeueJob(actor=principal.actor, job_id=job_id, gpu_ceiling_seconds=body.gpu_ceiling_seconds)
-        return await _answer(request, cmd, job_id)
+        return await requeue_job(request, job_id, principal, body.gpu_ceiling_seconds)
 
     @app.get("/v1/executors", tags=["fleet"], summary="Executors: node, group, phase, job, signal, last heartbeat")
     async def executors(request: Request,

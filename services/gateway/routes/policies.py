@@ -20,6 +20,20 @@ from ..errors import ApiError
 from . import COMMAND_KEY, commands_of, reads_of
 
 
+async def set_gang_policy(request: Request, principal: Principal, body: GangPolicy) -> JSONResponse:
+    """The ``set_policy`` command and its answer, as ``PUT /v1/policies/gang`` gives it (the panel's policy form,
+    which reads the typed numbers in the page's locale first, comes here too)."""
+    sent = await commands_of(request).send(SetGangPolicy(actor=principal.actor, policy=body))
+    out = sent.outcome
+    if out is None:
+        return JSONResponse({"command_id": sent.command_id, "status": "pending"}, status_code=202)
+    if not out.accepted:
+        raise ApiError(409, "refused", out.reason or "refused", detail=jsonable_encoder(out.detail),
+                       command_id=sent.command_id, by=out.by)
+    # Read-your-writes: the queue commits the policy before it publishes the outcome.
+    return JSONResponse(jsonable_encoder(await reads_of(request).gang_policy()), status_code=200)
+
+
 def register(app: FastAPI) -> None:
 
     @app.get("/v1/policies/gang", tags=["policies"],
@@ -34,12 +48,4 @@ def register(app: FastAPI) -> None:
                         409: {"description": "Refused"}, 422: {"description": "Invalid policy"}})
     async def put_gang_policy(request: Request, body: GangPolicy,
                               principal: Principal = Depends(require(Permission.POLICY_ADMIN))) -> JSONResponse:
-        sent = await commands_of(request).send(SetGangPolicy(actor=principal.actor, policy=body))
-        out = sent.outcome
-        if out is None:
-            return JSONResponse({"command_id": sent.command_id, "status": "pending"}, status_code=202)
-        if not out.accepted:
-            raise ApiError(409, "refused", out.reason or "refused", detail=jsonable_encoder(out.detail),
-                           command_id=sent.command_id, by=out.by)
-        # Read-your-writes: the queue commits the policy before it publishes the outcome.
-        return JSONResponse(jsonable_encoder(await reads_of(request).gang_policy()), status_code=200)
+        return await set_gang_policy(request, principal, body)

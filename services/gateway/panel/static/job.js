@@ -73,26 +73,35 @@
     status.hidden = false;
   }
 
-  /* -- requeue: validated as typed against consumed + 60; the server's refusal shown with its numbers -- */
+  /* -- requeue: the ceiling read as typed in the page's locale (TetoNumbers, numparse.js) and checked against
+     consumed + 60; the text goes to the server as typed (POST /jobs/<id>/requeue), which reads it by the same
+     rule and stays the judge; its refusal is shown with its numbers -- */
   function requeueForm() {
     var form = document.getElementById("requeue-form");
     if (!form) { return; }
     var input = document.getElementById("requeue-ceiling"), check = document.getElementById("requeue-check");
     var button = document.getElementById("requeue-submit"), result = document.getElementById("requeue-result");
+    function refuse(text) {
+      check.textContent = text; check.className = "error"; input.setAttribute("aria-invalid", "true"); button.disabled = true;
+      return false;
+    }
     function validate() {
       var minimum = parseFloat(input.getAttribute("data-minimum")), consumed = parseFloat(input.getAttribute("data-consumed"));
-      var raw = input.value.trim().replace(",", ".");
-      var given = parseFloat(raw);
-      if (!raw || !isFinite(given)) {
-        check.textContent = P.t("job.requeue_invalid"); input.setAttribute("aria-invalid", "true"); button.disabled = true;
-        return false;
+      var most = parseFloat(input.getAttribute("data-most"));
+      var typed = input.value.trim(), read = window.TetoNumbers.parse(typed, P.locale);
+      if (read.problem) {
+        var seps = window.TetoNumbers.separators[P.locale] || window.TetoNumbers.separators.en;
+        return refuse(P.t("numbers." + read.problem, {text: typed, group: seps[0], point: seps[1],
+          other: window.TetoNumbers.written(read.other, P.locale), mine: window.TetoNumbers.written(read.mine, P.locale)}));
+      }
+      var given = read.value;
+      if (given > most) {
+        return refuse(P.t("numbers.ceiling_out_of_range", {text: typed, most: window.TetoNumbers.written(most, P.locale)}));
       }
       if (given < minimum) {
-        check.textContent = P.t("job.requeue_too_low", {given: numberText(given), minimum: numberText(minimum), consumed: numberText(consumed)});
-        check.className = "error"; input.setAttribute("aria-invalid", "true"); button.disabled = true;
-        return false;
+        return refuse(P.t("job.requeue_too_low", {given: numberText(given), minimum: numberText(minimum), consumed: numberText(consumed)}));
       }
-      check.textContent = P.t("job.requeue_ok_value", {given: numberText(given), left: numberText(given - consumed)});
+      check.textContent = P.t("job.requeue_ok_value", {given: window.TetoNumbers.written(given, P.locale), left: numberText(given - consumed)});
       check.className = "help"; input.removeAttribute("aria-invalid"); button.disabled = false;
       return true;
     }
@@ -100,17 +109,16 @@
     button.disabled = true;
     form.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      /* Submitted even when the page thinks it is too low only if forced through the API: the page asks the
-         server with exactly what was typed, and shows its answer. */
-      var given = parseFloat(input.value.trim().replace(",", "."));
-      if (!isFinite(given)) { validate(); return; }
+      /* The page may think it enough on stale figures: the server reads exactly what was typed, and judges. */
+      var typed = input.value.trim(), read = window.TetoNumbers.parse(typed, P.locale);
+      if (read.problem) { validate(); return; }
       button.disabled = true;
-      P.api("POST", "/v1/jobs/" + encodeURIComponent(form.getAttribute("data-job")) + "/requeue", {gpu_ceiling_seconds: given})
+      P.api("POST", form.getAttribute("data-action"), {ceiling: typed})
         .then(function (answer) {
           if (answer.status >= 200 && answer.status < 300) {
             /* Outside the form, which hides itself once the job is no longer interrupted. */
             result.hidden = true;
-            announce(P.t("job.requeue_done", {ceiling: numberText(given)}));
+            announce(P.t("job.requeue_done", {ceiling: window.TetoNumbers.written(read.value, P.locale)}));
             return;
           }
           result.hidden = false;
@@ -195,6 +203,24 @@
       return body;
     }
 
+    /* The marker where output is missing or ends, in the page's words from the chunk's fields (the API's
+       English "notice" is logviews.notice; the same rule, words from terms.log_*). */
+    function notice(c) {
+      var parts = [];
+      if (c.dropped_bytes) {
+        var why = c.truncated && !c.text ? "terms.log_limit" : "terms.log_not_in_time";
+        parts.push(P.t("terms.log_dropped", {bytes: numberText(c.dropped_bytes, 0), stream: c.stream, why: P.t(why)}));
+      } else if (c.truncated && !c.final) {
+        parts.push(P.t("terms.log_truncated", {stream: c.stream}));
+      }
+      if (c.final) {
+        var code = c.exit_code, status = code === null || code === undefined ? P.t("terms.log_status_unknown")
+          : code < 0 ? P.t("terms.log_status_signal", {signal: -code}) : P.t("terms.log_status_exit", {code: code});
+        parts.push(P.t("terms.log_ended", {attempt: c.attempt, rank: c.rank, status: status}));
+      }
+      return parts.join(" ");
+    }
+
     function chunk(c) {
       var key = c.attempt + "/" + c.rank + "/" + c.stream;
       var source = P.t("job.logs_line_source", {rank: c.rank, stream: c.stream, attempt: c.attempt});
@@ -207,7 +233,8 @@
       });
       /* A chunk that does not end its line: the next chunk of the same source continues it. */
       if (pieces[pieces.length - 1] !== "" && last) { open[key] = last; } else { delete open[key]; }
-      if (c.notice) { addLine(source, c.stream, c.notice); delete open[key]; }
+      var marker = notice(c);
+      if (marker) { addLine(source, c.stream, marker).classList.add("log-notice"); delete open[key]; }
       if (atBottom) { text.scrollTop = text.scrollHeight; }
       box.hidden = false;
     }

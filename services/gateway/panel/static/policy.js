@@ -1,6 +1,8 @@
-/* The gang policy form: each number is checked as it is typed against the contract's bounds (the same rules as
-   fleet.policy_problem on the server), the back-off maximum against its base, then PUT /v1/policies/gang; the
-   server's refusal is shown as it words it (it stays the judge). */
+/* The gang policy form: each number is read in the page's locale (TetoNumbers, numparse.js: pt-BR 1.000 is 1000)
+   and checked as it is typed against the contract's bounds (the same rules as fleet.policy_problem on the server),
+   the back-off maximum against its base, then sent as typed to PUT /policy, which reads the numbers by the same
+   rule and sets the policy as PUT /v1/policies/gang; the server's refusal is shown as it words it (it stays the
+   judge). */
 (function () {
   "use strict";
   var P = window.TetoPanel;
@@ -14,9 +16,13 @@
     var spec = bounds[name];
     text = text.trim();
     if (text === "") { return spec.nullable ? null : P.t("policy.err_required"); }
-    if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(text)) { return P.t("policy.err_not_number"); }
-    var value = Number(text);
-    if (!isFinite(value)) { return P.t("policy.err_not_number"); }
+    var read = window.TetoNumbers.parse(text, P.locale);
+    if (read.problem) {
+      var seps = window.TetoNumbers.separators[P.locale] || window.TetoNumbers.separators.en;
+      return P.t("numbers." + read.problem, {text: text, group: seps[0], point: seps[1],
+        other: window.TetoNumbers.written(read.other, P.locale), mine: window.TetoNumbers.written(read.mine, P.locale)});
+    }
+    var value = read.value;
     if (spec.kind === "int" && Math.floor(value) !== value) { return P.t("policy.err_not_integer"); }
     if (spec.min !== undefined && (spec.min_exclusive ? value <= spec.min : value < spec.min)) {
       return P.t(spec.min_exclusive ? "policy.err_above" : "policy.err_at_least", {min: fmt(spec.min)});
@@ -26,6 +32,11 @@
   }
 
   function field(name) { return document.getElementById("p-" + name); }
+
+  function valueOf(name) {
+    var text = field(name).value.trim();
+    return text === "" ? null : window.TetoNumbers.parse(text, P.locale).value;
+  }
 
   function show(name, message) {
     var input = field(name);
@@ -40,8 +51,8 @@
       show(name, message);
       if (message) { ok = false; }
     });
-    var base = field("backoff_base_seconds").value.trim(), cap = field("backoff_max_seconds").value.trim();
-    if (ok && base !== "" && cap !== "" && Number(cap) < Number(base)) {
+    var base = valueOf("backoff_base_seconds"), cap = valueOf("backoff_max_seconds");
+    if (ok && base !== null && cap !== null && cap < base) {
       show("backoff_max_seconds", P.t("policy.err_max_below_base", {base: fmt(base), max: fmt(cap)}));
       ok = false;
     }
@@ -50,11 +61,8 @@
   }
 
   function body() {
-    var out = {};
-    numbers.forEach(function (name) {
-      var text = field(name).value.trim();
-      out[name] = text === "" ? null : Number(text);
-    });
+    var out = {numbers: {}};
+    numbers.forEach(function (name) { out.numbers[name] = field(name).value.trim(); });
     out.sequential_admission = field("sequential_admission").checked;
     out.node_failure_strategy = field("node_failure_strategy").value;
     return out;
@@ -65,7 +73,7 @@
     e.preventDefault();
     if (!check()) { return; }
     var result = document.getElementById("policy-result");
-    P.api("PUT", "/v1/policies/gang", body()).then(function (answer) {
+    P.api("PUT", "/policy", body()).then(function (answer) {
       var b = answer.body || {};
       if (answer.status === 200) {
         window.location.assign("/policy?saved=1");
@@ -74,6 +82,7 @@
         result.textContent = P.t("policy.pending");
       } else {
         var fields = (b.errors || []).map(function (item) { return (item.loc || []).join(".") + ": " + (item.msg || ""); });
+        Object.keys(b.fields || {}).forEach(function (name) { show(name, b.fields[name]); });
         result.className = "error";
         result.textContent = P.t("policy.refused", {status: answer.status, reason: b.reason || ""}) +
           (fields.length ? " (" + fields.join("; ") + ")" : "");
