@@ -36,7 +36,7 @@ from libs.runtime import logs, metrics, tracing
 from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
-from .guard_client import Guard
+from .guard_client import Fence, Guard
 from .lease import LeaseKeeper
 from .logsender import RunLog
 from .publisher import Publisher
@@ -304,7 +304,8 @@ class Agent:
             watch = asyncio.create_task(keeper.watch(), name=f"lease-{grant.job_id}")
             made = await asyncio.shield(prepared)  # a stop of the agent meanwhile leaves it to ``discard``
             prepared = None
-            if not await self._launch(run, made):
+            keeper.on_extended = lambda until: self._extend(run, until)
+            if not await self._launch(run, made, keeper.contact.deadline):
                 return
             spent = self._watch_ceiling(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
@@ -344,7 +345,16 @@ class Agent:
     async def _prepare(self, run: Run) -> Prepared:
         return await prepare(self.settings, run.grant, self._uid_start())
 
-    async def _launch(self, run: Run, prepared: Prepared) -> bool:
+    def _fence(self, until: float) -> Fence:
+        """The run guard's deadline for a run: the lease's own (lease - stop margin since the last acknowledged
+        renewal), then the same grace as the agent's own abandoning (guard.py ends the run at it by itself)."""
+        return Fence(until=until, grace=self.settings.abandon_grace_seconds)
+
+    async def _extend(self, run: Run, until: float) -> None:
+        if run.child is not None and run.child.launch.guarded and run.child.proc.returncode is None:
+            await self.guard.extend(run.child.pid, self._fence(until))
+
+    async def _launch(self, run: Run, prepared: Prepared, deadline: float) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first
         (the run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
         grant = run.grant
@@ -367,7 +377,7 @@ class Agent:
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write, guard=self.guard)
+                                          on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
         except BaseException:
             await box.close()
             raise

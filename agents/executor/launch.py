@@ -140,8 +140,10 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
+    # Every run is started by the agent's guard: it dies with the agent, and the guard ends it by itself when the
+    # agent stops extending its deadline (a frozen agent is alive: no parent-death signal would fire).
     return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
-                  guarded=isinstance(workload, CommandWorkload))
+                  guarded=True)
 
 
 @functools.lru_cache(maxsize=64)
