@@ -16,7 +16,7 @@ from libs.contracts.envelope import ContractError
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
-from . import checkpoints, sandbox
+from . import ckpt_fence, sandbox
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -36,11 +36,12 @@ class Prepared(NamedTuple):
 
 
 async def prepare(settings: Any, grant: RunJob, uid_start: int) -> Prepared:
-    """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only, done
-    while the lease is being confirmed. Raises whatever keeps the sandbox from opening."""
+    """The checkpoint the queue accepted for the run to resume from (and the files skipped on the way: those never
+    accepted are deleted, ckpt_fence.py) and its sandbox: local work only, done while the lease is being
+    confirmed. Raises whatever keeps the sandbox from opening."""
     ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
-    ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir)  # a first run has no directory:
-                     if os.path.lexists(ckpt_dir) else (None, []))  # no thread to learn that (one stat call)
+    ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from)  # a first run
+                     if os.path.lexists(ckpt_dir) else (None, []))  # has no directory: no thread to learn that
     box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
     return Prepared(ckpt, skipped, box)
 
