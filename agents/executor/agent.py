@@ -376,6 +376,9 @@ class Agent:
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
+            run.confirmed_file = launch.confirmed_file(s, grant)
+            kept = s.checkpoints_kept if grant.spec.checkpoints_kept is None else grant.spec.checkpoints_kept
+            run.retention = (launch.checkpoint_dir(s, grant.job_id), kept) if grant.rank == 0 and kept > 0 else None
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
         except BaseException:

@@ -142,3 +142,29 @@ def clean(path: Path) -> None:
             pass
         except OSError as exc:
             log.warning("cannot delete %s, a checkpoint the queue never accepted (ignored all the same): %s", p, exc)
+
+
+def confirm(path: Path, step: int) -> None:
+    """Tell the run the newest checkpoint step whose report the bus has taken (``TETO_CHECKPOINT_CONFIRMED``): its
+    retention deletes nothing newer than that (sdk.py), so a run whose reports go nowhere (its agent frozen, its
+    bus cut off) cannot delete the checkpoint the queue accepted. Best effort: a step not written only keeps more."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.fchmod(fd, 0o644)  # the run (its own uid) reads it
+            os.write(fd, str(int(step)).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("checkpoint confirmation not written to %s: %s", path, exc)
+
+
+def retain(directory: Path, keep: int, step: int) -> None:
+    """Retention up to a checkpoint whose report the bus took (``checkpoints.prune``, which never follows a link):
+    what the run's own retention would have deleted had the confirmation come before its last checkpoint."""
+    try:
+        checkpoints.prune(directory, step, keep)
+    except OSError as exc:
+        log.debug("older checkpoints in %s not removed: %s", directory, exc)

@@ -15,6 +15,7 @@ from typing import Any
 from libs.contracts.bounds import MAX_SAFE_INT
 from libs.contracts.telemetry import CheckpointReport, Phase, StepReport, WorkerReady
 
+from . import ckpt_fence
 from .run import Run
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,13 @@ class Reports:
                 self._flush_when_due(run, last + self.progress_interval_seconds - now)
         elif kind == "checkpoint":
             self.flush_step(run)  # the step a checkpoint covers is reported before the checkpoint
-            self.send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
-                       sha256=record.get("sha256"), bytes=record.get("bytes"))
+            step = int(record["step"])
+            sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
+                             sha256=record.get("sha256"), bytes=record.get("bytes"))
+            if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
+                # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
+                # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
+                sent.add_done_callback(lambda done: _confirmed(done, run, step))
         elif kind == "ready" and not run.ready and run.grant.world_size > 1:
             self.on_ready(run)
         elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):
@@ -114,3 +120,12 @@ class Reports:
         except ValueError as exc:  # a figure the contract refuses (pydantic's ValidationError is a ValueError)
             # Dropped, never raised: this also runs when the run finishes, and that report must still go out.
             log.warning("job %s: step report not sent: %s", run.grant.job_id, exc)
+
+
+def _confirmed(done: asyncio.Future, run: Run, step: int) -> None:
+    """The bus has the checkpoint's report (True) or dropped it: only then may retention reach it, the run's own
+    (told through its confirmation file) and the agent's, now (the run's next checkpoint may never come)."""
+    if not done.cancelled() and done.exception() is None and done.result() and run.confirmed_file is not None:
+        ckpt_fence.confirm(run.confirmed_file, step)
+        if run.retention is not None:
+            ckpt_fence.retain(*run.retention, step)

@@ -83,6 +83,8 @@ class Run:
     ready: bool = False  # a gang worker's process group has formed
     log: RunLog | None = None  # its output on the way to the bus
     ended: bool = False  # its end is reported (being acknowledged): a new grant waits for it, not handed back
+    confirmed_file: Path | None = None  # where the last checkpoint step the bus took is written for the run
+    retention: tuple[Path, int] | None = None  # its checkpoint directory and how many to keep (rank 0; keep > 0)
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free
