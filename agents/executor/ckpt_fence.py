@@ -91,15 +91,17 @@ def _why(f: Found, reason: str) -> str:
     return "a link, not a checkpoint file" if f.link else reason
 
 
-def resume_point(directory: Path, accepted: AcceptedCheckpoint | None
+def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean: bool = True
                  ) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
-    """The checkpoint a run resumes from (None: from scratch) and every file skipped, with why; the files never
-    accepted are deleted (each sidecar before its file), as far as the agent may. Never raises for a file."""
+    """The checkpoint a run resumes from (None: from scratch) and every file skipped, with why; with ``clean`` (the
+    directory's writer, rank 0) the files never accepted are deleted (each sidecar before its file), as far as the
+    agent may. Never raises for a file."""
     choice = choose([inspect(step, path) for step, path in checkpoints.candidates(directory)], accepted)
     skipped: list[tuple[Path, str]] = []
     for path, why in choice.fenced:
         skipped.append((path, why))
-        clean(path)
+        if clean:
+            remove(path)
     for path in choice.resume:
         try:
             ckpt, reason = checkpoints.validate(path)
@@ -132,7 +134,7 @@ def inspect(step: int, path: Path) -> Found:
                  epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
 
 
-def clean(path: Path) -> None:
+def remove(path: Path) -> None:
     """Delete a checkpoint never accepted, its sidecar first (half deleted reads as incomplete, never as valid); a
     file the agent may not delete stays, ignored all the same."""
     for p in (checkpoints.sidecar_path(path), path):

@@ -40,8 +40,11 @@ async def prepare(settings: Any, grant: RunJob, uid_start: int) -> Prepared:
     accepted are deleted, ckpt_fence.py) and its sandbox: local work only, done while the lease is being
     confirmed. Raises whatever keeps the sandbox from opening."""
     ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
-    ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from)  # a first run
-                     if os.path.lexists(ckpt_dir) else (None, []))  # has no directory: no thread to learn that
+    # Only rank 0 (the directory's writer) deletes what was never accepted. A first run has no directory: no
+    # thread to learn that (one stat call).
+    ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from,
+                                             clean=grant.rank == 0)
+                     if os.path.lexists(ckpt_dir) else (None, []))
     box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
     return Prepared(ckpt, skipped, box)
 

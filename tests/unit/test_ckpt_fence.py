@@ -123,3 +123,11 @@ def test_a_sidecar_records_the_epoch_of_the_run_that_wrote_it(tmp_path, monkeypa
     monkeypatch.delenv("TETO_EPOCH")
     ckpt = checkpoints.save_bytes(tmp_path, 6, b"w")
     assert inspect(6, ckpt.path).epoch is None
+
+
+def test_a_rank_that_does_not_write_the_directory_skips_what_was_never_accepted_but_deletes_nothing(tmp_path):
+    late = checkpoints.checkpoint_path(tmp_path, 100)
+    checkpoints.write_atomic(late, lambda f: f.write(b"never accepted"))
+    checkpoints.write_sidecar(late, 100, epoch=3)
+    got, skipped = resume_point(tmp_path, ACCEPTED, clean=False)
+    assert got is None and [p for p, _ in skipped] == [late] and late.exists()
