@@ -131,3 +131,22 @@ def test_a_rank_that_does_not_write_the_directory_skips_what_was_never_accepted_
     checkpoints.write_sidecar(late, 100, epoch=3)
     got, skipped = resume_point(tmp_path, ACCEPTED, clean=False)
     assert got is None and [p for p, _ in skipped] == [late] and late.exists()
+
+
+def test_under_teto_a_runs_retention_stops_at_the_last_checkpoint_whose_report_the_bus_took(tmp_path, monkeypatch):
+    from agents.executor import ckpt_fence, sdk
+
+    for step in (10, 20, 30, 40):
+        checkpoints.save_bytes(tmp_path, step, b"w")
+    confirmed = tmp_path / "epoch-3.confirmed"
+    monkeypatch.setenv("TETO_CHECKPOINT_DIR", str(tmp_path))
+    monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
+    monkeypatch.setenv("TETO_CHECKPOINT_CONFIRMED", str(confirmed))
+    names = lambda: sorted(p.name for p in tmp_path.glob("*.pt"))  # noqa: E731
+    sdk._prune(40)  # nothing confirmed yet (its agent frozen, its bus cut): nothing deleted
+    assert names() == [f"step-{s:08d}.pt" for s in (10, 20, 30, 40)]
+    ckpt_fence.confirm(confirmed, 20)  # the bus took the report of step 20: the accepted one, at most
+    sdk._prune(40)
+    assert names() == [f"step-{s:08d}.pt" for s in (20, 30, 40)]
+    ckpt_fence.retain(tmp_path, 1, 40)  # the agent, once step 40's report is taken
+    assert names() == ["step-00000040.pt"]
