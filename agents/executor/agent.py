@@ -37,7 +37,7 @@ from . import ceiling, checkpoints, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .guard_client import Fence, Guard
-from .lease import LeaseKeeper
+from .lease import LeaseKeeper, LeaseLost
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
@@ -53,6 +53,7 @@ try:
 except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
+FENCED = "ended by the run guard"  # the lost lease's reason when the guard ended the run first
 LOG_CLOSE_SECONDS = 5.0  # the run's last output is shipped before its end is reported, waiting at most this
 
 
@@ -310,6 +311,10 @@ class Agent:
             spent = self._watch_ceiling(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if exited.done() and run.lost is None and keeper.contact.lost(time.monotonic()):
+                # Past the lease's deadline the run guard ended it (this agent too slow or frozen to): abandoned,
+                # never a training failure of the job's.
+                run.lost = LeaseLost(f"{FENCED}: no renewal acknowledged within lease - stop margin", refused=False)
             if not exited.done():
                 run.lost = watch.result()
                 run.phase = Phase.ABANDONED

@@ -147,11 +147,11 @@ class Guard:
         for pid, sig in due:
             until, grace, sent = self.fences[pid]
             self.fences[pid] = (until, grace, sent + 1)
-            os.write(2, f"guard: run {pid} fenced ({signal.Signals(sig).name}): its deadline passed without a "
-                        f"renewal of its lease\n".encode())
             try:
                 os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
+                os.write(2, f"guard: run {pid} fenced ({signal.Signals(sig).name}): its deadline passed without a "
+                            f"renewal of its lease\n".encode())
+            except OSError:  # gone already, or no stderr to say it on: the fence holds all the same
                 pass
             if sig == signal.SIGKILL and pid in self.cgroups:
                 try:  # what left the group (its own session) is still in the run's cgroup

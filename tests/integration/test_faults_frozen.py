@@ -14,7 +14,7 @@ import signal
 
 import pytest
 
-from tests.support.fleet import at, death_of, fleet
+from tests.support.fleet import at, death_of, eventually, fleet
 
 pytestmark = pytest.mark.integration
 
@@ -70,5 +70,12 @@ async def test_a_frozen_agents_run_is_fenced_by_its_guard_and_the_job_resumes_fr
             assert never_accepted <= steps, (never_accepted, skipped)
             assert all("never accepted" in e["reason"] for e in skipped), skipped
             assert done["attempts"]["transport_lost"] == 1 and done["attempts"]["training_error"] == 0
+            # Thawed, the agent finds its run ended by the guard past the lease's deadline: abandoned, never a
+            # training failure (its report is stale by now, and ignored, but it must not say "failed").
+            frozen.send_signal(signal.SIGCONT)
+            line = f"job {job_id} epoch 1 finished: "
+            ended = await eventually(lambda: [x for x in f.log_of("frozen").splitlines() if line in x], 30,
+                                     "the thawed agent's report of its run")
+            assert f"{line}abandoned" in ended[0], ended
         finally:
             frozen.send_signal(signal.SIGCONT)
