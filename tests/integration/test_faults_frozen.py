@@ -11,6 +11,7 @@ stop margin 1.5 s.
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -38,6 +39,7 @@ async def test_a_frozen_agents_run_is_fenced_by_its_guard_and_the_job_resumes_fr
         await f.wait_job(job_id, lambda j: (j.get("last_checkpoint") or {}).get("step"), 30, "an accepted checkpoint")
         (first,) = f.started(job_id)
         try:
+            frozen_at = time.time()
             frozen.send_signal(signal.SIGSTOP)  # alive: no parent-death signal; frozen: no renewal, no report read
             died_at = await death_of(first["pid"], timeout=30)
             # The run is gone while epoch 1 is still the job's lease: what the queue accepted is final now.
@@ -56,6 +58,9 @@ async def test_a_frozen_agents_run_is_fenced_by_its_guard_and_the_job_resumes_fr
             # Ended by its guard before the queue could give the job to another (a lease after the last renewal).
             assert died_at < at(expired["time"]) <= at(_events(events, "leased", epoch=2)[0]["time"])
             assert all(r["t"] <= died_at for r in f.runs(job_id) if r["epoch"] == 1)
+            print(f"\n[measured] SIGSTOP -> training process ended by its guard: {died_at - frozen_at:.2f}s; "
+                  f"-> lease expired: {at(expired['time']) - frozen_at:.2f}s; checkpoints never accepted: "
+                  f"{sorted(never_accepted)} (accepted: step {accepted['step']})")
             assert not [r for r in f.runs(job_id) if r["event"] == "overlap"]  # never two runs at once
             # Resumed from the checkpoint the queue accepted, not from the frozen run's newer files...
             _, second = f.started(job_id)
