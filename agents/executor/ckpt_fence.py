@@ -20,6 +20,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from libs.contracts.agents import AcceptedCheckpoint
 
@@ -91,11 +92,12 @@ def _why(f: Found, reason: str) -> str:
     return "a link, not a checkpoint file" if f.link else reason
 
 
-def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean: bool = True
+def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean: bool = True, **bounds: Any
                  ) -> tuple[Checkpoint | None, list[tuple[Path, str]]]:
     """The checkpoint a run resumes from (None: from scratch) and every file skipped, with why; with ``clean`` (the
     directory's writer, rank 0) the files never accepted are deleted (each sidecar before its file), as far as the
-    agent may. Never raises for a file."""
+    agent may. ``bounds`` go to ``checkpoints.validate`` as they are (how its verification is bounded is not this
+    module's business; whatever it raises to end a verification passes through). Never raises for a file."""
     choice = choose([inspect(step, path) for step, path in checkpoints.candidates(directory)], accepted)
     skipped: list[tuple[Path, str]] = []
     for path, why in choice.fenced:
@@ -104,8 +106,8 @@ def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean:
             remove(path)
     for path in choice.resume:
         try:
-            ckpt, reason = checkpoints.validate(path)
-        except (OSError, ValueError) as exc:  # whatever the file is, it is a reason to skip it
+            ckpt, reason = checkpoints.validate(path, **bounds)
+        except OSError as exc:  # whatever the file is, it is a reason to skip it
             ckpt, reason = None, f"unreadable: {exc}"
         if ckpt is not None:
             return ckpt, skipped
