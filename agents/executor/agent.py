@@ -37,8 +37,8 @@ from libs.runtime import logs, metrics, tracing
 from . import ceiling, checkpoints, diskwatch, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
-from .guard_client import Guard
-from .lease import LeaseKeeper
+from .guard_client import Fence, Guard
+from .lease import LeaseKeeper, LeaseLost
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
@@ -54,6 +54,7 @@ try:
 except importlib.metadata.PackageNotFoundError:
     AGENT_VERSION = "0+unknown"
 SHUTDOWN_GRACE_SECONDS = 5.0
+FENCED = "ended by the run guard"  # the lost lease's reason when the guard ended the run first
 LOG_CLOSE_SECONDS = 5.0  # the run's last output is shipped before its end is reported, waiting at most this
 DISK_WATCH_SECONDS = 2.0  # how often a run's files are added up for its disk limit (diskwatch.py)
 
@@ -315,12 +316,17 @@ class Agent:
             if made is None:  # stopped, or the lease lost, while its checkpoint was being verified
                 await self._unstarted(run)
                 return
-            if not await self._launch(run, made):
+            keeper.on_extended = lambda until: self._extend(run, until)
+            if not await self._launch(run, made, keeper.contact.deadline):
                 return
             spent = spent or self._watch_ceiling(run)
             disk = self._watch_disk(run)
             exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if exited.done() and run.lost is None and keeper.contact.lost(time.monotonic()):
+                # Past the lease's deadline the run guard ended it (this agent too slow or frozen to): abandoned,
+                # never a training failure of the job's.
+                run.lost = LeaseLost(f"{FENCED}: no renewal acknowledged within lease - stop margin", refused=False)
             if not exited.done():
                 run.lost = watch.result()
                 run.phase = Phase.ABANDONED
@@ -380,7 +386,16 @@ class Agent:
             await self._finish(run, RunOutcome.STOPPED, None,
                                "stopped while its checkpoint was being verified, before the process started")
 
-    async def _launch(self, run: Run, prepared: Prepared) -> bool:
+    def _fence(self, until: float) -> Fence:
+        """The run guard's deadline for a run: the lease's own (lease - stop margin since the last acknowledged
+        renewal), then the same grace as the agent's own abandoning (guard.py ends the run at it by itself)."""
+        return Fence(until=until, grace=self.settings.abandon_grace_seconds)
+
+    async def _extend(self, run: Run, until: float) -> None:
+        if run.child is not None and run.child.launch.guarded and run.child.proc.returncode is None:
+            await self.guard.extend(run.child.pid, self._fence(until))
+
+    async def _launch(self, run: Run, prepared: Prepared, deadline: float) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first
         (the run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
         grant = run.grant
@@ -403,8 +418,11 @@ class Agent:
             if box.uid is not None and not isinstance(grant.spec.workload, CommandWorkload):
                 await sandbox.prepare_base(s.effective_base_model_dir)
             run.log = RunLog(self.js, self.subjects, grant, self.id, s.log_limits)
+            run.confirmed_file = launch.confirmed_file(s, grant)
+            kept = s.checkpoints_kept if grant.spec.checkpoints_kept is None else grant.spec.checkpoints_kept
+            run.retention = (launch.checkpoint_dir(s, grant.job_id), kept) if grant.rank == 0 and kept > 0 else None
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write, guard=self.guard)
+                                          on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
         except BaseException:
             await box.close()
             raise

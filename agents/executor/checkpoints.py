@@ -84,15 +84,26 @@ def sha256_of(path: Path) -> tuple[str, int]:
     return ckpt_quota.sha256_bounded(path)
 
 
-def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | None = None) -> Checkpoint:
-    """Checksum a complete checkpoint file and write its sidecar (atomically); from then on it is valid."""
+def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | None = None,
+                  epoch: int | None = None) -> Checkpoint:
+    """Checksum a complete checkpoint file and write its sidecar (atomically); from then on it is valid. The sidecar
+    records the lease epoch of the run that wrote it (``epoch``, else the run's ``TETO_EPOCH``): a resume takes
+    only the checkpoint the queue accepted from that epoch's lease holder (ckpt_fence.py)."""
     path = Path(path)
     sha, size = sha256_of(path)
     meta = {"step": step, "sha256": sha, "bytes": size, "format": fmt,
             "created_at": (now or datetime.now(UTC)).isoformat()}
+    epoch = epoch if epoch is not None else _run_epoch()
+    if epoch is not None:
+        meta["epoch"] = epoch
     data = json.dumps(meta, sort_keys=True).encode()
     write_atomic(sidecar_path(path), lambda f: f.write(data))
     return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=fmt)
+
+
+def _run_epoch() -> int | None:
+    value = os.environ.get("TETO_EPOCH", "")
+    return int(value) if value.isdigit() else None
 
 
 def save(directory: Path, step: int, write: Callable[[BinaryIO], None], *, fmt: str,

@@ -24,6 +24,13 @@ guard never runs with it, as root or otherwise. Replies are JSON lines: ``{"id":
 A command that cannot start exits 127 (126: cannot join the cgroup; 137: its guard was gone) with the reason on
 its stderr, as the per-run guard before it did.
 
+The guard also fences each run by itself (DESIGN.md section 12): a spawn may carry a deadline (``until``, on the
+monotonic clock every process of the machine shares, and a ``grace``), which the agent moves on with an
+``{"op": "extend", "pid", "until", "grace"}`` request each time the queue acknowledges a renewal of the lease.
+When the deadline passes without one, the guard sends SIGTERM to the run's process group, and SIGKILL to the group
+(and ``cgroup.kill`` of its cgroup) ``grace`` seconds later: an agent frozen (SIGSTOP, a deadlock, a swap storm)
+is alive, so no parent-death signal fires, but its run still ends before the queue can give the job to another.
+
 Usage (by the agent): ``python -I -S .../agents/executor/guard.py --parent PID --socket FD``.
 """
 
@@ -34,6 +41,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import warnings  # noqa: F401 - os.execvpe imports it: in the guard, not in a child that may have dropped to a uid
 # that cannot read the standard library
 
@@ -66,6 +74,23 @@ def parse(argv: list) -> tuple:
     return options["--parent"], options["--socket"]
 
 
+def fence_due(fences: dict, now: float) -> tuple:
+    """The signals the run guard owes now, and when it must look again. ``fences``: pid -> (until, grace, sent)
+    where ``sent`` counts the signals sent under the current deadline (0, 1: SIGTERM, 2: SIGKILL too). A run is sent
+    SIGTERM once its deadline has passed, SIGKILL once the grace after it has passed too. Returns
+    ([(pid, signal)...], seconds until the next one is due, or None when nothing is pending). Pure."""
+    due, wake = [], None
+    for pid, (until, grace, sent) in fences.items():
+        for stage, (at, sig) in enumerate(((until, signal.SIGTERM), (until + grace, signal.SIGKILL)), 1):
+            if sent >= stage:
+                continue
+            if now < at:
+                wake = at - now if wake is None else min(wake, at - now)
+                break
+            due.append((pid, sig))
+    return due, wake
+
+
 def placement(fds: list, report: bool, cgroup: bool) -> tuple:
     """Which received descriptor goes where: ((target fd, index in ``fds``)...) for stdout, stderr and the report
     pipe, and the index of the cgroup's ``cgroup.procs`` (or None). ValueError when the count does not match."""
@@ -84,6 +109,8 @@ class Guard:
         self.agent = agent
         self.sock = sock
         self.live: set = set()
+        self.fences: dict = {}  # pid -> (until, grace, signals sent): ``fence_due``
+        self.cgroups: dict = {}  # pid -> its cgroup's directory (an open descriptor), for ``cgroup.kill``
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -108,6 +135,41 @@ class Guard:
                 os.killpg(pid, signum)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def fence(self, request: dict) -> None:
+        """A run's deadline set or moved on (the agent's lease renewal was acknowledged): nothing sent yet under it."""
+        pid = request.get("pid")
+        if pid in self.live and isinstance(request.get("until"), (int, float)):
+            self.fences[pid] = (float(request["until"]), max(0.0, float(request.get("grace") or 0.0)), 0)
+
+    def enforce(self) -> object:
+        """Signal every run whose deadline passed (its agent stopped extending it); the poll timeout until the
+        next deadline, in milliseconds (None: no deadline pending)."""
+        due, wake = fence_due(self.fences, time.monotonic())
+        for pid, sig in due:
+            until, grace, sent = self.fences[pid]
+            self.fences[pid] = (until, grace, sent + 1)
+            try:
+                os.killpg(pid, sig)
+                os.write(2, f"guard: run {pid} fenced ({signal.Signals(sig).name}): its deadline passed without a "
+                            f"renewal of its lease\n".encode())
+            except OSError:  # gone already, or no stderr to say it on: the fence holds all the same
+                pass
+            if sig == signal.SIGKILL and pid in self.cgroups:
+                try:  # what left the group (its own session) is still in the run's cgroup
+                    kill = os.open("cgroup.kill", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.cgroups[pid])
+                    try:
+                        os.write(kill, b"1")
+                    finally:
+                        os.close(kill)
+                except OSError:
+                    pass
+        return None if wake is None else max(1, int(wake * 1000) + 1)
+
+    def forget(self, pid: int) -> None:
+        self.fences.pop(pid, None)
+        if pid in self.cgroups:
+            os.close(self.cgroups.pop(pid))
 
     def send(self, message: dict) -> None:
         try:
@@ -151,6 +213,7 @@ class Guard:
                 return
             if pid in self.live:
                 self.live.discard(pid)
+                self.forget(pid)
                 self.send({"exited": pid, "status": exit_status(os.waitstatus_to_exitcode(status))})
 
     def spawn(self, request: dict, fds: list) -> None:
@@ -164,6 +227,11 @@ class Guard:
         if pid == 0:  # never returns; a child born in the run's cgroup has no joining to do
             _child(request, fds, moves, None if born_in else cgroup, self.devnull, os.getppid())
         self.live.add(pid)
+        self.fence({"pid": pid, "until": request.get("until"), "grace": request.get("grace")})
+        if cgroup is not None and request.get("until") is not None:
+            directory = _cgroup_dir(fds[cgroup])
+            if directory is not None:
+                self.cgroups[pid] = directory
         os.close(done_w)
         try:
             # The reply waits for the exec (or the child's end): the pid the agent signals is then the command's,
@@ -191,7 +259,7 @@ class Guard:
     def _loop(self, poll: select.poll) -> int:
         while True:
             self.reap()
-            for fd, _ in poll.poll():
+            for fd, _ in poll.poll(self.enforce()):
                 if fd == self.wake_r:
                     os.read(self.wake_r, 4096)
                     continue
@@ -200,7 +268,10 @@ class Guard:
                     self.kill_all()
                     return 0
                 try:
-                    self.spawn(request, fds)
+                    if request.get("op") == "extend":
+                        self.fence(request)
+                    else:
+                        self.spawn(request, fds)
                 finally:
                     for received in fds:
                         os.close(received)

@@ -60,13 +60,35 @@ class GuardedProcess:
 
 
 def request(argv: list[str], env: Mapping[str, str], *, cwd: Path | None, umask: int, uid: int | None,
-            gid: int | None, cgroup: bool, rid: int, rlimits: Sequence[tuple[int, int]] = ()) -> bytes:
+            gid: int | None, cgroup: bool, rid: int, rlimits: Sequence[tuple[int, int]] = (),
+            fence: Fence | None = None) -> bytes:
     """One request as the guard reads it: the 4-byte length, then the JSON (pure). Every command is confined
     (no_new_privs, the seccomp filter: confine.py) with ``rlimits``."""
-    body = json.dumps({"id": rid, "argv": list(argv), "env": dict(env), "cwd": str(cwd) if cwd else None,
-                       "umask": umask, "uid": uid, "gid": gid, "report": True, "cgroup": cgroup,
-                       "confine": True, "rlimits": [list(r) for r in rlimits]}).encode()
-    return protocol.HEADER.pack(len(body)) + body
+    body = {"id": rid, "argv": list(argv), "env": dict(env), "cwd": str(cwd) if cwd else None,
+            "umask": umask, "uid": uid, "gid": gid, "report": True, "cgroup": cgroup,
+            "confine": True, "rlimits": [list(r) for r in rlimits]}
+    if fence is not None:
+        body.update(until=fence.until, grace=fence.grace)
+    return _framed(body)
+
+
+def extension(pid: int, fence: Fence) -> bytes:
+    """The request that moves a run's deadline on (pure)."""
+    return _framed({"op": "extend", "pid": pid, "until": fence.until, "grace": fence.grace})
+
+
+def _framed(body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    return protocol.HEADER.pack(len(data)) + data
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A run's deadline as its guard holds it: ``until`` on the machine's monotonic clock (``time.monotonic``, the
+    same in every process), SIGTERM then, SIGKILL ``grace`` seconds later, unless the agent moves it on first."""
+
+    until: float
+    grace: float
 
 
 class Guard:
@@ -108,8 +130,10 @@ class Guard:
 
     async def spawn(self, argv: list[str], env: Mapping[str, str], *, report_fd: int, cwd: Path | None = None,
                     umask: int = -1, uid: int | None = None, gid: int | None = None,
-                    cgroup_fd: int | None = None, rlimits: Sequence[tuple[int, int]] = ()) -> GuardedProcess:
-        """Start ``argv`` through the guard; its output is read from the returned process's streams."""
+                    cgroup_fd: int | None = None, rlimits: Sequence[tuple[int, int]] = (),
+                    fence: Fence | None = None) -> GuardedProcess:
+        """Start ``argv`` through the guard; its output is read from the returned process's streams. With a
+        ``fence`` the guard ends it by itself once that deadline passes unless ``extend`` moves it on."""
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -123,7 +147,7 @@ class Guard:
                 proc, started = GuardedProcess(), loop.create_future()
                 self._pending[rid] = (proc, started)
                 data = request(argv, env, cwd=cwd, umask=umask, uid=uid, gid=gid, cgroup=cgroup_fd is not None,
-                               rid=rid, rlimits=rlimits)
+                               rid=rid, rlimits=rlimits, fence=fence)
                 fds = [out_w, err_w, report_fd] + ([cgroup_fd] if cgroup_fd is not None else [])
                 try:
                     await self._send(data, fds)
@@ -142,9 +166,25 @@ class Guard:
         proc.stdout, proc.stderr = await _reader(out_r), await _reader(err_r)
         return proc
 
+    async def extend(self, pid: int, fence: Fence) -> bool:
+        """Move the deadline of run ``pid`` on (the lease renewal was acknowledged); False when the guard is gone
+        (its runs died with it)."""
+        async with self._lock:
+            if not self.running or pid not in self._live:
+                return False
+            try:
+                await self._send(extension(pid, fence), [])
+            except OSError as exc:
+                self._lost(exc, self.sock)
+                return False
+        return True
+
     async def _send(self, data: bytes, fds: list[int]) -> None:
         assert self.sock is not None
         loop = asyncio.get_running_loop()
+        if not fds:
+            await loop.sock_sendall(self.sock, data)
+            return
         while True:
             try:  # the descriptors travel with the first bytes
                 sent = socket.send_fds(self.sock, [data], fds)

@@ -93,6 +93,11 @@ def stop_file(settings: ExecutorSettings, grant: RunJob) -> Path:
     return job_dir(settings, grant.job_id) / f"epoch-{grant.epoch}.stop.json"
 
 
+def confirmed_file(settings: ExecutorSettings, grant: RunJob) -> Path:
+    """Where the agent writes the last checkpoint step whose report the bus took (ckpt_fence.confirm)."""
+    return job_dir(settings, grant.job_id) / f"epoch-{grant.epoch}.confirmed"
+
+
 def checkpoint_dir(settings: ExecutorSettings, job_id: str) -> Path:
     return settings.effective_checkpoint_dir / job_id
 
@@ -138,12 +143,15 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_CHECKPOINTS_KEPT=str(settings.checkpoints_kept if grant.spec.checkpoints_kept is None
                                   else grant.spec.checkpoints_kept),
         TETO_PARAMS=params, TETO_WORK_DIR=str(home), TETO_STOP_FILE=str(home / stop_file(settings, grant).name),
+        TETO_CHECKPOINT_CONFIRMED=str(home / confirmed_file(settings, grant).name),
         TETO_BASE_DIR=str(absolute(settings.effective_base_model_dir)), PYTHONUNBUFFERED="1")
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
+    # Every run is started by the agent's guard: it dies with the agent, and the guard ends it by itself when the
+    # agent stops extending its deadline (a frozen agent is alive: no parent-death signal would fire).
     return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
-                  guarded=isinstance(workload, CommandWorkload))
+                  guarded=True)
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,7 +3,9 @@
 Contact is measured with the monotonic clock at the moment a renewal was SENT (the queue extends the lease
 when it receives it, which is later), so the executor's view of the deadline is never later than the queue's.
 Without an acknowledged renewal for ``lease - stop_margin`` the keeper reports the lease lost; the agent then
-kills the training process within the remaining margin, before the queue can redeliver the job.
+kills the training process within the remaining margin, before the queue can redeliver the job. Each acknowledged
+renewal also moves on the deadline the run guard holds (``on_extended``): an agent too frozen to give up in time
+(SIGSTOP, a deadlock) has its run ended by the guard at the same deadline (guard.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from nats.aio.client import Client
@@ -62,6 +65,8 @@ class LeaseKeeper:
         self.heartbeat_seconds = heartbeat_seconds
         self.contact = Contact(lease_seconds, stop_margin_seconds, last_contact=time.monotonic())
         self.renewals = 0
+        # Called with the new deadline after each acknowledged renewal (the run guard's fence); never raises.
+        self.on_extended: Callable[[float], Awaitable[object]] | None = None
 
     async def renew(self, timeout: float) -> LeaseRenewReply | None:
         """One renewal; None when nobody answered in time (or the answer was unreadable)."""
@@ -81,6 +86,11 @@ class LeaseKeeper:
         if reply.ok:
             self.contact.acknowledged(sent_at)
             self.renewals += 1
+            if self.on_extended is not None:
+                try:
+                    await self.on_extended(self.contact.deadline)
+                except Exception:  # noqa: BLE001 - the guard's fence only ever ends the run earlier, never later
+                    log.exception("could not move the run guard's deadline on for %s", self.request["job_id"])
         return reply
 
     async def acquire(self, attempts: int = 3) -> LeaseRenewReply | None:

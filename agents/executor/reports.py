@@ -17,7 +17,7 @@ from typing import Any
 from libs.contracts.bounds import MAX_SAFE_INT
 from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase, StepReport, WorkerReady
 
-from . import ckpt_quota
+from . import ckpt_fence, ckpt_quota
 from .run import Run
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,13 @@ class Reports:
                 log.warning("job %s: checkpoint %s refused: %s", run.grant.job_id, record["path"], refused)
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
-            self.send(run, CheckpointReport, step=int(record["step"]), path=str(record["path"]),
-                       sha256=record.get("sha256"), bytes=record.get("bytes"))
+            step = int(record["step"])
+            sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
+                             sha256=record.get("sha256"), bytes=record.get("bytes"))
+            if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
+                # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
+                # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
+                sent.add_done_callback(lambda done: _confirmed(done, run, step))
         elif kind == "checkpoint_refused":  # the SDK refused it itself (its file is gone): the person sees why
             size = record.get("bytes")
             why = ckpt_quota.over_quota(size, quota(run)) if isinstance(size, int) else None
@@ -141,3 +146,12 @@ class Reports:
         except ValueError as exc:  # a figure the contract refuses (pydantic's ValidationError is a ValueError)
             # Dropped, never raised: this also runs when the run finishes, and that report must still go out.
             log.warning("job %s: step report not sent: %s", run.grant.job_id, exc)
+
+
+def _confirmed(done: asyncio.Future, run: Run, step: int) -> None:
+    """The bus has the checkpoint's report (True) or dropped it: only then may retention reach it, the run's own
+    (told through its confirmation file) and the agent's, now (the run's next checkpoint may never come)."""
+    if not done.cancelled() and done.exception() is None and done.result() and run.confirmed_file is not None:
+        ckpt_fence.confirm(run.confirmed_file, step)
+        if run.retention is not None:
+            ckpt_fence.retain(*run.retention, step)

@@ -18,7 +18,7 @@ from libs.contracts.envelope import ContractError
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
-from . import checkpoints, ckpt_quota, sandbox
+from . import ckpt_fence, ckpt_quota, sandbox
 from . import limits as run_limits
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
@@ -45,13 +45,16 @@ def resuming(settings: Any, grant: RunJob) -> bool:
 
 async def prepare(settings: Any, grant: RunJob, uid_start: int,
                   stopped: Callable[[], bool] | None = None) -> Prepared:
-    """The run's latest valid checkpoint (and the ones skipped on the way) and its sandbox: local work only, done
-    while the lease is being confirmed. Verification is bounded by the job's checkpoint quota (a larger file is
-    skipped unread) and ends as soon as ``stopped()`` says the run was stopped (``VerificationStopped``, the
-    thread returning within one chunk). Raises whatever keeps the sandbox from opening."""
+    """The checkpoint the queue accepted for the run to resume from (and the files skipped on the way: those never
+    accepted are deleted, ckpt_fence.py) and its sandbox: local work only, done while the lease is being
+    confirmed. Verification is bounded by the job's checkpoint quota (a larger file is skipped unread) and ends
+    as soon as ``stopped()`` says the run was stopped (``VerificationStopped``, the thread returning within one
+    chunk). Raises whatever keeps the sandbox from opening."""
     ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
     quota = ckpt_quota.quota_of(grant.spec.checkpoint_quota_bytes, grant.checkpoint_quota_bytes)
-    ckpt, skipped = (await asyncio.to_thread(checkpoints.latest_valid, ckpt_dir, quota=quota, stopped=stopped)
+    # Only rank 0 (the directory's writer) deletes what was never accepted.
+    ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from,
+                                             clean=grant.rank == 0, quota=quota, stopped=stopped)
                      if resuming(settings, grant) else (None, []))
     box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
     return Prepared(ckpt, skipped, box)
@@ -119,6 +122,8 @@ class Run:
     verify_stop: threading.Event = field(default_factory=threading.Event)
     metered_from: float | None = None  # monotonic: its devices are charged from here (verification or process start)
     over_limit: str | None = None  # a limit the agent ended it for (diskwatch.py): its error says so
+    confirmed_file: Path | None = None  # where the last checkpoint step the bus took is written for the run
+    retention: tuple[Path, int] | None = None  # its checkpoint directory and how many to keep (rank 0; keep > 0)
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free

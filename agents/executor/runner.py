@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from libs.contracts.logs import LogStream
 
 if TYPE_CHECKING:
-    from .guard_client import Guard
+    from .guard_client import Fence, Guard
     from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Launch:
     env: dict[str, str]
     log_path: Path
     cwd: Path | None = None
-    guarded: bool = False  # started by the agent's guard (guard.py), which outlives no agent: a ``command`` run
+    guarded: bool = False  # started by the agent's guard (guard.py), which outlives no agent and fences the run
 
 
 def preexec_of(parent_pid: int, sandbox_preexec: Callable[[int], Callable[[], None]] | None) -> Callable[[], None]:
@@ -108,8 +108,9 @@ class Child:
     @classmethod
     async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
                     sandbox: Sandbox | None = None, on_output: Output | None = None,
-                    guard: Guard | None = None) -> Child:
-        """Start a launch: a guarded one through ``guard`` (required then), any other as the agent's child."""
+                    guard: Guard | None = None, fence: Fence | None = None) -> Child:
+        """Start a launch: a guarded one through ``guard`` (required then), any other as the agent's child. A
+        guarded run with a ``fence`` is ended by the guard itself once that deadline passes (guard.py)."""
         if launch.guarded and guard is None:
             raise ValueError("a guarded launch needs the agent's guard")
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +127,7 @@ class Child:
                     launch.argv, launch.env, report_fd=write_fd, cwd=launch.cwd, umask=umask,
                     uid=sandbox.uid if sandbox is not None else None, gid=sandbox.gid if sandbox is not None else None,
                     cgroup_fd=cgroup.procs_fd if cgroup is not None and cgroup.procs_fd >= 0 else None,
-                    rlimits=sandbox.plan.rlimits if sandbox is not None else ())
+                    rlimits=sandbox.plan.rlimits if sandbox is not None else (), fence=fence)
             else:
                 preexec = preexec_of(os.getpid(), sandbox.preexec if sandbox is not None else None)
                 proc = await asyncio.create_subprocess_exec(

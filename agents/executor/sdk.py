@@ -280,11 +280,27 @@ def _prune(step: int) -> None:
     if ctx.checkpoints_kept <= 0:
         return
     try:
+        if os.environ.get("TETO_CHECKPOINT_CONFIRMED"):
+            # Under Teto: nothing newer than the last checkpoint whose report the bus took counts (ckpt_fence.py),
+            # so a run whose reports go nowhere never deletes the checkpoint the queue accepted.
+            confirmed = _confirmed_step(os.environ["TETO_CHECKPOINT_CONFIRMED"])
+            if confirmed is None:
+                return
+            step = min(step, confirmed)
         _ckpt.prune(ctx.checkpoint_dir, step, ctx.checkpoints_kept)
     except Exception as exc:  # noqa: BLE001 - never the training's failure
         import sys
 
         print(f"teto: older checkpoints not removed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
+def _confirmed_step(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            value = f.read(32).strip()
+    except OSError:
+        return None
+    return int(value) if value.isdigit() else None
 
 
 def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:

@@ -8,9 +8,20 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .bounds import INT32_MAX, Count, Epoch, Id, PositiveSeconds, Reason, Rendezvous, Seconds
-from .envelope import Envelope
+from .bounds import INT32_MAX, Big, Count, Digest, Epoch, Id, PositiveSeconds, Reason, Rendezvous, Seconds
+from .envelope import Envelope, Model
 from .jobs import CHECKPOINT_QUOTA_MAX, JobSpec
+
+
+class AcceptedCheckpoint(Model):
+    """The latest checkpoint the queue accepted for a job: reported by the lease holder of ``epoch`` while that
+    lease was the job's current one. A run resumes from this one only (the file whose sidecar says this step,
+    checksum and epoch), never from a file because it is newest (DESIGN.md section 12)."""
+
+    step: Big
+    sha256: Digest | None = Field(None, description="As the report said; None for a report without one")
+    epoch: Epoch | None = Field(None, description="The lease epoch of the run that wrote it; None: recorded before "
+                                                  "checkpoints carried their epoch")
 
 
 class RunJob(Envelope):
@@ -28,6 +39,9 @@ class RunJob(Envelope):
     rendezvous: Rendezvous | None = Field(None, description="host:port of rank 0 for torch.distributed")
     ready_timeout_seconds: PositiveSeconds | None = Field(
         None, description="Gangs: how long the queue waits for every worker to be ready")
+    resume_from: AcceptedCheckpoint | None = Field(
+        None, description="The latest checkpoint the queue accepted for the job (None: none, start from scratch); "
+                          "every other checkpoint file in the job's directory is a fenced-out run's, ignored")
     remaining_gpu_seconds: float | None = Field(
         None, ge=0, le=1e12, allow_inf_nan=False,
         description="The job's GPU-seconds left at grant time (ceiling - consumed, all workers together); the "

@@ -19,6 +19,7 @@ from libs.runtime.outbox import QuarantineHook
 from . import store
 from .domain.lifecycle import (Fact, Job, LeaseFact, Refusal, RunOn, StopOn, Transition, Undeliverable, decide,
                                from_holder)
+from .domain.resume import resume_point
 from .settings import QueueSettings
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,14 @@ def messages_for(job: Job, transition: Transition, settings: QueueSettings,
     lease_event = LeaseEvent.trusted if trusted else LeaseEvent
     for effect in transition.effects:
         if isinstance(effect, RunOn):
+            resume = resume_point(job.last_checkpoint)
             for rank, executor_id in enumerate(effect.workers):
                 run = run_job(job_id=job.id, epoch=effect.epoch, executor_id=executor_id, spec=job.spec,
                              attempt=effect.attempt, lease_seconds=settings.lease_seconds,
                              heartbeat_seconds=settings.heartbeat_seconds, rank=rank,
                              world_size=len(effect.workers), rendezvous=job.rendezvous,
                              ready_timeout_seconds=_ready_timeout(job), remaining_gpu_seconds=remaining,
-                             checkpoint_quota_bytes=checkpoint_quota)
+                             checkpoint_quota_bytes=checkpoint_quota, resume_from=resume)
                 out.append((subjects.agent(executor_id, "run"), run))
         elif isinstance(effect, StopOn):
             for executor_id in effect.workers:

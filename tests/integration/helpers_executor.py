@@ -13,7 +13,7 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from libs.contracts.agents import RunJob, StopJob
+from libs.contracts.agents import AcceptedCheckpoint, RunJob, StopJob
 from libs.contracts.jobs import CommandWorkload, FinetuneParams, FinetuneWorkload, JobSpec
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.subjects import Subjects
@@ -107,6 +107,13 @@ class FakeQueue:
         return [p for p in self.progress if p.job_id == job_id and p.kind == kind
                 and (epoch is None or p.epoch == epoch)]
 
+    def accepted(self, job_id: str, *, before: int) -> AcceptedCheckpoint | None:
+        """The last checkpoint reported for the job under an epoch before ``before`` (this fake holds every
+        reporting executor to be the lease holder)."""
+        reports = [p for p in self.of(job_id, "checkpoint") if p.epoch < before]
+        last = reports[-1] if reports else None
+        return None if last is None else AcceptedCheckpoint(step=last.step, sha256=last.sha256, epoch=last.epoch)
+
     def finished(self, job_id: str, epoch: int | None = None) -> Any:
         done = self.of(job_id, "finished", epoch)
         return done[-1] if done else None
@@ -117,9 +124,11 @@ class FakeQueue:
     # -- directives
     async def grant(self, js: Any, settings: Any, job_id: str, workload: Any, *, epoch: int = 1,
                     every: int = 5, attempt: int = 1, limits: dict[str, int] | None = None) -> RunJob:
+        """Grant a run, resuming (as the queue does) from the last checkpoint reported under an earlier epoch."""
         msg = RunJob(job_id=job_id, epoch=epoch, executor_id=self.executor_id, attempt=attempt,
                      spec=JobSpec(workload=workload, checkpoint_every_steps=every, limits=limits or {}),
-                     lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds)
+                     lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.heartbeat_seconds,
+                     resume_from=self.accepted(job_id, before=epoch))
         await bus.publish(js, self.subjects.agent(self.executor_id, "run"), msg)
         return msg
 

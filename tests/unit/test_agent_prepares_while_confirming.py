@@ -10,6 +10,7 @@ import pytest
 
 from agents.executor import agent as agent_module
 from agents.executor.agent import Agent
+from agents.executor.lease import Contact
 from agents.executor.run import Prepared, Run
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
@@ -39,7 +40,8 @@ def seen(monkeypatch, tmp_path):
 
     class Keeper:
         def __init__(self, *args, **kwargs) -> None:
-            pass
+            self.contact = Contact(60.0, 10.0, last_contact=0.0)
+            self.on_extended = None
 
         async def acquire(self):
             seen["order"].append("confirming")
@@ -58,7 +60,7 @@ def seen(monkeypatch, tmp_path):
         seen["order"].append("prepared")
         return Prepared(None, [], seen["box"])
 
-    async def launch(run: Run, prepared: Prepared) -> bool:
+    async def launch(run: Run, prepared: Prepared, deadline: float) -> bool:
         seen["launched"] = prepared
         return False  # as a stop that came first: the run ends here
     agent._prepare, agent._launch = prepare, launch

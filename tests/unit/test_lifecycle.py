@@ -234,7 +234,7 @@ def test_steps_update_the_job_without_events_and_keep_a_step_weighted_mean():
 def test_checkpoint_is_recorded_on_the_job_and_announced():
     t = decide(make_job(JobState.RUNNING), FACTS["checkpointed"](), LATER)
     assert t.job.last_checkpoint == {"step": 20, "path": "/c/step-20.pt", "sha256": "ab", "bytes": 9,
-                                     "at": LATER.isoformat()}
+                                     "at": LATER.isoformat(), "epoch": EPOCH}  # the epoch it was accepted under
     assert [e.event for e in t.events] == [JobEventKind.CHECKPOINTED]
 
 
@@ -321,14 +321,23 @@ def test_ceiling_asks_a_running_job_to_checkpoint_and_stop_once():
     assert not again.changed and again.effects == ()
 
 
-@pytest.mark.parametrize("fact", ["finished_stopped", "finished_failed", "finished_abandoned", "finished_handed_back",
-                                  "lease_expired"])
-def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_job(fact):
+@pytest.mark.parametrize(("fact", "label", "spent"), [
+    ("finished_stopped", CEILING_STOP, 0),  # it stopped as asked: the ceiling is the story
+    ("finished_failed", "run_failed", 1),  # it failed on its own first: a failure, an attempt spent
+    ("finished_abandoned", "run_abandoned", 0),
+    ("finished_handed_back", "run_never_started", 0),
+    ("lease_expired", "run_lost", 0),
+], ids=["stopped", "failed", "abandoned", "handed-back", "lease-expired"])
+def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_job_labelled_as_it_ended(
+        fact, label, spent):
     job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
     t = decide(job, FACTS[fact](), LATER)
-    assert t.job.state is JobState.INTERRUPTED and t.job.reason == CEILING_STOP
-    assert t.job.attempts["training_error"] == 0 and t.job.attempts["transport_lost"] == 0
-    assert t.events[-1].event is JobEventKind.INTERRUPTED
+    assert t.job.state is JobState.INTERRUPTED and t.job.reason == label
+    assert t.job.attempts["training_error"] == spent and t.job.attempts["transport_lost"] == 0
+    assert t.events[-1].event is JobEventKind.INTERRUPTED and t.events[-1].reason == label
+    assert t.events[-1].detail["ceiling"] is True  # interrupted because the ceiling is reached, all the same
+    if spent:
+        assert t.job.error == "boom" and t.events[-1].detail["error"] == "boom"
 
 
 def test_success_after_a_ceiling_stop_is_still_success():

@@ -14,8 +14,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from functools import cache
 
-from libs.contracts.agents import RunJob
-from libs.contracts.bounds import INT32_MAX, SEED_MAX
+from libs.contracts.agents import AcceptedCheckpoint, RunJob
+from libs.contracts.bounds import INT32_MAX, MAX_SAFE_INT, SEED_MAX
 from libs.contracts.commands import SubmitJob
 from libs.contracts.envelope import Envelope
 from libs.contracts.jobs import (CommandWorkload, FinetuneParams, FinetuneWorkload, JobEvent, JobEventKind, JobSpec,
@@ -50,7 +50,8 @@ def messages_of_submit(spec: JobSpec, *, actor: str, job_id: str, command_id: st
                  id=ident, time=_LATE),
         RunJob(job_id=job_id, epoch=INT32_MAX, executor_id="e" * 128, spec=spec, attempt=INT32_MAX,
                lease_seconds=_TINY, heartbeat_seconds=_TINY, rank=INT32_MAX, world_size=INT32_MAX,
-               rendezvous=_WIDE * 300, ready_timeout_seconds=_TINY, id=ident, time=_LATE),
+               rendezvous=_WIDE * 300, ready_timeout_seconds=_TINY, id=ident, time=_LATE,
+               resume_from=AcceptedCheckpoint(step=MAX_SAFE_INT, sha256="f" * 128, epoch=INT32_MAX)),
     ]
 
 

@@ -17,6 +17,7 @@ from libs.contracts.jobs import TERMINAL_STATES, AttemptCause, JobEventKind, Job
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import HEALTH_CHECK_STOP, RunOutcome
 
+from . import endings
 from . import gang as gang_rules
 from . import preemption
 from .preemption import Preempt  # noqa: F401 - re-exported with the other facts
@@ -268,8 +269,10 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
     if isinstance(fact, StepReported):
         return Transition(_with_step(job, fact, now))
     if isinstance(fact, Checkpointed):
+        # Accepted from the current epoch's lease holder (checked above and in ``from_holder``): the epoch is kept
+        # with it, and the next grant resumes from this one only (``resume_point``), never from a newer file.
         ckpt = {"step": fact.step, "path": fact.path, "sha256": fact.sha256, "bytes": fact.bytes,
-                "at": fact.at.isoformat()}
+                "at": fact.at.isoformat(), "epoch": fact.epoch}
         new = evolve(job, last_checkpoint=ckpt, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=ckpt),))
@@ -297,8 +300,15 @@ def _on_finished(job: Job, fact: Finished, now: datetime) -> Transition:
                                            executor_id=job.executor_id, detail=detail),),
                           (_released(job, "succeeded"),))
     if job.stop_requested == CEILING_STOP:
-        # The ceiling is reached whatever way the process ended: requeueing it would only overshoot further.
-        return _interrupt(job, fact.epoch, now, detail, _released(job, CEILING_STOP))
+        # The ceiling is reached whatever way the process ended: requeueing it would only overshoot further. The
+        # label says how it ended (endings.py): a process that failed on its own failed, and spends its attempt.
+        if endings.spends_attempt(fact):
+            cause = AttemptCause.TRAINING_ERROR.value
+            error = fact.error or (f"exit code {fact.exit_code}" if fact.exit_code is not None else "training failed")
+            job = evolve(job, attempts={**job.attempts, cause: job.attempts.get(cause, 0) + 1}, error=error)
+            detail = {**detail, "error": error}
+        return _interrupt(job, fact.epoch, now, {**detail, "ceiling": True}, _released(job, CEILING_STOP),
+                          reason=endings.interruption_reason(fact))
     preempted = preemption.preempted_run_ended(job, fact, now, _leave_run)
     if preempted is not None:
         return preempted
@@ -348,7 +358,9 @@ def _run_lost(job: Job, kind: JobEventKind, lease_kind: LeaseEventKind, why: str
     lost = EventDraft(kind, JobState.RUNNING, JobState.RUNNING, reason=why, epoch=job.lease_epoch,
                       executor_id=job.executor_id, detail=detail or {})
     if job.stop_requested == CEILING_STOP:
-        t = _interrupt(job, job.lease_epoch, now, detail or {}, lease)
+        reason = endings.LEASE_EXPIRED if kind is JobEventKind.LEASE_EXPIRED else (
+            endings.HANDED_BACK if cause == HANDED_BACK else endings.ABANDONED)
+        t = _interrupt(job, job.lease_epoch, now, {**(detail or {}), "ceiling": True}, lease, reason=reason)
         return replace(t, events=(lost, *t.events))
     attempts = {**job.attempts, cause: job.attempts.get(cause, 0) + 1}
     new = _leave_run(evolve(job, attempts=attempts), JobState.QUEUED, now)
@@ -357,9 +369,11 @@ def _run_lost(job: Job, kind: JobEventKind, lease_kind: LeaseEventKind, why: str
     return Transition(new, (lost, requeued), (lease,))
 
 
-def _interrupt(job: Job, epoch: int, now: datetime, detail: dict[str, Any], lease: LeaseFact) -> Transition:
-    new = _leave_run(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
-    return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, JobState.RUNNING, reason=CEILING_STOP,
+def _interrupt(job: Job, epoch: int, now: datetime, detail: dict[str, Any], lease: LeaseFact, *,
+               reason: str = CEILING_STOP) -> Transition:
+    """Interrupted at the ceiling; ``reason``: how the run ended (endings.py), ``gpu_ceiling`` when it stopped."""
+    new = _leave_run(job, JobState.INTERRUPTED, now, reason=reason)
+    return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, JobState.RUNNING, reason=reason,
                                        epoch=epoch, executor_id=job.executor_id, detail=detail),), (lease,))
 
 
