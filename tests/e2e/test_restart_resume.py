@@ -59,14 +59,14 @@ def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes
         assert done["state"] == "succeeded", (done, stack.log_tail())
         started = [e for e in stack.events(job_id) if e["event"] == "started"]
         assert started[-1]["detail"]["resumed_from_step"] >= checkpointed, started[-1]
-        assert done["attempts"]["training_error"] == 0, done["attempts"]
+        assert done["attempts"]["training_error"] == 0, [(e["event"], e.get("reason"), e.get("error"))
+                                                         for e in stack.events(job_id)]
         nodes = _nodes(stack)
         if nodes_before is None:
             nodes_before = set(nodes) - dead
             assert len(nodes_before) == 2, sorted(nodes)
         # The job may end on the first node back before the other has finished its own checks.
-        nodes = eventually(lambda: all((n := _nodes(stack))[k]["state"] == "ready" for k in nodes_before) and n,
-                           120, "every node back and ready")
+        nodes = eventually(lambda: _ready_or_why(_nodes(stack), nodes_before), 120, "every node back and ready")
         assert set(nodes) == nodes_before | dead, (nodes_before, dead, sorted(nodes))  # re-attached, not grown
         live = {k: v for k, v in nodes.items() if k in nodes_before}
         assert all(n["state"] == "ready" and n["schedulable"] and n["reboots"] == 0 for n in live.values()), live
@@ -77,6 +77,19 @@ def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes
         assert all(not n.get("alert") for n in nodes.values()), nodes
     finally:
         assert stack.stop() == 0
+
+
+class _NotReady(dict):
+    """Falsy, so the wait goes on; its repr (each node's state and reason) is the failure message's last value."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _ready_or_why(nodes: dict[str, dict], wanted: set[str]) -> dict[str, dict] | _NotReady:
+    if all(k in nodes and nodes[k]["state"] == "ready" for k in wanted):
+        return nodes
+    return _NotReady({k: (nodes[k]["state"], nodes[k].get("reason")) if k in nodes else "missing" for k in wanted})
 
 
 def test_a_restart_reattaches_the_nodes_and_resumes_the_job_mid_run(stack_dir: Path):
