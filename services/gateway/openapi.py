@@ -1,7 +1,8 @@
 """Every status a route can answer is in the OpenAPI document, derived from what the route is.
 
 The answers do not come from the route's own code alone: the body limit (413) runs before any route, the
-token check (401) and the permission check (403) before its body is read, validation (422) before it runs,
+limit on failed sign-ins and bad tokens (429, with Retry-After), the token check (401) and the permission check
+(403) before its body is read, validation (422) before it runs,
 an unknown id in the path is 404, a database or bus that is down is 503, and a command route answers with
 its outcome (refused 409/404/422, pending 202). So the statuses are attached after the routes are registered,
 from each route's declarations, and a client generated from ``/openapi.json`` knows every answer it can get.
@@ -28,11 +29,13 @@ class FieldError(BaseModel):
 class ErrorBody(BaseModel):
     """Every error answer: a short code, a reason a person reads, and for 422 the fields at fault."""
 
-    error: str = Field(description="invalid, unauthenticated, forbidden, not_found, refused, too_large, unavailable")
+    error: str = Field(description="invalid, unauthorized, forbidden, too_many_attempts, not_found, refused, "
+                                   "too_large, unavailable")
     reason: str
     errors: list[FieldError] | None = Field(None, description="422: one entry per field at fault")
     limit_bytes: int | None = Field(None, description="413: the largest body accepted")
     permission: str | None = Field(None, description="403: the permission missing")
+    retry_after_seconds: float | None = Field(None, description="429: seconds until the block ends")
 
 
 _WHY = {
@@ -43,6 +46,8 @@ _WHY = {
     409: "Refused by the owner of the fact (wrong state, duplicate); the reason says why",
     413: "Request body larger than the limit (named in the answer), which keeps every message within the bus's",
     422: "Invalid request: the answer names each field at fault",
+    429: "Too many failed sign-ins or bad tokens from this source address or for this actor: blocked until "
+         "Retry-After (also retry_after_seconds) has passed; the credentials are not looked at meanwhile",
     503: "The database, the bus or a service the decision needs is unavailable; nothing was changed",
 }
 
@@ -53,7 +58,7 @@ def _statuses(route: APIRoute, permission: Any) -> set[int]:
         return codes
     codes.add(503)
     if permission is not None:
-        codes |= {401, 403}
+        codes |= {401, 403, 429}  # a blocked source or actor is refused before its token is looked at
     dep = route.dependant
     if dep.path_params or dep.query_params or dep.header_params or dep.body_params:
         codes.add(422)
@@ -81,6 +86,9 @@ def document_statuses(app: FastAPI) -> None:
                 continue
             entry = route.responses.setdefault(code, {})
             entry.setdefault("description", _WHY.get(code, "Refused; the reason says why"))
+            if code == 429:
+                entry.setdefault("headers", {"Retry-After": {"description": "Seconds until the block ends",
+                                                             "schema": {"type": "integer", "minimum": 1}}})
             if code != 202 and "model" not in entry:
                 # FastAPI builds the schema of an extra response from route.response_fields, made at
                 # registration: a model attached later needs its field made the same way.

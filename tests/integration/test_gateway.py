@@ -238,9 +238,15 @@ async def test_auth_and_not_found_and_gateway_refusals_are_recorded(env):
         resp = await gw.client.post("/v1/jobs", json={"workers": 0, "workload": {"kind": "finetune"}},
                                     headers=gw.as_("submitter"))
         assert resp.status_code == 422 and "body.workers" in resp.json()["reason"]
-        await eventually(lambda: _true(len(outcomes) >= 2))
+        await eventually(lambda: _true(len(outcomes) >= 3))
+        # The unknown bearer token is a failed authentication, audited as the gateway's refusal (throttle.py);
+        # the request without any token is a plain 401, not counted and not recorded.
         assert [(o.kind, o.accepted, o.by, o.detail["actor"]) for o in outcomes] == [
-            ("submit", False, "gateway", "viewer-actor"), ("submit", False, "gateway", "submitter-actor")]
+            ("authenticate", False, "gateway", None), ("submit", False, "gateway", "viewer-actor"),
+            ("submit", False, "gateway", "submitter-actor")]
+        failed = outcomes[0].detail
+        assert (failed["failure"], failed["method"], failed["path"], failed["failures_from_source"]) == (
+            "unknown_token", "GET", "/v1/jobs", 1)
         await sub.unsubscribe()
 
 

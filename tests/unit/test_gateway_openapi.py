@@ -1,5 +1,5 @@
 """The OpenAPI document lists every status each route can answer (services/gateway/openapi.py), with the error
-body's schema, so a client generated from it knows the 404/409/202/413/401/403/422/503 answers."""
+body's schema, so a client generated from it knows the 404/409/202/413/401/403/422/429/503 answers."""
 
 from __future__ import annotations
 
@@ -22,7 +22,10 @@ def test_every_status_a_route_can_answer_is_documented(name, op):
     codes = set(op["responses"])
     assert "413" in codes  # the body limit runs before any route
     if name != "GET /healthz":
-        assert {"401", "403", "503"} <= codes
+        assert {"401", "403", "429", "503"} <= codes  # 429: a source or actor blocked for failed attempts
+        assert op["responses"]["429"]["headers"]["Retry-After"]["schema"] == {"type": "integer", "minimum": 1}
+    else:
+        assert not {"401", "403", "429"} & codes  # no token is asked for, so none can fail
     if "{" in name:
         assert {"404", "422"} <= codes
     if name in COMMANDS:
