@@ -92,12 +92,16 @@ def _ready_or_why(nodes: dict[str, dict], wanted: set[str]) -> dict[str, dict] |
     return _NotReady({k: (nodes[k]["state"], nodes[k].get("reason")) if k in nodes else "missing" for k in wanted})
 
 
+def _both_ready(stack: Stack, what: str) -> set[str]:
+    """The ids of the stack's two nodes, once both are ready."""
+    return set(eventually(lambda: len(n := _nodes(stack)) == 2 and all(v["state"] == "ready" for v in n.values())
+                          and n, 120, what))
+
+
 def test_a_restart_reattaches_the_nodes_and_resumes_the_job_mid_run(stack_dir: Path):
     stack = start_stack(stack_dir)
     try:
-        eventually(lambda: len(n := _nodes(stack)) == 2 and all(v["state"] == "ready" for v in n.values()), 120,
-                   "both nodes ready")
-        nodes_before = set(_nodes(stack))
+        nodes_before = _both_ready(stack, "both nodes ready")
         job_id, checkpointed = _run_until_restart(stack)
     finally:
         stack.stop()
@@ -122,9 +126,7 @@ def test_the_previous_releases_data_directory_upgraded_in_place_resumes_its_job(
     old = _release_tree(UPGRADE_FROM, stack_dir.parent / "release")
     stack = start_stack(stack_dir, code=old)
     try:
-        eventually(lambda: len(n := _nodes(stack)) == 2 and all(v["state"] == "ready" for v in n.values()), 120,
-                   "both nodes ready under the previous release")
-        dead = set(_nodes(stack))
+        dead = _both_ready(stack, "both nodes ready under the previous release")
         job_id, checkpointed = _run_until_restart(stack)
     finally:
         stack.stop()

@@ -78,14 +78,17 @@ def postmaster_pid(pgdata: Path) -> int | None:
 class PostgresWatch:
     """Start the embedded PostgreSQL again when its postmaster is gone, with the supervisor's back-off."""
 
-    pg: object  # EmbeddedPostgres
+    pg: object  # EmbeddedPostgres, started
     max_restarts_per_minute: int = 5
     restarts: list[float] = field(default_factory=list)
     next_start: float = 0.0
     clock: Callable[[], float] = time.monotonic
+    pgdata: Path | None = None  # found once: finding it may ask the system whether the service user can enter
 
     def alive(self) -> bool:
-        pid = postmaster_pid(self.pg._pgdata())
+        if self.pgdata is None:
+            self.pgdata = self.pg._pgdata()
+        pid = postmaster_pid(self.pgdata)
         return pid is not None and process_alive(pid)
 
     def check(self) -> bool:
