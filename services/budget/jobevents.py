@@ -122,8 +122,9 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
         effects.events.append(exhausted_event(subjects, a.job_id, a.account) if isinstance(a, Exhausted)
                               else warning_event(subjects, a.job_id, a.warning, a.consumed))
     if admission is not None:
-        await grants.store_grants(conn, _grants(events, rows))
-        held = await grants.held_for(conn, to_judge_again(before, _leases(rows)))
+        granted = _grants(events, rows)
+        await grants.store_grants(conn, granted)
+        held = await grants.held_for(conn, to_judge_again(before, _leases(rows), (g.job_id for g in granted)))
         if held:
             charged = await record_usage(conn, held, subjects, admission)
             effects.events.extend(charged.events)

@@ -63,15 +63,20 @@ def test_a_grant_in_the_future_of_the_budget_s_clock_allows_only_the_slack():
 @pytest.mark.parametrize(("job", "verdict"), [
     (JobLease(epoch=0), Verdict.HOLD),  # the grant has not reached the budget yet
     (JobLease(epoch=2), Verdict.HOLD),
-    (JobLease(epoch=3), Verdict.REFUSE),  # the job moved past epoch 3 and no grant of it was seen
-    (JobLease(epoch=4), Verdict.REFUSE),
-    (JobLease(epoch=2, ended=True), Verdict.REFUSE),  # the job ended: no grant will come
+    # The job's epoch (or its end) came with a later event that committed before the ``leased`` one: the budget's
+    # replicas share the job events' consumer. The grant is on its way; refusing lost really used time.
+    (JobLease(epoch=3), Verdict.HOLD),
+    (JobLease(epoch=4), Verdict.HOLD),
+    (JobLease(epoch=3, ended=True), Verdict.HOLD),
+    (JobLease(epoch=4, ended=True), Verdict.HOLD),
+    (JobLease(epoch=2, ended=True), Verdict.REFUSE),  # the job ended before epoch 3: no grant will come
+    (JobLease(epoch=0, ended=True), Verdict.REFUSE),
 ], ids=lambda v: str(v))
-def test_a_record_without_a_grant_is_held_while_its_epoch_is_ahead_of_the_job_else_refused(job, verdict):
+def test_a_record_without_a_grant_is_held_while_its_grant_can_still_come_else_refused(job, verdict):
     j = judge(charge(epoch=3), None, job, used_before=0.0, now=NOW)
     assert j.verdict is verdict
     if verdict is Verdict.REFUSE:
-        assert "never granted" in j.reason
+        assert "never granted" in j.reason and f"ended at epoch {job.epoch}" in j.reason
 
 
 def test_the_holder_of_an_old_epoch_is_still_charged_its_time():
@@ -127,3 +132,29 @@ def test_a_leased_event_s_grant_shares_the_gang_s_devices_among_its_workers(work
 ], ids=["granted", "unchanged", "ended", "already-ended", "granted-and-ended"])
 def test_held_records_are_judged_again_when_the_job_s_epoch_moves_or_it_ends(was, now, again):
     assert to_judge_again({"j": was}, {"j": now}) == (["j"] if again else [])
+
+
+@pytest.mark.parametrize(("was", "now"), [(JobLease(1), JobLease(1)), (JobLease(1, ended=True),
+                                                                       JobLease(1, ended=True))],
+                         ids=["running", "ended"])
+def test_held_records_are_judged_again_when_a_grant_of_their_job_arrives_whatever_its_epoch(was, now):
+    assert to_judge_again({"j": was, "k": was}, {"j": now, "k": now}, ["j"]) == ["j"]
+
+
+def test_a_record_whose_leased_event_commits_after_a_later_event_of_its_job_is_charged_when_it_comes():
+    """The health round of tests/faults/test_cluster_rehearsal.py: usage sent, never in the ledger. One replica
+    commits the job's ``started`` (epoch 1) while the other still holds its ``leased`` batch."""
+    record = charge(epoch=1, devices=1, wall=0.05)
+    grant = Grant("j", 1, ("ex-a",), 1, T0)
+    # 1. The record overtakes both events: held.
+    assert judge_batch([record], {}, {"j": JobLease(0)}, {}, now=NOW).held == [record]
+    # 2. ``started`` commits first: the epoch moved, the record is judged again without its grant; still held.
+    running = JobLease(1)
+    assert to_judge_again({"j": JobLease(0)}, {"j": running}) == ["j"]
+    assert judge_batch([record], {}, {"j": running}, {}, now=NOW).held == [record]
+    # 3. Then the job ends, the ``leased`` event still behind: the record's epoch was the job's, still held.
+    ended = JobLease(1, ended=True)
+    assert judge_batch([record], {}, {"j": ended}, {}, now=NOW).held == [record]
+    # 4. The ``leased`` event commits: nothing about the job moves, but its grant came; the record is charged.
+    assert to_judge_again({"j": ended}, {"j": ended}, ["j"]) == ["j"]
+    assert judge_batch([record], {("j", 1): grant}, {"j": ended}, {}, now=NOW).charged == [record]

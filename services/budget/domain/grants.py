@@ -9,8 +9,13 @@ that lost contact kept running until it noticed: that time was really used, usag
 is refused, visibly, and never charged.
 
 The budget learns of grants from the job events stream and of usage from the usage stream: a record may arrive
-before the grant it ran under. A record whose epoch is newer than any the job has had is therefore held, not
-refused, and judged again when the job's epoch moves or it ends (``on_job_moved``).
+before the grant it ran under. Nor do the job events arrive in order: the budget's replicas share their consumer,
+and a batch (or a redelivery) can commit after a later one, so the job's epoch, or its end, can be known before
+the ``leased`` event of that epoch is. A record without a grant is therefore held, not refused, as long as its
+grant can still come: while the job runs, or, once it has ended, when its epoch is at most the job's last (the
+queue announces every epoch it grants in a ``leased`` event). It is judged again when a grant of its job arrives,
+the job's epoch moves or it ends (``to_judge_again``); only a record of an epoch past the end of its job is
+refused for want of a grant.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class Grant:
 
 class Verdict(StrEnum):
     CHARGE = "charge"  # the holder of the record's epoch, within the grant's figures
-    HOLD = "hold"  # its epoch is newer than the job's: the grant may not have reached the budget yet
+    HOLD = "hold"  # no grant of its epoch yet, and one may still come (the job runs, or it ran that epoch)
     REFUSE = "refuse"  # not allowed by any grant: published on teto.rejected.budget, never charged
 
 
@@ -73,10 +78,12 @@ def judge(charge: Charge, grant: Grant | None, job: JobLease, *, used_before: fl
     """One record against the grant of its (job, epoch). ``used_before``: wall seconds of the same run (job,
     executor, epoch) with a lower seq, charged or judged before it."""
     if grant is None:
-        if charge.epoch > job.epoch and not job.ended:
+        # The job's epoch says nothing of whether the grant was seen (job events may commit out of order): only
+        # an epoch past a finished job's last can never be granted.
+        if not job.ended or charge.epoch <= job.epoch:
             return Judgement(charge, Verdict.HOLD, f"epoch {charge.epoch} of job {charge.job_id} not granted yet")
         return Judgement(charge, Verdict.REFUSE,
-                         f"epoch {charge.epoch} of job {charge.job_id} was never granted (the job's epoch is "
+                         f"epoch {charge.epoch} of job {charge.job_id} was never granted (the job ended at epoch "
                          f"{job.epoch})")
     if not grant.holds(charge.executor_id):
         return Judgement(charge, Verdict.REFUSE,
@@ -120,11 +127,14 @@ def judge_batch(batch: Iterable[Charge], grants: dict[tuple[str, int], Grant], j
     return out
 
 
-def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease]) -> list[str]:
-    """The jobs whose held records a batch of job events makes worth judging again: their epoch moved (the
-    grant a record waited for may have come) or they ended (no grant will come)."""
-    return sorted(j for j, was in before.items()
-                  if j in after and (after[j].epoch > was.epoch or (after[j].ended and not was.ended)))
+def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease],
+                   granted: Iterable[str] = ()) -> list[str]:
+    """The jobs whose held records a batch of job events makes worth judging again: a grant of theirs arrived
+    (``granted``: whatever their epoch says, the ``leased`` event may come after a later event of the job), their
+    epoch moved or they ended (a record of an epoch past their last will never be granted)."""
+    moved = {j for j, was in before.items()
+             if j in after and (after[j].epoch > was.epoch or (after[j].ended and not was.ended))}
+    return sorted(moved | set(granted))
 
 
 def grant_of(job_id: str, epoch: int, workers: Iterable[str], gang_devices: int | None,
