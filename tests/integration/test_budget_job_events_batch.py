@@ -164,3 +164,28 @@ async def test_a_held_record_is_charged_when_its_leased_event_commits_after_the_
         assert (effects.inserted, effects.held, effects.refused) == (1, 0, 0)
         assert await conn.fetchval("SELECT sum(gpu_seconds) FROM budget.ledger WHERE job_id = 'jo'") == 0.05
         assert await conn.fetchval("SELECT count(*) FROM budget.held_usage") == 0
+
+
+async def test_a_job_leased_before_its_submission_reached_the_budget_is_charged_its_devices(env):
+    """The ``leased`` event commits before the submission (another replica's batch): the grant cannot say how many
+    devices yet. A record of the job's two GPUs is held, then charged when the submission fills the grant in (it
+    was refused: 2 devices claimed, 1 granted)."""
+    spec = SPEC.model_copy(update={"gpus_per_worker": 2, "gpu_ceiling_seconds": 1000.0})
+    submitted = JobEvent(job_id="jd", seq=1, event="submitted", state=JobState.QUEUED, time=T0,
+                         detail={"spec": spec.model_dump(mode="json"), "owner": "alice"})
+    leased = JobEvent(job_id="jd", seq=2, event="leased", state=JobState.RUNNING, epoch=1, executor_id="ex1",
+                      time=T0 + timedelta(seconds=1), previous_state=JobState.QUEUED, detail={"workers": ["ex1"]})
+    admission = Admission(T0 + timedelta(seconds=60))
+    record = Charge("jd", "ex1", 1, 1, 2, 10.0)
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        s = settings.subjects
+        async with conn.transaction():
+            await apply_job_events(conn, [leased], s, admission)
+        async with conn.transaction():
+            effects = await store.record_usage(conn, [record], s, admission)
+        assert (effects.inserted, effects.held, effects.refused) == (0, 1, 0)
+        async with conn.transaction():
+            effects = await apply_job_events(conn, [submitted], s, admission)
+        assert (effects.inserted, effects.held, effects.refused) == (1, 0, 0)
+        assert await conn.fetchval("SELECT devices FROM budget.grants WHERE job_id = 'jd'") == 2
+        assert await conn.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = 'jd'") == 20.0

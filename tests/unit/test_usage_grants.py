@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.budget.domain.grants import Grant, JobLease, Verdict, grant_of, judge, judge_batch, to_judge_again
+from services.budget.domain.grants import (UNKNOWN_DEVICES, Grant, JobLease, Verdict, grant_of, judge, judge_batch,
+                                           to_judge_again)
 from services.budget.domain.usage import Charge
 
 T0 = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
@@ -115,7 +116,8 @@ def test_a_batch_of_an_unknown_job_is_held():
 
 
 @pytest.mark.parametrize(("workers", "gang", "per_worker"), [
-    (["a"], 8, 8), (["a", "b"], 8, 4), (["a", "b", "a"], 8, 4), (["a", "b", "c"], 3, 1), (["a"], None, 1),
+    (["a"], 8, 8), (["a", "b"], 8, 4), (["a", "b", "a"], 8, 4), (["a", "b", "c"], 3, 1),
+    (["a"], None, UNKNOWN_DEVICES), (["a", "b"], None, UNKNOWN_DEVICES),  # the submission not seen yet
     (["a", "b"], 3, 2),
 ])
 def test_a_leased_event_s_grant_shares_the_gang_s_devices_among_its_workers(workers, gang, per_worker):
@@ -158,3 +160,19 @@ def test_a_record_whose_leased_event_commits_after_a_later_event_of_its_job_is_c
     # 4. The ``leased`` event commits: nothing about the job moves, but its grant came; the record is charged.
     assert to_judge_again({"j": ended}, {"j": ended}, ["j"]) == ["j"]
     assert judge_batch([record], {("j", 1): grant}, {"j": ended}, {}, now=NOW).charged == [record]
+
+
+@pytest.mark.parametrize(("devices", "job", "verdict"), [
+    (1, JOB, Verdict.CHARGE),  # every worker holds one device at least
+    (2, JOB, Verdict.HOLD),  # until the submission says how many the grant allows
+    (4096, JOB, Verdict.HOLD),
+    (2, JobLease(epoch=2, ended=True), Verdict.HOLD),  # the submission comes all the same
+], ids=str)
+def test_a_grant_taken_before_its_job_s_submission_holds_records_of_more_than_one_device(devices, job, verdict):
+    """The leased event can commit before the submission (the replicas share the job events' consumer): the grant
+    cannot say how many devices yet, and a record refused then was lost for good."""
+    unsized = grant_of("j", 2, ["ex-a", "ex-b"], None, T0)
+    assert judge(charge(devices=devices), unsized, job, used_before=0.0, now=NOW).verdict is verdict
+    sized = grant_of("j", 2, ["ex-a", "ex-b"], 4, T0)  # the submission came: 2 workers x 2 GPUs
+    assert judge(charge(devices=2), sized, job, used_before=0.0, now=NOW).verdict is Verdict.CHARGE
+    assert judge(charge(devices=3), sized, job, used_before=0.0, now=NOW).verdict is Verdict.REFUSE

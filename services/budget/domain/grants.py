@@ -29,6 +29,10 @@ from .usage import Charge
 
 # The grant's time is the queue's clock, "now" the budget's; both are servers' clocks kept by NTP.
 DEFAULT_CLOCK_SLACK_SECONDS = 30.0
+# A grant's devices when its job's submission (which says how many) had not reached the budget: the leased event
+# can commit first (the replicas share the consumer). Every worker holds one device at least, so a record of one
+# device is judged at once; one of more waits until the submission fills the grant in (``grant_of`` again).
+UNKNOWN_DEVICES = 0
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Grant:
     job_id: str
     epoch: int
     workers: tuple[str, ...]  # empty: granted before the budget kept grants (holder unknown, bounds still apply)
-    devices: int  # per worker: what each may charge at most, per second
+    devices: int  # per worker: what each may charge at most, per second; UNKNOWN_DEVICES: submission not seen yet
     granted_at: datetime
 
     def holds(self, executor_id: str) -> bool:
@@ -88,9 +92,11 @@ def judge(charge: Charge, grant: Grant | None, job: JobLease, *, used_before: fl
     if not grant.holds(charge.executor_id):
         return Judgement(charge, Verdict.REFUSE,
                          f"executor {charge.executor_id} does not hold epoch {charge.epoch} of job {charge.job_id}")
-    if charge.devices > grant.devices:
+    if grant.devices == UNKNOWN_DEVICES and charge.devices > 1:
+        return Judgement(charge, Verdict.HOLD, f"devices of job {charge.job_id} not known yet (its submission)")
+    if charge.devices > max(1, grant.devices):
         return Judgement(charge, Verdict.REFUSE,
-                         f"{charge.devices} devices claimed, {grant.devices} granted per worker")
+                         f"{charge.devices} devices claimed, {max(1, grant.devices)} granted per worker")
     allowed = max(0.0, (now - grant.granted_at).total_seconds()) + slack_seconds
     if used_before + charge.wall_seconds > allowed:
         return Judgement(charge, Verdict.REFUSE,
@@ -140,7 +146,8 @@ def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease],
 def grant_of(job_id: str, epoch: int, workers: Iterable[str], gang_devices: int | None,
              granted_at: datetime) -> Grant:
     """A ``leased`` event's grant: its workers, each allowed its share of the job's devices (the budget keeps the
-    gang's total, workers x devices held each; 1 when the submission was never seen)."""
+    gang's total, workers x devices held each; ``UNKNOWN_DEVICES`` while the submission has not been seen)."""
     ws = tuple(dict.fromkeys(workers))
-    per_worker = -(-(gang_devices or 1) // max(1, len(ws)))
-    return Grant(job_id, epoch, ws, max(1, per_worker), granted_at)
+    if gang_devices is None:
+        return Grant(job_id, epoch, ws, UNKNOWN_DEVICES, granted_at)
+    return Grant(job_id, epoch, ws, max(1, -(-gang_devices // max(1, len(ws)))), granted_at)
