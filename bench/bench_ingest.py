@@ -1,15 +1,17 @@
 """Heartbeat ingest by every consumer of heartbeats, each against a plain nats-py pull consumer draining the same
 stream (fetch 500, ack each), measured in the same run (issue 12, item 3: target 0.5x).
 
-The reference runs before and after the services, and the faster of the two counts (the stricter ratio).
-N heartbeats from E simulated executors are published to the HB stream and N usage reports (one record each, the
-budget's charge path; ``teto.usage.<executor>``) to the USAGE stream first; then each consumer drains its stream
-from the beginning, one at a time: the references, then the real services' durables (their own declarations and
-handlers, libs/runtime/edge.py, on migrated schemas): the queue's, the health service's and the budget's
-heartbeat consumers, and the budget's usage reports. A rate is the messages over the time from the consumer's
-first delivery to its last acknowledgement (the budget's two durables in one run of the service, concurrently,
-each timed from its own first delivery). A first row runs the edge alone with a handler that does nothing: its
-share of each consumer's time. Before the edge, the queue fetched one message at a time (~440/s).
+The reference runs before and after the services, and the faster of the two counts (the stricter ratio). N
+heartbeats from E simulated executors are published to the HB stream and N usage reports (one record each, the
+budget's charge path; ``teto.usage.<executor>``) to the USAGE stream first, after each job's lease grant (a
+``leased`` job event: the budget charges usage only within one) has been taken in by the budget and the health
+service, the job events' consumers (a first, unmeasured run of each, which migrates its schema); then each consumer
+drains its stream from the beginning, one at a time: the references, then the real services' durables (their own
+declarations and handlers, libs/runtime/edge.py, on migrated schemas): the queue's, the health service's and the
+budget's heartbeat consumers, and the budget's usage reports. A rate is the messages over the time from the
+consumer's first delivery to its last acknowledgement (the budget's two durables in one run of the service,
+concurrently, each timed from its own first delivery). A first row runs the edge alone with a handler that does
+nothing: its share of each consumer's time. Before the edge, the queue fetched one message at a time (~440/s).
 
 Run: .venv/bin/python -m bench.bench_ingest [N] [EXECUTORS], or ``teto bench ingest`` (``main``).
 """
@@ -22,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from bench._drain import drained_by, gather_in_chunks, reference, row, service_rate
 from bench._servers import servers
+from libs.contracts.jobs import JobEvent, JobEventKind, JobState
 from libs.contracts.telemetry import Heartbeat
 from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime.edge import Consumer, from_sender
@@ -40,9 +43,27 @@ def heartbeats(subjects, n: int, executors: int):
                                                 interval_seconds=30, progress_interval_seconds=30)
 
 
+# When every job's run began: a day ago, long enough for any series of ``usage_reports`` to fit in the time since.
+def _run_start() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+
+
+def grants(subjects, executors: int):
+    """Each executor's job leased to it (epoch 1) when its run began, as the queue announces a grant: the budget
+    charges a usage record only within its grant (services/budget/domain/grants.py). No submission is published,
+    so each grant allows the one device per worker that ``usage_reports`` claims, and the jobs have no ceiling."""
+    began = _run_start()
+    for i in range(executors):
+        ex = f"ex{i}"
+        yield subjects.job_event(f"job-{ex}", "leased"), JobEvent(
+            job_id=f"job-{ex}", seq=1, event=JobEventKind.LEASED, state=JobState.RUNNING,
+            previous_state=JobState.QUEUED, epoch=1, executor_id=ex, time=began, detail={"workers": [ex]})
+
+
 def usage_reports(subjects, n: int, executors: int):
-    """One 30 s record per report, each executor's job a numbered series (charged once each, nothing conflicts)."""
-    start = datetime.now(UTC) - timedelta(days=1)
+    """One 30 s record per report, each executor's job a numbered series (charged once each, nothing conflicts),
+    on one device, from the start of the run ``grants`` leased."""
+    start = _run_start()
     for i in range(n):
         ex, seq = f"ex{i % executors}", i // executors + 1
         began = start + timedelta(seconds=30 * (seq - 1))
@@ -79,6 +100,10 @@ async def run(n: int, executors: int) -> list[dict]:
         rt = await Runtime.open("bench", CommonSettings.from_env(env={}, **base), schema=None, package=None)
         s, js = rt.subjects, rt.js
         hb, usage = s.stream_name("HB"), s.stream_name("USAGE")
+        await gather_in_chunks(js.publish(subj, m.encode()) for subj, m in grants(s, executors))
+        for serve, settings, durable in ((budget, BudgetSettings, "budget-job-events"),
+                                         (health, HealthSettings, "health-job-events")):
+            await service_rate(serve, settings.from_env(env={}, **base), js, [(s.stream_name("JOB"), durable)])
         await gather_in_chunks(js.publish(subj, m.encode()) for subj, m in heartbeats(s, n, executors))
         await gather_in_chunks(js.publish(subj, m.encode()) for subj, m in usage_reports(s, n, executors))
         refs = {hb: [await reference(js, s.heartbeat_all, hb, "bench-raw-hb-1", n)],

@@ -20,7 +20,7 @@ from libs.contracts.envelope import RejectedMessage
 from libs.contracts.jobs import TERMINAL_STATES
 from libs.contracts.subjects import Subjects
 
-from .domain.grants import DEFAULT_CLOCK_SLACK_SECONDS, Grant, JobLease, Judged, judge_batch
+from .domain.grants import DEFAULT_CLOCK_SLACK_SECONDS, UNKNOWN_DEVICES, Grant, JobLease, Judged, grant_of, judge_batch
 from .domain.usage import Charge
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,23 @@ async def store_grants(conn: asyncpg.Connection, grants: list[Grant]) -> None:
                       (r->>4)::timestamptz
                FROM jsonb_array_elements($1::jsonb) AS r ON CONFLICT DO NOTHING""",
             json.dumps([[g.job_id, g.epoch, list(g.workers), g.devices, _iso(g.granted_at)] for g in grants]))
+
+
+async def fill_devices(conn: asyncpg.Connection, gang_devices: dict[str, int]) -> list[str]:
+    """Complete the grants taken before their job's submission reached the budget (``UNKNOWN_DEVICES``) with the
+    devices it names (``gang_devices``: the gang's total per job); the jobs whose grants were completed."""
+    if not gang_devices:
+        return []
+    rows = await conn.fetch("SELECT job_id, epoch, workers, granted_at FROM budget.grants"
+                            " WHERE job_id = ANY($1::text[]) AND devices = $2", sorted(gang_devices), UNKNOWN_DEVICES)
+    filled = [grant_of(r["job_id"], r["epoch"], r["workers"], gang_devices[r["job_id"]], r["granted_at"])
+              for r in rows]
+    if filled:
+        await conn.execute(
+            """UPDATE budget.grants AS g SET devices = (r->>2)::int FROM jsonb_array_elements($1::jsonb) AS r
+               WHERE g.job_id = r->>0 AND g.epoch = (r->>1)::int""",
+            json.dumps([[g.job_id, g.epoch, g.devices] for g in filled]))
+    return sorted({g.job_id for g in filled})
 
 
 async def held_for(conn: asyncpg.Connection, job_ids: list[str]) -> list[Charge]:

@@ -103,6 +103,9 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
         return effects
     rows = await _lock(conn, [ev.job_id for ev in events])
     before = _leases(rows)
+    # Jobs leased before their submission reached the budget (a later batch committed first): their grants'
+    # devices were not known (domain/grants.py, UNKNOWN_DEVICES).
+    unsized = {j for j, r in rows.items() if r.devices is None and r.epoch > 0}
     done = fold(rows, events, _spec_of)
     ceilings = json.dumps([
         [c.job_id, c.event_seq, c.ceiling_seconds, c.actor, c.reason, c.consumed_seconds, utc(c.set_at)]
@@ -122,8 +125,11 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent], sub
         effects.events.append(exhausted_event(subjects, a.job_id, a.account) if isinstance(a, Exhausted)
                               else warning_event(subjects, a.job_id, a.warning, a.consumed))
     if admission is not None:
-        await grants.store_grants(conn, _grants(events, rows))
-        held = await grants.held_for(conn, to_judge_again(before, _leases(rows)))
+        granted = _grants(events, rows)
+        await grants.store_grants(conn, granted)
+        sized = await grants.fill_devices(conn, {j: rows[j].devices for j in unsized if rows[j].devices is not None})
+        held = await grants.held_for(conn, to_judge_again(before, _leases(rows),
+                                                          [*(g.job_id for g in granted), *sized]))
         if held:
             charged = await record_usage(conn, held, subjects, admission)
             effects.events.extend(charged.events)

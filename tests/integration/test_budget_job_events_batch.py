@@ -15,6 +15,7 @@ import pytest
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from services.budget import store
 from services.budget.domain.usage import Charge
+from services.budget.grants import Admission
 from services.budget.jobevents import apply_job_events
 from services.budget.settings import BudgetSettings
 from tests.integration.helpers_budget_events import apply_one
@@ -138,3 +139,53 @@ async def test_random_batches_end_as_one_by_one_over_rows_already_there(env):
                                                 for job in rng.sample(jobs, 2)], s)
         assert await conn.fetchval("SELECT count(*) FROM budget.ceilings") > 10
         assert await conn.fetchval("SELECT count(*) FROM budget.jobs WHERE exhausted_for_ceiling IS NOT NULL") > 0
+
+
+async def test_a_held_record_is_charged_when_its_leased_event_commits_after_the_job_s_end(env):
+    """The budget's replicas share the job events' consumer: the batch holding a job's ``leased`` event can commit
+    after the one holding its later events, even its end. A record that overtook them all is held throughout and
+    charged when the grant comes (it was refused as soon as the job's epoch moved without it)."""
+    events = lifecycle("jo")
+    submitted, leased, later = events[0], events[1], events[2:]
+    admission = Admission(T0 + timedelta(seconds=60))
+    record = Charge("jo", "ex1", 1, 1, 1, 0.05, last=True)
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        s = settings.subjects
+        async with conn.transaction():
+            await apply_job_events(conn, [submitted], s, admission)
+        async with conn.transaction():
+            assert (await store.record_usage(conn, [record], s, admission)).held == 1
+        async with conn.transaction():  # started, then succeeded: epoch 1 and the end, without the grant
+            effects = await apply_job_events(conn, later, s, admission)
+        assert (effects.held, effects.refused) == (1, 0)
+        assert await conn.fetchval("SELECT count(*) FROM budget.ledger") == 0
+        async with conn.transaction():  # the leased event at last: nothing about the job moves but its grant
+            effects = await apply_job_events(conn, [leased], s, admission)
+        assert (effects.inserted, effects.held, effects.refused) == (1, 0, 0)
+        assert await conn.fetchval("SELECT sum(gpu_seconds) FROM budget.ledger WHERE job_id = 'jo'") == 0.05
+        assert await conn.fetchval("SELECT count(*) FROM budget.held_usage") == 0
+
+
+async def test_a_job_leased_before_its_submission_reached_the_budget_is_charged_its_devices(env):
+    """The ``leased`` event commits before the submission (another replica's batch): the grant cannot say how many
+    devices yet. A record of the job's two GPUs is held, then charged when the submission fills the grant in (it
+    was refused: 2 devices claimed, 1 granted)."""
+    spec = SPEC.model_copy(update={"gpus_per_worker": 2, "gpu_ceiling_seconds": 1000.0})
+    submitted = JobEvent(job_id="jd", seq=1, event="submitted", state=JobState.QUEUED, time=T0,
+                         detail={"spec": spec.model_dump(mode="json"), "owner": "alice"})
+    leased = JobEvent(job_id="jd", seq=2, event="leased", state=JobState.RUNNING, epoch=1, executor_id="ex1",
+                      time=T0 + timedelta(seconds=1), previous_state=JobState.QUEUED, detail={"workers": ["ex1"]})
+    admission = Admission(T0 + timedelta(seconds=60))
+    record = Charge("jd", "ex1", 1, 1, 2, 10.0)
+    async with migrated(env, BudgetSettings, store.SCHEMA, "services.budget") as (settings, conn):
+        s = settings.subjects
+        async with conn.transaction():
+            await apply_job_events(conn, [leased], s, admission)
+        async with conn.transaction():
+            effects = await store.record_usage(conn, [record], s, admission)
+        assert (effects.inserted, effects.held, effects.refused) == (0, 1, 0)
+        async with conn.transaction():
+            effects = await apply_job_events(conn, [submitted], s, admission)
+        assert (effects.inserted, effects.held, effects.refused) == (1, 0, 0)
+        assert await conn.fetchval("SELECT devices FROM budget.grants WHERE job_id = 'jd'") == 2
+        assert await conn.fetchval("SELECT consumed_seconds FROM budget.jobs WHERE job_id = 'jd'") == 20.0

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from services.budget.domain.grants import Grant, JobLease, Verdict, grant_of, judge, judge_batch, to_judge_again
+from services.budget.domain.grants import (UNKNOWN_DEVICES, Grant, JobLease, Verdict, grant_of, judge, judge_batch,
+                                           to_judge_again)
 from services.budget.domain.usage import Charge
 
 T0 = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
@@ -63,15 +64,20 @@ def test_a_grant_in_the_future_of_the_budget_s_clock_allows_only_the_slack():
 @pytest.mark.parametrize(("job", "verdict"), [
     (JobLease(epoch=0), Verdict.HOLD),  # the grant has not reached the budget yet
     (JobLease(epoch=2), Verdict.HOLD),
-    (JobLease(epoch=3), Verdict.REFUSE),  # the job moved past epoch 3 and no grant of it was seen
-    (JobLease(epoch=4), Verdict.REFUSE),
-    (JobLease(epoch=2, ended=True), Verdict.REFUSE),  # the job ended: no grant will come
+    # The job's epoch (or its end) came with a later event that committed before the ``leased`` one: the budget's
+    # replicas share the job events' consumer. The grant is on its way; refusing lost really used time.
+    (JobLease(epoch=3), Verdict.HOLD),
+    (JobLease(epoch=4), Verdict.HOLD),
+    (JobLease(epoch=3, ended=True), Verdict.HOLD),
+    (JobLease(epoch=4, ended=True), Verdict.HOLD),
+    (JobLease(epoch=2, ended=True), Verdict.REFUSE),  # the job ended before epoch 3: no grant will come
+    (JobLease(epoch=0, ended=True), Verdict.REFUSE),
 ], ids=lambda v: str(v))
-def test_a_record_without_a_grant_is_held_while_its_epoch_is_ahead_of_the_job_else_refused(job, verdict):
+def test_a_record_without_a_grant_is_held_while_its_grant_can_still_come_else_refused(job, verdict):
     j = judge(charge(epoch=3), None, job, used_before=0.0, now=NOW)
     assert j.verdict is verdict
     if verdict is Verdict.REFUSE:
-        assert "never granted" in j.reason
+        assert "never granted" in j.reason and f"ended at epoch {job.epoch}" in j.reason
 
 
 def test_the_holder_of_an_old_epoch_is_still_charged_its_time():
@@ -110,7 +116,8 @@ def test_a_batch_of_an_unknown_job_is_held():
 
 
 @pytest.mark.parametrize(("workers", "gang", "per_worker"), [
-    (["a"], 8, 8), (["a", "b"], 8, 4), (["a", "b", "a"], 8, 4), (["a", "b", "c"], 3, 1), (["a"], None, 1),
+    (["a"], 8, 8), (["a", "b"], 8, 4), (["a", "b", "a"], 8, 4), (["a", "b", "c"], 3, 1),
+    (["a"], None, UNKNOWN_DEVICES), (["a", "b"], None, UNKNOWN_DEVICES),  # the submission not seen yet
     (["a", "b"], 3, 2),
 ])
 def test_a_leased_event_s_grant_shares_the_gang_s_devices_among_its_workers(workers, gang, per_worker):
@@ -127,3 +134,45 @@ def test_a_leased_event_s_grant_shares_the_gang_s_devices_among_its_workers(work
 ], ids=["granted", "unchanged", "ended", "already-ended", "granted-and-ended"])
 def test_held_records_are_judged_again_when_the_job_s_epoch_moves_or_it_ends(was, now, again):
     assert to_judge_again({"j": was}, {"j": now}) == (["j"] if again else [])
+
+
+@pytest.mark.parametrize(("was", "now"), [(JobLease(1), JobLease(1)), (JobLease(1, ended=True),
+                                                                       JobLease(1, ended=True))],
+                         ids=["running", "ended"])
+def test_held_records_are_judged_again_when_a_grant_of_their_job_arrives_whatever_its_epoch(was, now):
+    assert to_judge_again({"j": was, "k": was}, {"j": now, "k": now}, ["j"]) == ["j"]
+
+
+def test_a_record_whose_leased_event_commits_after_a_later_event_of_its_job_is_charged_when_it_comes():
+    """The health round of tests/faults/test_cluster_rehearsal.py: usage sent, never in the ledger. One replica
+    commits the job's ``started`` (epoch 1) while the other still holds its ``leased`` batch."""
+    record = charge(epoch=1, devices=1, wall=0.05)
+    grant = Grant("j", 1, ("ex-a",), 1, T0)
+    # 1. The record overtakes both events: held.
+    assert judge_batch([record], {}, {"j": JobLease(0)}, {}, now=NOW).held == [record]
+    # 2. ``started`` commits first: the epoch moved, the record is judged again without its grant; still held.
+    running = JobLease(1)
+    assert to_judge_again({"j": JobLease(0)}, {"j": running}) == ["j"]
+    assert judge_batch([record], {}, {"j": running}, {}, now=NOW).held == [record]
+    # 3. Then the job ends, the ``leased`` event still behind: the record's epoch was the job's, still held.
+    ended = JobLease(1, ended=True)
+    assert judge_batch([record], {}, {"j": ended}, {}, now=NOW).held == [record]
+    # 4. The ``leased`` event commits: nothing about the job moves, but its grant came; the record is charged.
+    assert to_judge_again({"j": ended}, {"j": ended}, ["j"]) == ["j"]
+    assert judge_batch([record], {("j", 1): grant}, {"j": ended}, {}, now=NOW).charged == [record]
+
+
+@pytest.mark.parametrize(("devices", "job", "verdict"), [
+    (1, JOB, Verdict.CHARGE),  # every worker holds one device at least
+    (2, JOB, Verdict.HOLD),  # until the submission says how many the grant allows
+    (4096, JOB, Verdict.HOLD),
+    (2, JobLease(epoch=2, ended=True), Verdict.HOLD),  # the submission comes all the same
+], ids=str)
+def test_a_grant_taken_before_its_job_s_submission_holds_records_of_more_than_one_device(devices, job, verdict):
+    """The leased event can commit before the submission (the replicas share the job events' consumer): the grant
+    cannot say how many devices yet, and a record refused then was lost for good."""
+    unsized = grant_of("j", 2, ["ex-a", "ex-b"], None, T0)
+    assert judge(charge(devices=devices), unsized, job, used_before=0.0, now=NOW).verdict is verdict
+    sized = grant_of("j", 2, ["ex-a", "ex-b"], 4, T0)  # the submission came: 2 workers x 2 GPUs
+    assert judge(charge(devices=2), sized, job, used_before=0.0, now=NOW).verdict is Verdict.CHARGE
+    assert judge(charge(devices=3), sized, job, used_before=0.0, now=NOW).verdict is Verdict.REFUSE

@@ -9,8 +9,13 @@ that lost contact kept running until it noticed: that time was really used, usag
 is refused, visibly, and never charged.
 
 The budget learns of grants from the job events stream and of usage from the usage stream: a record may arrive
-before the grant it ran under. A record whose epoch is newer than any the job has had is therefore held, not
-refused, and judged again when the job's epoch moves or it ends (``on_job_moved``).
+before the grant it ran under. Nor do the job events arrive in order: the budget's replicas share their consumer,
+and a batch (or a redelivery) can commit after a later one, so the job's epoch, or its end, can be known before
+the ``leased`` event of that epoch is. A record without a grant is therefore held, not refused, as long as its
+grant can still come: while the job runs, or, once it has ended, when its epoch is at most the job's last (the
+queue announces every epoch it grants in a ``leased`` event). It is judged again when a grant of its job arrives,
+the job's epoch moves or it ends (``to_judge_again``); only a record of an epoch past the end of its job is
+refused for want of a grant.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from .usage import Charge
 
 # The grant's time is the queue's clock, "now" the budget's; both are servers' clocks kept by NTP.
 DEFAULT_CLOCK_SLACK_SECONDS = 30.0
+# A grant's devices when its job's submission (which says how many) had not reached the budget: the leased event
+# can commit first (the replicas share the consumer). Every worker holds one device at least, so a record of one
+# device is judged at once; one of more waits until the submission fills the grant in (``grant_of`` again).
+UNKNOWN_DEVICES = 0
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,7 @@ class Grant:
     job_id: str
     epoch: int
     workers: tuple[str, ...]  # empty: granted before the budget kept grants (holder unknown, bounds still apply)
-    devices: int  # per worker: what each may charge at most, per second
+    devices: int  # per worker: what each may charge at most, per second; UNKNOWN_DEVICES: submission not seen yet
     granted_at: datetime
 
     def holds(self, executor_id: str) -> bool:
@@ -42,7 +51,7 @@ class Grant:
 
 class Verdict(StrEnum):
     CHARGE = "charge"  # the holder of the record's epoch, within the grant's figures
-    HOLD = "hold"  # its epoch is newer than the job's: the grant may not have reached the budget yet
+    HOLD = "hold"  # no grant of its epoch yet, and one may still come (the job runs, or it ran that epoch)
     REFUSE = "refuse"  # not allowed by any grant: published on teto.rejected.budget, never charged
 
 
@@ -73,17 +82,21 @@ def judge(charge: Charge, grant: Grant | None, job: JobLease, *, used_before: fl
     """One record against the grant of its (job, epoch). ``used_before``: wall seconds of the same run (job,
     executor, epoch) with a lower seq, charged or judged before it."""
     if grant is None:
-        if charge.epoch > job.epoch and not job.ended:
+        # The job's epoch says nothing of whether the grant was seen (job events may commit out of order): only
+        # an epoch past a finished job's last can never be granted.
+        if not job.ended or charge.epoch <= job.epoch:
             return Judgement(charge, Verdict.HOLD, f"epoch {charge.epoch} of job {charge.job_id} not granted yet")
         return Judgement(charge, Verdict.REFUSE,
-                         f"epoch {charge.epoch} of job {charge.job_id} was never granted (the job's epoch is "
+                         f"epoch {charge.epoch} of job {charge.job_id} was never granted (the job ended at epoch "
                          f"{job.epoch})")
     if not grant.holds(charge.executor_id):
         return Judgement(charge, Verdict.REFUSE,
                          f"executor {charge.executor_id} does not hold epoch {charge.epoch} of job {charge.job_id}")
-    if charge.devices > grant.devices:
+    if grant.devices == UNKNOWN_DEVICES and charge.devices > 1:
+        return Judgement(charge, Verdict.HOLD, f"devices of job {charge.job_id} not known yet (its submission)")
+    if charge.devices > max(1, grant.devices):
         return Judgement(charge, Verdict.REFUSE,
-                         f"{charge.devices} devices claimed, {grant.devices} granted per worker")
+                         f"{charge.devices} devices claimed, {max(1, grant.devices)} granted per worker")
     allowed = max(0.0, (now - grant.granted_at).total_seconds()) + slack_seconds
     if used_before + charge.wall_seconds > allowed:
         return Judgement(charge, Verdict.REFUSE,
@@ -120,17 +133,21 @@ def judge_batch(batch: Iterable[Charge], grants: dict[tuple[str, int], Grant], j
     return out
 
 
-def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease]) -> list[str]:
-    """The jobs whose held records a batch of job events makes worth judging again: their epoch moved (the
-    grant a record waited for may have come) or they ended (no grant will come)."""
-    return sorted(j for j, was in before.items()
-                  if j in after and (after[j].epoch > was.epoch or (after[j].ended and not was.ended)))
+def to_judge_again(before: dict[str, JobLease], after: dict[str, JobLease],
+                   granted: Iterable[str] = ()) -> list[str]:
+    """The jobs whose held records a batch of job events makes worth judging again: a grant of theirs arrived
+    (``granted``: whatever their epoch says, the ``leased`` event may come after a later event of the job), their
+    epoch moved or they ended (a record of an epoch past their last will never be granted)."""
+    moved = {j for j, was in before.items()
+             if j in after and (after[j].epoch > was.epoch or (after[j].ended and not was.ended))}
+    return sorted(moved | set(granted))
 
 
 def grant_of(job_id: str, epoch: int, workers: Iterable[str], gang_devices: int | None,
              granted_at: datetime) -> Grant:
     """A ``leased`` event's grant: its workers, each allowed its share of the job's devices (the budget keeps the
-    gang's total, workers x devices held each; 1 when the submission was never seen)."""
+    gang's total, workers x devices held each; ``UNKNOWN_DEVICES`` while the submission has not been seen)."""
     ws = tuple(dict.fromkeys(workers))
-    per_worker = -(-(gang_devices or 1) // max(1, len(ws)))
-    return Grant(job_id, epoch, ws, max(1, per_worker), granted_at)
+    if gang_devices is None:
+        return Grant(job_id, epoch, ws, UNKNOWN_DEVICES, granted_at)
+    return Grant(job_id, epoch, ws, max(1, -(-gang_devices // max(1, len(ws)))), granted_at)
