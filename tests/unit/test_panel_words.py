@@ -24,6 +24,8 @@ PT = "pt-BR"
     ("undeliverable: payload too large", "impossível de entregar: payload too large"),
     ("succeeded", "concluído"), ("drained by operator", "drenado pelo operador"),
     ("cordoned for run r-1", "isolado para a verificação r-1"),
+    ("not started: the executor is busy with job j-7",
+     "não iniciado: o executor está ocupado com o job j-7"),  # an agent's hand-back, as the timeline shows it
 ])
 def test_a_reason_is_said_in_portuguese(reason, said):
     assert words.reason(reason, PT) == said

@@ -36,6 +36,8 @@ REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.S), k
     (r"exit status (?P<code>-?\d+)(?P<tail>: .*)?", "reason_exit_status"),  # the agent's (run.py), then stderr
     (r"killed by signal (?P<signal>\d+)(?P<tail>: .*)?", "reason_killed"),
     (r"handed back: (?P<why>.*)", "reason_handed_back"),
+    (r"not started: (?P<why>.*)", "reason_not_started"),  # a hand-back's error (agents/executor/agent.py)
+    (r"the executor is busy with job (?P<job>\S+)", "reason_busy_with"),
     (r"node failed: (?P<why>.*)", "reason_node_failed"),
     (r"undeliverable: (?P<why>.*)", "reason_undeliverable"),
 ))
