@@ -64,9 +64,14 @@ def test_a_lender_gets_its_share_back_and_the_preempted_job_resumes_from_its_che
         assert done["state"] == "succeeded" and done["org"] == "north", (done, stack.log_tail())
 
         # The preempted job runs again once capacity frees (North's job ended): from its checkpoint, for free.
+        # The run after the preemption's requeue (on a loaded machine an earlier run may also have been requeued
+        # for a late lease renewal, before any checkpoint: not this one).
+        requeued_at = next(e["seq"] for e in stack.events(victim)
+                           if e["event"] == "requeued" and e["reason"] == "preempted")
+
         def resumed() -> dict | None:
-            started = [e for e in stack.events(victim) if e["event"] == "started"]
-            return started[-1] if len(started) >= 2 else None
+            started = [e for e in stack.events(victim) if e["event"] == "started" and e["seq"] > requeued_at]
+            return started[0] if started else None
         again = eventually(resumed, 240, "the preempted job to start again")
         assert again["detail"]["resumed_from_step"] >= checkpoint_step
         job = stack.job(victim)
