@@ -128,7 +128,7 @@ def cmd_env_create(args: argparse.Namespace) -> int:
     try:
         for line in create(args.path, [e for e in (args.extras or "").split(",") if e], python=args.python):
             print(line)
-    except EnvError as exc:
+    except (EnvError, OSError) as exc:
         print(f"teto env create: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -230,9 +230,15 @@ def test_measured_size_and_remove(tmp_path):
     assert not d.exists()
     link = tmp_path / "checkpoint-11"
     target = _hf(tmp_path / "kept", 11)
+    cd.seal(target, 11)
     link.symlink_to(target)
     cd.remove(link)
-    assert not link.exists() and target.is_dir()  # the link removed, never followed
+    assert not link.exists() and (target / cd.MANIFEST).is_file()  # the link removed, never followed
+    plain = tmp_path / "checkpoint-12"
+    plain.write_bytes(b"a file in a directory's place")
+    cd.remove(plain)
+    cd.remove(tmp_path / "checkpoint-13")  # already gone: nothing to do
+    assert not plain.exists()
 
 
 # -- the same rules as file checkpoints -----------------------------------------------------------------------
