@@ -101,8 +101,7 @@ def create(path: Path, extras: list[str], *, python: str | None = None) -> list[
     (site / "teto-installation.pth").write_text("\n".join(pth_lines(PROJECT_ROOT, packages())) + "\n")
     lines = [f"environment {path}: {env_python} with Teto's SDK and the packages of {sys.prefix}"]
     if requirements:
-        import torch  # noqa: F401 - only its version: the constraint that keeps pip from fetching another
-
+        # The installed torch's version: the constraint that keeps pip from fetching another.
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(f"torch=={importlib.metadata.version('torch')}\n")
             constraints = f.name

@@ -76,3 +76,16 @@ async def _eventually_offered(queue, path: str) -> None:
     from tests.support.services import eventually
 
     await eventually(lambda: any(path in hb.environments for hb in queue.heartbeats), 30, "a heartbeat offering it")
+
+
+def test_env_create_installs_an_extra_reusing_the_installed_torch(shared_dir):
+    import importlib.util
+    import subprocess
+
+    made = shared_dir / "with-dev"
+    lines = create(made, ["dev"])
+    assert any(line.startswith("installed for the extras dev: pytest") for line in lines), lines
+    out = subprocess.run([str(made / "bin" / "python"), "-c", "import torch, pytest, teto.sdk; print(torch.__file__)"],
+                         capture_output=True, text=True, check=True)
+    # the installation's torch, reached through the environment's .pth: never a second copy fetched into it
+    assert Path(out.stdout.strip()) == Path(importlib.util.find_spec("torch").origin) and not list(made.glob("lib/python*/site-packages/torch"))
