@@ -61,3 +61,16 @@ def test_sizes_read_in_binary_units_per_locale(value, en, pt):
 ])
 def test_measured_figures_keep_four_significant_digits(value, en, pt):
     assert (fmt.significant(value, "en"), fmt.significant(value, "pt-BR")) == (en, pt)
+
+
+def test_teto_job_says_what_the_runs_reported():
+    from teto.cli_jobs import live_lines
+
+    job = {"id": "j1", "reported": {"step": 30, "loss": 0.25, "learning_rate": 0.0002},
+           "checkpoints": [{"step": 30, "kind": "directory", "bytes": 4147, "files": 2},
+                           {"step": 20, "kind": "file", "bytes": 9, "files": 1}]}
+    assert live_lines(job) == ["reported  step 30: loss 0.25, learning rate 0.0002",
+                               "last ckpt step 30: a directory of 4147 bytes in 2 files"]
+    assert live_lines({"checkpoints": [{"step": 5, "kind": "file", "bytes": 9}]}) == [
+        "last ckpt step 5: a file of 9 bytes"]
+    assert live_lines({"reported": None, "checkpoints": []}) == []
