@@ -6,35 +6,28 @@ environment no node offers is refused at submit, with its name."""
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import httpx
 import pytest
 
 from services.gateway.panel import fmt
-from teto.cli_env import create
+from tests.support.environments import shared_environment
 
 from .conftest import open_as, shoot, stack_for_module, submit, token_for, untranslated, visit
 from .test_panel_signals import TRAIN_SCRIPT, words
 
 pytestmark = pytest.mark.panel
 
-ENV_ROOT = Path(tempfile.mkdtemp(prefix="teto-env-", dir="/tmp"))  # every user can enter it: the jobs' uids run it
-ENVIRONMENT = ENV_ROOT / "training"
+@pytest.fixture(scope="module")
+def environment():
+    return shared_environment()
 
 
 @pytest.fixture(scope="module")
-def stack():
-    ENV_ROOT.chmod(0o755)
-    create(ENVIRONMENT, [])
-    try:
-        yield from stack_for_module(executors=1, lease=30, heartbeat=1,
-                                    extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": "0.5",
-                                               "TETO_ENVIRONMENTS": str(ENVIRONMENT)})
-    finally:
-        shutil.rmtree(ENV_ROOT, ignore_errors=True)
+def stack(environment):
+    yield from stack_for_module(executors=1, lease=30, heartbeat=1,
+                                extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": "0.5",
+                                           "TETO_ENVIRONMENTS": str(environment)})
 
 
 def spec(environment: str) -> dict:
@@ -50,14 +43,14 @@ def rows(page) -> list[str]:
 
 
 @pytest.mark.timeout(420)
-def test_the_job_page_shows_loss_learning_rate_and_directory_checkpoints(stack, chromium):
+def test_the_job_page_shows_loss_learning_rate_and_directory_checkpoints(stack, chromium, environment):
     from tests.e2e.stack import eventually
 
     eventually(lambda: any(n["state"] == "ready" for n in stack.get("/v1/nodes").json()), 240, "the node ready")
     refused = httpx.post(f"{stack.url}/v1/jobs", json=spec("/opt/nowhere"), headers=stack.headers, timeout=60)
     assert refused.status_code >= 400 and "no node offers the Python environment /opt/nowhere" in refused.text, \
         refused.text
-    job_id = submit(stack, spec(str(ENVIRONMENT)))
+    job_id = submit(stack, spec(str(environment)))
     job = stack.wait_state(job_id, {"succeeded"}, 180)
     assert job["reported"]["learning_rate"] == 0.1 and job["reported"]["step"] == 30, job["reported"]
     assert [(c["step"], c["kind"], c["files"]) for c in job["checkpoints"]] == [(s, "directory", 2) for s in (30, 20, 10)]
