@@ -5,14 +5,16 @@ accepted one to the next grant (``RunJob.resume_from``: step, sha256, epoch). Ea
 the run that wrote it (``checkpoints.write_sidecar``). Here the agent, before a run starts: resumes from the file
 that is that accepted checkpoint (its sidecar's step, checksum and epoch; then ``checkpoints.validate``), or, if
 that file is gone or damaged, from an older one of the same epoch (that run's reports arrive in order, so its
-earlier checkpoints were accepted before the later one); ignores and deletes every file the queue never accepted
-(newer than the accepted step, or at that step with another checksum or epoch: a fenced-out run's, whatever its
-name; every file when nothing was accepted); and leaves older files to retention. Nothing here may crash a run:
-a file the agent cannot read (another run's, root-owned 0600) is a reason, never an exception.
+earlier checkpoints were accepted before the later one); ignores every file the queue never accepted (newer than
+the accepted step, or at that step with another checksum or epoch: a fenced-out run's, whatever its name; every
+file when nothing was accepted) and deletes those Teto wrote or sealed (``sealed_by_teto``); and leaves older
+files to retention. Nothing here may crash a run: a file the agent cannot read (another run's, root-owned 0600)
+is a reason, never an exception. Directory checkpoints (``ckpt_dir.py``) go through the same rules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -24,7 +26,7 @@ from typing import Any
 
 from libs.contracts.agents import AcceptedCheckpoint
 
-from . import checkpoints
+from . import checkpoints, ckpt_dir
 from .checkpoints import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean:
     skipped: list[tuple[Path, str]] = []
     for path, why in choice.fenced:
         skipped.append((path, why))
-        if clean:
+        if clean and sealed_by_teto(path):
             remove(path)
     for path in choice.resume:
         try:
@@ -116,7 +118,10 @@ def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean:
 
 
 def inspect(step: int, path: Path) -> Found:
-    """What a checkpoint file's sidecar says of it; a link (the file or its sidecar) is never followed."""
+    """What a checkpoint file's sidecar (a directory's manifest, whose own SHA-256 is the checkpoint's checksum)
+    says of it; a link (the file, its sidecar, the directory, its manifest) is never followed."""
+    if ckpt_dir.holds_checkpoint(path):
+        return _inspect_directory(step, path)
     side = checkpoints.sidecar_path(path)
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode) or (os.path.lexists(side) and stat.S_ISLNK(os.lstat(side).st_mode)):
@@ -136,9 +141,38 @@ def inspect(step: int, path: Path) -> Found:
                  epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
 
 
+def sealed_by_teto(path: Path) -> bool:
+    """Whether a checkpoint never accepted is Teto's to delete: a file of the SDK's layout (``step-N.pt``, complete
+    or not), or any other that Teto sealed (its sidecar, a directory's manifest, or a link in their place). A
+    training library's own unreported ``checkpoint-N/`` or ``...step=N.ckpt`` is the script's: skipped, never
+    deleted (a job that keeps its checkpoints itself loses nothing on a requeue)."""
+    if checkpoints.NAME.match(path.name):
+        return True
+    marker = ckpt_dir.manifest_path(path) if ckpt_dir.holds_checkpoint(path) else checkpoints.sidecar_path(path)
+    return os.path.lexists(marker) or os.path.islink(path)
+
+
+def _inspect_directory(step: int, path: Path) -> Found:
+    try:
+        data = ckpt_dir.read_manifest(path)
+        meta = json.loads(data)
+    except (OSError, ValueError):
+        return Found(step, path)
+    epoch = meta.get("epoch") if isinstance(meta, dict) else None
+    return Found(step, path, sha256=hashlib.sha256(data).hexdigest(),
+                 epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+
+
 def remove(path: Path) -> None:
-    """Delete a checkpoint never accepted, its sidecar first (half deleted reads as incomplete, never as valid); a
-    file the agent may not delete stays, ignored all the same."""
+    """Delete a checkpoint never accepted, its sidecar first (a directory whole, its manifest first: half deleted
+    reads as incomplete, never as valid); one the agent may not delete stays, ignored all the same."""
+    if ckpt_dir.holds_checkpoint(path):
+        try:
+            ckpt_dir.remove(path)
+        except OSError as exc:
+            log.warning("cannot delete %s, a checkpoint the queue never accepted (ignored all the same): %s", path,
+                        exc)
+        return
     for p in (checkpoints.sidecar_path(path), path):
         try:
             os.unlink(p)

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import ckpt_dir as _dir
 from . import ckpt_quota as _quota
+from . import sdk_ckpt as _sdk_ckpt
 from . import sdk_context as _context
 from . import sdk_steps as _steps
 from . import sdk_trace as _trace
@@ -45,10 +47,12 @@ from .ckpt_async import BackgroundWriter
 from .sdk_context import Context
 
 CheckpointRefused = _quota.CheckpointRefused
-__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointRefused", "Context", "checkpoint_on_stop",
-           "context", "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready",
-           "report_step", "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent",
-           "wait_checkpoints"]
+CheckpointInvalid = _dir.Invalid
+Manifest = _dir.Manifest
+__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointInvalid", "CheckpointRefused", "Context",
+           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "init_distributed", "report_checkpoint",
+           "report_phase", "report_ready", "report_step", "resume_checkpoint", "save_checkpoint",
+           "seal_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
@@ -235,19 +239,43 @@ def report_step(step: int, *, total_steps: int | None = None, loss: float | None
 
 
 def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
-    """Tell the agent a checkpoint for ``step`` is complete at ``path`` (a sidecar is written if missing)."""
+    """Tell the agent a checkpoint for ``step`` is complete at ``path``: a file (its sidecar written if missing) or a
+    directory (``checkpoint-120/``, sealed if it has no manifest: ``seal_checkpoint``); kept like the SDK's own."""
     _install()
     path = Path(path)
     quota = context().checkpoint_quota
-    if quota is not None and (size := path.stat().st_size) > quota:
-        _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
-    ckpt, _ = _ckpt.validate(path, quota=quota)
-    if ckpt is None:
-        ckpt = _ckpt.write_sidecar(path, int(step))
-    _send({"type": "checkpoint", "step": int(step), "path": str(path.resolve()), "sha256": ckpt.sha256,
-           "bytes": ckpt.bytes})
-    if path.parent.resolve() == context().checkpoint_dir.resolve() and _ckpt.NAME.match(path.name):
-        _prune(int(step))  # written in the SDK's layout, kept like the SDK's own
+    if _dir.holds_checkpoint(path):
+        ckpt = _sdk_ckpt.of(_seal(path, int(step)))
+    else:
+        if quota is not None and (size := path.stat().st_size) > quota:
+            _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
+        ckpt, _ = _ckpt.validate(path, quota=quota)
+        if ckpt is None:
+            ckpt = _ckpt.write_sidecar(path, int(step))
+    _send(_sdk_ckpt.record(ckpt))
+    if _sdk_ckpt.in_layout(path, context().checkpoint_dir):
+        _prune(int(step))
+
+
+def seal_checkpoint(path: str | os.PathLike[str], step: int) -> Manifest:
+    """Write a complete directory's manifest (each file's path, size, SHA-256; last, atomically: ``ckpt_dir.seal``)
+    unless it has a valid one of ``step``; returns it. A link or special file inside (``CheckpointInvalid``) or more
+    bytes than the quota (``CheckpointRefused``): nothing written, the agent told why."""
+    _install()
+    return _seal(Path(path), int(step)).manifest
+
+
+def _seal(path: Path, step: int) -> _dir.Sealed:
+    report_phase("checkpointing")  # hashing a large directory is no stuck step
+    try:
+        return _sdk_ckpt.sealed(path, step, quota=context().checkpoint_quota)
+    except _quota.CheckpointRefused as exc:
+        _refuse(exc, path)
+    except _dir.Invalid as exc:
+        _send({"type": "checkpoint_invalid", "step": step, "path": str(path.resolve()), "reason": str(exc)})
+        raise
+    finally:
+        report_phase("training")
 
 
 def report_phase(phase: str) -> None:
@@ -268,39 +296,12 @@ def _refuse(exc: _quota.CheckpointRefused, path: Path | None = None) -> NoReturn
 
 
 def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
-    _send({"type": "checkpoint", "step": ckpt.step, "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
-           "bytes": ckpt.bytes})
+    _send(_sdk_ckpt.record(ckpt))
 
 
 def _prune(step: int) -> None:
-    """Once the checkpoint of ``step`` is complete: the older ones beyond the newest ``checkpoints_kept``
-    complete ones are deleted (``checkpoints.prune``). Never raises: a checkpoint left behind costs space, not
-    the run; the reason goes to the job's output."""
-    ctx = context()
-    if ctx.checkpoints_kept <= 0:
-        return
-    try:
-        if os.environ.get("TETO_CHECKPOINT_CONFIRMED"):
-            # Under Teto: nothing newer than the last checkpoint whose report the bus took counts (ckpt_fence.py),
-            # so a run whose reports go nowhere never deletes the checkpoint the queue accepted.
-            confirmed = _confirmed_step(os.environ["TETO_CHECKPOINT_CONFIRMED"])
-            if confirmed is None:
-                return
-            step = min(step, confirmed)
-        _ckpt.prune(ctx.checkpoint_dir, step, ctx.checkpoints_kept)
-    except Exception as exc:  # noqa: BLE001 - never the training's failure
-        import sys
-
-        print(f"teto: older checkpoints not removed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-
-
-def _confirmed_step(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            value = f.read(32).strip()
-    except OSError:
-        return None
-    return int(value) if value.isdigit() else None
+    """Retention once the checkpoint of ``step`` is complete (``sdk_ckpt.prune``); never raises."""
+    _sdk_ckpt.prune(context(), step, os.environ.get("TETO_CHECKPOINT_CONFIRMED"))
 
 
 def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:
@@ -378,19 +379,18 @@ def wait_checkpoints() -> None:
 
 
 def resume_checkpoint() -> tuple[int, Path] | None:
-    """(step, path) of the checkpoint to resume from, or None to start fresh.
-
-    Under Teto the agent chose it (the latest valid one); outside Teto the latest valid one in the directory.
-    """
+    """(step, path) of the checkpoint to resume from (a file, or a directory: what ``resume_from_checkpoint=`` or
+    ``ckpt_path=`` take), or None to start fresh. Under Teto the agent chose (and verified) it; outside Teto the
+    latest valid one in the directory."""
     ctx = context()
     if ctx.in_teto:
         if ctx.resume_from is None:
             return None
-        ckpt, _ = _ckpt.validate(ctx.resume_from)
-        if ckpt is not None:
-            return ckpt.step, ctx.resume_from
-        m = _ckpt.NAME.match(ctx.resume_from.name)
-        return (int(m.group(1)), ctx.resume_from) if m else None
+        step = _sdk_ckpt.resumed_step(ctx.resume_from)
+        if step is None:
+            ckpt, _ = _ckpt.validate(ctx.resume_from)
+            step = ckpt.step if ckpt is not None else _sdk_ckpt.step_of_resume(ctx.resume_from)
+        return (step, ctx.resume_from) if step is not None else None
     ckpt, _ = _ckpt.latest_valid(ctx.checkpoint_dir)
     return (ckpt.step, ckpt.path) if ckpt else None
 

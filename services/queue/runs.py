@@ -50,7 +50,8 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
     if isinstance(msg, StepReport):
         return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
     if isinstance(msg, CheckpointReport):
-        return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes)
+        return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes,
+                               str(msg.checkpoint_kind), msg.files)
     if isinstance(msg, CheckpointSkipped):
         return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
     if isinstance(msg, RunFinished):
@@ -198,7 +199,7 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address)
+                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address, "\n".join(hb.environments))
                     for beat in latest.values() for hb in [beat.value]]
             await executors.upsert_executors(conn, rows)
             if offers_an_executor([beat.value for beat in latest.values()]):  # perhaps free since the last pass: place now
