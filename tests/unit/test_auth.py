@@ -162,6 +162,9 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/tokens"): ("/v1/tokens", {"actor": "bob", "role": "viewer"}),
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/tokens/{token_id}"): ("/v1/tokens/{viewer_token_id}", None),
+    ("POST", "/v1/me/tokens"): ("/v1/me/tokens", {"role": "viewer", "description": "a script"}),
+    ("GET", "/v1/me/tokens"): ("/v1/me/tokens", None),
+    ("DELETE", "/v1/me/tokens/{token_id}"): ("/v1/me/tokens/{own_token_id}", None),
     ("GET", "/v1/audit"): ("/v1/audit?actor=x", None),
     ("GET", "/v1/commands/{command_id}"): ("/v1/commands/c1", None),
     ("GET", "/v1/audit/verify"): ("/v1/audit/verify", None),
@@ -224,7 +227,7 @@ def _matrix():
 def test_every_endpoint_with_every_role(gateway, method, path, role, allowed):
     _, client, tokens, _ = gateway
     url, body = SAMPLES[(method, path)]
-    url = url.replace("{viewer_token_id}", tokens[Role.VIEWER][0])
+    url = url.replace("{viewer_token_id}", tokens[Role.VIEWER][0]).replace("{own_token_id}", tokens[role][0])
     JOB["owner"] = role.value  # the caller's own job: tenant scoping is tested apart (test_scoping_routes)
     try:
         resp = client.request(method, url, json=body, headers={"Authorization": f"Bearer {tokens[role][1]}"})

@@ -65,16 +65,16 @@ def register(router: APIRouter) -> None:
     async def signin(request: Request) -> Response:
         form = await form_of(request)
         next_path = safe_next(form.get("next"))
-        tokens = request.app.state.tokens
+        identity = request.app.state.identity
         try:
             refuse_if_blocked(request, Scope.SOURCE, source_of(request))  # before the token is looked at
             if not session.csrf_ok(request.cookies.get(session.PRE_COOKIE), form.get("csrf")):
                 await record_failure(request, Failure.SIGN_IN_CSRF, "sign-in form posted without its CSRF token", None)
                 return sign_in_form(request, next_path=next_path, error="signin.error_csrf", status=403)
             typed = form.get("token", "").strip()
-            principal = tokens.authenticate(typed)
+            principal = await identity.authenticate(typed) if typed.startswith("teto_") else None
             if principal is None:
-                actor = tokens.revoked_actor(typed) if typed else None
+                actor = await identity.revoked_actor(typed) if typed else None
                 if actor is not None:
                     refuse_if_blocked(request, Scope.ACTOR, actor, actor)
                 await record_failure(request, Failure.SIGN_IN, "unknown or revoked token typed into the sign-in form",
