@@ -36,13 +36,14 @@ from .commands import BusUnavailable, Commands
 from .dead_letters import DeadLetters
 from .errors import ApiError
 from .identity import DbIdentity, FileIdentity
+from .oidc import ProviderConfigError, Providers, load_providers
 from .domain.payload import body_limit
 from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .logs import JobLogs
-from .routes import admin, jobs, logs, policies, nodes, tokens
+from .routes import admin, jobs, logs, policies, nodes, sessions, tokens
 from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .routes import status as status_routes
@@ -143,6 +144,11 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         raise SettingsError(f"TETO_COMMAND_ALLOW / TETO_COMMAND_ALLOW_FILE: {exc}") from None
     except SealingError as exc:
         raise SettingsError(str(exc)) from None
+    try:
+        configs = load_providers(settings.oidc_providers, settings.oidc_providers_file)
+    except (ProviderConfigError, OSError) as exc:
+        raise SettingsError(f"TETO_OIDC_PROVIDERS / TETO_OIDC_PROVIDERS_FILE: {exc}") from None
+    app.state.oidc = Providers(configs) if configs else None  # OpenID Connect sign-in (oidc.py)
     app.state.reads = reads if reads is not None else (Reads(runtime.pool, runtime) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
@@ -231,6 +237,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     logs.register(app)
     admin.register(app)
     tokens.register(app)
+    sessions.register(app)
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)

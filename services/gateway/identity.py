@@ -31,10 +31,12 @@ def _now() -> datetime:
 
 
 class FileIdentity:
-    """The tokens file as the identity of a gateway without a database: tokens only, no sessions."""
+    """The tokens file as the identity of a gateway without a database: tokens, and role bindings held in this
+    process only; no sign-in sessions (those need the database every replica shares)."""
 
     def __init__(self, store: TokenStore) -> None:
         self.store = store
+        self._bindings: list[tuple[str, Binding]] = []
 
     async def authenticate(self, secret: str) -> Principal | None:
         found = self.store.authenticate(secret)
@@ -59,6 +61,19 @@ class FileIdentity:
 
     async def tokens(self, *, actor: str | None = None) -> list[dict[str, Any]]:
         return [t for t in list_tokens(self.store.path) if actor is None or t.get("actor") == actor]
+
+    async def bindings(self, provider: str) -> list[Binding]:
+        return [b for p, b in self._bindings if provider in (p, "*") or p == "*"]
+
+    async def bind(self, *, provider: str, subject: str, role: Role | str, org: str | None, by: str) -> str:
+        binding = Binding("b-" + secrets.token_hex(6), subject, Role(role).value, org, by)
+        self._bindings.append((provider, binding))
+        return binding.id
+
+    async def unbind(self, binding_id: str) -> bool:
+        before = len(self._bindings)
+        self._bindings = [(p, b) for p, b in self._bindings if b.id != binding_id]
+        return len(self._bindings) < before
 
 
 @dataclass(frozen=True)
