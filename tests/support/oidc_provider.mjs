@@ -62,4 +62,5 @@ const provider = new Provider(issuer, {
          RefreshToken: 86400 },
 });
 provider.on('server_error', (ctx, err) => console.error('server_error', err));
+provider.on('end_session.error', (ctx, err) => console.error('end_session.error', err, err.cause));
 provider.listen(port, '127.0.0.1', () => console.log(`oidc-provider listening on ${issuer}`));
