@@ -102,7 +102,8 @@ def test_a_tokens_file_record_becomes_a_row_and_a_broken_one_is_skipped():
     assert (row.id, row.sha256, row.org, row.revoked_at) == ("a1", "a" * 64, "north", T0)
     assert row.created_at == datetime(2026, 10, 2, 10, tzinfo=UTC)
     assert records.from_file({**good, "created_at": "yesterday", "revoked": False}, now=T0).created_at == T0
-    for broken in ({**good, "id": ""}, {**good, "sha256": "short"}, {**good, "sha256": None}, {"actor": "x"}):
+    for broken in ({**good, "id": ""}, {**good, "sha256": "short"}, {**good, "sha256": None}, {"actor": "x"},
+                   {**good, "actor": "bad\x00actor"}):
         assert records.from_file(broken, now=T0) is None
 
 

@@ -58,12 +58,14 @@ def _when(value: Any, fallback: datetime) -> datetime:
 
 def from_file(raw: Mapping[str, Any], *, now: datetime) -> FileToken | None:
     """A tokens-file record (``{"id", "actor", "role", "sha256", "created_at", "revoked", "org"?}``) as a row;
-    None for a record too broken to be a token (no id or hash). A revoked record is revoked as of its import
+    None for a record too broken to be a token (no id or hash, a NUL character). A revoked record is revoked as of its import
     (the file never said when); its role and actor are kept as written, checked when it is used."""
     token_id, digest = raw.get("id"), raw.get("sha256")
     if not isinstance(token_id, str) or not token_id or not isinstance(digest, str) or len(digest) != 64:
         return None
     org = raw.get("org")
+    if any("\x00" in str(raw.get(k, "")) for k in ("id", "actor", "role", "org")):
+        return None  # PostgreSQL text cannot hold NUL; such a record was never a usable token
     return FileToken(id=token_id, sha256=digest.lower(), actor=str(raw.get("actor", "")), role=str(raw.get("role", "")),
                      org=org if isinstance(org, str) else None, created_at=_when(raw.get("created_at"), now),
                      revoked_at=now if raw.get("revoked") else None)
