@@ -103,8 +103,11 @@ def claims(s, **over) -> dict:
     return base
 
 
+ADMIN = OLD["admin"]
+
+
 async def test_id_tokens_failing_a_check_are_refused_with_its_name_and_audited(env, tmp_path):
-    async with identity_stack(env, tmp_path / "s") as s:
+    async with identity_stack(env, tmp_path / "s", old_tokens=OLD_FILE[:1]) as s:
         _, other_key = private_jwk("test-key-1")  # another key that claims the provider's kid
         now = int(time.time())
         cases = {
@@ -126,12 +129,25 @@ async def test_id_tokens_failing_a_check_are_refused_with_its_name_and_audited(e
             assert ok.status_code == 201, ok.text
             assert (ok.json()["actor"], ok.json()["roles"], ok.json()["org"]) == ("olga", ["operator"], "radiology")
             # Claims that map to no role: refused, not made a viewer by default.
-            none = await client.post("/v1/sessions/oidc", json={"provider": "hospital", "id_token": s.provider.sign(
-                claims(s, sub="nobody", preferred_username="nobody", groups=["staff"]))})
+            nobody = claims(s, sub="nobody", preferred_username="nobody", groups=["staff"])
+            none = await client.post("/v1/sessions/oidc", json={"provider": "hospital",
+                                                                "id_token": s.provider.sign(nobody)})
             assert none.status_code == 403 and "no role" in none.json()["reason"]
+            # An admin binds a role to that person (audited); the next sign-in holds it and says why.
+            async with httpx.AsyncClient(base_url=s.urls[1], timeout=30, headers=bearer(ADMIN)) as admin:
+                bound = await admin.post("/v1/role-bindings", json={"provider": "hospital", "subject": "nobody",
+                                                                    "role": "submitter"})
+                assert bound.status_code == 201, bound.text
+            now_bound = await client.post("/v1/sessions/oidc", json={"provider": "hospital",
+                                                                     "id_token": s.provider.sign(nobody)})
+            assert now_bound.status_code == 201 and now_bound.json()["roles"] == ["submitter"]
+            assert {"kind": "role", "value": "submitter", "source": "binding",
+                    "because": f"role binding {bound.json()['id']} by local-admin"} in now_bound.json()["grants"]
         for refusal in cases:
             await s.audited("sign_in", f"({refusal})", outcome="refused")
-        (accepted,) = await s.audited("sign_in", '"session_kind": "cli"', outcome="accepted")
+        await s.audited("role_bind", '"subject": "nobody"', outcome="accepted", actor="local-admin")
+        (accepted,) = await s.audited("sign_in", '"session_kind": "cli"', outcome="accepted", actor="olga")
         assert "claim groups contains 'teto-operators'" in accepted["payload_text"]
-        rows = await s.db.fetch("SELECT actor, kind, roles FROM gateway.sessions")
-        assert [(r["actor"], r["kind"], list(r["roles"])) for r in rows] == [("olga", "cli", ["operator"])]
+        rows = await s.db.fetch("SELECT actor, kind, roles FROM gateway.sessions ORDER BY created_at")
+        assert [(r["actor"], r["kind"], list(r["roles"])) for r in rows] == [("olga", "cli", ["operator"]),
+                                                                             ("nobody", "cli", ["submitter"])]

@@ -3,6 +3,7 @@ session records' rules (domain/tokens.py); who may make which token (routes/toke
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -125,3 +126,29 @@ def person(*roles: Role, org: str | None = "north") -> Principal:
 ], ids=lambda v: getattr(v, "value", None) if isinstance(v, Role) else None)
 def test_who_may_make_which_token(who, actor, role, org, allowed):
     assert (may_issue(who, actor=actor, role=role, org=org) is None) is allowed
+
+
+def test_providers_are_read_from_json_and_a_bad_entry_is_named():
+    from services.gateway.oidc import ProviderConfigError, load_providers
+
+    one = {"name": "hospital", "issuer": "https://sso/realms/h", "client_id": "teto-panel",
+           "roles": [{"claim": "groups", "value": "/teto/operators", "role": "operator"}], "org_claim": "unit"}
+    found = load_providers(json.dumps([one, {**one, "name": "gov", "issuer": "https://gov"}]), None)
+    assert list(found) == ["hospital", "gov"]
+    assert found["hospital"].mapping() == ClaimMapping(rules=(RoleRule("groups", "/teto/operators", "operator"),),
+                                                       org_claim="unit")
+    assert load_providers(None, None) == {}
+    for bad, says in [("not json", "not JSON"), (json.dumps([one, one]), "two OpenID Connect providers"),
+                      (json.dumps([{**one, "name": "Bad Name"}]), "name"),
+                      (json.dumps([{**one, "roles": [{"claim": "g", "value": "v", "role": "root"}]}]), "role")]:
+        with pytest.raises(ProviderConfigError, match=says):
+            load_providers(bad, None)
+
+
+def test_a_gateway_with_a_bad_provider_setting_refuses_to_start():
+    from libs.runtime.settings import SettingsError
+    from services.gateway.api import create_app
+    from services.gateway.settings import GatewaySettings
+
+    with pytest.raises(SettingsError, match="TETO_OIDC_PROVIDERS"):
+        create_app(GatewaySettings.from_env(env={}, oidc_providers="[{}]"))
