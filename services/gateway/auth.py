@@ -166,7 +166,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def read_tokens_file(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     data = json.loads(path.read_text() or "{}")
@@ -213,7 +213,7 @@ def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime
     if org is not None:
         record["org"] = org
     with _locked(path):
-        tokens = _read(path)
+        tokens = read_tokens_file(path)
         tokens.append(record)
         _write(path, tokens)
     return token_id, secret
@@ -223,7 +223,7 @@ def revoke_token(path: Path | str, token_id: str) -> bool:
     """Mark a token revoked (kept for the record); False when there is no such token."""
     path = Path(path)
     with _locked(path):
-        tokens = _read(path)
+        tokens = read_tokens_file(path)
         found = False
         for t in tokens:
             if t.get("id") == token_id:
@@ -236,7 +236,7 @@ def revoke_token(path: Path | str, token_id: str) -> bool:
 
 def list_tokens(path: Path | str) -> list[dict[str, Any]]:
     """Token records without their hashes."""
-    return [{k: v for k, v in t.items() if k != "sha256"} for t in _read(Path(path))]
+    return [{k: v for k, v in t.items() if k != "sha256"} for t in read_tokens_file(Path(path))]
 
 
 class TokenStore:
@@ -258,7 +258,7 @@ class TokenStore:
             if stamp == self._stamp:
                 return
             try:
-                self._tokens = _read(self.path) if stamp else []
+                self._tokens = read_tokens_file(self.path) if stamp else []
             except (OSError, ValueError):
                 return  # keep the last good set; a broken edit must not lock everyone out
             self._stamp = stamp

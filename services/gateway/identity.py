@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from .auth import (Principal, Role, TokenStore, _read, check_actor, hash_secret, issue_token, list_tokens,
+from .auth import (Principal, Role, TokenStore, check_actor, read_tokens_file, hash_secret, issue_token, list_tokens,
                    revoke_token, token_org)
 from .domain import tokens as records
 from .domain.grants import Binding, Grant, Identity, Source, token_grants
@@ -99,7 +99,7 @@ class DbIdentity:
         if self.tokens_file is None or not self.tokens_file.exists():
             return 0
         now = now or _now()
-        rows = [r for r in (records.from_file(raw, now=now) for raw in _read(self.tokens_file)) if r is not None]
+        rows = [r for r in (records.from_file(raw, now=now) for raw in read_tokens_file(self.tokens_file)) if r is not None]
         if not rows:
             return 0
         async with self.pool.acquire() as conn:
