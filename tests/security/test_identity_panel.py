@@ -76,6 +76,8 @@ async def test_two_people_sign_in_through_the_provider_with_the_roles_their_grou
                 assert await vic.inner_text("#me-org") == "cardiology"
                 why = await vic.inner_text("#me-grants")
                 assert "claim groups contains 'teto-viewers'" in why and "claim org is 'cardiology'" in why
+                assert [await r.get_attribute("data-token") for r in await vic.locator("#me-tokens tbody tr").all()] \
+                    == ["v0"]  # his own token only (a viewer is no admin)
                 await vic.goto(f"{one}/jobs/{job_id}")
                 assert await vic.locator("#requeue-form").count() == 0  # no requeue form for a viewer
                 assert await vic.locator("h1").count() == 1 and "sleeper" in await vic.inner_text("main")
@@ -109,6 +111,24 @@ async def test_two_people_sign_in_through_the_provider_with_the_roles_their_grou
                 (signed,) = await s.audited("sign_in", '"actor": "olga"', '"session_kind": "panel"',
                                             outcome="accepted")
                 assert '"roles": ["operator"]' in signed["payload_text"]
+
+                # Her token page: she makes a token for a script (shown once), it is listed, she revokes it.
+                await olga.goto(f"{two}/me")
+                await olga.select_option("#token-role", "submitter")
+                await olga.fill("#token-description", "nightly evaluation")
+                await olga.click("#token-form button[type=submit]")
+                await olga.wait_for_selector("#token-result[data-secret]")
+                secret = await olga.get_attribute("#token-result", "data-secret")
+                async with httpx.AsyncClient(base_url=one, timeout=30, headers=bearer(secret)) as script:
+                    me = (await script.get("/v1/whoami")).json()
+                    assert (me["actor"], me["role"], me["org"]) == ("olga", "submitter", "radiology")
+                await olga.reload()
+                row = olga.locator("#me-tokens tbody tr", has_text="nightly evaluation")
+                await row.locator("button.revoke").click()
+                await olga.wait_for_load_state()
+                await olga.wait_for_selector("#me-tokens tbody tr:has-text('nightly evaluation'):not(:has(button.revoke))")
+                async with httpx.AsyncClient(base_url=two, timeout=30, headers=bearer(secret)) as script:
+                    assert (await script.get("/v1/whoami")).status_code == 401
 
                 # Her callback replayed (the same code and state): in her browser the state's cookie is gone; with
                 # the cookie too (someone who copied both), the pending sign-in was consumed. Refused, audited.
