@@ -47,6 +47,8 @@ class ProviderConfig(BaseModel):
     default_org: str | None = "default"
     algorithms: list[str] = Field(default_factory=lambda: list(rules.ALLOWED_ALGORITHMS))
     leeway_seconds: float = Field(60.0, ge=0, le=600)
+    keys_refetch_seconds: float = Field(KEYS_MIN_INTERVAL, ge=0, le=3600, description="A token naming an unknown "
+                                        "key fetches the key set again at most this often")
 
     def secret(self) -> str | None:
         if self.client_secret_file is not None:
@@ -130,7 +132,8 @@ class Providers:
     async def key_set(self, name: str, header: Mapping[str, Any]) -> Mapping[str, Any]:
         cached = self._cache.setdefault(name, _Cached())
         now = self.clock()
-        if rules.refetch_keys(cached.keys, header, now, max_age=DISCOVERY_MAX_AGE, min_interval=KEYS_MIN_INTERVAL):
+        min_interval = self.configs[name].keys_refetch_seconds
+        if rules.refetch_keys(cached.keys, header, now, max_age=DISCOVERY_MAX_AGE, min_interval=min_interval):
             doc = await self.discovery(name)
             cached.keys = rules.KeySet(await self._json("GET", doc["jwks_uri"]), now)
         assert cached.keys is not None

@@ -143,11 +143,22 @@ async def test_id_tokens_failing_a_check_are_refused_with_its_name_and_audited(e
             assert now_bound.status_code == 201 and now_bound.json()["roles"] == ["submitter"]
             assert {"kind": "role", "value": "submitter", "source": "binding",
                     "because": f"role binding {bound.json()['id']} by local-admin"} in now_bound.json()["grants"]
+            # The provider rotates its keys: a token signed with the new key names a kid the gateway's cached set
+            # lacks, so the gateway fetches the set again and accepts it; one signed with the old key still works.
+            old_key, old_kid = s.provider.key, s.provider.kid
+            s.provider.rotate("test-key-2")
+            rotated = await client.post("/v1/sessions/oidc", json={"provider": "hospital",
+                                                                   "id_token": s.provider.sign(claims(s))})
+            assert rotated.status_code == 201, rotated.text
+            still = await client.post("/v1/sessions/oidc", json={"provider": "hospital", "id_token": s.provider.sign(
+                claims(s), key=old_key, kid=old_kid)})
+            assert still.status_code == 201, still.text
         for refusal in cases:
             await s.audited("sign_in", f"({refusal})", outcome="refused")
         await s.audited("role_bind", '"subject": "nobody"', outcome="accepted", actor="local-admin")
         (accepted,) = await s.audited("sign_in", '"session_kind": "cli"', outcome="accepted", actor="olga")
         assert "claim groups contains 'teto-operators'" in accepted["payload_text"]
         rows = await s.db.fetch("SELECT actor, kind, roles FROM gateway.sessions ORDER BY created_at")
-        assert [(r["actor"], r["kind"], list(r["roles"])) for r in rows] == [("olga", "cli", ["operator"]),
-                                                                             ("nobody", "cli", ["submitter"])]
+        assert [(r["actor"], r["kind"], list(r["roles"])) for r in rows] == [
+            ("olga", "cli", ["operator"]), ("nobody", "cli", ["submitter"]), ("olga", "cli", ["operator"]),
+            ("olga", "cli", ["operator"])]

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,18 @@ class Provider:
     kid: str
     process: subprocess.Popen
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    config_body: dict[str, Any] = field(default_factory=dict)
+
+    def rotate(self, kid: str) -> None:
+        """The provider rotates its keys: restarted on its port signing with a new key, the old one still
+        published (as providers do while old tokens live). Its in-memory sessions are lost."""
+        stop(self.process)
+        jwk, key = private_jwk(kid)
+        self.config_body["jwks"]["keys"].insert(0, jwk)
+        self.env["OIDC_CONFIG"] = json.dumps(self.config_body)
+        self.process = start(self.env, self.log, self.issuer)
+        self.key, self.kid = key, kid
 
     def sign(self, claims: dict[str, Any], *, key: Any = None, kid: str | None = None) -> str:
         return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": kid or self.kid})
@@ -85,7 +97,7 @@ class Provider:
                 "roles": roles if roles is not None else [
                     {"claim": "groups", "value": "teto-operators", "role": "operator"},
                     {"claim": "groups", "value": "teto-viewers", "role": "viewer"}],
-                "org_claim": "org"}
+                "org_claim": "org", "keys_refetch_seconds": 0}
 
 
 @contextlib.contextmanager
@@ -100,25 +112,36 @@ def oidc_provider(root: Path, *, gateway_urls: list[str]) -> Iterator[Provider]:
     root.mkdir(parents=True, exist_ok=True)
     log = root / "oidc-provider.log"
     env = {**os.environ, "OIDC_MODULE": str(entry), "OIDC_PORT": str(port), "OIDC_CONFIG": json.dumps(config)}
+    issuer = f"http://127.0.0.1:{port}"
+    provider = Provider(issuer=issuer, key=key, kid="test-key-1", process=start(env, log, issuer), log=log, env=env,
+                        config_body=config)
+    try:
+        yield provider
+    finally:
+        stop(provider.process)
+
+
+def start(env: dict[str, str], log: Path, issuer: str) -> subprocess.Popen:
     with open(log, "ab") as out:
         process = subprocess.Popen(["node", str(SCRIPT)], env=env, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    issuer = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"oidc-provider did not start: {log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        yield Provider(issuer=issuer, key=key, kid="test-key-1", process=process, log=log)
-    finally:
-        process.terminate()
+    deadline = time.monotonic() + 30
+    while True:
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(process)
+            raise RuntimeError(f"oidc-provider did not start: {log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
