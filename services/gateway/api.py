@@ -101,6 +101,7 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
 def whoami_body(principal: Principal) -> dict[str, Any]:
     return {"actor": principal.actor, "role": principal.role.value, "token_id": principal.token_id,
             "kind": principal.kind, "roles": [r.value for r in principal.all_roles], "org": principal.org,
+            "project": principal.project,
             "permissions": principal.permissions(), "grants": [g.as_dict() for g in principal.grants]}
 
 

@@ -136,6 +136,7 @@ class Principal:
     roles: tuple[Role, ...] = ()  # every role held, when more than ``role`` (a signed-in person's)
     grants: tuple[Any, ...] = ()  # domain.grants.Grant: each role and the organisation, and where it came from
     kind: str = "token"  # "token", or "session" (signed in through an identity provider)
+    project: str | None = None  # the one project a token is limited to (None: any of its organisation's)
 
     @property
     def all_roles(self) -> tuple[Role, ...]:

@@ -148,7 +148,7 @@ class DbIdentity:
             return await self._session(digest, now)
         await self._import_if_changed()
         async with self.pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT id, actor, role, org, expires_at, revoked_at, last_used_at "
+            row = await conn.fetchrow("SELECT id, actor, role, org, project, expires_at, revoked_at, last_used_at "
                                       "FROM gateway.tokens WHERE sha256 = $1", digest)
             if row is None or records.state_of(revoked_at=row["revoked_at"], expires_at=row["expires_at"],
                                                now=now) is not records.State.ACTIVE:
@@ -160,7 +160,7 @@ class DbIdentity:
             if records.touch_due(row["last_used_at"], now):
                 await conn.execute("UPDATE gateway.tokens SET last_used_at = $2 WHERE id = $1", row["id"], now)
         org = token_org(role, row["org"])
-        return Principal(token_id=row["id"], actor=actor, role=role, org=org,
+        return Principal(token_id=row["id"], actor=actor, role=role, org=org, project=row["project"],
                          grants=token_grants(row["id"], role.value, org))
 
     async def _session(self, digest: str, now: datetime) -> Principal | None:

@@ -78,6 +78,20 @@ async def test_tokens_are_shared_by_replicas_and_a_revocation_is_refused_at_once
                                datetime.now(UTC))
             assert (await get(one, "/v1/whoami", short["secret"])).status_code == 401
 
+            # A token limited to a project (issue 14's scope) submits into it, and may not name another.
+            for path in ("/v1/orgs/north", "/v1/orgs/north/projects/ct"):
+                assert (await admin.put(path, json={})).status_code in (200, 201, 202)
+            ct = (await admin.post("/v1/tokens", json={"actor": "ct-bot", "role": "submitter", "org": "north",
+                                                       "project": "ct"})).json()
+            async with httpx.AsyncClient(base_url=two, timeout=60, headers=bearer(ct["secret"])) as bot:
+                job = await bot.post("/v1/jobs", json={"workload": {"kind": "finetune"}})
+                assert job.status_code in (201, 202), job.text
+                job_id = job.json().get("id") or job.json()["job_id"]
+                row = await s.db.fetchrow("SELECT org, project FROM queue.jobs_public WHERE id = $1", job_id)
+                assert (row["org"], row["project"]) == ("north", "ct")
+                other = await bot.post("/v1/jobs", json={"project": "mri", "workload": {"kind": "finetune"}})
+                assert other.status_code == 403 and "limited to project 'ct'" in other.json()["reason"]
+
         # A person's own tokens: Alice makes one for herself, cannot make an operator's, revokes hers.
         async with httpx.AsyncClient(base_url=two, timeout=30, headers=bearer(OLD["alice"])) as alice:
             own = await alice.post("/v1/me/tokens", json={"role": "viewer", "description": "notebook"})

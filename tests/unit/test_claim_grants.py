@@ -152,3 +152,19 @@ def test_a_gateway_with_a_bad_provider_setting_refuses_to_start():
 
     with pytest.raises(SettingsError, match="TETO_OIDC_PROVIDERS"):
         create_app(GatewaySettings.from_env(env={}, oidc_providers="[{}]"))
+
+
+@pytest.mark.parametrize(("limited", "asked", "goes_to"), [
+    (None, "default", "default"), (None, "radiology-ai", "radiology-ai"), ("ct", "default", "ct"), ("ct", "ct", "ct"),
+    ("ct", "mri", None)], ids=["unlimited", "unlimited, named", "limited, unnamed", "limited, same", "another"])
+def test_a_token_limited_to_a_project_submits_into_it_only(limited, asked, goes_to):
+    from services.gateway.auth import AuthError
+    from services.gateway.orgs import acting_project
+
+    who = Principal(token_id="t", actor="ci", role=Role.SUBMITTER, org="north", project=limited)
+    if goes_to is None:
+        with pytest.raises(AuthError) as caught:
+            acting_project(who, asked)
+        assert caught.value.status == 403 and "'ct'" in caught.value.reason
+    else:
+        assert acting_project(who, asked) == goes_to
