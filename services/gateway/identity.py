@@ -63,7 +63,7 @@ class FileIdentity:
         return [t for t in list_tokens(self.store.path) if actor is None or t.get("actor") == actor]
 
     async def bindings(self, provider: str) -> list[Binding]:
-        return [b for p, b in self._bindings if provider in (p, "*") or p == "*"]
+        return [b for p, b in self._bindings if provider == "*" or p in (provider, "*")]
 
     async def bind(self, *, provider: str, subject: str, role: Role | str, org: str | None, by: str) -> str:
         binding = Binding("b-" + secrets.token_hex(6), subject, Role(role).value, org, by)
@@ -252,9 +252,10 @@ class DbIdentity:
     # -- role bindings ------------------------------------------------------------------------------------------
 
     async def bindings(self, provider: str) -> list[Binding]:
+        """The bindings that apply to a provider's people (``*``: every binding)."""
         async with self.pool.acquire() as conn:
             rows = await conn.fetch("SELECT id, subject, role, org, created_by FROM gateway.role_bindings"
-                                    " WHERE provider IN ($1, '*') ORDER BY created_at, id", provider)
+                                    " WHERE $1 = '*' OR provider IN ($1, '*') ORDER BY created_at, id", provider)
         return [Binding(r["id"], r["subject"], r["role"], r["org"], r["created_by"]) for r in rows]
 
     async def bind(self, *, provider: str, subject: str, role: Role | str, org: str | None, by: str) -> str:
