@@ -15,10 +15,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
+from libs.contracts.bounds import ID_PATTERN, Id, bounded_name
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import Model, new_id
 
@@ -49,15 +50,15 @@ async def audit_sign_in(request: Request, who: Identity, *, provider: str, sessi
 
 
 class OidcExchange(Model):
-    provider: str = Field(min_length=1, max_length=40)
-    id_token: str = Field(min_length=1, max_length=20_000)
+    provider: Id = Field(description="The provider's name")
+    id_token: str = Field(min_length=1, max_length=20_000, pattern=r"^[A-Za-z0-9_=.-]+$", description="A compact JWS")
 
 
 class BindingRequest(Model):
-    provider: str = Field("*", min_length=1, max_length=40, description="A provider's name, or * for all")
-    subject: str = Field(min_length=1, max_length=500, description="The provider's sub, or the actor name")
+    provider: str = Field("*", pattern=r"^(\*|[a-z0-9][a-z0-9-]{0,39})$", description="A provider's name, or * for all")
+    subject: bounded_name(500, min_length=1) = Field(description="The provider's sub, or the actor name")  # type: ignore[valid-type]
     role: Role
-    org: str | None = Field(None, max_length=200)
+    org: Id | None = None
 
 
 def register(app: FastAPI) -> None:
@@ -101,7 +102,8 @@ def register(app: FastAPI) -> None:
         return {"secret": made.secret, "session": made.id, "actor": who.actor, "roles": list(who.roles),
                 "org": who.org, "expires_in_seconds": lifetime, "grants": [g.as_dict() for g in who.grants]}
 
-    @app.delete("/v1/sessions/current", status_code=204, tags=["access"], summary="Sign out: end this session")
+    @app.delete("/v1/sessions/current", status_code=204, tags=["access"], summary="Sign out: end this session",
+                responses={409: {"description": "An API token, not a session: revoke it instead"}})
     async def sign_out(request: Request, principal: Principal = Depends(require(Permission.READ))) -> Response:
         if principal.kind != "session":
             raise ApiError(409, "not_a_session", "this is an API token, not a session: revoke it instead")
@@ -110,7 +112,7 @@ def register(app: FastAPI) -> None:
         return Response(status_code=204)
 
     @app.get("/v1/role-bindings", tags=["access"], summary="Role bindings")
-    async def bindings(request: Request, provider: str = "*",
+    async def bindings(request: Request, provider: str = Query("*", pattern=r"^(\*|[a-z0-9][a-z0-9-]{0,39})$"),
                        _: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> list[dict[str, Any]]:
         return jsonable_encoder([b.__dict__ for b in await request.app.state.identity.bindings(provider)])
 
@@ -124,7 +126,7 @@ def register(app: FastAPI) -> None:
         return {"id": binding_id, **body.model_dump(mode="json")}
 
     @app.delete("/v1/role-bindings/{binding_id}", status_code=204, tags=["access"], summary="Remove a binding")
-    async def unbind(request: Request, binding_id: str,
+    async def unbind(request: Request, binding_id: str = Path(pattern=ID_PATTERN),
                      principal: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> Response:
         if not await request.app.state.identity.unbind(binding_id):
             raise not_found("role binding", binding_id)

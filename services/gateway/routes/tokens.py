@@ -8,16 +8,19 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Path, Request, Response
 from pydantic import Field
 
-from libs.contracts.bounds import Actor, Id
+from libs.contracts.bounds import ID_PATTERN, Actor, Id, bounded_name
 from libs.contracts.envelope import Model
 
 from .. import auth
 from ..auth import Permission, Principal, Role, require
 from ..errors import not_found
 from .admin import record
+
+
+Description = bounded_name(500)
 
 
 class TokenRequest(Model):
@@ -27,7 +30,7 @@ class TokenRequest(Model):
     org: Id | None = Field(None, description="Organisation it acts in (default: fleet-wide for operator, auditor "
                                              "and admin, 'default' for the others)")
     project: Id | None = Field(None, description="Project it is limited to (recorded with the token)")
-    description: str = Field("", max_length=500, description="What the token is for")
+    description: Description = Field("", description="What the token is for (no control characters)")
     expires_in_days: float | None = Field(None, gt=0, le=3650, description="Expiry; unset: never")
 
 
@@ -85,7 +88,7 @@ def register(app: FastAPI) -> None:
 
     @app.delete("/v1/tokens/{token_id}", status_code=204, tags=["access"],
                 summary="Revoke a token: refused at once by every gateway replica")
-    async def revoke_token(request: Request, token_id: str,
+    async def revoke_token(request: Request, token_id: str = Path(pattern=ID_PATTERN),
                            principal: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> Response:
         return await _revoke(request, principal, token_id, None)
 
@@ -102,6 +105,6 @@ def register(app: FastAPI) -> None:
         return await request.app.state.identity.tokens(actor=principal.actor)
 
     @app.delete("/v1/me/tokens/{token_id}", status_code=204, tags=["access"], summary="Revoke one of one's tokens")
-    async def revoke_own_token(request: Request, token_id: str,
+    async def revoke_own_token(request: Request, token_id: str = Path(pattern=ID_PATTERN),
                                principal: Principal = Depends(require(Permission.READ))) -> Response:
         return await _revoke(request, principal, token_id, principal.actor)
