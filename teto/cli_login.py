@@ -96,6 +96,8 @@ def session_for(url: str, path: Path, args: argparse.Namespace) -> str | None:
         if resp.status_code != 200 or "id_token" not in body:
             raise CliError(f"the provider refused to refresh the sign-in ({body.get('error')}): run `teto login`")
         made = _exchange(http, url, creds["provider"], body["id_token"])
+        # The session it replaces ends now rather than at its expiry (best effort: it may have ended already).
+        http.delete(f"{url}/v1/sessions/current", headers={"Authorization": f"Bearer {creds['secret']}"})
     creds.update(secret=made["secret"], expires_at=time.time() + float(made["expires_in_seconds"]),
                  refresh_token=body.get("refresh_token", creds["refresh_token"]), roles=made["roles"])
     write_private(path, creds)

@@ -62,6 +62,9 @@ class FileIdentity:
     async def tokens(self, *, actor: str | None = None) -> list[dict[str, Any]]:
         return [t for t in list_tokens(self.store.path) if actor is None or t.get("actor") == actor]
 
+    async def end_sessions_of(self, actor: str, reason: str) -> int:
+        return 0  # no sessions without a database
+
     async def bindings(self, provider: str) -> list[Binding]:
         return [b for p, b in self._bindings if provider == "*" or p in (provider, "*")]
 
@@ -248,6 +251,13 @@ class DbIdentity:
                 "UPDATE gateway.sessions SET ended_at = COALESCE(ended_at, $2), ended_reason = COALESCE(ended_reason, $3)"
                 " WHERE id = $1 RETURNING provider, id_token, actor", session_id, _now(), reason)
         return dict(row) if row is not None else None
+
+    async def end_sessions_of(self, actor: str, reason: str) -> int:
+        """End every live session of a person now (someone who left); returns how many."""
+        async with self.pool.acquire() as conn:
+            ended = await conn.fetch("UPDATE gateway.sessions SET ended_at = $2, ended_reason = $3"
+                                     " WHERE actor = $1 AND ended_at IS NULL RETURNING id", actor, _now(), reason)
+        return len(ended)
 
     # -- role bindings ------------------------------------------------------------------------------------------
 

@@ -100,8 +100,12 @@ async def test_teto_login_through_the_device_grant_then_teto_jobs_as_that_person
         renewed = json.loads(creds.read_text())
         assert renewed["secret"] != saved["secret"] and renewed["expires_at"] > time.time() + 3600
         assert stat.S_IMODE(creds.stat().st_mode) == 0o600
-        sessions = await s.db.fetch("SELECT kind FROM gateway.sessions WHERE actor = 'olga' ORDER BY created_at")
-        assert [r["kind"] for r in sessions] == ["cli", "cli"]
+        sessions = await s.db.fetch("SELECT kind, ended_reason FROM gateway.sessions WHERE actor = 'olga'"
+                                    " ORDER BY created_at")
+        assert [(r["kind"], r["ended_reason"]) for r in sessions] == [("cli", "signed out"), ("cli", None)]  # replaced
+        async with httpx.AsyncClient(base_url=two, timeout=30) as client:
+            r = await client.get("/v1/whoami", headers={"Authorization": f"Bearer {saved['secret']}"})
+            assert r.status_code == 401
 
         assert "signed out" in await teto("logout", "--url", one, *common)
         assert not creds.exists()

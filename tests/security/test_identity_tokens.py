@@ -167,10 +167,18 @@ async def test_id_tokens_failing_a_check_are_refused_with_its_name_and_audited(e
             still = await client.post("/v1/sessions/oidc", json={"provider": "hospital", "id_token": s.provider.sign(
                 claims(s), key=old_key, kid=old_kid)})
             assert still.status_code == 201, still.text
+            # Olga leaves: an admin ends every session of hers at once, on every replica (audited).
+            async with httpx.AsyncClient(base_url=s.urls[1], timeout=30, headers=bearer(ADMIN)) as admin:
+                ended = await admin.delete("/v1/sessions", params={"actor": "olga"})
+                assert ended.json() == {"actor": "olga", "ended": 3}
+            for made in (ok, rotated, still):
+                for url in s.urls:
+                    assert (await get(url, "/v1/whoami", made.json()["secret"])).status_code == 401
         for refusal in cases:
             await s.audited("sign_in", f"({refusal})", outcome="refused")
+        await s.audited("sessions_end", '"sessions_of": "olga"', outcome="accepted", actor="local-admin")
         await s.audited("role_bind", '"subject": "nobody"', outcome="accepted", actor="local-admin")
-        (accepted,) = await s.audited("sign_in", '"session_kind": "cli"', outcome="accepted", actor="olga")
+        accepted = (await s.audited("sign_in", '"session_kind": "cli"', outcome="accepted", actor="olga"))[0]
         assert "claim groups contains 'teto-operators'" in accepted["payload_text"]
         rows = await s.db.fetch("SELECT actor, kind, roles FROM gateway.sessions ORDER BY created_at")
         assert [(r["actor"], r["kind"], list(r["roles"])) for r in rows] == [

@@ -162,6 +162,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("POST", "/v1/tokens"): ("/v1/tokens", {"actor": "bob", "role": "viewer"}),
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/sessions/current"): ("/v1/sessions/current", None),
+    ("DELETE", "/v1/sessions"): ("/v1/sessions?actor=olga", None),
     ("GET", "/v1/role-bindings"): ("/v1/role-bindings", None),
     ("POST", "/v1/role-bindings"): ("/v1/role-bindings", {"subject": "u-1", "role": "operator"}),
     ("DELETE", "/v1/role-bindings/{binding_id}"): ("/v1/role-bindings/b-none", None),

@@ -6,7 +6,8 @@
   token of the device grant (audience: the provider's ``cli_client_id``; it must carry no nonce, so a browser
   sign-in's token replayed here is refused) becomes a session whose secret the CLI sends as its bearer token.
   A refused token is a failed sign-in: counted, logged, audited with the check that failed.
-- ``DELETE /v1/sessions/current``: sign out (the session ends on every replica at once).
+- ``DELETE /v1/sessions/current``: sign out (the session ends on every replica at once); ``DELETE
+  /v1/sessions?actor=`` (tokens:admin): end every session of a person now.
 - ``/v1/role-bindings`` (tokens:admin): roles given to one person whatever their claims; audited.
 """
 
@@ -19,7 +20,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import Field
 
-from libs.contracts.bounds import ID_PATTERN, Id, bounded_name
+from libs.contracts.bounds import ID_PATTERN, Actor, Id, bounded_name
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.envelope import Model, new_id
 
@@ -110,6 +111,14 @@ def register(app: FastAPI) -> None:
         await request.app.state.identity.end_session(principal.token_id, "signed out")
         await record(request, "sign_out", principal, session=principal.token_id)
         return Response(status_code=204)
+
+    @app.delete("/v1/sessions", tags=["access"], summary="End every session of a person now, on every replica "
+                "(someone who left; their API tokens are revoked apart)")
+    async def end_sessions(request: Request, actor: Actor = Query(..., description="Whose sessions"),
+                           principal: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> dict[str, Any]:
+        ended = await request.app.state.identity.end_sessions_of(actor, f"ended by {principal.actor}")
+        await record(request, "sessions_end", principal, sessions_of=actor, ended=ended)
+        return {"actor": actor, "ended": ended}
 
     @app.get("/v1/role-bindings", tags=["access"], summary="Role bindings")
     async def bindings(request: Request, provider: str = Query("*", pattern=r"^(\*|[a-z0-9][a-z0-9-]{0,39})$"),
