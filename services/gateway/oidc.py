@@ -44,6 +44,8 @@ class ProviderConfig(BaseModel):
     roles: list[RuleConfig] = Field(default_factory=list)
     org_claim: str | None = None
     actor_claim: str = "preferred_username"
+    actor_prefix: str = Field("", max_length=40, pattern=r"^[A-Za-z0-9._:-]*$", description="Put before every "
+                              "actor this provider names, to keep providers' people apart")
     default_org: str | None = "default"
     algorithms: list[str] = Field(default_factory=lambda: list(rules.ALLOWED_ALGORITHMS))
     leeway_seconds: float = Field(60.0, ge=0, le=600)
@@ -57,7 +59,8 @@ class ProviderConfig(BaseModel):
 
     def mapping(self) -> ClaimMapping:
         return ClaimMapping(rules=tuple(RoleRule(r.claim, r.value, r.role, r.org) for r in self.roles),
-                            org_claim=self.org_claim, actor_claim=self.actor_claim, default_org=self.default_org)
+                            org_claim=self.org_claim, actor_claim=self.actor_claim, default_org=self.default_org,
+                            actor_prefix=self.actor_prefix)
 
 
 class ProviderConfigError(ValueError):

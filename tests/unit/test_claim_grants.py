@@ -74,6 +74,17 @@ def test_a_role_given_twice_is_listed_once_with_its_first_reason():
     assert who.roles == ("viewer",) and [g.because for g in who.grants if g.kind == "role"] == ["claim groups contains 'a'"]
 
 
+def test_an_actor_prefix_keeps_two_providers_people_apart_and_bindings_follow_it():
+    gov = ClaimMapping(rules=(RoleRule("groups", "g", "viewer"),), actor_prefix="gov:")
+    assert map_claims({"sub": "s", "preferred_username": "alice", "groups": ["g"]}, gov).actor == "gov:alice"
+    assert map_claims({"sub": "s-2", "groups": ["g"]}, gov).actor == "gov:s-2"
+    bound = map_claims({"sub": "s", "preferred_username": "alice"}, gov, [Binding("b", "gov:alice", "viewer", None, "r")])
+    assert bound.roles == ("viewer",)
+    with pytest.raises(NoRole) as caught:
+        map_claims({"sub": "s", "preferred_username": "alice"}, gov, [Binding("b", "alice", "admin", None, "r")])
+    assert caught.value.actor == "gov:alice"  # an API token's alice's binding is not hers
+
+
 def test_a_token_explains_itself():
     assert token_grants("t1", "operator", None) == (Grant("role", "operator", Source.TOKEN, "API token t1"),
                                                     Grant("org", "*", Source.TOKEN, "API token t1 (fleet-wide)"))

@@ -4,7 +4,8 @@ organisation by the installation's configured mapping, each grant naming the cla
 A mapping is a list of rules ``{"claim": "groups", "value": "teto-operators", "role": "operator"}`` (a rule may
 also name an ``org``), an organisation claim (``org_claim``) and the claim that names the person (``actor_claim``,
 ``preferred_username`` by default, the provider's ``sub`` when absent). A claim is found by a dotted path
-(``realm_access.roles`` in Keycloak) and may be a string or a list of strings. Role bindings stored by an admin
+(``realm_access.roles`` in Keycloak) and may be a string or a list of strings. An ``actor_prefix`` keeps the
+people of two providers apart (``hospital:alice`` is not ``gov:alice``, nor an API token's ``alice``). Role bindings stored by an admin
 add roles to one person (by the provider's subject or the actor name) whatever their claims say. A person whose
 claims and bindings give no role is not signed in at all: an identity provider that knows everyone in a hospital
 must not make each of them a Teto viewer by default.
@@ -52,6 +53,7 @@ class ClaimMapping:
     org_claim: str | None = None
     actor_claim: str = "preferred_username"
     default_org: str | None = "default"
+    actor_prefix: str = ""  # "hospital:" keeps two providers' "alice" apart (and apart from API tokens' actors)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def claim_values(claims: Mapping[str, Any], path: str) -> list[str]:
 
 def actor_of(claims: Mapping[str, Any], mapping: ClaimMapping) -> str:
     named = claim_values(claims, mapping.actor_claim)
-    return (named[0] if named else str(claims.get("sub", ""))).strip()
+    name = (named[0] if named else str(claims.get("sub", ""))).strip()
+    return mapping.actor_prefix + name if name else ""
 
 
 def map_claims(claims: Mapping[str, Any], mapping: ClaimMapping, bindings: Iterable[Binding] = ()) -> Identity:
@@ -139,8 +142,8 @@ def map_claims(claims: Mapping[str, Any], mapping: ClaimMapping, bindings: Itera
             grants.append(Grant("org", org, Source.DEFAULT, "no organisation claim: the mapping's default"))
     if not roles:
         looked = ", ".join(sorted({r.claim for r in mapping.rules})) or "no rules"
-        raise NoRole(actor or subject, looked)
-    return Identity(actor=actor or subject, subject=subject, roles=tuple(roles), org=org, grants=tuple(grants))
+        raise NoRole(actor or mapping.actor_prefix + subject, looked)
+    return Identity(actor=actor or mapping.actor_prefix + subject, subject=subject, roles=tuple(roles), org=org, grants=tuple(grants))
 
 
 def token_grants(token_id: str, role: str, org: str | None) -> tuple[Grant, ...]:
