@@ -27,7 +27,7 @@ class RuleConfig(BaseModel):
     claim: str = Field(min_length=1, max_length=200)
     value: str = Field(min_length=1, max_length=500)
     role: str = Field(pattern=r"^(viewer|submitter|operator|auditor|admin)$")
-    org: str | None = Field(None, max_length=200)
+    org: str | None = Field(None, max_length=200, description="The organisation it grants; * for fleet-wide")
 
 
 class ProviderConfig(BaseModel):

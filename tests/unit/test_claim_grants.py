@@ -47,6 +47,12 @@ def test_a_rule_that_names_an_organisation_wins_over_the_org_claim():
     assert who.grants[-1] == Grant("org", "research", Source.CLAIM, "claim groups contains '/research/gpu'")
 
 
+def test_a_rule_may_make_a_person_fleet_wide():
+    mapping = ClaimMapping(rules=(RoleRule("groups", "/platform", "operator", org="*"),), org_claim="unit")
+    who = map_claims({"sub": "u", "groups": ["/platform"], "unit": "radiology"}, mapping)
+    assert who.org is None and who.grants[-1] == Grant("org", "*", Source.CLAIM, "claim groups contains '/platform'")
+
+
 def test_without_an_org_claim_the_default_organisation_and_it_says_so():
     who = map_claims({"sub": "u", "groups": ["/teto/viewers"]}, KEYCLOAK)
     assert who.org == "default" and who.grants[-1].source is Source.DEFAULT

@@ -19,6 +19,9 @@ from enum import StrEnum
 from typing import Any
 
 
+FLEET_WIDE = "*"  # a rule's org that binds no organisation (like an operator's or admin's token)
+
+
 class Source(StrEnum):
     CLAIM = "claim"  # a claim of the ID token matched a rule of the mapping
     BINDING = "binding"  # a role binding an admin stored for this person
@@ -44,7 +47,8 @@ class RoleRule:
     claim: str  # a dotted path into the claims
     value: str  # the claim (or one of its values) must equal this
     role: str
-    org: str | None = None  # the organisation this rule also grants (else the org claim's, else the default)
+    org: str | None = None  # the organisation this rule also grants (else the org claim's, else the default);
+    # "*": fleet-wide
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,8 @@ def map_claims(claims: Mapping[str, Any], mapping: ClaimMapping, bindings: Itera
         elif mapping.default_org is not None:
             org = mapping.default_org
             grants.append(Grant("org", org, Source.DEFAULT, "no organisation claim: the mapping's default"))
+    if org == FLEET_WIDE:
+        org = None  # a rule for fleet-wide people (operators of the whole fleet): no organisation bound
     if not roles:
         looked = ", ".join(sorted({r.claim for r in mapping.rules})) or "no rules"
         raise NoRole(actor or mapping.actor_prefix + subject, looked)
