@@ -65,6 +65,9 @@ class FileIdentity:
     async def end_sessions_of(self, actor: str, reason: str) -> int:
         return 0  # no sessions without a database
 
+    async def sessions(self, *, actor: str | None = None) -> list[dict[str, Any]]:
+        return []
+
     async def bindings(self, provider: str) -> list[Binding]:
         return [b for p, b in self._bindings if provider == "*" or p in (provider, "*")]
 
@@ -251,6 +254,15 @@ class DbIdentity:
                 "UPDATE gateway.sessions SET ended_at = COALESCE(ended_at, $2), ended_reason = COALESCE(ended_reason, $3)"
                 " WHERE id = $1 RETURNING provider, id_token, actor", session_id, _now(), reason)
         return dict(row) if row is not None else None
+
+    async def sessions(self, *, actor: str | None = None) -> list[dict[str, Any]]:
+        """Live sessions (never their secrets or ID tokens), newest first; ``actor``: only that person's."""
+        async with self.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT id, kind, actor, provider, subject, roles, org, grants, created_at, expires_at, last_used_at"
+                " FROM gateway.sessions WHERE ended_at IS NULL AND expires_at > $1 AND ($2::text IS NULL OR actor = $2)"
+                " ORDER BY created_at DESC, id", _now(), actor)
+        return [{**dict(r), "grants": json.loads(r["grants"])} for r in rows]
 
     async def end_sessions_of(self, actor: str, reason: str) -> int:
         """End every live session of a person now (someone who left); returns how many."""

@@ -167,10 +167,14 @@ async def test_id_tokens_failing_a_check_are_refused_with_its_name_and_audited(e
             still = await client.post("/v1/sessions/oidc", json={"provider": "hospital", "id_token": s.provider.sign(
                 claims(s), key=old_key, kid=old_kid)})
             assert still.status_code == 201, still.text
-            # Olga leaves: an admin ends every session of hers at once, on every replica (audited).
+            # Olga leaves: an admin sees her sessions and ends every one at once, on every replica (audited).
             async with httpx.AsyncClient(base_url=s.urls[1], timeout=30, headers=bearer(ADMIN)) as admin:
+                live = (await admin.get("/v1/sessions", params={"actor": "olga"})).json()
+                assert [(x["kind"], x["roles"], x["org"]) for x in live] == [("cli", ["operator"], "radiology")] * 3
+                assert not any("secret" in x or "id_token" in x or "sha256" in x for x in live)
                 ended = await admin.delete("/v1/sessions", params={"actor": "olga"})
                 assert ended.json() == {"actor": "olga", "ended": 3}
+                assert (await admin.get("/v1/sessions", params={"actor": "olga"})).json() == []
             for made in (ok, rotated, still):
                 for url in s.urls:
                     assert (await get(url, "/v1/whoami", made.json()["secret"])).status_code == 401

@@ -163,6 +163,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/v1/tokens"): ("/v1/tokens", None),
     ("DELETE", "/v1/sessions/current"): ("/v1/sessions/current", None),
     ("DELETE", "/v1/sessions"): ("/v1/sessions?actor=olga", None),
+    ("GET", "/v1/sessions"): ("/v1/sessions", None),
     ("GET", "/v1/role-bindings"): ("/v1/role-bindings", None),
     ("POST", "/v1/role-bindings"): ("/v1/role-bindings", {"subject": "u-1", "role": "operator"}),
     ("DELETE", "/v1/role-bindings/{binding_id}"): ("/v1/role-bindings/b-none", None),

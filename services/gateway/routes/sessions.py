@@ -112,6 +112,12 @@ def register(app: FastAPI) -> None:
         await record(request, "sign_out", principal, session=principal.token_id)
         return Response(status_code=204)
 
+    @app.get("/v1/sessions", tags=["access"], summary="Live sign-in sessions (never their secrets), with each "
+             "person's roles and why")
+    async def live_sessions(request: Request, actor: Actor | None = Query(None, description="Only this person's"),
+                            _: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> list[dict[str, Any]]:
+        return jsonable_encoder(await request.app.state.identity.sessions(actor=actor))
+
     @app.delete("/v1/sessions", tags=["access"], summary="End every session of a person now, on every replica "
                 "(someone who left; their API tokens are revoked apart)")
     async def end_sessions(request: Request, actor: Actor = Query(..., description="Whose sessions"),
