@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
@@ -120,7 +120,7 @@ def register(app: FastAPI) -> None:
 
     @app.delete("/v1/sessions", tags=["access"], summary="End every session of a person now, on every replica "
                 "(someone who left; their API tokens are revoked apart)")
-    async def end_sessions(request: Request, actor: Actor = Query(..., description="Whose sessions"),
+    async def end_sessions(request: Request, actor: Annotated[Actor, Query(description="Whose sessions")],
                            principal: Principal = Depends(require(Permission.TOKENS_ADMIN))) -> dict[str, Any]:
         ended = await request.app.state.identity.end_sessions_of(actor, f"ended by {principal.actor}")
         await record(request, "sessions_end", principal, sessions_of=actor, ended=ended)
