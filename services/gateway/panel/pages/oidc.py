@@ -46,7 +46,7 @@ def callback_url(request: Request, name: str) -> str:
 async def refused(request: Request, reason: str, *, actor: str | None = None, status: int = 401) -> Response:
     await record_failure(request, Failure.OIDC, reason, actor)
     response = render(request, None, "signin_failed.html", "signin", status=status, reason=reason)
-    response.delete_cookie(STATE_COOKIE, path="/")
+    response.delete_cookie(STATE_COOKIE, path="/signin/oidc")
     return response
 
 
