@@ -444,8 +444,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_status(sub, common, _guard)
 
-    tokens = sub.add_parser("tokens", help="API tokens: through the gateway (in its database) when one is known, "
-                            "else in a tokens file (--tokens-file; imported by the gateway)")
+    tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])
     tcommon.add_argument("--tokens-file", type=Path, help="write this tokens file instead of asking the gateway "
