@@ -1,11 +1,12 @@
 """``teto audit``, ``teto audit verify`` and ``teto tokens``: the auditors' and admins' commands (registered in
-teto/cli_client.py)."""
+teto/cli_client.py). ``teto tokens`` asks the gateway (tokens in its database: expiry, last use, description,
+revoked at once on every replica) whenever one is known, else writes a tokens file the gateway imports."""
 
 from __future__ import annotations
 
 import argparse
 
-from .cli_client import EXIT_REFUSED, CliError, _print, call, print_page, table
+from .cli_client import EXIT_REFUSED, CliError, _print, call, print_page, resolve_target, table
 
 AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", "kind"), ("job", "job_id"),
                  ("outcome", "outcome"), ("reason", "reason")]
@@ -40,9 +41,31 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     return 0 if body.get("ok") else EXIT_REFUSED
 
 
+def _through_gateway(args: argparse.Namespace) -> bool:
+    """Tokens go through the gateway (its database, every replica at once) unless a tokens file is named or no
+    gateway is known (then <data-dir>/tokens.json, which the gateway imports)."""
+    if args.tokens_file is not None:
+        return False
+    try:
+        resolve_target(args.url, "unused", args.data_dir)
+    except CliError:
+        return False
+    return True
+
+
 def cmd_tokens_create(args: argparse.Namespace) -> int:
     from services.gateway.auth import issue_token
 
+    if _through_gateway(args):
+        body = {"actor": args.actor, "role": args.role, "org": args.org, "description": args.description,
+                "expires_in_days": args.expires_in_days, "project": args.project}
+        _, made = call(args, "POST", "/v1/me/tokens" if args.mine else "/v1/tokens",
+                       json={k: v for k, v in body.items() if v is not None})
+        _print(args, made, f"token {made['id']} for {made['actor']} ({made['role']}); shown once, keep it:\n"
+                           f"{made['secret']}")
+        return 0
+    if not args.actor:
+        raise CliError("--actor is needed to write a tokens file", 2)
     path = args.tokens_file or args.data_dir / "tokens.json"
     try:
         token_id, secret = issue_token(path, args.actor, args.role, org=args.org)
@@ -56,8 +79,14 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
 def cmd_tokens_list(args: argparse.Namespace) -> int:
     from services.gateway.auth import list_tokens
 
-    rows = list_tokens(args.tokens_file or args.data_dir / "tokens.json")
-    cols = [("id", "id"), ("actor", "actor"), ("role", "role"), ("created", "created_at"), ("revoked", "revoked")]
+    if _through_gateway(args):
+        _, rows = call(args, "GET", "/v1/me/tokens" if args.mine else "/v1/tokens")
+    else:
+        rows = list_tokens(args.tokens_file or args.data_dir / "tokens.json")
+    cols = [("id", "id"), ("actor", "actor"), ("role", "role"), ("created", "created_at"), ("expires", "expires_at"),
+            ("last used", "last_used_at"), ("state", "state"), ("description", "description")]
+    if rows and "state" not in rows[0]:
+        cols = [c for c in cols if c[1] in rows[0]] + [("revoked", "revoked")]
     _print(args, rows, table(rows, cols) if rows else "no tokens")
     return 0
 
@@ -65,7 +94,9 @@ def cmd_tokens_list(args: argparse.Namespace) -> int:
 def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     from services.gateway.auth import revoke_token
 
-    if not revoke_token(args.tokens_file or args.data_dir / "tokens.json", args.token_id):
+    if _through_gateway(args):
+        call(args, "DELETE", f"/v1/me/tokens/{args.token_id}" if args.mine else f"/v1/tokens/{args.token_id}")
+    elif not revoke_token(args.tokens_file or args.data_dir / "tokens.json", args.token_id):
         raise CliError(f"no such token: {args.token_id}")
     _print(args, {"id": args.token_id, "revoked": True}, f"token {args.token_id} revoked")
     return 0

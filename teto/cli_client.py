@@ -1,5 +1,5 @@
 """Operator commands that talk to the gateway: ``submit``, ``jobs``, ``job``, ``cancel``, ``requeue``,
-``executors``, ``audit [verify]``, ``logs`` (cli_logs.py); ``tokens`` (written to the local tokens file), ``budget reconcile`` (reads
+``executors``, ``audit [verify]``, ``logs`` (cli_logs.py); ``tokens`` (cli_admin.py), ``login``/``whoami`` (cli_login.py), ``budget reconcile`` (reads
 the budget service's database) and ``contracts export``.
 
 Where the gateway is and which token to use: ``--url``/``--token``, else ``TETO_URL``/``TETO_TOKEN``, else
@@ -34,11 +34,14 @@ class CliError(Exception):
 
 
 def resolve_target(url: str | None, token: str | None, data_dir: Path,
-                   environ: Mapping[str, str] | None = None) -> tuple[str, str | None]:
-    """(gateway URL, token): flags win, then TETO_URL/TETO_TOKEN, then <data-dir>/stack.json."""
+                   environ: Mapping[str, str] | None = None, *, login: Any = None) -> tuple[str, str | None]:
+    """(gateway URL, token): flags win, then TETO_URL/TETO_TOKEN, then the session of `teto login` for that
+    gateway (``login``: a function of the URL, cli_login.session_for), then <data-dir>/stack.json."""
     environ = os.environ if environ is None else environ
     url = url or environ.get("TETO_URL") or None
     token = token or environ.get("TETO_TOKEN") or None
+    if url is not None and token is None and login is not None:
+        token = login(url.rstrip("/"))
     if url is None or token is None:
         stack = data_dir / "stack.json"
         if stack.exists():
@@ -49,6 +52,13 @@ def resolve_target(url: str | None, token: str | None, data_dir: Path,
         raise CliError(f"no gateway: pass --url, set TETO_URL, or run `teto up` (no {data_dir / 'stack.json'})",
                        EXIT_UNREACHABLE)
     return url.rstrip("/"), token
+
+
+def _login_session(args: argparse.Namespace) -> Any:
+    from .cli_login import credentials_path, session_for
+
+    path = credentials_path(getattr(args, "credentials_file", None))
+    return lambda url: session_for(url, path, args)
 
 
 def tls_verify(ca_file: Path | None, environ: Mapping[str, str] | None = None) -> Any:
@@ -71,7 +81,7 @@ def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[i
 
 def exchange(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[httpx.Response, Any]:
     """One request to the gateway: the response (for its headers) and its decoded body; a refusal raises."""
-    url, token = resolve_target(args.url, args.token, args.data_dir)
+    url, token = resolve_target(args.url, args.token, args.data_dir, login=_login_session(args))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=args.timeout, transport=TRANSPORT,
@@ -361,6 +371,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
     common.add_argument("--ca-file", type=Path, help="CA certificate an HTTPS gateway is verified against "
                         "(TETO_CA_FILE; `teto secrets tls` makes one)")
+    common.add_argument("--credentials-file", type=Path, help="the session of `teto login` (TETO_CREDENTIALS_FILE; "
+                        "default ~/.config/teto/credentials.json)")
 
     def add(name: str, fn: Any, help_: str, parents: list[argparse.ArgumentParser] | None = None, **kw: Any):
         p = sub.add_parser(name, help=help_, parents=[common] if parents is None else parents, **kw)
@@ -442,17 +454,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])
-    tcommon.add_argument("--tokens-file", type=Path, help="default <data-dir>/tokens.json")
+    tcommon.add_argument("--tokens-file", type=Path, help="write this tokens file instead of asking the gateway "
+                         "(default, with no gateway known: <data-dir>/tokens.json)")
+    tcommon.add_argument("--mine", action="store_true", help="one's own tokens (/v1/me/tokens), for non-admins")
     p = tsub.add_parser("create", help="create a token; prints the secret once", parents=[tcommon])
-    p.add_argument("--actor", required=True)
+    p.add_argument("--actor", help="who the token acts as (through the gateway, default: oneself)")
     p.add_argument("--role", required=True, choices=["viewer", "submitter", "operator", "auditor", "admin"])
     p.add_argument("--org", help="organisation the token acts in (default: fleet-wide for operator, auditor, admin; "
                    "'default' for the others)")
+    p.add_argument("--description", default="", help="what the token is for")
+    p.add_argument("--expires-in-days", type=float, help="expiry (default: never)")
+    p.add_argument("--project", help="project the token is limited to")
     p.set_defaults(func=_guard(cmd_tokens_create))
     tsub.add_parser("list", help="list tokens", parents=[tcommon]).set_defaults(func=_guard(cmd_tokens_list))
     p = tsub.add_parser("revoke", help="revoke a token", parents=[tcommon])
     p.add_argument("token_id")
     p.set_defaults(func=_guard(cmd_tokens_revoke))
+
+    from .cli_login import add_parser as add_login
+
+    add_login(sub, common, _guard)
 
     from .cli_budget import add_parser as add_budget
     from .cli_secrets import add_parser as add_secrets

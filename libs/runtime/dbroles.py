@@ -5,7 +5,8 @@ Who may do what is decided here, as SQL built by pure functions of role and sche
 
 - ``<db>_queue``, ``<db>_budget``, ``<db>_health``: a login each, owning its schema (and so everything its
   migrations create there); it can touch nothing in another service's schema.
-- ``<db>_gateway``: a read-only login: USAGE on the service schemas and SELECT on their ``*_public`` views only.
+- ``<db>_gateway``: USAGE on the service schemas and SELECT on their ``*_public`` views; in its own schema, the
+  identity tables (tokens, sessions, role bindings, pending sign-ins) and nothing else.
 - ``<db>_audit``: a login that owns nothing: through ``<db>_audit_writer`` it may INSERT and SELECT the audit log.
   The log, its sequence, triggers and functions belong to ``<db>_audit_owner``, a NOLOGIN role no service is a
   member of, so no service can disable the append-only triggers, drop or rewrite the table.
@@ -36,6 +37,11 @@ READ_SCHEMAS = ("queue", "budget", "health", "audit")  # schemas whose *_public 
 # Tables the gateway reads besides the views: none (``/v1/audit/verify`` asks the audit service, which alone holds
 # the audit key).
 GATEWAY_TABLE_READS: tuple[tuple[str, str], ...] = ()
+# The gateway's own identity tables (services/gateway/migrations/002_identity.sql): what it may do to each. Tokens
+# and sessions are never deleted (revocation and sign-out keep the record), so DELETE is not among them.
+GATEWAY_OWN_TABLES: tuple[tuple[str, str], ...] = (
+    ("tokens", "SELECT, INSERT, UPDATE"), ("sessions", "SELECT, INSERT, UPDATE"),
+    ("role_bindings", "SELECT, INSERT, DELETE"), ("oidc_logins", "SELECT, INSERT, DELETE"))
 SCRAM_ITERATIONS = 4096
 
 
@@ -226,6 +232,7 @@ def gateway_grants_sql(roles: Roles, views: Mapping[str, list[str]]) -> list[str
     for schema, table in GATEWAY_TABLE_READS:
         out.append(f"GRANT SELECT ON {ident(schema)}.{ident(table)} TO {gw}")
     out.append(f"GRANT SELECT ON gateway.schema_migrations TO {gw}")
+    out += [f"GRANT {rights} ON gateway.{ident(table)} TO {gw}" for table, rights in GATEWAY_OWN_TABLES]
     return out
 
 

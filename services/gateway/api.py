@@ -31,18 +31,19 @@ from libs.runtime.sealing import SealingError, load_key
 from libs.runtime.service import Runtime
 from libs.runtime.settings import SettingsError
 
-from . import auth
 from .auth import AuthError, Permission, Principal, TokenStore, require
 from .commands import BusUnavailable, Commands
 from .dead_letters import DeadLetters
 from .errors import ApiError
+from .identity import DbIdentity, FileIdentity
+from .oidc import ProviderConfigError, Providers, load_providers
 from .domain.payload import body_limit
 from .limits import BodyLimit, JsonBodies
 from .openapi import document_statuses
 from .reads import Reads
 from .scoping import AllowListError, load_allow_list
 from .logs import JobLogs
-from .routes import admin, jobs, logs, policies, nodes
+from .routes import admin, jobs, logs, policies, nodes, sessions, tokens
 from . import panel
 from .routes import dead_letters as dead_letter_routes
 from .routes import status as status_routes
@@ -97,6 +98,13 @@ async def _audit_refusal(request: Request, reason: str, principal: Principal | N
                               detail={"path": request.url.path, **detail})
 
 
+def whoami_body(principal: Principal) -> dict[str, Any]:
+    return {"actor": principal.actor, "role": principal.role.value, "token_id": principal.token_id,
+            "kind": principal.kind, "roles": [r.value for r in principal.all_roles], "org": principal.org,
+            "project": principal.project,
+            "permissions": principal.permissions(), "grants": [g.as_dict() for g in principal.grants]}
+
+
 def native_telemetry() -> dict[str, bool]:
     """FastAPI's own OpenTelemetry (the request's server span, which the command's trace descends from) is on
     when a tracer provider is installed as the app is made (``tracing.setup`` runs in ``Runtime.open``, before);
@@ -125,6 +133,9 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     app.state.settings = settings
     app.state.max_body_bytes = max_body
     app.state.tokens = TokenStore(settings.effective_tokens_file)
+    # Tokens and sessions in the gateway's schema, shared by every replica; without a database, the file alone.
+    app.state.identity = (DbIdentity(runtime.pool, settings.effective_tokens_file) if runtime is not None
+                          else FileIdentity(app.state.tokens))
     app.state.attempts = attempts_for(settings)  # failed sign-ins and bad tokens (throttle.py)
     app.state.monotonic = time.monotonic
     try:
@@ -134,6 +145,11 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         raise SettingsError(f"TETO_COMMAND_ALLOW / TETO_COMMAND_ALLOW_FILE: {exc}") from None
     except SealingError as exc:
         raise SettingsError(str(exc)) from None
+    try:
+        configs = load_providers(settings.oidc_providers, settings.oidc_providers_file)
+    except (ProviderConfigError, OSError) as exc:
+        raise SettingsError(f"TETO_OIDC_PROVIDERS / TETO_OIDC_PROVIDERS_FILE: {exc}") from None
+    app.state.oidc = Providers(configs) if configs else None  # OpenID Connect sign-in (oidc.py)
     app.state.reads = reads if reads is not None else (Reads(runtime.pool, runtime) if runtime else None)
     app.state.commands = commands if commands is not None else (
         Commands(runtime, settings.command_timeout_seconds) if runtime else None)
@@ -164,7 +180,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         permission = route_permission(route) if isinstance(route, APIRoute) else None
         if permission is not None:
             try:
-                require(permission).check(request)
+                await require(permission).check(request)
             except AuthError as denied:
                 return await on_auth_error(request, denied)
         reason, items = describe_errors(errors)
@@ -213,15 +229,16 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
         connected = app.state.reads is not None
         return {"status": "ok", "connected": connected}
 
-    @app.get("/v1/whoami", tags=["meta"], summary="The token's actor, role and permissions")
+    @app.get("/v1/whoami", tags=["meta"], summary="Who is asking: actor, roles, organisation, permissions, and "
+             "the claim, binding or token each role and the organisation came from")
     async def whoami(principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
-        perms = sorted(p.value for p in auth.ROLE_PERMISSIONS[principal.role])
-        return {"actor": principal.actor, "role": principal.role.value, "token_id": principal.token_id,
-                "permissions": perms}
+        return whoami_body(principal)
 
     jobs.register(app)
     logs.register(app)
     admin.register(app)
+    tokens.register(app)
+    sessions.register(app)
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)

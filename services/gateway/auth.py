@@ -1,10 +1,13 @@
 """API tokens, roles and permissions: who may call which endpoint.
 
-Tokens live in a JSON file ({"tokens": [{"id", "actor", "role", "sha256", "created_at", "revoked"}]}) that holds
-only the SHA-256 of each secret; the secret is shown once, when the token is made. The gateway re-reads the
-file when it changes on disk, so ``teto tokens create`` on the same machine takes effect without a restart.
-Roles map to permissions exactly as DESIGN.md section 10 says; every endpoint declares the one permission it
-needs through ``require(...)``, which answers 401 (no or unknown token) or 403 (naming the permission).
+A gateway connected to PostgreSQL keeps tokens, sign-in sessions and role bindings in its own schema
+(identity.py), shared by every replica. The tokens file ({"tokens": [{"id", "actor", "role", "sha256",
+"created_at", "revoked"}]}, only SHA-256 hashes of the secrets) is what a gateway without a database uses, and
+what an upgraded installation's tokens are imported from (never lost, revocations kept). The secret is shown
+once, when the token is made. Roles map to permissions exactly as DESIGN.md section 10 says; every endpoint
+declares the one permission it needs through ``require(...)``, which answers 401 (no or unknown token) or 403
+(naming the permission). A principal signed in through OpenID Connect may hold several roles; it may do what
+any of them allows, and each role names the claim or binding it came from (``grants``).
 """
 
 from __future__ import annotations
@@ -88,10 +91,11 @@ class Failure(StrEnum):
     logged and audited (throttle.py)."""
 
     UNKNOWN_TOKEN = "unknown_token"  # a bearer token (or a session's) that no token record has
-    REVOKED_TOKEN = "revoked_token"  # a revoked token: its actor is known
+    REVOKED_TOKEN = "revoked_token"  # a revoked or expired token, or an ended session: its actor is known
     CSRF = "csrf"  # a panel session's state-changing request without its CSRF token: the session's actor is known
     SIGN_IN = "sign_in"  # a wrong token typed into the panel's sign-in form
     SIGN_IN_CSRF = "sign_in_csrf"  # the sign-in form posted without its own one-off CSRF token
+    OIDC = "oidc"  # an OpenID Connect sign-in refused: bad state, a refused ID token, no role for the claims
 
 
 _ERRORS = {401: "unauthorized", 403: "forbidden", 429: "too_many_attempts"}
@@ -125,13 +129,24 @@ class AuthError(Exception):
 class Principal:
     """Who a request acts as."""
 
-    token_id: str
+    token_id: str  # the API token's id, or the sign-in session's
     actor: str
-    role: Role
+    role: Role  # the first role (a token has exactly one)
     org: str | None = "default"  # the organisation it acts in; None: fleet-wide (an admin's or operator's token)
+    roles: tuple[Role, ...] = ()  # every role held, when more than ``role`` (a signed-in person's)
+    grants: tuple[Any, ...] = ()  # domain.grants.Grant: each role and the organisation, and where it came from
+    kind: str = "token"  # "token", or "session" (signed in through an identity provider)
+    project: str | None = None  # the one project a token is limited to (None: any of its organisation's)
+
+    @property
+    def all_roles(self) -> tuple[Role, ...]:
+        return self.roles or (self.role,)
 
     def can(self, permission: Permission | str) -> bool:
-        return allows(self.role, permission)
+        return any(allows(role, permission) for role in self.all_roles)
+
+    def permissions(self) -> list[str]:
+        return sorted({p.value for role in self.all_roles for p in ROLE_PERMISSIONS[role]})
 
 
 FLEET_WIDE_ROLES = frozenset({Role.OPERATOR, Role.AUDITOR, Role.ADMIN})
@@ -152,7 +167,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
+def read_tokens_file(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     data = json.loads(path.read_text() or "{}")
@@ -199,7 +214,7 @@ def issue_token(path: Path | str, actor: str, role: Role | str, *, now: datetime
     if org is not None:
         record["org"] = org
     with _locked(path):
-        tokens = _read(path)
+        tokens = read_tokens_file(path)
         tokens.append(record)
         _write(path, tokens)
     return token_id, secret
@@ -209,7 +224,7 @@ def revoke_token(path: Path | str, token_id: str) -> bool:
     """Mark a token revoked (kept for the record); False when there is no such token."""
     path = Path(path)
     with _locked(path):
-        tokens = _read(path)
+        tokens = read_tokens_file(path)
         found = False
         for t in tokens:
             if t.get("id") == token_id:
@@ -222,7 +237,7 @@ def revoke_token(path: Path | str, token_id: str) -> bool:
 
 def list_tokens(path: Path | str) -> list[dict[str, Any]]:
     """Token records without their hashes."""
-    return [{k: v for k, v in t.items() if k != "sha256"} for t in _read(Path(path))]
+    return [{k: v for k, v in t.items() if k != "sha256"} for t in read_tokens_file(Path(path))]
 
 
 class TokenStore:
@@ -244,7 +259,7 @@ class TokenStore:
             if stamp == self._stamp:
                 return
             try:
-                self._tokens = _read(self.path) if stamp else []
+                self._tokens = read_tokens_file(self.path) if stamp else []
             except (OSError, ValueError):
                 return  # keep the last good set; a broken edit must not lock everyone out
             self._stamp = stamp
@@ -298,10 +313,10 @@ def refuse_if_blocked(request: Request, scope: Scope, name: str, actor: str | No
                              f"{left:.0f} s", actor=actor, retry_after=left)
 
 
-def authenticate(request: Request) -> Principal:
+async def authenticate(request: Request) -> Principal:
     """The request's principal, or AuthError: 429 while its source is blocked (checked first: a blocked
-    source's token is not even looked at), 401 for a missing, unknown or revoked token, 403 for a panel session
-    without its CSRF token, 429 when its actor is blocked. Cached on the request."""
+    source's token is not even looked at), 401 for a missing, unknown, revoked or expired token or session, 403
+    for a panel session without its CSRF token, 429 when its actor is blocked. Cached on the request."""
     cached = getattr(request.state, "principal", None)
     if cached is not None:
         return cached
@@ -310,13 +325,13 @@ def authenticate(request: Request) -> Principal:
     if secret is not None or (session_hook is not None and request.cookies):
         refuse_if_blocked(request, Scope.SOURCE, source_of(request))
     if secret is None and session_hook is not None:
-        secret = session_hook(request)
+        secret = await session_hook(request)
     if secret is None:
         raise AuthError(401, "missing bearer token (Authorization: Bearer <token>)")
-    tokens: TokenStore = request.app.state.tokens
-    principal = tokens.authenticate(secret)
+    identity = request.app.state.identity  # identity.py: the database's tokens and sessions, or the tokens file
+    principal = await identity.authenticate(secret)
     if principal is None:
-        actor = tokens.revoked_actor(secret)
+        actor = await identity.revoked_actor(secret)
         if actor is not None:
             refuse_if_blocked(request, Scope.ACTOR, actor, actor)
         raise AuthError(401, "unknown or revoked token", actor=actor,
@@ -333,14 +348,15 @@ class require:  # noqa: N801 - reads as a declaration on the route: Depends(requ
         self.permission = Permission(permission)
 
     async def __call__(self, request: Request) -> Principal:
-        # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop on every request for
-        # what is a dictionary lookup and a hash (docs/performance.md, item 2)
-        return self.check(request)
+        # async: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop on every request
+        # (docs/performance.md, item 2)
+        return await self.check(request)
 
-    def check(self, request: Request) -> Principal:
-        principal = authenticate(request)
+    async def check(self, request: Request) -> Principal:
+        principal = await authenticate(request)
         if not principal.can(self.permission):
-            raise AuthError(403, f"role {principal.role.value!r} lacks permission {self.permission.value!r}",
+            roles = "+".join(r.value for r in principal.all_roles)
+            raise AuthError(403, f"role {roles!r} lacks permission {self.permission.value!r}",
                             permission=self.permission.value, actor=principal.actor)
         return principal
 

@@ -2,12 +2,13 @@
 
 A token bound to an organisation submits into it and may not name another (403, audited like every refusal); a
 fleet-wide token (operators and admins, unless bound) names the organisation with ``?org=`` or submits into the
-default one. Usage reports follow the same rule: an organisation's token sees its own organisation only.
+default one. Usage reports follow the same rule: an organisation's token sees its own organisation only. A token
+limited to a project (issue 30) submits into that project only.
 """
 
 from __future__ import annotations
 
-from libs.contracts.tenancy import DEFAULT_ORG
+from libs.contracts.tenancy import DEFAULT_ORG, DEFAULT_PROJECT
 
 from .auth import AuthError, Principal
 
@@ -20,6 +21,17 @@ def acting_org(principal: Principal, asked: str | None) -> str:
         raise AuthError(403, f"this token acts in organisation {principal.org!r}, not {asked!r}",
                         actor=principal.actor)
     return principal.org
+
+
+def acting_project(principal: Principal, asked: str) -> str:
+    """The project a submit goes to: a token limited to a project submits into it (a spec naming the default
+    project is put there) and may not name another (403)."""
+    if principal.project is None:
+        return asked
+    if asked not in (principal.project, DEFAULT_PROJECT):
+        raise AuthError(403, f"this token is limited to project {principal.project!r}, not {asked!r}",
+                        actor=principal.actor)
+    return principal.project
 
 
 def usage_org(principal: Principal, asked: str | None) -> str | None:

@@ -1,5 +1,6 @@
 """Typed settings of the gateway (HTTP listener and TLS, tokens file, command wait, body limit, command
-allow-list, the key that seals secret env values, the limits on failed sign-ins and bad tokens)."""
+allow-list, the key that seals secret env values, the limits on failed sign-ins and bad tokens, the OpenID Connect
+providers and sessions)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ class GatewaySettings(CommonSettings):
     auth_failure_window_seconds: float = Field(60.0, gt=0, le=86_400, description="The window failures count in")
     auth_block_seconds: float = Field(60.0, gt=0, le=86_400, description="How long a source or actor stays "
                                       "blocked once it reached its limit")
+
+    oidc_providers: str | None = Field(
+        None, max_length=200_000, description="OpenID Connect providers people sign in with: a JSON list of "
+        "{name, issuer, client_id, client_secret, cli_client_id, roles: [{claim, value, role, org}], org_claim, "
+        "actor_claim, ...} (docs/security/identity.md); unset: API tokens only")
+    oidc_providers_file: Path | None = Field(
+        None, description="The same JSON in a file (read at start; adds to oidc_providers)")
+    public_url: str | None = Field(
+        None, max_length=2000, description="The gateway's address as browsers reach it (https://teto.example.org): "
+        "the sign-in callback and post-logout addresses registered with the provider; unset: the request's own")
+    session_lifetime_seconds: float = Field(
+        8 * 3600.0, gt=0, le=30 * 86_400, description="How long a sign-in session lasts (panel and teto login) "
+        "before the person signs in again")
 
     def check(self) -> None:
         super().check()

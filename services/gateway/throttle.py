@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 AUTHENTICATE = "authenticate"  # the audit kind of a request whose token or session did not hold
 SIGN_IN = "sign_in"  # the audit kind of a failed panel sign-in
-_KINDS = {Failure.SIGN_IN: SIGN_IN, Failure.SIGN_IN_CSRF: SIGN_IN}
+_KINDS = {Failure.SIGN_IN: SIGN_IN, Failure.SIGN_IN_CSRF: SIGN_IN, Failure.OIDC: SIGN_IN}
 
 
 def attempts_for(settings: GatewaySettings) -> Attempts:

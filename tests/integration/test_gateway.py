@@ -420,3 +420,34 @@ async def test_respond_async_answers_once_durable_and_the_decision_is_read_from_
                 assert (await decided(body["command_id"], role))["status"] == "accepted"
             assert (await gw.client.get("/v1/commands/nope", headers=gw.as_("submitter"))).status_code == 404
             assert (await gw.client.get("/v1/commands/bad%20id", headers=gw.as_("submitter"))).status_code == 422
+
+
+async def test_teto_up_makes_a_new_local_admin_token_once_the_old_one_is_revoked_in_the_database(env, tmp_path):
+    """Tokens live in the gateway's database (issue 30): a local admin token revoked through the API, which the
+    tokens file still lists as valid, is not reused by the next `teto up`."""
+    import asyncio as aio
+    import json as js
+
+    import asyncpg
+
+    from libs.runtime import db
+    from services.gateway.auth import hash_secret
+    from teto.stack.up import _admin_token, _write_private
+
+    pool = await db.create_pool(env.database_url, max_size=1)
+    try:
+        await db.migrate(pool, "gateway", "services.gateway")
+    finally:
+        await pool.close()
+    tokens = tmp_path / "tokens.json"
+    first = await aio.to_thread(_admin_token, tmp_path, tokens, env.database_url)
+    _write_private(tmp_path / "stack.json", {"admin_token": first})
+    assert await aio.to_thread(_admin_token, tmp_path, tokens, env.database_url) == first  # not in the db: reused
+    conn = await asyncpg.connect(env.database_url)
+    try:
+        await conn.execute("INSERT INTO gateway.tokens (id, sha256, actor, role, created_at, revoked_at)"
+                           " VALUES ('x1', $1, 'local-admin', 'admin', now(), now())", hash_secret(first))
+    finally:
+        await conn.close()
+    second = await aio.to_thread(_admin_token, tmp_path, tokens, env.database_url)
+    assert second != first and len(js.loads(tokens.read_text())["tokens"]) == 2

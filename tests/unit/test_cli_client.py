@@ -415,3 +415,46 @@ def test_command_prints_its_decision_with_the_reason(server, capsys):
     out = capsys.readouterr().out
     assert "command c9 (requeue) by alice: refused by queue: new ceiling 100s" in out
     assert "job: j9" in out and "minimum_seconds=160.0" in out and "decided: t1" in out
+
+
+def test_tokens_go_through_the_gateway_when_one_is_known(server, capsys):
+    routes, seen = server
+    routes[("POST", "/v1/tokens")] = (201, {"id": "t9", "actor": "ci", "role": "submitter", "secret": "teto_s"})
+    routes[("POST", "/v1/me/tokens")] = (201, {"id": "t8", "actor": "me", "role": "viewer", "secret": "teto_m"})
+    routes[("DELETE", "/v1/tokens/t9")] = (204, None)
+    args = parse("tokens", "create", "--actor", "ci", "--role", "submitter", "--description", "nightly",
+                 "--expires-in-days", "30", "--json")
+    assert args.func(args) == 0 and json.loads(capsys.readouterr().out)["secret"] == "teto_s"
+    assert json.loads(seen[-1].content) == {"actor": "ci", "role": "submitter", "description": "nightly",
+                                            "expires_in_days": 30.0}
+    args = parse("tokens", "create", "--role", "viewer", "--mine", "--json")
+    assert args.func(args) == 0 and seen[-1].url.path == "/v1/me/tokens"
+    args = parse("tokens", "revoke", "t9")
+    assert args.func(args) == 0 and (seen[-1].method, seen[-1].url.path) == ("DELETE", "/v1/tokens/t9")
+
+
+def test_the_login_session_is_used_for_its_own_gateway_only(tmp_path, monkeypatch):
+    import stat
+    import time
+
+    from teto import cli_login
+
+    creds = tmp_path / "c" / "credentials.json"
+    cli_login.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc",
+                                    "expires_at": time.time() + 3600})
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+    args = argparse.Namespace(timeout=5, ca_file=None)
+    assert cli_login.session_for("http://gw:1", creds, args) == "tetos_abc"
+    assert cli_login.session_for("http://elsewhere:1", creds, args) is None  # never sent to another gateway
+    assert resolve_target("http://gw:1", None, tmp_path, {}, login=lambda url: "tetos_abc") == ("http://gw:1",
+                                                                                                 "tetos_abc")
+    cli_login.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc", "expires_at": time.time()})
+    with pytest.raises(CliError, match="teto login"):  # ended, and nothing to refresh it with
+        cli_login.session_for("http://gw:1", creds, args)
+
+
+@pytest.mark.parametrize(("left", "refresh"), [(3600, False), (301, False), (299, True), (0, True), (-10, True)])
+def test_a_session_is_refreshed_when_it_has_less_than_five_minutes_left(left, refresh):
+    from teto.cli_login import needs_refresh
+
+    assert needs_refresh({"expires_at": 1000.0 + left}, 1000.0) is refresh

@@ -78,13 +78,17 @@ def test_the_audit_login_may_only_append_and_read():
         assert verb not in granted
 
 
-def test_the_gateway_reads_public_views_only():
+def test_the_gateway_reads_public_views_and_writes_only_its_identity_tables():
     sql = dbroles.gateway_grants_sql(ROLES, {"queue": ["jobs_public"], "audit": ["log_public"]})
-    selects = [s for s in sql if s.startswith("GRANT SELECT")]
+    selects = [s for s in sql if s.startswith("GRANT SELECT ON")]
     assert selects == ['GRANT SELECT ON "queue"."jobs_public" TO "teto_gateway"',
                        'GRANT SELECT ON "audit"."log_public" TO "teto_gateway"',
                        'GRANT SELECT ON gateway.schema_migrations TO "teto_gateway"']
-    assert not any(("INSERT" in s or "UPDATE" in s or "DELETE" in s) and s.startswith("GRANT") for s in sql)
+    writes = [s for s in sql if s.startswith("GRANT") and ("INSERT" in s or "UPDATE" in s or "DELETE" in s)]
+    assert writes == ['GRANT SELECT, INSERT, UPDATE ON gateway."tokens" TO "teto_gateway"',
+                      'GRANT SELECT, INSERT, UPDATE ON gateway."sessions" TO "teto_gateway"',
+                      'GRANT SELECT, INSERT, DELETE ON gateway."role_bindings" TO "teto_gateway"',
+                      'GRANT SELECT, INSERT, DELETE ON gateway."oidc_logins" TO "teto_gateway"']
     with pytest.raises(ValueError):
         dbroles.gateway_grants_sql(ROLES, {"queue": ["jobs"]})
 

@@ -83,17 +83,40 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: b
     asyncio.run(go())
 
 
-def _admin_token(data_dir: Path, tokens_file: Path) -> str:
-    """Reuse the local admin token of an earlier run while it is still valid; otherwise make one."""
+def _admin_token(data_dir: Path, tokens_file: Path, database_url: str | None = None) -> str:
+    """Reuse the local admin token of an earlier run while it is still valid (in the tokens file, and in the
+    gateway's database, where an admin may have revoked it through the API since); otherwise make one."""
     from services.gateway.auth import Role, TokenStore, create_token
 
     stack = data_dir / "stack.json"
     if stack.exists() and tokens_file.exists():
         secret = json.loads(stack.read_text()).get("admin_token")
         found = TokenStore(tokens_file).authenticate(secret) if secret else None
-        if found is not None and found.role is Role.ADMIN:
+        if found is not None and found.role is Role.ADMIN and not _ended_in_database(database_url, secret):
             return secret
     return create_token(tokens_file, "local-admin", "admin")
+
+
+def _ended_in_database(database_url: str | None, secret: str) -> bool:
+    """Whether the gateway's database holds this token revoked or expired (tokens live there, issue 30)."""
+    if not database_url:
+        return False
+    import asyncpg
+
+    from services.gateway.auth import hash_secret
+
+    async def ask() -> bool:
+        conn = await asyncpg.connect(database_url)
+        try:
+            return bool(await conn.fetchval(
+                "SELECT revoked_at IS NOT NULL OR (expires_at IS NOT NULL AND expires_at <= now())"
+                " FROM gateway.tokens WHERE sha256 = $1", hash_secret(secret)))
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            return False  # a database from before the identity tables: the file is the truth
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
 
 
 def _write_private(path: Path, data: dict) -> None:
@@ -190,7 +213,7 @@ def up(opts: UpOptions) -> int:
                         stream_replicas=stream_replicas)
 
         tokens_file = data_dir / "tokens.json"
-        token = _admin_token(data_dir, tokens_file)
+        token = _admin_token(data_dir, tokens_file, database_url)
         env = dict(os.environ)
         env.update(TETO_NATS_URL=nats_url, TETO_DATABASE_URL=database_url, TETO_DATA_DIR=str(data_dir),
                    TETO_HTTP_PORT=str(opts.http_port), TETO_TOKENS_FILE=str(tokens_file),

@@ -55,7 +55,7 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-def session_secret(request: Request) -> str | None:
+async def session_secret(request: Request) -> str | None:
     """The API token of the request's panel session (auth.authenticate's fallback when there is no bearer).
     A state-changing request must carry the session's CSRF token in X-CSRF-Token, else 403."""
     if bearer_secret(request) is not None:
@@ -65,9 +65,9 @@ def session_secret(request: Request) -> str | None:
         return None
     if session.needs_csrf(request.method) and not session.csrf_ok(found.csrf, request.headers.get(session.CSRF_HEADER)):
         # The session names its actor (its sealed token): the refusal is counted and audited under it.
-        tokens = request.app.state.tokens
-        principal = tokens.authenticate(found.secret)
-        actor = principal.actor if principal is not None else tokens.revoked_actor(found.secret)
+        identity = request.app.state.identity
+        principal = await identity.authenticate(found.secret)
+        actor = principal.actor if principal is not None else await identity.revoked_actor(found.secret)
         if actor is not None:
             refuse_if_blocked(request, Counted.ACTOR, actor, actor)
         raise AuthError(403, "missing or wrong CSRF token (X-CSRF-Token) for a request made with a panel session",

@@ -68,7 +68,7 @@ class signed_in:  # noqa: N801 - a declaration on the route, like auth.require
 
     async def __call__(self, request: Request) -> Principal:
         try:
-            return self.check(request)
+            return await self.check(request)
         except AuthError as exc:
             if exc.status == 429:
                 raise  # answered by the gateway's handler, Retry-After included

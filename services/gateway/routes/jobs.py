@@ -27,7 +27,7 @@ from ..commands import Sent
 from ..domain import paging, reported, steps
 from ..domain.outcomes import command_view, prefers_async, status_for
 from ..errors import ApiError, not_found
-from ..orgs import acting_org
+from ..orgs import acting_org, acting_project
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
 from ..secret_env import SecretRefused, seal_spec
 from . import COMMAND_KEY, commands_of, json_response, reads_of, scoped_fleet
@@ -130,6 +130,8 @@ def register(app: FastAPI) -> None:
                          "`respond-async` (RFC 7240): answer 202 once the command is durable, without waiting for "
                          "its decision; read it at the `Location` given (`GET /v1/commands/{command_id}`)"))
                      ) -> JSONResponse:
+        if principal.project is not None:
+            spec = spec.model_copy(update={"project": acting_project(principal, spec.project)})
         cmd = SubmitJob(actor=principal.actor, spec=spec, org=acting_org(principal, org))
         if idempotency_key:
             # The same key by the same actor always names the same command and job, so a retried request acts

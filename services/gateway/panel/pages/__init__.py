@@ -23,7 +23,8 @@ def pages() -> list:
     from . import account, job, jobs
     from . import audit, dead_letters, executors, nodes, policy, status  # the operations pages
     from . import usage  # tenancy's usage report (issue 14)
-    return [account, jobs, job, executors, nodes, status, dead_letters, policy, audit, usage]
+    from . import me, oidc  # identity (issue 30): sign-in through a provider, one's roles and tokens
+    return [account, jobs, job, executors, nodes, status, dead_letters, policy, audit, usage, oidc, me]
 
 
 def navigation() -> list[NavItem]:

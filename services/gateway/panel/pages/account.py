@@ -18,6 +18,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ...auth import AuthError, Failure, refuse_if_blocked, source_of
+from ...domain import oidc as oidc_rules
+from ...domain import tokens as records
+from ...oidc import ProviderUnavailable
+from ...routes.admin import record
+from ...routes.sessions import public_base
 from ...domain.attempts import Scope
 from ...throttle import record_failure
 from .. import i18n, session
@@ -45,10 +50,33 @@ def limited(request: Request, exc: AuthError, next_path: str) -> Response:
 
 def sign_in_form(request: Request, *, next_path: str, error: str | None = None, status: int = 200) -> Response:
     csrf = session.new_csrf()
+    found = getattr(request.app.state, "oidc", None)
+    providers = list(found.configs.values()) if found is not None else []
     response = render(request, None, "signin.html", "signin", status=status, form_csrf=csrf, next_path=next_path,
-                      error=error)
+                      error=error, providers=providers)
     response.set_cookie(session.PRE_COOKIE, csrf, **session.cookie_options(secure=_secure(request), max_age=3600))
     return response
+
+
+async def end_provider_session(request: Request, secret: str) -> str | None:
+    """End a provider session in the database (every replica refuses it from now on), audit the sign-out, and
+    return the provider's logout address (RP-initiated logout) where it offers one."""
+    identity = request.app.state.identity
+    principal = await identity.authenticate(secret)
+    if principal is None:
+        return None
+    ended = await identity.end_session(principal.token_id, "signed out")
+    await record(request, "sign_out", principal, session=principal.token_id)
+    providers = getattr(request.app.state, "oidc", None)
+    config = providers.get(ended["provider"]) if providers is not None and ended else None
+    if config is None:
+        return None
+    try:
+        doc = await providers.discovery(config.name)
+    except ProviderUnavailable:
+        return None
+    return oidc_rules.end_session_url(doc.get("end_session_endpoint"), id_token=ended.get("id_token"),
+                                      client_id=config.client_id, after=f"{public_base(request)}/signin")
 
 
 def register(router: APIRouter) -> None:
@@ -65,16 +93,16 @@ def register(router: APIRouter) -> None:
     async def signin(request: Request) -> Response:
         form = await form_of(request)
         next_path = safe_next(form.get("next"))
-        tokens = request.app.state.tokens
+        identity = request.app.state.identity
         try:
             refuse_if_blocked(request, Scope.SOURCE, source_of(request))  # before the token is looked at
             if not session.csrf_ok(request.cookies.get(session.PRE_COOKIE), form.get("csrf")):
                 await record_failure(request, Failure.SIGN_IN_CSRF, "sign-in form posted without its CSRF token", None)
                 return sign_in_form(request, next_path=next_path, error="signin.error_csrf", status=403)
             typed = form.get("token", "").strip()
-            principal = tokens.authenticate(typed)
+            principal = await identity.authenticate(typed) if typed.startswith(records.TOKEN_PREFIX) else None
             if principal is None:
-                actor = tokens.revoked_actor(typed) if typed else None
+                actor = await identity.revoked_actor(typed) if typed else None
                 if actor is not None:
                     refuse_if_blocked(request, Scope.ACTOR, actor, actor)
                 await record_failure(request, Failure.SIGN_IN, "unknown or revoked token typed into the sign-in form",
@@ -95,7 +123,13 @@ def register(router: APIRouter) -> None:
         found = session.unseal(request.app.state.panel_key, request.cookies.get(session.COOKIE), now=time.time())
         if found is not None and not session.csrf_ok(found.csrf, form.get("csrf")):
             return Response("missing or wrong CSRF token", status_code=403, media_type="text/plain")
-        response = RedirectResponse("/signin", status_code=303)
+        logout = None
+        if found is not None and found.secret.startswith(records.SESSION_PREFIX):
+            logout = await end_provider_session(request, found.secret)
+        # The provider's logout is another origin: a page that goes there, since the panel's CSP (form-action
+        # 'self') stops a form's redirect to another origin.
+        response: Response = (render(request, None, "signin_done.html", "signin", next_path=logout) if logout
+                              else RedirectResponse("/signin", status_code=303))
         response.delete_cookie(session.COOKIE, path="/")
         return response
 
