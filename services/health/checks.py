@@ -65,7 +65,8 @@ class Checks:
         t = lc.decide(node, lc.Registered(reg.node_id, reg.executor_id, reg.group, reg.boot_id), now, self.policy)
         assert isinstance(t, lc.Transition)  # registration is never refused
         extra = {"address": reg.address, "collective_port": reg.collective_port, "hostname": reg.hostname,
-                 "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time}
+                 "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time,
+                 "slurm_job_id": reg.slurm_job_id}
         if row is None or row["joined_at"] is None:
             extra["joined_at"] = now  # the service's clock, like the breaker's replacement times
         schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
