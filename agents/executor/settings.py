@@ -92,6 +92,10 @@ class ExecutorSettings(CommonSettings):
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")
+    test_fault_path: Path | None = Field(
+        None, description="TEST ONLY: a file holding more of test_fault, read at every check run (a missing or "
+        "empty file: no more; a directory: its file named after the node id), so a test can remove a fault while "
+        "the agent lives")
 
     @model_validator(mode="after")
     def _fill_ids(self) -> ExecutorSettings:

@@ -1,9 +1,14 @@
-"""The provisioner hook: when a node is replaced, ask for a fresh one in its group, through a command
-(``{node_id}``, ``{group}``, ``{executor_id}`` filled in) or a webhook (POST of the request as JSON).
+"""The provisioner hook: what a node's transition asks (domain/provisioning.py: drain, reboot, replace, resume)
+carried out after the commit that decided it, and audited.
 
-At most once: it runs after the commit that replaced the node, so a crash right after that commit loses the
-request (the replaced node stays replaced; an operator sees it). The group's breaker (domain/breaker.py) has
-already decided that this replacement is within budget.
+Which provisioner: the Slurm one (``TETO_SLURM_PILOT_DIR`` set; slurm.py) acts on all four for nodes that are
+Slurm pilots; for any other node, and without it, a replacement goes to a command (``TETO_PROVISIONER_COMMAND``,
+``{node_id}``, ``{group}``, ``{executor_id}`` filled in) or a webhook (``TETO_PROVISIONER_URL``, a POST of the
+request as JSON), and the other actions need nothing outside Teto.
+
+At most once: it runs after the commit that changed the node, so a crash right after that commit loses the
+request (the node keeps its state; an operator sees it). The group's breaker (domain/breaker.py) has already
+decided that a replacement is within budget.
 """
 
 from __future__ import annotations
@@ -11,28 +16,42 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-from typing import Any
 
+from .domain.provisioning import Action, Request
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
 
 
-async def ask(cfg: HealthSettings, request: dict[str, Any]) -> None:
+async def ask(cfg: HealthSettings, request: Request) -> tuple[bool, str] | None:
+    """Carry out ``request``; (done, what happened) when something outside Teto was asked, else None."""
     try:
+        if cfg.slurm_pilot_dir and request.slurm_job_id:
+            from . import slurm
+
+            done, what = await slurm.act(cfg, request)
+            (log.warning if done else log.info)("node %s %s in Slurm: %s", request.node_id, request.action, what)
+            return done, what
+        if request.action is not Action.REPLACE:
+            return None
+        body = request.as_dict()
         if cfg.provisioner_command:
-            argv = [a.format(**request) for a in shlex.split(cfg.provisioner_command)]
+            argv = [a.format(**body) for a in shlex.split(cfg.provisioner_command)]
             proc = await asyncio.create_subprocess_exec(*argv)
             rc = await asyncio.wait_for(proc.wait(), 60)
-            log.warning("node %s replaced: provisioner command exited %s", request["node_id"], rc)
-        elif cfg.provisioner_url:
+            log.warning("node %s replaced: provisioner command exited %s", request.node_id, rc)
+            return rc == 0, f"provisioner command exited {rc}"
+        if cfg.provisioner_url:
             import httpx
 
             async with httpx.AsyncClient(timeout=30) as client:
-                r = await client.post(cfg.provisioner_url, json=request)
-            log.warning("node %s replaced: provisioner webhook answered %s", request["node_id"], r.status_code)
-        else:
-            log.error("node %s replaced but no provisioner is configured (TETO_PROVISIONER_COMMAND or "
-                      "TETO_PROVISIONER_URL): add a node to group %s by hand", request["node_id"], request["group"])
-    except Exception:  # noqa: BLE001 - a broken hook must not stop the health service
-        log.exception("provisioner hook failed for node %s", request["node_id"])
+                r = await client.post(cfg.provisioner_url, json=body)
+            log.warning("node %s replaced: provisioner webhook answered %s", request.node_id, r.status_code)
+            return r.is_success, f"provisioner webhook answered {r.status_code}"
+        log.error("node %s replaced but no provisioner is configured (TETO_PROVISIONER_COMMAND, "
+                  "TETO_PROVISIONER_URL or TETO_SLURM_PILOT_DIR): add a node to group %s by hand", request.node_id,
+                  request.group)
+        return None
+    except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the health service
+        log.exception("provisioner hook failed for node %s", request.node_id)
+        return False, f"provisioner failed: {type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from libs.contracts.commands import SubmitJob
+from libs.contracts.commands import DrainNode, RunHealthCheck, SubmitJob, UndrainNode
 from libs.contracts.jobs import JobSpec
 from libs.slurm.pilot import PilotRequest
 from services.health.app import serve as health_serve
@@ -26,7 +26,7 @@ from services.queue.settings import QueueSettings
 from teto.slurm import cli as slurm_cli
 from tests.e2e.stack import shared_base_dir
 from tests.integration.helpers_executor import finetune
-from tests.integration.helpers_hba import running
+from tests.integration.helpers_hba import collect, running
 from tests.integration.helpers_queue import client, eventually, queue_service
 from tests.support.slurm import GPUS_PER_NODE, PARTITION, SlurmCluster, slurm_cluster
 
@@ -48,6 +48,7 @@ class Site:
     slurm: SlurmCluster
     pilot_dir: Path
     c: Any  # the queue client (commands, job views, the database)
+    audit: Any  # the provisioner's outcomes as published for the audit log
 
     def provision(self, nodes: int, **request: Any) -> list[str]:
         req = PilotRequest(partition=PARTITION, gpus_per_node=GPUS_PER_NODE, group=GROUP, **request)
@@ -72,16 +73,22 @@ class Site:
 
 @contextlib.asynccontextmanager
 async def site(env, slurm: SlurmCluster, tmp_path: Path, **health: Any) -> AsyncIterator[Site]:
+    """The services, with the Slurm provisioner on (it submits replacements from the pilots' directory) and the
+    agents' test fault switch in ``<tmp>/faults/<node id>`` (read at every check run)."""
     pilot_dir = tmp_path / "pilots"
+    (tmp_path / "faults").mkdir()
     hs = env.settings(HealthSettings, join_batch_seconds=1.5, check_interval_seconds=0.3, max_reboots=1,
-                      min_ratio=0.05, evaluate_interval_seconds=0.5, **health)
+                      min_ratio=0.05, evaluate_interval_seconds=0.5, slurm_pilot_dir=pilot_dir, **health)
     qs = env.settings(QueueSettings, schedule_interval_seconds=0.2)
     agent_env = env.env_vars(TETO_TORCH_THREADS="1", TETO_CHECK_TIMEOUT_SECONDS="120",
                              TETO_PROGRESS_INTERVAL_SECONDS="0.5", TETO_ADVERTISE_HOST="127.0.0.1",
                              TETO_BASE_MODEL_DIR=str(shared_base_dir()), TETO_STOP_GRACE_SECONDS="10",
+                             TETO_TEST_FAULT_PATH=str(tmp_path / "faults"),
                              **{"SLURM_CONF": str(slurm.conf)})
-    async with running(health_serve, hs), queue_service(qs), client(qs) as c:
-        s = Site(slurm, pilot_dir, c)
+    os.environ["SLURM_CONF"] = str(slurm.conf)  # the health service's Slurm commands reach this cluster
+    async with running(health_serve, hs), queue_service(qs), client(qs) as c, \
+            collect(hs.nats_url, f"{hs.subjects.prefix}.outcome.provision.*") as audit:
+        s = Site(slurm, pilot_dir, c, audit)
         s.agent_env = agent_env
         try:
             yield s
@@ -90,6 +97,7 @@ async def site(env, slurm: SlurmCluster, tmp_path: Path, **health: Any) -> Async
             print(slurm.log())
             raise
         finally:
+            os.environ.pop("SLURM_CONF", None)
             with contextlib.suppress(Exception):
                 slurm_cli.release([], env=slurm.env)
             # The pilots checkpoint and leave on scancel's SIGTERM; wait for them before the services go.
@@ -147,6 +155,80 @@ async def test_pilots_run_fine_tunes_inside_slurm_jobs(env, slurm, tmp_path):
         slurm_cli.release([], env=slurm.env)
         await eventually(lambda: asyncio.sleep(0, not s.pilots()), timeout=60, what="the pilots to end")
         assert {slurm.node(n)["State"] for n in slurm.nodes} == {"IDLE"}
+
+
+async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_replaced_elsewhere(env, slurm, tmp_path):
+    async with site(env, slurm, tmp_path) as s:
+        jobs = s.provision(4)
+        await eventually(lambda: _count(s.ready_nodes(), 4), timeout=240, what="4 pilots' nodes ready")
+        victim = (await s.ready_nodes())[0]
+        host, node_id, first_job = victim["hostname"], victim["node_id"], victim["slurm_job_id"]
+        fault = tmp_path / "faults" / node_id
+
+        async def teto_state() -> str:
+            return (await s.c.db.fetchrow("SELECT state FROM health.nodes WHERE node_id = $1", node_id))["state"]
+
+        async def check(run_id: str) -> None:
+            out = await s.c.command(RunHealthCheck(actor="ops", nodes=[node_id], run_id=run_id), timeout=20)
+            assert out.accepted, out
+
+        # 1. A fault on the node's check: drained in Slurm with Teto's reason, and rebooted (its agent restarts in
+        #    its allocation). The fault is gone before it is checked again: it passes and Slurm resumes the node.
+        fault.write_text("matmul:fail")
+        await check("r1")
+        await eventually(lambda: asyncio.sleep(0, "DRAIN" in slurm.node(host)["State"]), timeout=120,
+                         what=f"{host} drained in Slurm")
+        reason = slurm.node(host)["Reason"]
+        assert reason.startswith("teto: matmul failed:"), reason
+        fault.write_text("")  # the reboot repaired it
+        await eventually(lambda: asyncio.sleep(0, "DRAIN" not in slurm.node(host)["State"]), timeout=120,
+                         what=f"{host} resumed in Slurm")
+        assert await teto_state() == "ready"
+        assert first_job in {p["job_id"] for p in s.pilots()}  # the same pilot: rebooting kept its allocation
+
+        # 2. The fault again, for good: drained, rebooted, failed again, replaced: its pilot ends, the node stays
+        #    drained with Teto's reason, and a replacement pilot starts on another node and is checked in.
+        fault.write_text("matmul:fail")
+        await check("r2")
+        await eventually(lambda: _is(teto_state(), "replaced"), timeout=180, what=f"{node_id} replaced")
+        await eventually(lambda: asyncio.sleep(0, slurm.job_state(first_job) == "CANCELLED"), timeout=60,
+                         what=f"pilot {first_job} ended")
+        info = slurm.node(host)
+        assert "DRAIN" in info["State"] and info["Reason"].startswith("teto: matmul failed:"), info
+        new = await eventually(lambda: asyncio.sleep(0, [p for p in s.pilots() if p["job_id"] not in jobs
+                                                         and p["state"] == "RUNNING"]), timeout=60,
+                               what="a replacement pilot running")
+        assert new[0]["node"] != host, new
+        await eventually(lambda: _ready_job(s, new[0]["job_id"]), timeout=180,
+                         what="the replacement's node ready")
+
+        # 3. An operator's drain in Teto drains the Slurm node; undraining it (checked, passed) resumes it.
+        other = next(n for n in await s.ready_nodes() if n["hostname"] != host)
+        out = await s.c.command(DrainNode(actor="ops", node_id=other["node_id"], reason="disk swap"), timeout=20)
+        assert out.accepted, out
+        await eventually(lambda: asyncio.sleep(0, "DRAIN" in slurm.node(other["hostname"])["State"]), timeout=60,
+                         what="operator's drain reaching Slurm")
+        assert slurm.node(other["hostname"])["Reason"] == "teto: drained: disk swap"
+        assert (await s.c.command(UndrainNode(actor="ops", node_id=other["node_id"]), timeout=20)).accepted
+        await eventually(lambda: asyncio.sleep(0, "DRAIN" not in slurm.node(other["hostname"])["State"]),
+                         timeout=120, what="undrained node resumed in Slurm")
+
+        # Every Slurm action is in the audit log's stream with its reason.
+        actions = [json.loads(m.data) for m in s.audit.msgs]
+        done = [(a["detail"]["action"], a["detail"]["hostname"]) for a in actions if a["accepted"]]
+        assert done.count(("drain", host)) == 3 and ("resume", host) in done and ("replace", host) in done, done
+        assert ("drain", other["hostname"]) in done and ("resume", other["hostname"]) in done, done
+        reboots = [a for a in actions if a["detail"]["action"] == "reboot"]
+        assert reboots and not any(a["accepted"] for a in reboots)  # TETO_SLURM_REBOOT is off here
+        assert all(a["detail"]["reason"] for a in actions)
+
+
+async def _is(coro, value: str) -> bool:
+    return await coro == value
+
+
+async def _ready_job(s: Site, job_id: str) -> bool:
+    return any(n["slurm_job_id"] == job_id for n in await s.ready_nodes())
 
 
 async def _count(coro, n: int) -> bool:
