@@ -223,6 +223,97 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
         assert all(a["detail"]["reason"] for a in actions)
 
 
+async def test_a_cancelled_busy_pilot_checkpoints_and_its_job_resumes_on_another_pilot_for_free(env, slurm, tmp_path):
+    async with site(env, slurm, tmp_path) as s:
+        s.provision(2)
+        await eventually(lambda: _count(s.ready_nodes(), 2), timeout=240, what="2 pilots' nodes ready")
+        spec = JobSpec(workload=finetune(250, step_delay_seconds=0.1), checkpoint_every_steps=25)
+        assert (await s.c.command(SubmitJob(actor="t", job_id="long", spec=spec))).accepted
+        job = await _checkpointed(s, "long", 25)
+        busy = next(n for n in await s.teto_nodes() if n["executor_id"] == job["executor_id"])
+
+        # scancel: Slurm's SIGTERM reaches the agent, which checkpoints and stops the run before KillWait ends.
+        slurm.run("scancel", busy["slurm_job_id"])
+        await eventually(lambda: _event(s, "long", "requeued"), timeout=60, what="the job requeued")
+        finished = await _progress_end(s, "long", busy["executor_id"])
+        assert finished["outcome"] == "stopped", finished
+        job = await s.c.job("long")
+        assert job["attempts"].get("training_error", 0) == 0 and job["attempts"].get("transport_lost") == 1, job
+        stopped_at = finished["last_step"]
+        final_ckpt = max(r for r in await _checkpoint_steps(s, "long"))
+        assert final_ckpt == stopped_at, (final_ckpt, stopped_at)  # the checkpoint taken as it stopped
+
+        # The other pilot resumes it from that checkpoint, and it succeeds.
+        await s.c.wait_state("long", "succeeded", timeout=240)
+        starts = [_detail(r) for r in await s.c.event_rows("long") if r["event"] == "started"]
+        assert [d["resumed_from_step"] for d in starts] == [None, stopped_at], starts
+        assert starts[1]["allocation"]["job_id"] != busy["slurm_job_id"]
+        assert slurm.job_state(busy["slurm_job_id"]) == "CANCELLED"
+
+
+async def test_a_pilot_at_its_time_limit_checkpoints_and_stops_before_the_kill(env, slurm, tmp_path):
+    async with site(env, slurm, tmp_path) as s:
+        # A pilot of two minutes, told 60 s before its limit (Slurm's --signal), and a job whose ceiling outlasts it.
+        [short] = s.provision(1, time_limit="2", signal_lead_seconds=60)
+        await eventually(lambda: _count(s.ready_nodes(), 1), timeout=120, what="the short pilot's node ready")
+        spec = JobSpec(workload=finetune(600, step_delay_seconds=0.1), checkpoint_every_steps=25,
+                       gpu_ceiling_seconds=3600)
+        assert (await s.c.command(SubmitJob(actor="t", job_id="long", spec=spec))).accepted
+        await s.c.wait_state("long", "running", timeout=60)
+        [long_pilot] = s.provision(1)  # where the job goes next
+        await eventually(lambda: _started(s, "long", 1), timeout=60, what="the run started")
+        first = _detail([r for r in await s.c.event_rows("long") if r["event"] == "started"][0])
+        assert first["allocation"]["job_id"] == short and "outlasts this pilot's Slurm allocation" in first[
+            "allocation"]["warning"], first
+
+        # The signal lead: the run checkpoints and stops, the pilot leaves on its own (COMPLETED, not TIMEOUT).
+        await eventually(lambda: _event(s, "long", "requeued"), timeout=150, what="the job requeued at the lead")
+        executor = f"slurm-{_cluster(slurm)}-{short}"
+        finished = await _progress_end(s, "long", executor)
+        assert finished["outcome"] == "stopped", finished
+        assert max(await _checkpoint_steps(s, "long")) == finished["last_step"]
+        await eventually(lambda: asyncio.sleep(0, slurm.job_state(short) not in ("RUNNING", "COMPLETING")),
+                         timeout=60, what="the short pilot to end")
+        assert slurm.job_state(short) == "COMPLETED", slurm.job_state(short)
+        job = await s.c.job("long")
+        assert job["attempts"].get("training_error", 0) == 0, job
+        await eventually(lambda: _started(s, "long", 2), timeout=120, what="the run resumed")
+        second = _detail([r for r in await s.c.event_rows("long") if r["event"] == "started"][1])
+        assert second["resumed_from_step"] == finished["last_step"] and second["allocation"]["job_id"] == long_pilot
+        assert "warning" not in second["allocation"]  # no time limit there
+
+
+def _detail(row) -> dict[str, Any]:
+    d = row["detail"]
+    return json.loads(d) if isinstance(d, str) else dict(d)
+
+
+async def _event(s: Site, job_id: str, event: str) -> bool:
+    return any(r["event"] == event for r in await s.c.event_rows(job_id))
+
+
+async def _started(s: Site, job_id: str, n: int) -> bool:
+    return len([r for r in await s.c.event_rows(job_id) if r["event"] == "started"]) >= n
+
+
+async def _checkpoint_steps(s: Site, job_id: str) -> list[int]:
+    return [_detail(r).get("step") for r in await s.c.event_rows(job_id) if r["event"] == "checkpointed"]
+
+
+async def _checkpointed(s: Site, job_id: str, step: int) -> dict[str, Any]:
+    async def check() -> dict[str, Any] | None:
+        steps = await _checkpoint_steps(s, job_id)
+        return await s.c.job(job_id) if any(x is not None and x >= step for x in steps) else None
+    return await eventually(check, timeout=240, what=f"{job_id} checkpointed at step {step}")
+
+
+async def _progress_end(s: Site, job_id: str, executor_id: str) -> dict[str, Any]:
+    """The run's end as the job's abandoned event records it (outcome, last step)."""
+    rows = [r for r in await s.c.event_rows(job_id) if r["event"] == "abandoned" and r["executor_id"] == executor_id]
+    assert rows, [(r["event"], r["executor_id"]) for r in await s.c.event_rows(job_id)]
+    return _detail(rows[-1])
+
+
 async def _is(coro, value: str) -> bool:
     return await coro == value
 
