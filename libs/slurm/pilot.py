@@ -125,9 +125,11 @@ def pilot_ids(env: Mapping[str, str]) -> tuple[str, str] | None:
     """(executor id, node id) of the agent of the Slurm job whose environment ``env`` is, or None outside one.
 
     The executor is the job (``slurm-<cluster>-<job id>``), the node is where it runs (``<node>-<job id>``): a
-    pilot requeued by Slurm comes back as the same executor; a pilot on a node Teto replaced is a new node."""
+    pilot requeued by Slurm comes back as the same executor; a pilot on a node Teto replaced is a new node. Only a
+    pilot (``TETO_SLURM_PILOT=1``, from its settings file): agents started by hand inside an allocation keep their
+    own ids."""
     job_id, node = env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME")
-    if not job_id or not node:
+    if env.get(PILOT_FLAG) != "1" or not job_id or not node:
         return None
     cluster = _SAFE.sub("-", env.get("SLURM_CLUSTER_NAME") or "slurm").strip("-") or "slurm"
     return f"slurm-{cluster}-{job_id}"[:120], f"{_SAFE.sub('-', node).strip('-')}-{job_id}"[:120]

@@ -53,7 +53,7 @@ def requests_for(t: Transition, *, failed: Sequence[tuple[str, Mapping[str, Any]
 
     out = []
     for e in t.events:
-        if e.kind is NodeEventKind.FAILED and (failed or e.reason):
+        if e.kind is NodeEventKind.FAILED and e.detail.get("run_id"):  # failed a check run (not: unaddressable)
             out.append(request(Action.DRAIN, rules.drain_reason(failed) if failed
                                else f"{rules.TETO} {' '.join(str(e.reason).split())}"[:rules.REASON_MAX]))
         elif e.kind is NodeEventKind.DRAINED:
