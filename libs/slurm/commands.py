@@ -78,8 +78,14 @@ def resume(node: str) -> list[str]:
 
 
 def reboot(node: str, reason: str) -> list[str]:
-    """Reboot once the node is idle (ASAP drains it meanwhile), and take jobs again after it boots."""
-    return ["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node]
+    """Reboot once the node is idle (ASAP drains it meanwhile: its pilot ends first), and leave it DOWN with the
+    reason afterwards: a node Teto found broken returns to service only after a check passes (``resume``, which
+    cancels a reboot still pending) or by its administrator's hand."""
+    return ["scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node]
+
+
+def cancel_reboot(node: str) -> list[str]:
+    return ["scontrol", "update", f"NodeName={node}", "State=CANCEL_REBOOT"]
 
 
 def cancel(job_id: str) -> list[str]:

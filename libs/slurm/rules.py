@@ -53,6 +53,11 @@ def drained(state: str) -> bool:
     return bool({"DRAIN", "DRAINED", "DRAINING"} & flags)
 
 
+def reboot_pending(state: str) -> bool:
+    """A reboot asked for and not yet carried out (Slurm waits for the node to be idle)."""
+    return "REBOOT_REQUESTED" in node_flags(state)
+
+
 def teto_reason(reason: str | None) -> bool:
     return bool(reason) and reason.strip().startswith(TETO)
 

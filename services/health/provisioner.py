@@ -29,9 +29,11 @@ async def ask(cfg: HealthSettings, request: Request) -> tuple[bool, str] | None:
         if cfg.slurm_pilot_dir and request.slurm_job_id:
             from . import slurm
 
-            done, what = await slurm.act(cfg, request)
-            (log.warning if done else log.info)("node %s %s in Slurm: %s", request.node_id, request.action, what)
-            return done, what
+            result = await slurm.act(cfg, request)
+            if result is not None:
+                (log.warning if result[0] else log.error)("node %s %s in Slurm: %s", request.node_id,
+                                                          request.action, result[1])
+            return result
         if request.action is not Action.REPLACE:
             return None
         body = request.as_dict()

@@ -61,7 +61,8 @@ class HealthSettings(CommonSettings):
         "environment (SLURM_CONF)")
     slurm_reboot: bool = Field(
         False, description="A reboot directive to a pilot's node also asks Slurm to reboot it once idle (scontrol "
-        "reboot ASAP nextstate=RESUME): only where the site lets Teto reboot nodes (RebootProgram set)")
+        "reboot ASAP nextstate=DOWN; a pass before that cancels it): only where the site lets Teto reboot nodes "
+        "(RebootProgram set)")
 
     @property
     def breaker(self) -> Policy:

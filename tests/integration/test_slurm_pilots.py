@@ -158,7 +158,7 @@ async def test_pilots_run_fine_tunes_inside_slurm_jobs(env, slurm, tmp_path):
 
 
 async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_replaced_elsewhere(env, slurm, tmp_path):
-    async with site(env, slurm, tmp_path) as s:
+    async with site(env, slurm, tmp_path, slurm_reboot=True) as s:
         jobs = s.provision(4)
         await eventually(lambda: _count(s.ready_nodes(), 4), timeout=240, what="4 pilots' nodes ready")
         victim = (await s.ready_nodes())[0]
@@ -173,16 +173,20 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
             assert out.accepted, out
 
         # 1. A fault on the node's check: drained in Slurm with Teto's reason, and rebooted (its agent restarts in
-        #    its allocation). The fault is gone before it is checked again: it passes and Slurm resumes the node.
+        #    its allocation; Slurm is asked to reboot the node once idle). The fault is gone before it is checked
+        #    again: it passes, the pending reboot is cancelled and Slurm resumes the node.
         fault.write_text("matmul:fail")
         await check("r1")
-        await eventually(lambda: asyncio.sleep(0, "DRAIN" in slurm.node(host)["State"]), timeout=120,
-                         what=f"{host} drained in Slurm")
-        reason = slurm.node(host)["Reason"]
-        assert reason.startswith("teto: matmul failed:"), reason
+        await eventually(lambda: asyncio.sleep(0, "REBOOT_REQUESTED" in slurm.node(host)["State"]), timeout=120,
+                         what=f"{host} drained in Slurm with a reboot requested")
+        info = slurm.node(host)
+        assert "DRAIN" in info["State"] and info["Reason"].startswith("teto: "), info
+        drains = [d for m in s.audit.msgs if (d := json.loads(m.data)["detail"])["action"] == "drain"]
+        assert drains[0]["reason"].startswith("teto: matmul failed:"), drains
         fault.write_text("")  # the reboot repaired it
         await eventually(lambda: asyncio.sleep(0, "DRAIN" not in slurm.node(host)["State"]), timeout=120,
                          what=f"{host} resumed in Slurm")
+        assert "REBOOT" not in slurm.node(host)["State"]
         assert await teto_state() == "ready"
         assert first_job in {p["job_id"] for p in s.pilots()}  # the same pilot: rebooting kept its allocation
 
@@ -193,8 +197,8 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
         await eventually(lambda: _is(teto_state(), "replaced"), timeout=180, what=f"{node_id} replaced")
         await eventually(lambda: asyncio.sleep(0, slurm.job_state(first_job) == "CANCELLED"), timeout=60,
                          what=f"pilot {first_job} ended")
-        info = slurm.node(host)
-        assert "DRAIN" in info["State"] and info["Reason"].startswith("teto: matmul failed:"), info
+        info = slurm.node(host)  # out for its administrator: drained (and, its pilot gone, the reboot issued)
+        assert "DRAIN" in info["State"] and info["Reason"].startswith("teto: "), info
         new = await eventually(lambda: asyncio.sleep(0, [p for p in s.pilots() if p["job_id"] not in jobs
                                                          and p["state"] == "RUNNING"]), timeout=60,
                                what="a replacement pilot running")
@@ -218,8 +222,7 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
         done = [(a["detail"]["action"], a["detail"]["hostname"]) for a in actions if a["accepted"]]
         assert done.count(("drain", host)) == 3 and ("resume", host) in done and ("replace", host) in done, done
         assert ("drain", other["hostname"]) in done and ("resume", other["hostname"]) in done, done
-        reboots = [a for a in actions if a["detail"]["action"] == "reboot"]
-        assert reboots and not any(a["accepted"] for a in reboots)  # TETO_SLURM_REBOOT is off here
+        assert done.count(("reboot", host)) == 2, done  # the first failure, and the first after the reboot
         assert all(a["detail"]["reason"] for a in actions)
 
 

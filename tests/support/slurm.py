@@ -6,7 +6,8 @@ tests install Chromium, tests/panel/browser.py); anywhere else the tests stop wi
 
 ``slurm_cluster(root, nodes=5)`` starts munged on a private socket, slurmctld and one ``slurmd -N nK`` per node
 (each with its own port, spool and log), every path under ``root``; each node has two fake GPUs (plain files in
-gres.conf) and the CPUs of this machine. The cluster's ``env`` (``SLURM_CONF``) is what every Slurm client
+gres.conf) and the CPUs of this machine. ``RebootProgram`` is ``/bin/true``: a reboot request is accepted and
+shown as Slurm shows it (``REBOOT_REQUESTED``, then ``REBOOT_ISSUED``), and nothing reboots. The cluster's ``env`` (``SLURM_CONF``) is what every Slurm client
 command needs. Everything is stopped when the block ends.
 """
 
@@ -163,6 +164,8 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 ReturnToService=2
 KillWait={KILL_WAIT_SECONDS}
+RebootProgram=/bin/true
+ResumeTimeout=600
 MinJobAge=600
 SlurmdTimeout=300
 InactiveLimit=0

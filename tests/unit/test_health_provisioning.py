@@ -83,5 +83,6 @@ def test_a_request_is_what_the_command_hook_formats():
 def test_the_slurm_provisioner_leaves_a_node_that_is_no_pilot_alone():
     cfg = HealthSettings.from_env(env={}, slurm_pilot_dir="/nowhere")
     for action in Action:
-        done, why = asyncio.run(slurm.act(cfg, Request(action, "n1", "g", "e1", "r", hostname="h")))
-        assert not done and "not a Slurm pilot's" in why
+        assert asyncio.run(slurm.act(cfg, Request(action, "n1", "g", "e1", "r", hostname="h"))) is None
+    reboot = Request(Action.REBOOT, "n1", "g", "e1", "r", hostname="h", slurm_job_id="42")
+    assert asyncio.run(slurm.act(cfg, reboot)) is None  # TETO_SLURM_REBOOT off: the agent restarts, Slurm is not asked

@@ -51,6 +51,14 @@ def test_teto_resumes_only_a_node_it_drained(state, reason, resume):
     assert rules.may_resume(state, reason) is resume
 
 
+@pytest.mark.parametrize("state, pending", [
+    ("IDLE+DRAIN+REBOOT_REQUESTED", True), ("MIXED+DRAIN+REBOOT_REQUESTED", True),
+    ("DOWN+DRAIN+REBOOT_ISSUED", False), ("IDLE+DRAIN", False), ("IDLE", False),
+])
+def test_a_reboot_still_waiting_for_an_idle_node_is_pending(state, pending):
+    assert rules.reboot_pending(state) is pending
+
+
 def test_a_slow_figure_is_named_with_its_value_and_the_median_it_missed():
     verdict = {"reason": "copy_gbps 1.2 is below 0.75 x 10.4 (group median of 3)", "comparisons": [
         {"metric": "copy_gbps", "value": 1.2, "reference": 10.4, "source": "group median of 3", "ok": False},
@@ -112,8 +120,9 @@ def test_slurm_commands_take_the_reason_as_one_argument():
     assert commands.drain("n2", "teto: a b 'c'") == ["scontrol", "update", "NodeName=n2", "State=DRAIN",
                                                      "Reason=teto: a b 'c'"]
     assert commands.resume("n2") == ["scontrol", "update", "NodeName=n2", "State=RESUME"]
-    assert commands.reboot("n2", "teto: r") == ["scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=teto: r",
+    assert commands.reboot("n2", "teto: r") == ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=teto: r",
                                                 "n2"]
+    assert commands.cancel_reboot("n2") == ["scontrol", "update", "NodeName=n2", "State=CANCEL_REBOOT"]
     assert commands.cancel_all_pilots("gpu") == ["scancel", "--name=teto-pilot", "--partition=gpu"]
 
 
