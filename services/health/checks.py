@@ -43,7 +43,6 @@ from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
 SERVICE = "health"
-PROVISION = "provision"  # the audit log's kind of a provisioner's action (an outcome by health, no command)
 
 
 class Checks:
@@ -398,21 +397,10 @@ class Checks:
     # -- the provisioner hook ------------------------------------------------------------------------------
 
     async def provision(self, request: Request) -> None:
-        """After the commit: the provisioner's part (provisioner.py), and its result in the audit log (an
-        outcome of kind ``provision``, by health, with the action, the node and the reason)."""
+        """After the commit: the provisioner's part, audited (provisioner.py)."""
         self.provisioned.append(request.as_dict())
-        result = await provisioner.ask(self.settings, request)
-        if result is None:
-            return
-        done, what = result
-        outcome = CommandOutcome(command_id=new_id(), kind=PROVISION, accepted=done, reason=None if done else what,
-                                 detail={**request.as_dict(), "actor": SERVICE, "result": what}, by=SERVICE)
-        try:
-            async with self.runtime.pool.acquire() as conn, conn.transaction():
-                await outbox.add(conn, SCHEMA, [(self.s.outcome(PROVISION, outcome.command_id), outcome)])
-        except Exception:  # noqa: BLE001 - the action is done; its record is logged if it cannot be queued
-            log.exception("provisioner result of node %s not queued for the audit log: %s", request.node_id, what)
-        self.kick()
+        if await provisioner.carry_out(self.runtime, self.settings, request):
+            self.kick()
 
     # -- commands ------------------------------------------------------------------------------------------
 

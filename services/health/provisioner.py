@@ -17,18 +17,43 @@ import asyncio
 import logging
 import shlex
 
+from libs.contracts.commands import CommandOutcome
+from libs.contracts.envelope import new_id
+from libs.runtime import outbox
+from libs.runtime.service import Runtime
+
+from . import slurm
 from .domain.provisioning import Action, Request
+from .nodes import SCHEMA
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
+PROVISION = "provision"  # the audit log's kind of a provisioner's action (an outcome by health, no command)
+SERVICE = "health"
+
+
+async def carry_out(runtime: Runtime, cfg: HealthSettings, request: Request) -> bool:
+    """``ask``, then its result in the audit log: an outcome of kind ``provision``, by health, with the request
+    and what was done (or refused). True when a record was queued (the relay should be kicked)."""
+    result = await ask(cfg, request)
+    if result is None:
+        return False
+    done, what = result
+    outcome = CommandOutcome(command_id=new_id(), kind=PROVISION, accepted=done, reason=None if done else what,
+                             detail={**request.as_dict(), "actor": SERVICE, "result": what}, by=SERVICE)
+    try:
+        async with runtime.pool.acquire() as conn, conn.transaction():
+            await outbox.add(conn, SCHEMA, [(runtime.subjects.outcome(PROVISION, outcome.command_id), outcome)])
+    except Exception:  # noqa: BLE001 - the action is done; its record is logged if it cannot be queued
+        log.exception("provisioner result of node %s not queued for the audit log: %s", request.node_id, what)
+        return False
+    return True
 
 
 async def ask(cfg: HealthSettings, request: Request) -> tuple[bool, str] | None:
     """Carry out ``request``; (done, what happened) when something outside Teto was asked, else None."""
     try:
         if cfg.slurm_pilot_dir and request.slurm_job_id:
-            from . import slurm
-
             result = await slurm.act(cfg, request)
             if result is not None:
                 (log.warning if result[0] else log.error)("node %s %s in Slurm: %s", request.node_id,

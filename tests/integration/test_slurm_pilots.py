@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +58,12 @@ class Site:
         return slurm_cli.provision(self.pilot_dir, req, nodes, settings, env=self.slurm.env)
 
     agent_env: dict[str, str] = None  # type: ignore[assignment]
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "teto.cli", "slurm", *args], capture_output=True, text=True,
+                             timeout=60, env=self.agent_env)
+        assert out.returncode == 0, out.stderr + out.stdout
+        return out.stdout
 
     def pilots(self) -> list[dict[str, str]]:
         return [j for j in self.slurm.jobs() if j["name"] == "teto-pilot"]
@@ -107,8 +115,11 @@ async def site(env, slurm: SlurmCluster, tmp_path: Path, **health: Any) -> Async
 
 async def test_pilots_run_fine_tunes_inside_slurm_jobs(env, slurm, tmp_path):
     async with site(env, slurm, tmp_path) as s:
-        jobs = s.provision(4)
-        assert len(jobs) == 4
+        # The command an operator runs, with the agents' settings in its environment.
+        out = s.cli("provision", "--partition", PARTITION, "--nodes", "4", "--gpus-per-node", str(GPUS_PER_NODE),
+                    "--group", GROUP, "--pilot-dir", str(s.pilot_dir))
+        jobs = out.splitlines()[0].split(": ", 1)[1].split()
+        assert len(jobs) == 4, out
 
         # Each pilot runs as a Slurm job on its own node and registers with its Slurm node name and job id.
         await eventually(lambda: asyncio.sleep(0, len([p for p in s.pilots() if p["state"] == "RUNNING"]) == 4),
@@ -152,7 +163,7 @@ async def test_pilots_run_fine_tunes_inside_slurm_jobs(env, slurm, tmp_path):
         assert view["drained_by_teto"] == []
 
         # teto slurm release: the pilots end (each leaves on scancel's SIGTERM), and their nodes are idle again.
-        slurm_cli.release([], env=slurm.env)
+        s.cli("release")
         await eventually(lambda: asyncio.sleep(0, not s.pilots()), timeout=60, what="the pilots to end")
         assert {slurm.node(n)["State"] for n in slurm.nodes} == {"IDLE"}
 

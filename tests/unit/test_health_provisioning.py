@@ -49,7 +49,7 @@ def expected(state: NodeState, fact, reboots: int) -> list[Action]:
 
 @pytest.mark.parametrize("reboots", [0, 1], ids=["first-failure", "after-a-reboot"])
 @pytest.mark.parametrize("fact", FACTS, ids=lambda f: type(f).__name__ + (f".{f.hold}" if getattr(f, "hold", None)
-                                                                           else f".busy" if getattr(f, "busy", False)
+                                                                           else ".busy" if getattr(f, "busy", False)
                                                                            else ""))
 @pytest.mark.parametrize("state", list(NodeState), ids=str)
 def test_each_transition_asks_the_provisioner_what_the_rule_says(state, fact, reboots):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from agents.executor import pilot
 from agents.executor.checks import faults
 from agents.executor.settings import ExecutorSettings
