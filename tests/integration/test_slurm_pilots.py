@@ -228,9 +228,16 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
         await eventually(lambda: asyncio.sleep(0, "DRAIN" not in slurm.node(other["hostname"])["State"]),
                          timeout=120, what="undrained node resumed in Slurm")
 
-        # Every Slurm action is in the audit log's stream with its reason.
+        # Every Slurm action is in the audit log's stream with its reason (each record is queued after its action,
+        # and published by the outbox relay: the last one may still be on its way).
+        def audited() -> list[tuple[str, str]]:
+            return [(a["detail"]["action"], a["detail"]["hostname"]) for m in s.audit.msgs
+                    if (a := json.loads(m.data))["accepted"]]
+
+        await eventually(lambda: asyncio.sleep(0, ("resume", other["hostname"]) in audited()), timeout=30,
+                         what="the last resume in the audit stream")
         actions = [json.loads(m.data) for m in s.audit.msgs]
-        done = [(a["detail"]["action"], a["detail"]["hostname"]) for a in actions if a["accepted"]]
+        done = audited()
         assert done.count(("drain", host)) == 3 and ("resume", host) in done and ("replace", host) in done, done
         assert ("drain", other["hostname"]) in done and ("resume", other["hostname"]) in done, done
         assert done.count(("reboot", host)) == 2, done  # the first failure, and the first after the reboot

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from libs.runtime.ports import free_port_block
+from libs.slurm.commands import parse_node, show_node
 from tests.support.services import eventually_blocking
 
 PACKAGES = ("slurm-wlm", "slurmctld", "slurmd", "slurm-client", "munge")
@@ -87,15 +88,7 @@ class SlurmCluster:
 
     def node(self, name: str) -> dict[str, str]:
         """``scontrol show node`` as a dict (State, Reason, ...); Reason keeps its spaces."""
-        text = self.run("scontrol", "show", "node", name, "--oneliner").stdout.strip()
-        out: dict[str, str] = {}
-        head, sep, reason = text.partition(" Reason=")
-        for item in head.split():
-            key, _, value = item.partition("=")
-            out[key] = value
-        if sep:
-            out["Reason"] = reason.rsplit(" [", 1)[0]  # "<text> [root@2026-12-05T03:00:00]"
-        return out
+        return parse_node(self.run(*show_node(name)).stdout)
 
     def jobs(self) -> list[dict[str, str]]:
         """squeue's view of every job: id, name, state, node."""
