@@ -161,6 +161,10 @@ async def test_pilots_run_fine_tunes_inside_slurm_jobs(env, slurm, tmp_path):
         assert {(r["slurm_state"], r["teto_state"], r["phase"]) for r in rows.values()} == {
             ("RUNNING", "ready", "running")}
         assert view["drained_by_teto"] == []
+        # The command itself shows the Slurm side even when no gateway answers (and says so).
+        cli = json.loads(s.cli("status", "--json", "--url", "http://127.0.0.1:9", "--token", "t", "--timeout", "2"))
+        assert sorted((r["job_id"], r["slurm_state"], r["slurm_node"]) for r in cli["pilots"]) == sorted(
+            (job, "RUNNING", node) for job, node in running_pilots.items())
 
         # teto slurm release: the pilots end (each leaves on scancel's SIGTERM), and their nodes are idle again.
         s.cli("release")
