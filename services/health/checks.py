@@ -37,7 +37,7 @@ from . import nodes as store
 from .domain import breaker
 from .domain import nodes as lc
 from .domain import runs
-from .domain.provisioning import Request, requests_for
+from .domain.provisioning import Action, Request, requests_for
 from .domain.verdicts import Verdict, judge
 from .settings import HealthSettings
 
@@ -398,7 +398,8 @@ class Checks:
 
     async def provision(self, request: Request) -> None:
         """After the commit: the provisioner's part, audited (provisioner.py)."""
-        self.provisioned.append(request.as_dict())
+        if request.action is Action.REPLACE:  # the replacements asked for (a pass or a drain is no news to keep)
+            self.provisioned.append(request.as_dict())
         if await provisioner.carry_out(self.runtime, self.settings, request):
             self.kick()
 
