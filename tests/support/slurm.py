@@ -121,6 +121,25 @@ class SlurmCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+        for pid in self.leftovers():  # a job step whose slurmd went first (slurmstepd outlives it)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def leftovers(self) -> list[int]:
+        """Processes this cluster started that still run: those whose environment names its slurm.conf (Slurm
+        sets SLURM_CONF in every step it starts), this test process and its ancestors left out."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        spared = {os.getpid(), os.getppid()}
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in spared:
+                continue
+            try:
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    out.append(int(entry.name))
+            except OSError:
+                continue
+        return out
 
 
 def write_config(root: Path, nodes: list[str], ports: list[int], ctld_port: int, cluster: str) -> None:
