@@ -194,11 +194,15 @@ async def test_a_failed_node_is_drained_in_slurm_resumed_when_it_passes_and_repl
         await check("r1")
         await eventually(lambda: asyncio.sleep(0, "REBOOT_REQUESTED" in slurm.node(host)["State"]), timeout=120,
                          what=f"{host} drained in Slurm with a reboot requested")
+        fault.write_text("")  # the reboot repaired it (before the agent, restarting, is checked again)
         info = slurm.node(host)
         assert "DRAIN" in info["State"] and info["Reason"].startswith("teto: "), info
-        drains = [d for m in s.audit.msgs if (d := json.loads(m.data)["detail"])["action"] == "drain"]
-        assert drains[0]["reason"].startswith("teto: matmul failed:"), drains
-        fault.write_text("")  # the reboot repaired it
+
+        def drains() -> list[dict[str, Any]]:  # the audit records, as the outbox relay publishes them
+            return [d for m in s.audit.msgs if (d := json.loads(m.data)["detail"])["action"] == "drain"]
+
+        await eventually(lambda: asyncio.sleep(0, drains()), timeout=30, what="the drain's audit record")
+        assert drains()[0]["reason"].startswith("teto: matmul failed:"), drains()
         await eventually(lambda: asyncio.sleep(0, "DRAIN" not in slurm.node(host)["State"]), timeout=120,
                          what=f"{host} resumed in Slurm")
         assert "REBOOT" not in slurm.node(host)["State"]
