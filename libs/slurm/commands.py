@@ -92,8 +92,9 @@ def cancel(job_id: str) -> list[str]:
     return ["scancel", job_id]
 
 
-def cancel_all_pilots(partition: str | None = None) -> list[str]:
-    argv = ["scancel", f"--name={JOB_NAME}"]
+def cancel_all_pilots(user: str, partition: str | None = None) -> list[str]:
+    """Every pilot of ``user`` (an operator's scancel must not end another user's pilots)."""
+    argv = ["scancel", f"--name={JOB_NAME}", f"--user={user}"]
     return [*argv, f"--partition={partition}"] if partition else argv
 
 

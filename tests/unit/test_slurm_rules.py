@@ -123,7 +123,8 @@ def test_slurm_commands_take_the_reason_as_one_argument():
     assert commands.reboot("n2", "teto: r") == ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=teto: r",
                                                 "n2"]
     assert commands.cancel_reboot("n2") == ["scontrol", "update", "NodeName=n2", "State=CANCEL_REBOOT"]
-    assert commands.cancel_all_pilots("gpu") == ["scancel", "--name=teto-pilot", "--partition=gpu"]
+    assert commands.cancel_all_pilots("ops", "gpu") == ["scancel", "--name=teto-pilot", "--user=ops", "--partition=gpu"]
+    assert commands.cancel_all_pilots("ops") == ["scancel", "--name=teto-pilot", "--user=ops"]
 
 
 def test_status_puts_each_pilot_beside_its_teto_node():

@@ -6,6 +6,7 @@ settings travel in a 0600 file of the pilot directory, never on a command line (
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -82,7 +83,7 @@ def release(job_ids: list[str], partition: str | None = None, env: Mapping[str, 
         for job_id in job_ids:
             commands.run(commands.cancel(job_id), env)
     else:
-        commands.run(commands.cancel_all_pilots(partition), env)
+        commands.run(commands.cancel_all_pilots(getpass.getuser(), partition), env)
 
 
 # -- the commands --------------------------------------------------------------------------------------------
@@ -175,6 +176,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ca-file", type=Path, help="CA certificate an HTTPS gateway is verified against")
     p.set_defaults(func=_guarded(cmd_status))
     p = ssub.add_parser("release", help="end pilots (scancel): each checkpoints and stops its run first")
-    p.add_argument("job_ids", nargs="*", help="Slurm job ids (default: every pilot)")
+    p.add_argument("job_ids", nargs="*", help="Slurm job ids (default: every pilot of yours)")
     p.add_argument("--partition")
     p.set_defaults(func=_guarded(cmd_release))
