@@ -114,7 +114,7 @@ async def _until_signalled(serve: Callable[[asyncio.Future | None], Awaitable[No
                            as_pilot: bool = False) -> None:
     """SIGTERM and SIGINT cancel ``serve`` so it stops its process, reports and closes its connection. A Slurm
     pilot's SIGUSR1 (the --signal lead before its time limit) and SIGTERM (scancel, preemption, the limit) make
-    it leave instead: checkpoint and stop the run, then shut down (a second one cancels at once)."""
+    it leave instead: checkpoint and stop the run, then shut down (a SIGTERM while leaving cancels at once)."""
     loop = asyncio.get_running_loop()
     leave: asyncio.Future | None = loop.create_future() if as_pilot else None
     task = asyncio.create_task(serve(leave))
