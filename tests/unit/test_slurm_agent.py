@@ -3,12 +3,17 @@ the settings a pilot is given (teto/slurm/cli.py), and the test fault read at ea
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from pathlib import Path
 
+from agents.executor import main as main_module
 from agents.executor import pilot
 from agents.executor.checks import faults
 from agents.executor.settings import ExecutorSettings
 from teto.slurm.cli import agent_settings
+from tests.support.services import eventually
 
 PILOT_ENV = {"TETO_SLURM_PILOT": "1", "SLURM_JOB_ID": "77", "SLURMD_NODENAME": "n3",
              "TETO_SLURM_SIGNAL_LEAD_SECONDS": "90"}
@@ -66,3 +71,25 @@ def test_the_test_fault_file_is_read_at_each_check_run(tmp_path):
     (tmp_path / "n1").write_text("matmul:fail")
     assert faults.spec_of("", tmp_path, "n1") == "matmul:fail" and faults.spec_of("", tmp_path, "n2") == ""
     assert faults.spec_of("", Path("/nonexistent/dir/file")) == ""
+
+
+def test_a_pilots_signals_make_it_leave_and_a_sigterm_while_leaving_ends_it():
+    """SIGUSR1 (the --signal lead) resolves the agent's ``leave`` with the reason; the agent then checkpoints and
+    stops its run. A SIGTERM while it is leaving (the limit itself, a second scancel) cancels it at once."""
+    seen: list[str] = []
+
+    async def serve(leave):
+        seen.append(await leave)
+        await asyncio.Event().wait()  # a checkpoint that takes too long
+
+    async def main() -> bool:
+        task = asyncio.create_task(main_module._until_signalled(serve, as_pilot=True))
+        await asyncio.sleep(0)  # its handlers are installed as it starts
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await eventually(lambda: asyncio.sleep(0, seen), timeout=5, what="the leave to be resolved")
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(task, 5)
+        return task.done()
+
+    assert asyncio.run(main())
+    assert seen == ["Slurm sent SIGUSR1: the allocation ends"]
