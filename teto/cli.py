@@ -16,6 +16,9 @@ def build_parser() -> argparse.ArgumentParser:
     cli_client.register(sub)
     cli_bus.register(sub)
     cli_bench.register(sub)
+    from teto.slurm import cli as cli_slurm
+
+    cli_slurm.register(sub)
     return parser
 
 

@@ -34,7 +34,7 @@ from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Pha
                                       RunStarted)
 from libs.runtime import logs, metrics, tracing
 
-from . import ceiling, checkpoints, diskwatch, launch, sandbox
+from . import ceiling, checkpoints, diskwatch, launch, pilot, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .guard_client import Fence, Guard
@@ -81,6 +81,8 @@ class Agent:
         self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
         self.collective_port: int | None = None
         self.guard = Guard(launch.interpreter(settings))  # started with the first command run (guard.py)
+        self.pilot = pilot.of(os.environ)  # a Slurm pilot: its job and node (pilot.py)
+        self.leaving: str | None = None  # why this agent is on its way out (its Slurm allocation ends)
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class Agent:
 
     @property
     def accepting(self) -> bool:
-        return self.run is None and not self.checks.active  # no job while checking
+        return self.run is None and not self.checks.active and self.leaving is None  # no job while checking
 
     async def register(self) -> None:
         try:
@@ -98,7 +100,8 @@ class Agent:
         except importlib.metadata.PackageNotFoundError:
             torch_version = None
         note = NodeRegistered(node_id=self.settings.node_id, executor_id=self.id, group=self.settings.group,
-                              hostname=socket.gethostname(), gpus=self.gpus, cpu_count=os.cpu_count() or 1,
+                              hostname=self.pilot.node if self.pilot else socket.gethostname(), gpus=self.gpus,
+                              slurm_job_id=self.pilot.job_id if self.pilot else None, cpu_count=os.cpu_count() or 1,
                               torch_version=torch_version, agent_version=AGENT_VERSION, address=self.address,
                               collective_port=self.collective_port, boot_id=self.boot_id)
         await self.publisher.send(self.subjects.node(self.settings.node_id, "registered"), note)
@@ -201,6 +204,9 @@ class Agent:
         await self.publisher.publish_now(self.subjects.rejected("executor"), note)
 
     def on_run(self, grant: RunJob) -> None:
+        if self.leaving is not None:
+            self._hand_back(grant, f"the executor is leaving: {self.leaving}")
+            return
         if self.checks.active:
             # Placement raced the node's check (the health service judged it from the test reports while the
             # check process is still finishing, or its "not schedulable" event was on the way).
@@ -239,6 +245,15 @@ class Agent:
                              grace_seconds=self.settings.stop_grace_seconds))
         if task is not None:
             await asyncio.wait({task})
+
+    async def leave(self, why: str) -> None:
+        """The pilot's allocation ends (the --signal lead, scancel, preemption): no new work, and the run
+        checkpoints and stops, reported ``stopped`` so its job requeues without spending an attempt."""
+        if self.leaving is None:
+            log.warning("executor %s is leaving (%s): %s", self.id, why,
+                        f"checkpointing and stopping job {self.run.grant.job_id}" if self.run else "no job runs")
+        self.leaving = why
+        await self.stop_and_wait(pilot.LEAVING)
 
     def on_stop(self, stop: StopJob) -> None:
         run = self.run
@@ -450,11 +465,14 @@ class Agent:
                  run.child.pid, run.resumed_from_step)
         for line in box.plan.not_enforced:
             log.warning("job %s epoch %d: limit not fully enforced on this host: %s", grant.job_id, grant.epoch, line)
+        detail = {"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id, "rank": grant.rank,
+                  "world_size": grant.world_size, "confinement": confinement_of(box)}
+        if self.pilot is not None:  # the allocation it runs in, and a warning when its ceiling outlasts it
+            detail["allocation"] = pilot.allocation(self.pilot, await pilot.time_left(self.pilot),
+                                                    grant.remaining_gpu_seconds,
+                                                    launch.devices_held(grant, self.gpus))
         self._send(run, RunStarted, resumed_from_step=run.resumed_from_step,
-                   resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus),
-                   detail={"pid": run.child.pid, "attempt": grant.attempt, "node_id": s.node_id,
-                           "rank": grant.rank, "world_size": grant.world_size,
-                           "confinement": confinement_of(box)})
+                   resumed_from=str(ckpt.path) if ckpt else None, device=launch.device(self.gpus), detail=detail)
         return True
 
     def _watch_ceiling(self, run: Run) -> asyncio.Task:

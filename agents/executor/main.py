@@ -22,14 +22,17 @@ from libs.runtime import bus, logs, metrics, tracing
 from .agent import SHUTDOWN_GRACE_SECONDS, Agent
 from .checks import reach
 from .checks.handler import Reboot
-from . import cgroup, sandbox
+from . import cgroup, pilot, sandbox
 from .gpu import detect_gpus
 from .settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
 
 
-async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Event | None = None,
+                leave: asyncio.Future | None = None) -> None:
+    """``leave``: resolved with a reason when the agent must go (its Slurm allocation ends): the run checkpoints
+    and stops first (Agent.leave), then the agent shuts down as when cancelled."""
     settings = settings or ExecutorSettings.from_env()
     tracing.setup("executor")  # spans exported as the OTEL_* variables say (nothing when none is set)
     logs.bind_here(executor_id=settings.executor_id)  # every line of this agent (its tasks inherit it)
@@ -59,7 +62,11 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
             ready.set()
         reboot = asyncio.create_task(agent.checks.rebooting.wait(), name="reboot")
         tasks.append(reboot)
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        leaving = asyncio.ensure_future(leave) if leave is not None else None
+        await asyncio.wait([*tasks, *([leaving] if leaving else [])], return_when=asyncio.FIRST_COMPLETED)
+        if leaving is not None and leaving.done():
+            await agent.leave(leaving.result())
+            return
         if reboot.done() and agent.checks.reboot is not None:
             raise Reboot(agent.checks.reboot)
         for t in tasks:
@@ -103,12 +110,26 @@ async def _settle(tasks: list[asyncio.Task], timeout: float) -> None:
         log.error("task %s did not stop within %.0fs of shutdown; leaving it", t.get_name(), timeout)
 
 
-async def _until_signalled(serve: Callable[[], Awaitable[None]]) -> None:
-    """SIGTERM and SIGINT cancel ``serve`` so it stops its process, reports and closes its connection."""
+async def _until_signalled(serve: Callable[[asyncio.Future | None], Awaitable[None]], *,
+                           as_pilot: bool = False) -> None:
+    """SIGTERM and SIGINT cancel ``serve`` so it stops its process, reports and closes its connection. A Slurm
+    pilot's SIGUSR1 (the --signal lead before its time limit) and SIGTERM (scancel, preemption, the limit) make
+    it leave instead: checkpoint and stop the run, then shut down (a SIGTERM while leaving cancels at once)."""
     loop = asyncio.get_running_loop()
-    task = asyncio.create_task(serve())
+    leave: asyncio.Future | None = loop.create_future() if as_pilot else None
+    task = asyncio.create_task(serve(leave))
+
+    def on_leave(signum: int) -> None:
+        if leave is not None and not leave.done():
+            leave.set_result(f"Slurm sent {signal.Signals(signum).name}: the allocation ends")
+        elif signum == signal.SIGTERM:
+            task.cancel()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    if as_pilot:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            loop.add_signal_handler(sig, on_leave, sig)
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
@@ -117,7 +138,8 @@ def run(overrides: dict[str, Any]) -> int:
     """Run an agent configured from the environment and ``overrides`` (None values ignored) until signalled."""
     settings = ExecutorSettings.from_env(**{k: v for k, v in overrides.items() if v is not None})
     try:
-        asyncio.run(_until_signalled(lambda: serve(settings)))
+        asyncio.run(_until_signalled(lambda leave: serve(settings, leave=leave),
+                                     as_pilot=pilot.of(os.environ) is not None))
     except Reboot as reboot:
         return reboot_executor(settings, reboot)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import socket
@@ -10,6 +11,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from libs.runtime.settings import CommonSettings, SettingsError
+from libs.slurm.pilot import pilot_ids
 
 from .logship import LogLimits
 
@@ -94,13 +96,18 @@ class ExecutorSettings(CommonSettings):
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")
+    test_fault_path: Path | None = Field(
+        None, description="TEST ONLY: a file holding more of test_fault, read at every check run (a missing or "
+        "empty file: no more; a directory: its file named after the node id), so a test can remove a fault while "
+        "the agent lives")
 
     @model_validator(mode="after")
     def _fill_ids(self) -> ExecutorSettings:
         # Defaults that depend on each other are filled once, here, so every reader sees the same ids.
         host = _hostname()
-        executor_id = self.executor_id or f"{host}-{secrets.token_hex(3)}"
-        node_id = self.node_id or f"{host}-{executor_id.rsplit('-', 1)[-1]}"
+        pilot = pilot_ids(os.environ)  # inside a Slurm job: the job's and its node's ids (libs/slurm/pilot.py)
+        executor_id = self.executor_id or (pilot[0] if pilot else f"{host}-{secrets.token_hex(3)}")
+        node_id = self.node_id or (pilot[1] if pilot else f"{host}-{executor_id.rsplit('-', 1)[-1]}")
         object.__setattr__(self, "executor_id", executor_id)
         object.__setattr__(self, "node_id", node_id)
         return self

@@ -34,6 +34,8 @@ class NodeRegistered(Envelope):
     collective_port: int | None = Field(None, ge=1, le=65535,
                                         description="Port this node offers as rank 0 of a check collective")
     boot_id: Id | None = Field(None, description="Changes on every agent start: a re-registration after a reboot")
+    slurm_job_id: Id | None = Field(None, description="The Slurm job this agent runs in as a pilot (then "
+                                       "hostname is the node's Slurm name, which the Slurm provisioner drains)")
 
 
 class Signal(StrEnum):

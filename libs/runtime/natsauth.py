@@ -158,7 +158,8 @@ def permissions(role: str, prefix: str = "teto", *, executor_id: str | None = No
                         extra_sub=[s.rpc_budget_status, s.rpc_budget_orgs])
     if role == "health":
         return _service(s, "health", [f"{p}.agent.*.check", f"{p}.agent.*.reboot", f"{p}.node.*.*",
-                                      f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS)],
+                                      f"{p}.job.*.signal", *(f"{p}.outcome.{k}.*" for k in HEALTH_COMMANDS),
+                                      f"{p}.outcome.provision.*"],  # its provisioner's actions, audited
                         streams=["AGENT", "NODE", "JOB", "OUTCOME"])
     if role == "audit":
         # Anchors the chain head in its no-delete stream and answers verify: it reads the anchors back (the last

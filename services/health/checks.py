@@ -37,6 +37,7 @@ from . import nodes as store
 from .domain import breaker
 from .domain import nodes as lc
 from .domain import runs
+from .domain.provisioning import Action, Request, requests_for
 from .domain.verdicts import Verdict, judge
 from .settings import HealthSettings
 
@@ -65,7 +66,8 @@ class Checks:
         t = lc.decide(node, lc.Registered(reg.node_id, reg.executor_id, reg.group, reg.boot_id), now, self.policy)
         assert isinstance(t, lc.Transition)  # registration is never refused
         extra = {"address": reg.address, "collective_port": reg.collective_port, "hostname": reg.hostname,
-                 "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time}
+                 "gpus": [g.model_dump(mode="json") for g in reg.gpus], "registered_at": reg.time,
+                 "slurm_job_id": reg.slurm_job_id}
         if row is None or row["joined_at"] is None:
             extra["joined_at"] = now  # the service's clock, like the breaker's replacement times
         schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
@@ -188,7 +190,7 @@ class Checks:
 
     # -- reports -------------------------------------------------------------------------------------------
 
-    async def on_report(self, conn: asyncpg.Connection, rep: CheckReport) -> list[dict[str, Any]]:
+    async def on_report(self, conn: asyncpg.Connection, rep: CheckReport) -> list[Request]:
         """Apply one report; returns provisioner requests to make once the transaction has committed."""
         now = self.runtime.clock.now()
         owner = await conn.fetchval("SELECT executor_id FROM health.nodes WHERE node_id = $1", rep.node_id)
@@ -234,7 +236,7 @@ class Checks:
         return judge(rep.test.value, CheckStatus(rep.status), rep.figures, peers, rep.attempt,
                      baselines=self.settings.baselines, min_ratio=self.settings.min_ratio, error=rep.error)
 
-    async def _apply(self, conn: asyncpg.Connection, step: runs.Step, now: datetime) -> list[dict[str, Any]]:
+    async def _apply(self, conn: asyncpg.Connection, step: runs.Step, now: datetime) -> list[Request]:
         """Write a member's step (its status, results) and carry out its effects."""
         m = step.member
         await conn.execute("UPDATE health.check_run_nodes SET status = $3, wave = $4, deadline_at = $5"
@@ -279,7 +281,7 @@ class Checks:
         log.info("check run %s: %s failed on %s; re-running it once", run_id, test.value, member.node_id)
 
     async def _maybe_finish_wave(self, conn: asyncpg.Connection, run_id: str, wave: int | None,
-                                 now: datetime) -> list[dict[str, Any]]:
+                                 now: datetime) -> list[Request]:
         rows = await conn.fetch(
             "SELECT rn.node_id, cr.test, cr.status, cr.attempt, cr.verdict FROM health.check_run_nodes rn"
             " JOIN health.check_results cr USING (run_id, node_id) WHERE rn.run_id = $1 AND rn.wave = $2"
@@ -291,7 +293,11 @@ class Checks:
         outcomes = runs.wave_outcomes(per_node)
         if outcomes is None:
             return []
-        provision: list[dict[str, Any]] = []
+        failed_verdicts: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+        for r in rows:  # what a drain's reason says: each failed test's verdict (its figures against the bar)
+            if r["status"] == CheckStatus.FAILED.value:
+                failed_verdicts[r["node_id"]].append((r["test"], json.loads(r["verdict"] or "{}")))
+        provision: list[Request] = []
         for node_id, outcome in outcomes.items():
             node, row = await store.load(conn, node_id)
             if outcome.status is CheckStatus.PASSED:
@@ -306,10 +312,8 @@ class Checks:
             t = lc.decide(node, fact, now, self.policy)
             if isinstance(t, lc.Transition):
                 await store.save(conn, self.s, t, now, seq=row["event_seq"], extra=extra)
-                for effect in t.effects:
-                    if isinstance(effect, lc.Provision):
-                        provision.append({"node_id": node_id, "group": t.node.group,
-                                          "executor_id": t.node.executor_id or "", "reason": effect.reason})
+                provision += requests_for(t, failed=failed_verdicts.get(node_id, ()), hostname=row["hostname"],
+                                          slurm_job_id=row["slurm_job_id"])
                 if outcome.status is CheckStatus.PASSED and node is not None:
                     alert = await guards.alert(conn, node.group)
                     if alert is not None:  # a node passing in a held group is held too
@@ -347,9 +351,9 @@ class Checks:
             log.warning("group %s: held %s", node.group, ", ".join(held) or "no other node")
         return lc.ChecksFailed(run_id, reason, hold=d.guard.alert.reason)
 
-    async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[dict[str, Any]]:
+    async def _fail_overdue(self, conn: asyncpg.Connection, now: datetime) -> list[Request]:
         """Members whose report missed its deadline fail their unfinished tests (SKIP LOCKED: not overdue yet)."""
-        provision: list[dict[str, Any]] = []
+        provision: list[Request] = []
         seconds = self.settings.check_deadline_seconds
         for row in await conn.fetch("SELECT * FROM health.check_run_nodes WHERE status IN ('pending', 'running')"
                                     " AND deadline_at <= $1 ORDER BY run_id, node_id FOR UPDATE SKIP LOCKED", now):
@@ -392,9 +396,12 @@ class Checks:
 
     # -- the provisioner hook ------------------------------------------------------------------------------
 
-    async def provision(self, request: dict[str, Any]) -> None:
-        self.provisioned.append(request)
-        await provisioner.ask(self.settings, request)
+    async def provision(self, request: Request) -> None:
+        """After the commit: the provisioner's part, audited (provisioner.py)."""
+        if request.action is Action.REPLACE:  # the replacements asked for (a pass or a drain is no news to keep)
+            self.provisioned.append(request.as_dict())
+        if await provisioner.carry_out(self.runtime, self.settings, request):
+            self.kick()
 
     # -- commands ------------------------------------------------------------------------------------------
 

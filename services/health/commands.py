@@ -19,6 +19,7 @@ from . import guards
 from . import nodes as store
 from .domain import breaker
 from .domain import nodes as lc
+from .domain.provisioning import Request, requests_for
 
 if TYPE_CHECKING:
     from .checks import Checks
@@ -30,6 +31,7 @@ HealthCommand = RunHealthCheck | DrainNode | UndrainNode | ClearGroupAlert
 
 async def apply(checks: Checks, cmd: HealthCommand) -> CommandOutcome:
     now = checks.runtime.clock.now()
+    after: list[Request] = []  # the provisioner's part, once committed (a drain reaches Slurm, say)
     async with checks.runtime.pool.acquire() as conn, conn.transaction():
         async def decide() -> CommandOutcome:
             if isinstance(cmd, RunHealthCheck):
@@ -37,12 +39,14 @@ async def apply(checks: Checks, cmd: HealthCommand) -> CommandOutcome:
             elif isinstance(cmd, ClearGroupAlert):
                 accepted, reason, detail = await _clear_command(checks, conn, cmd, now)
             else:
-                accepted, reason, detail = await _drain_command(checks, conn, cmd, now)
+                accepted, reason, detail = await _drain_command(checks, conn, cmd, now, after)
             return CommandOutcome(command_id=cmd.command_id, kind=cmd.KIND, accepted=accepted, reason=reason,
                                   detail=detail, by=SERVICE)
 
         answer = await once.decide_once(conn, store.SCHEMA, checks.runtime.subjects, cmd, decide)
     checks.kick()
+    for request in after:
+        await checks.provision(request)
     return answer.outcome
 
 
@@ -85,7 +89,7 @@ async def _run_command(checks: Checks, conn: asyncpg.Connection, cmd: RunHealthC
 
 
 async def _drain_command(checks: Checks, conn: asyncpg.Connection, cmd: DrainNode | UndrainNode,
-                         now: datetime) -> tuple[bool, str | None, dict[str, Any]]:
+                         now: datetime, after: list[Request]) -> tuple[bool, str | None, dict[str, Any]]:
     node, row = await store.load(conn, cmd.node_id)
     fact = lc.Drain(cmd.reason) if isinstance(cmd, DrainNode) else lc.Undrain()
     t = lc.decide(node, fact, now, checks.policy)
@@ -94,6 +98,7 @@ async def _drain_command(checks: Checks, conn: asyncpg.Connection, cmd: DrainNod
     if t.changed:
         schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
         await store.save(conn, checks.runtime.subjects, t, now, seq=row["event_seq"], needs_check=schedule)
+        after += requests_for(t, hostname=row["hostname"], slurm_job_id=row["slurm_job_id"])
     return True, None, {"node_id": cmd.node_id, "state": t.node.state.value}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 from pydantic import Field
 
@@ -53,6 +54,15 @@ class HealthSettings(CommonSettings):
         "filled in")
     provisioner_url: str | None = Field(None, max_length=2000, description="POSTed the replaced node as JSON "
                                         "(when no provisioner command is set)")
+    slurm_pilot_dir: Path | None = Field(
+        None, description="The pilot directory of `teto slurm provision`: set, Teto's verdicts on pilots' nodes act "
+        "on Slurm (a failed node drained with its reason, a passing one resumed if Teto drained it, a replaced "
+        "one's pilot ended and a new pilot submitted on another node); Slurm's commands run with this service's "
+        "environment (SLURM_CONF)")
+    slurm_reboot: bool = Field(
+        False, description="A reboot directive to a pilot's node also asks Slurm to reboot it once idle (scontrol "
+        "reboot ASAP nextstate=DOWN; a pass before that cancels it): only where the site lets Teto reboot nodes "
+        "(RebootProgram set)")
 
     @property
     def breaker(self) -> Policy:

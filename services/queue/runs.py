@@ -44,9 +44,10 @@ log = logging.getLogger(__name__)
 def fact_of(msg: ProgressBase) -> lc.Fact:
     """The lifecycle fact a progress message states."""
     if isinstance(msg, RunStarted):
-        confinement = msg.detail.get("confinement")
+        confinement, allocation = msg.detail.get("confinement"), msg.detail.get("allocation")
         return lc.Started(msg.epoch, msg.resumed_from_step, msg.resumed_from, msg.device,
-                          confinement if isinstance(confinement, dict) else None)
+                          confinement if isinstance(confinement, dict) else None,
+                          allocation if isinstance(allocation, dict) else None)
     if isinstance(msg, StepReport):
         return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
     if isinstance(msg, CheckpointReport):

@@ -5,8 +5,22 @@ region), so the recovery path can be exercised end to end. Never set it on a pro
 
 from __future__ import annotations
 
+from pathlib import Path
+
 MODES = ("fail", "slow")
 SLOW_FACTOR = 10.0
+
+
+def spec_of(setting: str | None, path: Path | None, node_id: str = "") -> str:
+    """The fault switch now: the setting, plus what the test's file says at this moment (read each check run; a
+    directory holds one file per node id)."""
+    try:
+        if path is not None and path.is_dir():
+            path = path / node_id
+        extra = path.read_text().strip() if path is not None else ""
+    except OSError:  # no file: no fault from it
+        extra = ""
+    return ",".join(filter(None, [(setting or "").strip(), extra]))
 
 
 def parse(spec: str | None) -> dict[str, str]:

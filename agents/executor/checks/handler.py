@@ -123,7 +123,8 @@ class NodeChecks:
 
     async def _run(self, d: RunChecks, final: list[Record]) -> None:
         s = self.settings
-        spec = Spec(tests=[t.value for t in d.tests], fault=faults.parse(s.test_fault),
+        fault = faults.parse(faults.spec_of(s.test_fault, s.test_fault_path, s.node_id))
+        spec = Spec(tests=[t.value for t in d.tests], fault=fault,
                     memtest_fraction=s.check_memtest_fraction, peers=[p.model_dump() for p in d.peers],
                     rank=d.rank, world_size=d.world_size, rendezvous=d.rendezvous,
                     collective_timeout_seconds=min(60.0, s.check_timeout_seconds / 2),

@@ -136,6 +136,7 @@ class Started:
     resumed_from: str | None = None
     device: str = "cpu"
     confinement: dict | None = None  # the run's limits and filter, as the executor says they hold on its host
+    allocation: dict | None = None  # the batch scheduler's allocation it runs in (a Slurm pilot), with warnings
 
 
 @dataclass(frozen=True)

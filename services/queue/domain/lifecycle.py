@@ -262,6 +262,8 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
                   "device": fact.device}
         if fact.confinement is not None:  # what holds the run on its host, and what does not (said plainly)
             detail["confinement"] = fact.confinement
+        if fact.allocation is not None:  # a Slurm pilot's job, time left, and a ceiling it outlasts
+            detail["allocation"] = fact.allocation
         # The run starts where its checkpoint was (None: from scratch), whatever the last run reached.
         new = evolve(job, last_step=fact.resumed_from_step, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.STARTED, job.state, job.state, epoch=fact.epoch,
