@@ -45,6 +45,10 @@ from .reports import Reports
 from .run import Prepared, Run, discard, fenced_at, prepare, resuming, unreadable_grant, verified
 from .runner import Child
 from .settings import ExecutorSettings
+from .store.base import url_of
+from .store.config import open_store
+from .store.manifest import Manifest, manifest_key
+from .store.uploader import Upload, Uploader
 from .usage import UsageReports
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,7 @@ class Agent:
         self.host = reach.advertised_host(settings.advertise_host)  # where gang peers reach rank 0 of a job here
         self.collective_port: int | None = None
         self.guard = Guard(launch.interpreter(settings))  # started with the first command run (guard.py)
+        self.store = open_store(settings)  # None: checkpoints stay in the (shared) checkpoint directory
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -298,7 +303,7 @@ class Agent:
         disk: asyncio.Task | None = None
         # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
         # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
-        verifying = time.monotonic() if resuming(s, grant) else None
+        verifying = time.monotonic() if resuming(s, grant, self.store) else None
         prepared: asyncio.Task[Prepared] | None = asyncio.create_task(self._prepare(run), name=f"prep-{grant.job_id}")
         try:
             reply = await keeper.acquire()
@@ -336,6 +341,7 @@ class Agent:
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
             self.usage.finish()
+            await self._drain(run, run.outcome(rc))
             await self._finish(run, run.outcome(rc), rc, run.error(rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
@@ -355,6 +361,8 @@ class Agent:
             await self._fail(run, exc)
         finally:
             run.verify_stop.set()
+            if run.uploader is not None:  # an upload cut here never gets its manifest: not a checkpoint
+                await run.uploader.close()
             if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
                 await discard(prepared)
             for task in (watch, spent, disk):
@@ -365,7 +373,37 @@ class Agent:
                 metrics.EXECUTOR_RUNNING.set(0)
 
     async def _prepare(self, run: Run) -> Prepared:
-        return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set)
+        def waiting(why: str) -> None:
+            self._send(run, CheckpointSkipped, path=self.store.location, reason=f"waiting: {why}")
+        return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set,
+                             store=self.store, waiting=waiting)
+
+    def _uploader(self, run: Run, kept: int) -> Uploader:
+        """Rank 0's uploads of the run's checkpoints to the store (store/uploader.py)."""
+        grant, store = run.grant, self.store
+
+        def stored(upload: Upload, made: Manifest) -> None:
+            self.reports.stored(run, upload, made, url_of(store.location, manifest_key(grant.job_id, upload.step,
+                                                                                        upload.epoch)))
+
+        def skipped(upload: Upload, name: str, why: str) -> None:
+            self._send(run, CheckpointSkipped, path=name, reason=f"step {upload.step} not stored: {why}")
+
+        return Uploader(store, launch.absolute(self.settings.effective_checkpoint_dir) / grant.job_id,
+                        on_stored=stored, on_skipped=skipped, keep=kept,
+                        concurrency=self.settings.checkpoint_store_concurrency)
+
+    async def _drain(self, run: Run, outcome: RunOutcome) -> None:
+        """A run that ended (not abandoned) reports its end once its checkpoints still uploading are stored, so
+        the last one counts; at most ``checkpoint_upload_drain_seconds``, the lease renewed meanwhile."""
+        if run.uploader is None or outcome is RunOutcome.ABANDONED or not run.uploader.behind:
+            return
+        s = self.settings
+        log.info("job %s epoch %d: waiting for %d checkpoint upload(s) before reporting its end", run.grant.job_id,
+                 run.grant.epoch, len(run.uploader.behind))
+        if not await run.uploader.drain(s.checkpoint_upload_drain_seconds):
+            log.warning("job %s epoch %d: checkpoint uploads not done after %.0fs: %s", run.grant.job_id,
+                        run.grant.epoch, s.checkpoint_upload_drain_seconds, run.uploader.last_error)
 
     def _meter(self, run: Run, since: float) -> None:
         """Charge the run's devices from ``since`` (monotonic): its checkpoint's verification or its process's
@@ -430,6 +468,8 @@ class Agent:
             run.confirmed_file = launch.confirmed_file(s, grant)
             kept = s.checkpoints_kept if grant.spec.checkpoints_kept is None else grant.spec.checkpoints_kept
             run.retention = (launch.checkpoint_dir(s, grant.job_id), kept) if grant.rank == 0 and kept > 0 else None
+            if self.store is not None and grant.rank == 0:
+                run.uploader = self._uploader(run, kept)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
             run.fences = [(time.monotonic(), deadline)]

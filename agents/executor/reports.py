@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from libs.contracts.bounds import MAX_SAFE_INT
@@ -19,6 +20,9 @@ from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase,
 
 from . import ckpt_fence, ckpt_quota
 from .run import Run
+from .store import files
+from .store.manifest import Manifest
+from .store.uploader import Upload
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +84,10 @@ class Reports:
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
             step = int(record["step"])
-            sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
-                             sha256=record.get("sha256"), bytes=record.get("bytes"))
-            if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
-                # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
-                # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
-                sent.add_done_callback(lambda done: _confirmed(done, run, step))
+            if run.uploader is not None:  # reported once its manifest is stored (store/uploader.py), not before
+                self.upload(run, record, step)
+                return
+            self.report(run, step, str(record["path"]), record.get("sha256"), record.get("bytes"))
         elif kind == "checkpoint_refused":  # the SDK refused it itself (its file is gone): the person sees why
             size = record.get("bytes")
             why = ckpt_quota.over_quota(size, quota(run)) if isinstance(size, int) else None
@@ -97,6 +99,35 @@ class Reports:
             phase = record.get("phase")
             if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
                 run.phase = Phase(phase)
+
+    def report(self, run: Run, step: int, path: str, sha256: str | None, size: int | None) -> None:
+        """Report a checkpoint to the queue (valid from then on); retention follows once the bus has it."""
+        sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size)
+        if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
+            # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
+            # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
+            sent.add_done_callback(lambda done: _confirmed(done, run, step))
+
+    def upload(self, run: Run, record: dict[str, Any], step: int) -> None:
+        """Queue a reported checkpoint for the store; one that is not a checkpoint path is skipped at once."""
+        grant = run.grant
+        try:
+            rel = files.relative(run.uploader.directory, record["path"])
+        except files.NotACheckpoint as exc:
+            self.send(run, CheckpointSkipped, path=str(record["path"]), reason=f"not uploaded: {exc}")
+            return
+        accepted = grant.resume_from
+        parent = (accepted.step, accepted.epoch) if accepted is not None and accepted.epoch is not None else None
+        sha = record.get("sha256")
+        run.uploader.submit(Upload(job_id=grant.job_id, epoch=grant.epoch, step=step, rel=rel,
+                                   sha256=sha if isinstance(sha, str) else None,
+                                   bytes=record.get("bytes") if isinstance(record.get("bytes"), int) else None,
+                                   written_at=datetime.now(UTC).isoformat(), parent=parent))
+
+    def stored(self, run: Run, upload: Upload, made: Manifest, url: str) -> None:
+        """Its manifest is in the store: now the checkpoint is reported (the queue accepts it, a resume may use
+        it)."""
+        self.report(run, upload.step, url, upload.sha256, made.bytes)
 
     def on_ready(self, run: Run) -> None:
         """The process group formed: the gang worker is ready (its time is metered since its process started)."""
