@@ -129,6 +129,14 @@ class ExecutorSettings(CommonSettings):
         return self.work_dir or (self.data_dir / "executors" / self.executor_id)
 
     @property
+    def effective_checkpoint_dir(self) -> Path:
+        """With a store, checkpoints are written to (and restored into) this executor's own directory by default:
+        nothing but the store is shared."""
+        if self.checkpoint_dir is None and self.checkpoint_store_url:
+            return self.effective_work_dir / "checkpoints"
+        return super().effective_checkpoint_dir
+
+    @property
     def effective_base_model_dir(self) -> Path:
         return self.base_model_dir or (self.data_dir / "base")
 
