@@ -30,8 +30,8 @@ from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
-from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
-                                      RunStarted)
+from libs.contracts.telemetry import (CheckpointSkipped, CheckpointStoreNote, GpuInfo, Heartbeat, Phase, RunFinished,
+                                      RunOutcome, RunStarted, StoreState)
 from libs.runtime import logs, metrics, tracing
 
 from . import ceiling, checkpoints, diskwatch, launch, sandbox
@@ -374,7 +374,7 @@ class Agent:
 
     async def _prepare(self, run: Run) -> Prepared:
         def waiting(why: str) -> None:
-            self._send(run, CheckpointSkipped, path=self.store.location, reason=f"waiting: {why}")
+            self._send(run, CheckpointStoreNote, state=StoreState.WAITING, store=self.store.location, reason=why)
         return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set,
                              store=self.store, waiting=waiting)
 
@@ -391,6 +391,7 @@ class Agent:
 
         return Uploader(store, launch.absolute(self.settings.effective_checkpoint_dir) / grant.job_id,
                         on_stored=stored, on_skipped=skipped, keep=kept,
+                        on_retrying=lambda upload, why: self.reports.retrying(run, upload, why),
                         concurrency=self.settings.checkpoint_store_concurrency)
 
     async def _drain(self, run: Run, outcome: RunOutcome) -> None:

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from libs.contracts.bounds import MAX_SAFE_INT
-from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase, StepReport, WorkerReady
+from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, CheckpointStoreNote, Phase, StepReport,
+                                      StoreState, WorkerReady)
 
 from . import ckpt_fence, ckpt_quota
 from .run import Run
@@ -100,9 +101,11 @@ class Reports:
             if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
                 run.phase = Phase(phase)
 
-    def report(self, run: Run, step: int, path: str, sha256: str | None, size: int | None) -> None:
+    def report(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
+               upload_seconds: float | None = None) -> None:
         """Report a checkpoint to the queue (valid from then on); retention follows once the bus has it."""
-        sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size)
+        extra = {} if upload_seconds is None else {"upload_seconds": upload_seconds}
+        sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size, **extra)
         if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
             # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
             # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
@@ -119,15 +122,25 @@ class Reports:
         accepted = grant.resume_from
         parent = (accepted.step, accepted.epoch) if accepted is not None and accepted.epoch is not None else None
         sha = record.get("sha256")
+        size = record.get("bytes") if isinstance(record.get("bytes"), int) else None
         run.uploader.submit(Upload(job_id=grant.job_id, epoch=grant.epoch, step=step, rel=rel,
-                                   sha256=sha if isinstance(sha, str) else None,
-                                   bytes=record.get("bytes") if isinstance(record.get("bytes"), int) else None,
-                                   written_at=datetime.now(UTC).isoformat(), parent=parent))
+                                   sha256=sha if isinstance(sha, str) else None, bytes=size,
+                                   written_at=datetime.now(UTC).isoformat(), parent=parent,
+                                   queued_at=time.monotonic()))
+        self.send(run, CheckpointStoreNote, state=StoreState.UPLOADING, store=run.uploader.store.location, step=step,
+                  path=rel, bytes=size, behind=len(run.uploader.behind))
+
+    def retrying(self, run: Run, upload: Upload, reason: str) -> None:
+        """The store is failing an upload: the job shows it (once an upload), with how far behind the store is."""
+        self.send(run, CheckpointStoreNote, state=StoreState.UPLOADING, store=run.uploader.store.location,
+                  step=upload.step, path=upload.rel, bytes=upload.bytes, behind=len(run.uploader.behind),
+                  reason=reason[:8000])
 
     def stored(self, run: Run, upload: Upload, made: Manifest, url: str) -> None:
         """Its manifest is in the store: now the checkpoint is reported (the queue accepts it, a resume may use
         it)."""
-        self.report(run, upload.step, url, upload.sha256, made.bytes)
+        self.report(run, upload.step, url, upload.sha256, made.bytes,
+                    upload_seconds=round(max(0.0, time.monotonic() - upload.queued_at), 3) if upload.queued_at else 0.0)
 
     def on_ready(self, run: Run) -> None:
         """The process group formed: the gang worker is ready (its time is metered since its process started)."""

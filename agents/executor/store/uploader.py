@@ -39,6 +39,7 @@ class Upload:
     bytes: int | None
     written_at: str
     parent: tuple[int, int] | None = None
+    queued_at: float | None = None  # monotonic, when the run reported it
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,13 @@ class Skipped(Exception):
 class Uploader:
     def __init__(self, store: Store, directory: Path, *, on_stored: Callable[[Upload, mf.Manifest], None],
                  on_skipped: Callable[[Upload, str, str], None], on_superseded: Callable[[Upload], None] | None = None,
-                 keep: int = 0, concurrency: int = 4, backoff: Backoff = Backoff()) -> None:
+                 on_retrying: Callable[[Upload, str], None] | None = None, keep: int = 0, concurrency: int = 4, backoff: Backoff = Backoff()) -> None:
         self.store = store
         self.directory = Path(directory)
         self.on_stored = on_stored
         self.on_skipped = on_skipped
         self.on_superseded = on_superseded or (lambda u: None)
+        self.on_retrying = on_retrying or (lambda u, why: None)
         self.keep = keep
         self.concurrency = max(1, concurrency)
         self.backoff = backoff
@@ -159,6 +161,8 @@ class Uploader:
             except StoreError as exc:
                 self.retries += 1
                 self.last_error = f"{what}: {exc.reason}"
+                if self.retries == 1 and self.in_flight is not None:  # said once an upload: the job shows it
+                    self.on_retrying(self.in_flight, f"checkpoint store unavailable: {self.last_error}")
                 delay = self.backoff.delay(n)
                 n += 1
                 log.info("checkpoint store unavailable (%s); retrying in %.1fs", self.last_error, delay)

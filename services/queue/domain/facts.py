@@ -154,6 +154,7 @@ class Checkpointed:
     at: datetime
     sha256: str | None = None
     bytes: int | None = None
+    upload_seconds: float | None = None  # with a store: report to manifest stored
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,15 @@ class CheckpointSkipped:
     epoch: int
     path: str
     reason: str
+
+
+@dataclass(frozen=True)
+class StoreNoted:
+    """The checkpoint store's side of the run: ``state`` uploading or waiting, what it says in ``detail``."""
+
+    epoch: int
+    state: str
+    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -236,10 +246,10 @@ class Undeliverable:
     reason: str
 
 
-Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
+Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | StoreNoted | Finished
         | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue
         | NodeFailed | Undeliverable)
-RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
+RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, StoreNoted, Finished, LeaseExpired)
 
 
 # -- results ----------------------------------------------------------------------------------------------
