@@ -53,8 +53,9 @@ class Store(Protocol):
 
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
-    def get_file(self, key: str, path: Path) -> None:
-        """Download ``key`` into ``path`` (created or truncated; the caller renames it into place)."""
+    def get_file(self, key: str, path: Path) -> tuple[str, int]:
+        """Download ``key`` into ``path`` (created or truncated; the caller renames it into place); the SHA-256 and
+        size of what was written, hashed as it was written (no second pass over a large checkpoint)."""
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         """The object's bytes; ``StoreRefused`` when it is larger than ``limit``."""
@@ -66,6 +67,26 @@ class Store(Protocol):
         """Delete these objects (a missing one is no error)."""
 
     def close(self) -> None: ...
+
+
+class HashingWriter:
+    """A file object that hashes what is written to it, in order (it cannot seek, so a parallel download hands
+    it its parts in order)."""
+
+    def __init__(self, f) -> None:
+        import hashlib
+
+        self.f = f
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.f.write(data)
+
+    def result(self) -> tuple[str, int]:
+        return self.digest.hexdigest(), self.size
 
 
 def url_of(location: str, key: str) -> str:

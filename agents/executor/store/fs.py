@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .base import ObjectInfo, ObjectMissing, StoreRefused, StoreUnavailable
+from .base import HashingWriter, ObjectInfo, ObjectMissing, StoreRefused, StoreUnavailable
 
 
 class FsStore:
@@ -53,10 +53,12 @@ class FsStore:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._write(key, lambda f: f.write(data))
 
-    def get_file(self, key: str, path: Path) -> None:
+    def get_file(self, key: str, path: Path) -> tuple[str, int]:
         try:
             with open(self._path(key), "rb") as src, open(path, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                out = HashingWriter(dst)
+                shutil.copyfileobj(src, out, 1 << 20)
+                return out.result()
         except FileNotFoundError as exc:
             raise ObjectMissing(key, "no such object") from exc
         except OSError as exc:

@@ -13,7 +13,6 @@ run never silently starts from scratch while a stored checkpoint exists). Blocki
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -94,10 +93,9 @@ def _fetch(store: Store, made: mf.Manifest, directory: Path,
             tmp = files.scratch(directory, entry.path)
             ready.append((tmp, final))
             try:
-                store.get_file(entry.key, tmp)
+                sha, size = store.get_file(entry.key, tmp)
             except (ObjectMissing, StoreRefused) as exc:
                 return url_of(store.location, entry.key), f"missing: {exc.reason}"
-            sha, size = _hash(tmp, stopped)
             if size != entry.bytes or sha != entry.sha256:
                 return url_of(store.location, entry.key), (
                     f"corrupt: {size} bytes sha256 {sha[:12]}..., the manifest says {entry.bytes} bytes "
@@ -121,17 +119,6 @@ def _already(final: Path, entry: mf.Entry) -> bool:
     except (OSError, files.NotACheckpoint):
         return False
     return sha == entry.sha256
-
-
-def _hash(path: Path, stopped: Callable[[], bool] | None) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(files.CHUNK):
-            if stopped is not None and stopped():
-                raise ckpt_quota.VerificationStopped(path, size)
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def _clear(directory: Path, keep: set[str]) -> None:

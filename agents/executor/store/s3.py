@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
+from .base import HashingWriter, ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 
@@ -94,9 +94,12 @@ class S3Store:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
-    def get_file(self, key: str, path: Path) -> None:
-        self._call(key, self.client.download_file, self.config.bucket, self._key(key), str(path),
-                   Config=self.transfer)
+    def get_file(self, key: str, path: Path) -> tuple[str, int]:
+        with open(path, "wb") as f:
+            out = HashingWriter(f)  # not seekable: s3transfer writes the parts it fetches at once in order
+            self._call(key, self.client.download_fileobj, self.config.bucket, self._key(key), out,
+                       Config=self.transfer)
+        return out.result()
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         answer = self._call(key, self.client.get_object, Bucket=self.config.bucket, Key=self._key(key))

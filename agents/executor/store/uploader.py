@@ -200,12 +200,19 @@ class Uploader:
         except (files.NotACheckpoint, OSError) as exc:
             raise Skipped(rel, f"cannot be read: {exc}") from exc
         try:
-            sha, size = await asyncio.to_thread(files.sha256_fd, fd)
-            # The object is uploaded from the descriptor just hashed (through /proc/self/fd: never a path the run
-            # could have swapped meanwhile), then checked by hashing nothing twice: the run's files are immutable
-            # once named, and a change would have to pass through this same descriptor's inode.
+            # Hashed and uploaded at once, both from the inode just opened (the upload through /proc/self/fd, its
+            # own file description, so neither moves the other's offset; never a path the run could have swapped
+            # meanwhile): the hash costs no time of its own. The run's files are immutable once named.
             source = Path(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else path
-            await self._retry(key, lambda: self.store.put_file(key, source))
+            hashing = asyncio.ensure_future(asyncio.to_thread(files.sha256_fd, fd))
+            try:
+                await self._retry(key, lambda: self.store.put_file(key, source))
+            finally:
+                # The descriptor stays open until the hash is done with it (a cancelled upload waits for it too).
+                done = await asyncio.gather(asyncio.shield(hashing), return_exceptions=True)
+            if isinstance(done[0], BaseException):
+                raise Skipped(rel, f"cannot be read: {done[0]}")
+            sha, size = done[0]
         finally:
             os.close(fd)
         return mf.Entry(path=rel, key=key, bytes=size, sha256=sha)
