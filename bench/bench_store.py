@@ -85,6 +85,10 @@ def measure(mb: int, rounds: int, root: Path) -> dict:
         size = ckpt.bytes / 1e6
         loop_log = root / "loop.txt"
         loop = subprocess.Popen([sys.executable, "-c", LOOP, str(loop_log)], preexec_fn=lambda: _pin(TRAIN_CPUS))
+        while not loop_log.exists() or loop_log.stat().st_size < 100:  # the loop has imported torch and steps
+            if loop.poll() is not None:
+                raise RuntimeError("the training loop exited")
+            time.sleep(0.1)
         up, raw_up, down, raw_down, windows = [], [], [], [], []
         try:
             for r in range(rounds):
@@ -131,7 +135,7 @@ def measure(mb: int, rounds: int, root: Path) -> dict:
 
 async def _upload(store, local, upload, uploader_cls) -> None:
     done = asyncio.Event()
-    uploader = uploader_cls(store, local, on_stored=lambda u, m: done.set(),
+    uploader = uploader_cls(store, local, on_stored=lambda u, m, held: done.set(),
                             on_skipped=lambda u, name, why: done.set(), concurrency=4)
     uploader.submit(upload)
     await done.wait()

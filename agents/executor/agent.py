@@ -382,9 +382,9 @@ class Agent:
         """Rank 0's uploads of the run's checkpoints to the store (store/uploader.py)."""
         grant, store = run.grant, self.store
 
-        def stored(upload: Upload, made: Manifest) -> None:
+        def stored(upload: Upload, made: Manifest, held: int | None) -> None:
             self.reports.stored(run, upload, made, url_of(store.location, manifest_key(grant.job_id, upload.step,
-                                                                                        upload.epoch)))
+                                                                                        upload.epoch)), held)
 
         def skipped(upload: Upload, name: str, why: str) -> None:
             self._send(run, CheckpointSkipped, path=name, reason=f"step {upload.step} not stored: {why}")

@@ -102,9 +102,10 @@ class Reports:
                 run.phase = Phase(phase)
 
     def report(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
-               upload_seconds: float | None = None) -> None:
-        """Report a checkpoint to the queue (valid from then on); retention follows once the bus has it."""
-        extra = {} if upload_seconds is None else {"upload_seconds": upload_seconds}
+               **stored: float | int | None) -> None:
+        """Report a checkpoint to the queue (valid from then on); retention follows once the bus has it.
+        ``stored``: with a store, its ``upload_seconds`` and ``stored_bytes``."""
+        extra = {k: v for k, v in stored.items() if v is not None}
         sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size, **extra)
         if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
             # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
@@ -136,11 +137,11 @@ class Reports:
                   step=upload.step, path=upload.rel, bytes=upload.bytes, behind=len(run.uploader.behind),
                   reason=reason[:8000])
 
-    def stored(self, run: Run, upload: Upload, made: Manifest, url: str) -> None:
+    def stored(self, run: Run, upload: Upload, made: Manifest, url: str, held: int | None = None) -> None:
         """Its manifest is in the store: now the checkpoint is reported (the queue accepts it, a resume may use
-        it)."""
-        self.report(run, upload.step, url, upload.sha256, made.bytes,
-                    upload_seconds=round(max(0.0, time.monotonic() - upload.queued_at), 3) if upload.queued_at else 0.0)
+        it), with what the job's stored checkpoints hold (``held``)."""
+        since = round(max(0.0, time.monotonic() - upload.queued_at), 3) if upload.queued_at else 0.0
+        self.report(run, upload.step, url, upload.sha256, made.bytes, upload_seconds=since, stored_bytes=held)
 
     def on_ready(self, run: Run) -> None:
         """The process group formed: the gang worker is ready (its time is metered since its process started)."""

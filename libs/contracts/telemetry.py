@@ -87,6 +87,9 @@ class CheckpointReport(ProgressBase):
     upload_seconds: Seconds | None = Field(
         None, description="With a checkpoint store: from the run's report to its manifest stored (``path`` is then "
         "the manifest's address); absent when the checkpoint stays in the checkpoint directory")
+    stored_bytes: Big | None = Field(
+        None, description="With a checkpoint store: bytes the job's stored checkpoints hold once this one's "
+        "retention is done (the usage report's checkpoint_bytes)")
 
 
 class CheckpointSkipped(ProgressBase):

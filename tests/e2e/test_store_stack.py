@@ -72,12 +72,19 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         killed_at = ckpt["step"]
         done = stack.wait_state(job, {"succeeded", "failed"}, 240)
         assert done["state"] == "succeeded", (done, stack.log_tail())
-        assert done["executor_id"] != victim and done["attempts"]["training_error"] == 0
+        assert done["executor_id"] != victim and done["attempts"]["training_error"] == 0, (
+            done, [(e["event"], e["reason"], e["detail"]) for e in stack.events(job)], stack.log_tail())
         started = [e for e in stack.events(job) if e["event"] == "started"][-1]["detail"]
         assert started["resumed_from_step"] >= killed_at
         other_dir = stack_dir / "executors" / done["executor_id"] / "checkpoints" / job
         assert Path(started["resumed_from"]).parent == other_dir, started
         assert done["last_checkpoint"]["step"] == 60 and done["last_checkpoint"]["path"].startswith("s3://")
+        # What its stored checkpoints hold (the newest 3, the default retention) is the usage report's, per org.
+        keys = s3.list_objects_v2(Bucket=store.bucket, Prefix=f"{job}/")["Contents"]
+        assert len(mf.stored(job, [o["Key"] for o in keys])) == 3
+        assert done["last_checkpoint"]["stored_bytes"] == sum(o["Size"] for o in keys)
+        rows = {r["key"]: r for r in stack.get("/v1/usage").json()["rows"]}
+        assert rows[done["org"]]["checkpoint_bytes"] == done["last_checkpoint"]["stored_bytes"], rows
 
         # A command job cannot read or list that job's checkpoints: it is given nothing to do it with.
         spec = {"name": "probe", "workload": {"kind": "command", "command": [

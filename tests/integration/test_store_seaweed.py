@@ -80,7 +80,7 @@ def test_an_upload_killed_before_its_manifest_is_never_a_checkpoint(seaweed, tmp
     store = s3_store(seaweed, "")
     first = checkpoints.save_bytes(local, 10, b"first")
     stored = []
-    uploader = Uploader(store, local, on_stored=lambda u, m: stored.append(m), on_skipped=lambda *a: None)
+    uploader = Uploader(store, local, on_stored=lambda u, m, held: stored.append(m), on_skipped=lambda *a: None)
 
     async def upload_first() -> None:
         uploader.submit(Upload(job, 1, 10, first.path.name, first.sha256, first.bytes, "t"))

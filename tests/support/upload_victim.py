@@ -35,7 +35,7 @@ async def main() -> None:
                               secret_access_key=(keys_dir / "secret_access_key").read_text().strip(),
                               part_bytes=5 << 20, concurrency=2), Path(marker))
     done = asyncio.Event()
-    uploader = Uploader(store, Path(directory), on_stored=lambda u, m: done.set(),
+    uploader = Uploader(store, Path(directory), on_stored=lambda u, m, held: done.set(),
                         on_skipped=lambda u, name, why: print("skipped", name, why, flush=True))
     uploader.submit(Upload(job_id=job, epoch=1, step=int(step), rel=f"step-{int(step):08d}.pt", sha256=None,
                            bytes=None, written_at="t"))

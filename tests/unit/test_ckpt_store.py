@@ -107,6 +107,13 @@ def test_supersede_drops_older_queued_never_the_newer():
     assert [u.step for u in queue] == [5] and gone == []
 
 
+def test_held_after_counts_what_retention_leaves():
+    objects = [(mf.object_key(JOB, 1, 10, "a"), 5), (mf.manifest_key(JOB, 10, 1), 1),
+               (mf.object_key(JOB, 1, 20, "a"), 7), (mf.manifest_key(JOB, 20, 1), 2), ("job-10/x", 100)]
+    assert mf.held_after(JOB, objects, [(10, 1)]) == 9
+    assert mf.held_after(JOB, objects, []) == 15
+
+
 def test_backoff_doubles_up_to_its_cap():
     b = Backoff(first=0.5, cap=4.0)
     assert [b.delay(n) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
@@ -190,9 +197,12 @@ class Recording(FsStore):
         self.calls.append(("put", key))
 
 
+helds: list[int | None] = []  # what each stored report said the job's checkpoints hold (the latest last)
+
+
 def uploader(store, directory, **kw) -> tuple[Uploader, list, list]:
     stored, skipped = [], []
-    u = Uploader(store, directory, on_stored=lambda upl, made: stored.append((upl.step, made)),
+    u = Uploader(store, directory, on_stored=lambda upl, made, held: stored.append((upl.step, made)) or helds.append(held),
                  on_skipped=lambda upl, name, why: skipped.append((upl.step, name, why)),
                  backoff=Backoff(first=0.01, cap=0.05), **kw)
     return u, stored, skipped
@@ -271,9 +281,11 @@ async def test_retention_deletes_older_checkpoints_manifest_and_objects(tmp_path
     for step in (10, 20, 30):
         u.submit(report(tmp_path / "job", step, b"c%d" % step))
         assert await u.drain(10)
-    keys = [o.key for o in store.list("")]
+    objects = store.list("")
+    keys = [o.key for o in objects]
     assert mf.stored(JOB, keys) == [(30, 1), (20, 1)]
     assert not [k for k in keys if "step-00000010" in k]
+    assert helds[-1] == sum(o.bytes for o in objects)  # reported as it is once retention is done
     await u.close()
 
 

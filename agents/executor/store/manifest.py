@@ -154,6 +154,10 @@ def prunable(found: Sequence[tuple[int, int]], newest: tuple[int, int], keep: in
     return sorted(older[keep:] + fenced)
 
 
-def job_bytes(manifests: Iterable[Manifest]) -> int:
-    """Bytes a job's stored checkpoints hold (each object once). Pure."""
-    return sum(m.bytes for m in manifests)
+def held_after(job_id: str, objects: Iterable[tuple[str, int]], gone: Iterable[tuple[int, int]]) -> int:
+    """Bytes the job's objects (key, size) hold once the checkpoints ``gone`` (step, epoch) are deleted, manifests
+    included. Pure."""
+    gone = set(gone)
+    dropped = {object_key(job_id, e, s, "") for s, e in gone} | {manifest_key(job_id, s, e) for s, e in gone}
+    return sum(size for key, size in objects if key.startswith(job_prefix(job_id))
+               and not any(key.startswith(d) for d in dropped))

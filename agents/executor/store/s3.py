@@ -8,6 +8,8 @@ rather than obstore or aiobotocore: docs/checkpoint-store.md ("The client librar
 
 from __future__ import annotations
 
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,11 +97,45 @@ class S3Store:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
     def get_file(self, key: str, path: Path) -> tuple[str, int]:
+        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, written and hashed in order as they arrive (a
+        window of ``concurrency + 1`` parts in memory). Not s3transfer's download to a non-seekable stream, which
+        hashes in order too but deadlocked here on a 1 GB object (its first part's callback waits for a window
+        slot only the waiting caller frees)."""
+        size = int(self._call(key, self.client.head_object, Bucket=self.config.bucket,
+                              Key=self._key(key))["ContentLength"])
+        part = self.config.part_bytes
+        ranges = [(start, min(size, start + part) - 1) for start in range(0, size, part)]
         with open(path, "wb") as f:
-            out = HashingWriter(f)  # not seekable: s3transfer writes the parts it fetches at once in order
-            self._call(key, self.client.download_fileobj, self.config.bucket, self._key(key), out,
-                       Config=self.transfer)
+            out = HashingWriter(f)
+            if len(ranges) <= 1:
+                self._call(key, self._range, key, None, out)
+                return out.result()
+            with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-get") as pool:
+                window: deque = deque()
+                pending = iter(ranges)
+                for first, last in pending:
+                    window.append(pool.submit(self._call, key, self._range, key, (first, last)))
+                    if len(window) > self.config.concurrency:
+                        out.write(window.popleft().result())
+                while window:
+                    out.write(window.popleft().result())
+            if out.size != size:
+                raise StoreUnavailable(key, f"{out.size} bytes received of {size}")
         return out.result()
+
+    def _range(self, key: str, span: tuple[int, int] | None, out=None) -> bytes:
+        args = {"Bucket": self.config.bucket, "Key": self._key(key)}
+        if span is not None:
+            args["Range"] = f"bytes={span[0]}-{span[1]}"
+        body = self.client.get_object(**args)["Body"]
+        try:
+            if out is None:
+                return b"".join(iter(lambda: body.read(1 << 20), b""))
+            for chunk in iter(lambda: body.read(1 << 20), b""):
+                out.write(chunk)
+            return b""
+        finally:
+            body.close()
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         answer = self._call(key, self.client.get_object, Bucket=self.config.bucket, Key=self._key(key))

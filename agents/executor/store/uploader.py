@@ -73,7 +73,7 @@ class Skipped(Exception):
 
 
 class Uploader:
-    def __init__(self, store: Store, directory: Path, *, on_stored: Callable[[Upload, mf.Manifest], None],
+    def __init__(self, store: Store, directory: Path, *, on_stored: Callable[[Upload, mf.Manifest, int | None], None],
                  on_skipped: Callable[[Upload, str, str], None], on_superseded: Callable[[Upload], None] | None = None,
                  on_retrying: Callable[[Upload, str], None] | None = None, keep: int = 0, concurrency: int = 4, backoff: Backoff = Backoff()) -> None:
         self.store = store
@@ -146,8 +146,14 @@ class Uploader:
                 continue
             self.in_flight = None
             self.stored.append(upload.step)
-            self.on_stored(upload, made)
-            await self._retain(upload)
+            listed = await self._listing(upload)
+            gone = mf.prunable(mf.stored(upload.job_id, [k for k, _ in listed]), (upload.step, upload.epoch),
+                               self.keep) if listed is not None else []
+            # Reported before the older ones are deleted: the queue's accepted checkpoint is never one retention
+            # already took; what the job holds is said as it will be once they are.
+            self.on_stored(upload, made, None if listed is None else mf.held_after(upload.job_id, listed, gone))
+            if gone:
+                await self._retain(upload, [k for k, _ in listed], gone)
 
     async def _retry(self, what: str, call: Callable[[], object]) -> object:
         """``call`` in a worker thread, again after a back-off for as long as the store is unavailable; a refusal
@@ -217,14 +223,18 @@ class Uploader:
             os.close(fd)
         return mf.Entry(path=rel, key=key, bytes=size, sha256=sha)
 
-    async def _retain(self, upload: Upload) -> None:
+    async def _listing(self, upload: Upload) -> list[tuple[str, int]] | None:
+        """The job's objects (key, size) in the store; None when it cannot be listed now (retention waits)."""
+        try:
+            return [(o.key, o.bytes) for o in await asyncio.to_thread(self.store.list, mf.job_prefix(upload.job_id))]
+        except StoreError as exc:
+            log.info("job %s: the store's objects not listed: %s", upload.job_id, exc)
+            return None
+
+    async def _retain(self, upload: Upload, keys: list[str], gone: list[tuple[int, int]]) -> None:
         """The store's retention once a newer checkpoint is stored: the manifest of each deleted checkpoint goes
         before its objects (half deleted, it no longer exists). Failures wait for the next stored checkpoint."""
-        if self.keep <= 0:
-            return
         try:
-            keys = [o.key for o in await asyncio.to_thread(self.store.list, mf.job_prefix(upload.job_id))]
-            gone = mf.prunable(mf.stored(upload.job_id, keys), (upload.step, upload.epoch), self.keep)
             for step, epoch in gone:
                 prefix = mf.object_key(upload.job_id, epoch, step, "")
                 await asyncio.to_thread(self.store.delete, [mf.manifest_key(upload.job_id, step, epoch)])

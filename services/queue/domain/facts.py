@@ -155,6 +155,7 @@ class Checkpointed:
     sha256: str | None = None
     bytes: int | None = None
     upload_seconds: float | None = None  # with a store: report to manifest stored
+    stored_bytes: int | None = None  # with a store: what the job's stored checkpoints hold after its retention
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,8 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
                 "at": fact.at.isoformat(), "epoch": fact.epoch}
         if fact.upload_seconds is not None:  # in the store (its manifest's address is the path)
             ckpt.update(state="stored", upload_seconds=round(fact.upload_seconds, 3))
+        if fact.stored_bytes is not None:
+            ckpt["stored_bytes"] = fact.stored_bytes
         new = evolve(job, last_checkpoint=ckpt, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=ckpt),))
