@@ -45,10 +45,8 @@ from .reports import Reports
 from .run import Prepared, Run, discard, fenced_at, prepare, resuming, unreadable_grant, verified
 from .runner import Child
 from .settings import ExecutorSettings
-from .store.base import url_of
+from .store import hooks
 from .store.config import open_store
-from .store.manifest import Manifest, manifest_key
-from .store.uploader import Upload, Uploader
 from .usage import UsageReports
 
 log = logging.getLogger(__name__)
@@ -341,7 +339,7 @@ class Agent:
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
             self.usage.finish()
-            await self._drain(run, run.outcome(rc))
+            await hooks.drain(run, run.outcome(rc), s.checkpoint_upload_drain_seconds)
             await self._finish(run, run.outcome(rc), rc, run.error(rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
@@ -377,34 +375,6 @@ class Agent:
             self._send(run, CheckpointStoreNote, state=StoreState.WAITING, store=self.store.location, reason=why)
         return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set,
                              store=self.store, waiting=waiting)
-
-    def _uploader(self, run: Run, kept: int) -> Uploader:
-        """Rank 0's uploads of the run's checkpoints to the store (store/uploader.py)."""
-        grant, store = run.grant, self.store
-
-        def stored(upload: Upload, made: Manifest, held: int | None) -> None:
-            self.reports.stored(run, upload, made, url_of(store.location, manifest_key(grant.job_id, upload.step,
-                                                                                        upload.epoch)), held)
-
-        def skipped(upload: Upload, name: str, why: str) -> None:
-            self._send(run, CheckpointSkipped, path=name, reason=f"step {upload.step} not stored: {why}")
-
-        return Uploader(store, launch.absolute(self.settings.effective_checkpoint_dir) / grant.job_id,
-                        on_stored=stored, on_skipped=skipped, keep=kept,
-                        on_retrying=lambda upload, why: self.reports.retrying(run, upload, why),
-                        concurrency=self.settings.checkpoint_store_concurrency)
-
-    async def _drain(self, run: Run, outcome: RunOutcome) -> None:
-        """A run that ended (not abandoned) reports its end once its checkpoints still uploading are stored, so
-        the last one counts; at most ``checkpoint_upload_drain_seconds``, the lease renewed meanwhile."""
-        if run.uploader is None or outcome is RunOutcome.ABANDONED or not run.uploader.behind:
-            return
-        s = self.settings
-        log.info("job %s epoch %d: waiting for %d checkpoint upload(s) before reporting its end", run.grant.job_id,
-                 run.grant.epoch, len(run.uploader.behind))
-        if not await run.uploader.drain(s.checkpoint_upload_drain_seconds):
-            log.warning("job %s epoch %d: checkpoint uploads not done after %.0fs: %s", run.grant.job_id,
-                        run.grant.epoch, s.checkpoint_upload_drain_seconds, run.uploader.last_error)
 
     def _meter(self, run: Run, since: float) -> None:
         """Charge the run's devices from ``since`` (monotonic): its checkpoint's verification or its process's
@@ -469,8 +439,10 @@ class Agent:
             run.confirmed_file = launch.confirmed_file(s, grant)
             kept = s.checkpoints_kept if grant.spec.checkpoints_kept is None else grant.spec.checkpoints_kept
             run.retention = (launch.checkpoint_dir(s, grant.job_id), kept) if grant.rank == 0 and kept > 0 else None
-            if self.store is not None and grant.rank == 0:
-                run.uploader = self._uploader(run, kept)
+            if self.store is not None and grant.rank == 0:  # its checkpoints go to the store (store/hooks.py)
+                run.uploader = hooks.uploader_for(
+                    run, self.store, launch.absolute(s.effective_checkpoint_dir) / grant.job_id, keep=kept,
+                    concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.report)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
             run.fences = [(time.monotonic(), deadline)]

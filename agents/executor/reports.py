@@ -12,18 +12,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from libs.contracts.bounds import MAX_SAFE_INT
-from libs.contracts.telemetry import (CheckpointReport, CheckpointSkipped, CheckpointStoreNote, Phase, StepReport,
-                                      StoreState, WorkerReady)
+from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase, StepReport, WorkerReady
 
 from . import ckpt_fence, ckpt_quota
 from .run import Run
-from .store import files
-from .store.manifest import Manifest
-from .store.uploader import Upload
+from .store import hooks
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +81,8 @@ class Reports:
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
             step = int(record["step"])
-            if run.uploader is not None:  # reported once its manifest is stored (store/uploader.py), not before
-                self.upload(run, record, step)
+            if run.uploader is not None:  # reported once its manifest is stored (store/hooks.py), not before
+                hooks.queue(run, record, step, self.send)
                 return
             self.report(run, step, str(record["path"]), record.get("sha256"), record.get("bytes"))
         elif kind == "checkpoint_refused":  # the SDK refused it itself (its file is gone): the person sees why
@@ -111,37 +107,6 @@ class Reports:
             # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
             # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
             sent.add_done_callback(lambda done: _confirmed(done, run, step))
-
-    def upload(self, run: Run, record: dict[str, Any], step: int) -> None:
-        """Queue a reported checkpoint for the store; one that is not a checkpoint path is skipped at once."""
-        grant = run.grant
-        try:
-            rel = files.relative(run.uploader.directory, record["path"])
-        except files.NotACheckpoint as exc:
-            self.send(run, CheckpointSkipped, path=str(record["path"]), reason=f"not uploaded: {exc}")
-            return
-        accepted = grant.resume_from
-        parent = (accepted.step, accepted.epoch) if accepted is not None and accepted.epoch is not None else None
-        sha = record.get("sha256")
-        size = record.get("bytes") if isinstance(record.get("bytes"), int) else None
-        run.uploader.submit(Upload(job_id=grant.job_id, epoch=grant.epoch, step=step, rel=rel,
-                                   sha256=sha if isinstance(sha, str) else None, bytes=size,
-                                   written_at=datetime.now(UTC).isoformat(), parent=parent,
-                                   queued_at=time.monotonic()))
-        self.send(run, CheckpointStoreNote, state=StoreState.UPLOADING, store=run.uploader.store.location, step=step,
-                  path=rel, bytes=size, behind=len(run.uploader.behind))
-
-    def retrying(self, run: Run, upload: Upload, reason: str) -> None:
-        """The store is failing an upload: the job shows it (once an upload), with how far behind the store is."""
-        self.send(run, CheckpointStoreNote, state=StoreState.UPLOADING, store=run.uploader.store.location,
-                  step=upload.step, path=upload.rel, bytes=upload.bytes, behind=len(run.uploader.behind),
-                  reason=reason[:8000])
-
-    def stored(self, run: Run, upload: Upload, made: Manifest, url: str, held: int | None = None) -> None:
-        """Its manifest is in the store: now the checkpoint is reported (the queue accepts it, a resume may use
-        it), with what the job's stored checkpoints hold (``held``)."""
-        since = round(max(0.0, time.monotonic() - upload.queued_at), 3) if upload.queued_at else 0.0
-        self.report(run, upload.step, url, upload.sha256, made.bytes, upload_seconds=since, stored_bytes=held)
 
     def on_ready(self, run: Run) -> None:
         """The process group formed: the gang worker is ready (its time is metered since its process started)."""
