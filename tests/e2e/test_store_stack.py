@@ -79,6 +79,10 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         other_dir = stack_dir / "executors" / done["executor_id"] / "checkpoints" / job
         assert Path(started["resumed_from"]).parent == other_dir, started
         assert done["last_checkpoint"]["step"] == 60 and done["last_checkpoint"]["path"].startswith("s3://")
+        view = done["checkpoint_store"]  # the job view: each recent checkpoint's place and state
+        assert view["behind"] == 0 and view["checkpoints"][0]["step"] == 60, view
+        assert view["checkpoints"][0]["state"] == "stored" and view["checkpoints"][0]["location"] == \
+            done["last_checkpoint"]["path"]
         # What its stored checkpoints hold (the newest 3, the default retention) is the usage report's, per org.
         keys = s3.list_objects_v2(Bucket=store.bucket, Prefix=f"{job}/")["Contents"]
         assert len(mf.stored(job, [o["Key"] for o in keys])) == 3

@@ -392,3 +392,24 @@ def test_fs_store_refuses_keys_that_leave_it_and_names_missing_objects(tmp_path)
     with pytest.raises(StoreRefused):
         store.get_bytes("a/b", 4)
     assert os.stat(tmp_path / "a" / "b").st_size == 5
+
+
+async def test_a_checkpoint_directory_goes_up_and_comes_back_whole_its_manifest_file_last(tmp_path):
+    writer = tmp_path / "writer"
+    d = writer / "step-00000030"
+    (d / "shards").mkdir(parents=True)
+    (d / "shards" / "0.bin").write_bytes(b"zero" * 1000)
+    (d / "shards" / "1.bin").write_bytes(b"one" * 1000)
+    (d / "teto-manifest.json").write_text('{"files": 2}')
+    store = Recording(tmp_path / "store")
+    u, stored, skipped = uploader(store, writer)
+    u.submit(Upload(job_id=JOB, epoch=2, step=30, rel="step-00000030", sha256=None, bytes=None, written_at="t"))
+    assert await u.drain(10) and skipped == []
+    (_, made), = stored
+    assert [e.path for e in made.objects] == ["step-00000030/shards/0.bin", "step-00000030/shards/1.bin",
+                                              "step-00000030/teto-manifest.json"]
+    restored, path, skips = restore(store, JOB, tmp_path / "node", AcceptedCheckpoint(step=30, sha256=None, epoch=2))
+    assert skips == [] and path == tmp_path / "node" / "step-00000030" and path.is_dir()
+    for rel in ("shards/0.bin", "shards/1.bin", "teto-manifest.json"):
+        assert (path / rel).read_bytes() == (d / rel).read_bytes()
+    await u.close()
