@@ -107,3 +107,35 @@ def test_an_upload_killed_before_its_manifest_is_never_a_checkpoint(seaweed, tmp
     # Even a resume told to take step 20 cannot: it uses the last stored checkpoint of that run, step 10.
     made, path, skipped = restore(store, job, tmp_path / "node", AcceptedCheckpoint(step=20, sha256=None, epoch=1))
     assert made.step == 10 and path.read_bytes() == b"first" and skipped == []
+
+
+def test_tls_with_a_ca_file(tmp_path):
+    from teto.tls import make_tls
+
+    made = make_tls(tmp_path / "tls", ["127.0.0.1", "localhost"])
+    store = OwnSeaweed(tmp_path / "seaweed", tls=(made.cert, made.key))
+    store.start()
+    try:
+        https = f"https://127.0.0.1:{store.https_port}"
+        eventually_blocking(lambda: _answers(https, made.ca), 30, "the HTTPS port")
+        trusted = s3_store(store, "tls", endpoint=https, ca_file=made.ca)
+        trusted.put_bytes("k", b"over tls")
+        assert trusted.get_bytes("k", 100) == b"over tls"
+        with pytest.raises(StoreRefused, match="TLS"):  # the system's CAs do not know this one: refused, not retried
+            s3_store(store, "tls", endpoint=https).get_bytes("k", 100)
+    finally:
+        store.kill()
+
+
+def _answers(url: str, ca: Path) -> bool:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=2, context=ssl.create_default_context(cafile=str(ca)))
+    except urllib.error.HTTPError:
+        return True  # 403 to an anonymous request: it is up
+    except OSError:
+        return False
+    return True

@@ -10,18 +10,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from libs.runtime.ports import free_port
 from teto.stack.seaweed import EmbeddedSeaweed
 
 
 class OwnSeaweed:
-    def __init__(self, root: Path) -> None:
+    """``tls``: (certificate, key) files: S3 over HTTPS too, on ``https_port``."""
+
+    def __init__(self, root: Path, tls: tuple[Path, Path] | None = None) -> None:
         self.server = EmbeddedSeaweed(root).prepare()
         self.proc: subprocess.Popen | None = None
         self.log = root / "weed.log"
+        self.tls = tls
+        self.https_port = free_port() if tls else None
 
     def start(self, timeout: float = 60.0) -> None:
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(self.server.argv(), env=self.server.env(dict(os.environ)), stdout=out,
+        extra = [f"-s3.cert.file={self.tls[0]}", f"-s3.key.file={self.tls[1]}",
+                 f"-s3.port.https={self.https_port}"] if self.tls else []
+        self.proc = subprocess.Popen(self.server.argv() + extra, env=self.server.env(dict(os.environ)), stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         proc = self.proc

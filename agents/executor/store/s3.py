@@ -38,7 +38,7 @@ class S3Config:
 def classify(exc: BaseException, key: str) -> StoreError:
     """A boto3 failure as the store's error: a missing object, a refusal, or the store unavailable (a connection
     failure, a timeout, or a 5xx or throttling answer). Pure."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, SSLError
 
     cause = exc if isinstance(exc, ClientError) else exc.__context__ if isinstance(exc.__context__, ClientError) \
         else None
@@ -52,6 +52,8 @@ def classify(exc: BaseException, key: str) -> StoreError:
         if status >= 500 or status in (408, 429) or code in ("SlowDown", "RequestTimeout", "Throttling"):
             return StoreUnavailable(key, why)
         return StoreRefused(key, why)
+    if isinstance(exc, SSLError):  # a certificate not trusted (no CA file, the wrong one): no retry mends it
+        return StoreRefused(key, f"TLS: {exc}")
     if isinstance(exc, BotoCoreError | OSError):
         return StoreUnavailable(key, f"{type(exc).__name__}: {exc}")
     return StoreUnavailable(key, f"{type(exc).__name__}: {exc}")
