@@ -8,12 +8,14 @@ rather than obstore or aiobotocore: docs/checkpoint-store.md ("The client librar
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import HashingWriter, ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
+from .base import ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 
@@ -99,45 +101,46 @@ class S3Store:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
     def get_file(self, key: str, path: Path) -> tuple[str, int]:
-        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, written and hashed in order as they arrive (a
-        window of ``concurrency + 1`` parts in memory). Not s3transfer's download to a non-seekable stream, which
-        hashes in order too but deadlocked here on a 1 GB object (its first part's callback waits for a window
-        slot only the waiting caller frees)."""
+        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, each written at its offset by its own thread and
+        hashed here in order as they arrive (a window of ``concurrency + 1`` parts in memory). Not s3transfer's
+        download to a non-seekable stream, which hashes in order too but deadlocked here on a 1 GB object (its
+        first part's callback waits for a window slot only the waiting caller frees)."""
         size = int(self._call(key, self.client.head_object, Bucket=self.config.bucket,
                               Key=self._key(key))["ContentLength"])
         part = self.config.part_bytes
-        ranges = [(start, min(size, start + part) - 1) for start in range(0, size, part)]
-        with open(path, "wb") as f:
-            out = HashingWriter(f)
-            if len(ranges) <= 1:
-                self._call(key, self._range, key, None, out)
-                return out.result()
+        digest, got = hashlib.sha256(), 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
             with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-get") as pool:
                 window: deque = deque()
-                pending = iter(ranges)
-                for first, last in pending:
-                    window.append(pool.submit(self._call, key, self._range, key, (first, last)))
+                for start in range(0, size, part):
+                    span = (start, min(size, start + part) - 1)
+                    window.append(pool.submit(self._call, key, self._part, key, span, fd, size > part))
                     if len(window) > self.config.concurrency:
-                        out.write(window.popleft().result())
+                        data = window.popleft().result()
+                        digest.update(data)
+                        got += len(data)
                 while window:
-                    out.write(window.popleft().result())
-            if out.size != size:
-                raise StoreUnavailable(key, f"{out.size} bytes received of {size}")
-        return out.result()
+                    data = window.popleft().result()
+                    digest.update(data)
+                    got += len(data)
+        finally:
+            os.close(fd)
+        if got != size:
+            raise StoreUnavailable(key, f"{got} bytes received of {size}")
+        return digest.hexdigest(), got
 
-    def _range(self, key: str, span: tuple[int, int] | None, out=None) -> bytes:
+    def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool) -> bytes:
         args = {"Bucket": self.config.bucket, "Key": self._key(key)}
-        if span is not None:
+        if ranged:
             args["Range"] = f"bytes={span[0]}-{span[1]}"
         body = self.client.get_object(**args)["Body"]
         try:
-            if out is None:
-                return b"".join(iter(lambda: body.read(1 << 20), b""))
-            for chunk in iter(lambda: body.read(1 << 20), b""):
-                out.write(chunk)
-            return b""
+            data = b"".join(iter(lambda: body.read(1 << 20), b""))
         finally:
             body.close()
+        os.pwrite(fd, data, span[0])
+        return data
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         answer = self._call(key, self.client.get_object, Bucket=self.config.bucket, Key=self._key(key))
