@@ -442,7 +442,7 @@ class Agent:
             if self.store is not None and grant.rank == 0:  # its checkpoints go to the store (store/hooks.py)
                 run.uploader = hooks.uploader_for(
                     run, self.store, launch.absolute(s.effective_checkpoint_dir) / grant.job_id, keep=kept,
-                    concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.report)
+                    concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.stored)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
             run.fences = [(time.monotonic(), deadline)]

@@ -80,11 +80,16 @@ class Reports:
                 log.warning("job %s: checkpoint %s refused: %s", run.grant.job_id, record["path"], refused)
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
-            step = int(record["step"])
             if run.uploader is not None:  # reported once its manifest is stored (store/hooks.py), not before
-                hooks.queue(run, record, step, self.send)
+                hooks.queue(run, record, int(record["step"]), self.send)
                 return
-            self.report(run, step, str(record["path"]), record.get("sha256"), record.get("bytes"))
+            step = int(record["step"])
+            sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
+                             sha256=record.get("sha256"), bytes=record.get("bytes"))
+            if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
+                # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
+                # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
+                sent.add_done_callback(lambda done: _confirmed(done, run, step))
         elif kind == "checkpoint_refused":  # the SDK refused it itself (its file is gone): the person sees why
             size = record.get("bytes")
             why = ckpt_quota.over_quota(size, quota(run)) if isinstance(size, int) else None
@@ -97,15 +102,14 @@ class Reports:
             if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
                 run.phase = Phase(phase)
 
-    def report(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
+    def stored(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
                **stored: float | int | None) -> None:
-        """Report a checkpoint to the queue (valid from then on); retention follows once the bus has it.
-        ``stored``: with a store, its ``upload_seconds`` and ``stored_bytes``."""
+        """A checkpoint in the store (its manifest written: store/hooks.py) reported to the queue, valid from then
+        on; ``stored``: its ``upload_seconds`` and ``stored_bytes``. Retention follows once the bus has it, as
+        for a checkpoint reported at once."""
         extra = {k: v for k, v in stored.items() if v is not None}
         sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size, **extra)
         if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
-            # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
-            # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
             sent.add_done_callback(lambda done: _confirmed(done, run, step))
 
     def on_ready(self, run: Run) -> None:

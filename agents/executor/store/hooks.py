@@ -22,7 +22,7 @@ from .uploader import Upload, Uploader
 log = logging.getLogger(__name__)
 
 Send = Callable[..., Any]  # the agent's progress publisher: send(run, cls, **fields)
-Report = Callable[..., None]  # Reports.report(run, step, path, sha256, bytes, **stored)
+Report = Callable[..., None]  # Reports.stored(run, step, path, sha256, bytes, **stored)
 
 
 def uploader_for(run: Run, store: Store, directory: Path, *, keep: int, concurrency: int, send: Send,
