@@ -152,6 +152,13 @@ class ExecutorSettings(CommonSettings):
 
     def check(self) -> None:
         super().check()
+        from .store.config import StoreConfigError, parse_url
+
+        if self.checkpoint_store_url:
+            try:
+                parse_url(self.checkpoint_store_url)
+            except StoreConfigError as exc:
+                raise SettingsError(f"TETO_CHECKPOINT_STORE_URL: {exc}") from None
         from .checks.faults import parse
 
         try:
@@ -164,13 +171,6 @@ class ExecutorSettings(CommonSettings):
             parse_uid_range(self.workload_uid_range)
         except IsolationError as exc:
             raise SettingsError(str(exc)) from None
-        from .store.config import StoreConfigError, parse_url
-
-        if self.checkpoint_store_url:
-            try:
-                parse_url(self.checkpoint_store_url)
-            except StoreConfigError as exc:
-                raise SettingsError(f"TETO_CHECKPOINT_STORE_URL: {exc}") from None
         if self.progress_interval_seconds > self.lease_seconds:
             raise SettingsError(f"progress interval {self.progress_interval_seconds:g}s is longer than the lease "
                                 f"{self.lease_seconds:g}s: a healthy job would look stuck")

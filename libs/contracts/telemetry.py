@@ -82,14 +82,14 @@ class CheckpointReport(ProgressBase):
     kind: Literal["checkpoint"] = "checkpoint"
     step: Big
     path: Path
-    sha256: Digest | None = None
-    bytes: Big | None = None
     upload_seconds: Seconds | None = Field(
         None, description="With a checkpoint store: from the run's report to its manifest stored (``path`` is then "
         "the manifest's address); absent when the checkpoint stays in the checkpoint directory")
     stored_bytes: Big | None = Field(
         None, description="With a checkpoint store: bytes the job's stored checkpoints hold once this one's "
         "retention is done (the usage report's checkpoint_bytes)")
+    sha256: Digest | None = None
+    bytes: Big | None = None
 
 
 class CheckpointSkipped(ProgressBase):
