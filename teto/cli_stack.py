@@ -21,6 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                     help="embedded NATS members clustered on loopback (3: JetStream streams R3; docs/reliability.md)")
     up.add_argument("--replicas", type=int, default=1, metavar="M", help="processes of each service")
+    up.add_argument("--checkpoint-store", choices=["dir", "s3"], default=None,
+                    help="s3: checkpoints in an S3 store (an embedded SeaweedFS unless TETO_CHECKPOINT_STORE_URL is "
+                    "set), each executor with its own local directory; dir: one shared checkpoint directory "
+                    "(the default; docs/checkpoint-store.md)")
     up.set_defaults(func=_up)
 
     svc = sub.add_parser("service", help="run one service in the foreground (what deploy/compose.yml does)")
@@ -46,7 +50,8 @@ def _up(args: argparse.Namespace) -> int:
     return up(UpOptions(data_dir=args.data_dir, http_port=args.http_port, executors=args.executors,
                         group=args.group, demo=args.demo, exit_after_demo=args.exit_after_demo,
                         lease_seconds=args.lease_seconds, heartbeat_seconds=args.heartbeat_seconds,
-                        log_level=args.log_level, nats_cluster=args.nats_cluster, replicas=args.replicas))
+                        log_level=args.log_level, nats_cluster=args.nats_cluster, replicas=args.replicas,
+                        checkpoint_store=args.checkpoint_store))
 
 
 def _service(args: argparse.Namespace) -> int:

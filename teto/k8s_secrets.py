@@ -5,7 +5,8 @@ One Secret per part and purpose, so each pod mounts only its own (as in deploy/c
 (that part's NATS credentials), ``teto-db-<service>`` (its own database URL), ``teto-gateway-tls`` and
 ``teto-secrets-key`` (gateway; the key also executors), ``teto-audit-key`` (audit only), ``teto-nats-executors``
 (every executor's credentials file, by executor id), and for the NATS servers ``teto-nats-server-tls`` and
-``teto-nats-auth`` (the users, permissions and password hashes). Written as one JSON ``List`` (``kubectl apply
+``teto-nats-auth`` (the users, permissions and password hashes), and ``teto-checkpoint-store`` (the executors'
+checkpoint store keys) when ``<src>/checkpoint-store/`` holds them. Written as one JSON ``List`` (``kubectl apply
 -f``), 0600: it holds every secret of the deployment, so delete it once applied.
 """
 
@@ -23,6 +24,7 @@ from libs.runtime import natsauth
 CREDS_FILE = "nats.json"
 DB_FILE = "database.url"
 EXECUTORS_SECRET = "teto-nats-executors"
+STORE_SECRET = "teto-checkpoint-store"
 
 
 class MissingSecret(FileNotFoundError):
@@ -68,7 +70,20 @@ def secrets_from(src: Path, namespace: str = "teto") -> list[dict[str, Any]]:
     for service in natsauth.SERVICES:
         out.append(secret(f"teto-db-{service}", namespace, {DB_FILE: _read(src / "db" / service / DB_FILE, provision)}))
     out.append(secret("teto-audit-key", namespace, {"audit.key": _audit_key(src / "audit.key")}))
+    if (store := store_secret(src, namespace)) is not None:
+        out.append(store)
     return out
+
+
+def store_secret(src: Path, namespace: str) -> dict[str, Any] | None:
+    """The executors' checkpoint store keys (docs/checkpoint-store.md), when ``<src>/checkpoint-store/`` holds
+    them; None without a store."""
+    store = src / "checkpoint-store"
+    if not store.is_dir():
+        return None
+    keys = {name: _read(store / name, f"the store's operator (put its keys in {store}/)")
+            for name in ("access_key_id", "secret_access_key")}
+    return secret(STORE_SECRET, namespace, {k: v.strip() for k, v in keys.items()})
 
 
 def _audit_key(path: Path) -> bytes:

@@ -30,8 +30,8 @@ from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.jobs import CommandWorkload
 from libs.contracts.envelope import ContractError, RejectedMessage, new_id, utcnow
 from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
-from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Phase, RunFinished, RunOutcome,
-                                      RunStarted)
+from libs.contracts.telemetry import (CheckpointSkipped, CheckpointStoreNote, GpuInfo, Heartbeat, Phase, RunFinished,
+                                      RunOutcome, RunStarted, StoreState)
 from libs.runtime import logs, metrics, tracing
 
 from . import ceiling, checkpoints, diskwatch, launch, pilot, sandbox
@@ -45,6 +45,8 @@ from .reports import Reports
 from .run import Prepared, Run, discard, fenced_at, prepare, resuming, unreadable_grant, verified
 from .runner import Child
 from .settings import ExecutorSettings
+from .store import hooks
+from .store.config import open_store
 from .usage import UsageReports
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class Agent:
         self.guard = Guard(launch.interpreter(settings))  # started with the first command run (guard.py)
         self.pilot = pilot.of(os.environ)  # a Slurm pilot: its job and node (pilot.py)
         self.leaving: str | None = None  # why this agent is on its way out (its Slurm allocation ends)
+        self.store = open_store(settings)  # None: checkpoints stay in the (shared) checkpoint directory
 
     # -- what heartbeats say -------------------------------------------------------------------------------
 
@@ -314,7 +317,7 @@ class Agent:
         disk: asyncio.Task | None = None
         # The run's checkpoint and sandbox are prepared while the queue confirms the lease (a round trip each):
         # nothing of them leaves the node before the confirmation, and an unconfirmed grant's sandbox is closed.
-        verifying = time.monotonic() if resuming(s, grant) else None
+        verifying = time.monotonic() if resuming(s, grant, self.store) else None
         prepared: asyncio.Task[Prepared] | None = asyncio.create_task(self._prepare(run), name=f"prep-{grant.job_id}")
         try:
             reply = await keeper.acquire()
@@ -352,6 +355,7 @@ class Agent:
                 await run.child.stop(s.abandon_grace_seconds)
             rc = await exited
             self.usage.finish()
+            await hooks.drain(run, run.outcome(rc), s.checkpoint_upload_drain_seconds)
             await self._finish(run, run.outcome(rc), rc, run.error(rc))
         except asyncio.CancelledError:
             # The agent is shutting down: the process must not outlive it. Report abandoned (free) if we can.
@@ -371,6 +375,8 @@ class Agent:
             await self._fail(run, exc)
         finally:
             run.verify_stop.set()
+            if run.uploader is not None:  # an upload cut here never gets its manifest: not a checkpoint
+                await run.uploader.close()
             if prepared is not None:  # not confirmed, or the agent is stopping: the sandbox is not used
                 await discard(prepared)
             for task in (watch, spent, disk):
@@ -381,7 +387,10 @@ class Agent:
                 metrics.EXECUTOR_RUNNING.set(0)
 
     async def _prepare(self, run: Run) -> Prepared:
-        return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set)
+        def waiting(why: str) -> None:
+            self._send(run, CheckpointStoreNote, state=StoreState.WAITING, store=self.store.location, reason=why)
+        return await prepare(self.settings, run.grant, self._uid_start(), stopped=run.verify_stop.is_set,
+                             store=self.store, waiting=waiting)
 
     def _meter(self, run: Run, since: float) -> None:
         """Charge the run's devices from ``since`` (monotonic): its checkpoint's verification or its process's
@@ -446,6 +455,10 @@ class Agent:
             run.confirmed_file = launch.confirmed_file(s, grant)
             kept = s.checkpoints_kept if grant.spec.checkpoints_kept is None else grant.spec.checkpoints_kept
             run.retention = (launch.checkpoint_dir(s, grant.job_id), kept) if grant.rank == 0 and kept > 0 else None
+            if self.store is not None and grant.rank == 0:  # its checkpoints go to the store (store/hooks.py)
+                run.uploader = hooks.uploader_for(
+                    run, self.store, launch.absolute(s.effective_checkpoint_dir) / grant.job_id, keep=kept,
+                    concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.stored)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
             run.fences = [(time.monotonic(), deadline)]

@@ -21,6 +21,7 @@ from libs.contracts.telemetry import (CheckpointKind, CheckpointReport, Checkpoi
 
 from . import ckpt_dir, ckpt_fence, ckpt_quota
 from .run import Run
+from .store import hooks
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,9 @@ class Reports:
                 log.warning("job %s: checkpoint %s refused: %s", run.grant.job_id, record["path"], refused)
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
+            if run.uploader is not None:  # reported once its manifest is stored (store/hooks.py), not before
+                hooks.queue(run, record, int(record["step"]), self.send)
+                return
             step = int(record["step"])
             shape = CheckpointKind.DIRECTORY if record.get("kind") == "directory" else CheckpointKind.FILE
             sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
@@ -107,6 +111,16 @@ class Reports:
             phase = record.get("phase")
             if phase in (Phase.TRAINING, Phase.CHECKPOINTING):
                 run.phase = Phase(phase)
+
+    def stored(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
+               **stored: float | int | None) -> None:
+        """A checkpoint in the store (its manifest written: store/hooks.py) reported to the queue, valid from then
+        on; ``stored``: its ``upload_seconds`` and ``stored_bytes``. Retention follows once the bus has it, as
+        for a checkpoint reported at once."""
+        extra = {k: v for k, v in stored.items() if v is not None}
+        sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size, **extra)
+        if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
+            sent.add_done_callback(lambda done: _confirmed(done, run, step))
 
     def on_ready(self, run: Run) -> None:
         """The process group formed: the gang worker is ready (its time is metered since its process started)."""

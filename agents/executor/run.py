@@ -25,6 +25,9 @@ from .lease import LeaseLost
 from .logsender import RunLog
 from .runner import Child
 from .sandbox import Sandbox
+from .store.base import Store
+from .store.fetch import fetch
+from .store.uploader import Uploader
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +41,17 @@ class Prepared(NamedTuple):
     box: Sandbox
 
 
-def resuming(settings: Any, grant: RunJob) -> bool:
-    """Whether the run has checkpoints to verify (a first run has no directory: one stat call to learn it)."""
+def resuming(settings: Any, grant: RunJob, store: object | None = None) -> bool:
+    """Whether the run has checkpoints to verify (a first run has no directory: one stat call to learn it; with a
+    store, whether the queue accepted one)."""
+    if store is not None:
+        return grant.resume_from is not None
     return os.path.lexists(settings.effective_checkpoint_dir / grant.job_id)
 
 
 async def prepare(settings: Any, grant: RunJob, uid_start: int,
-                  stopped: Callable[[], bool] | None = None) -> Prepared:
+                  stopped: Callable[[], bool] | None = None, store: Store | None = None,
+                  waiting: Callable[[str], None] | None = None) -> Prepared:
     """The checkpoint the queue accepted for the run to resume from (and the files skipped on the way: those never
     accepted are deleted, ckpt_fence.py) and its sandbox: local work only, done while the lease is being
     confirmed. Verification is bounded by the job's checkpoint quota (a larger file is skipped unread) and ends
@@ -52,10 +59,13 @@ async def prepare(settings: Any, grant: RunJob, uid_start: int,
     chunk). Raises whatever keeps the sandbox from opening."""
     ckpt_dir = settings.effective_checkpoint_dir / grant.job_id
     quota = ckpt_quota.quota_of(grant.spec.checkpoint_quota_bytes, grant.checkpoint_quota_bytes)
-    # Only rank 0 (the directory's writer) deletes what was never accepted.
-    ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from,
-                                             clean=grant.rank == 0, quota=quota, stopped=stopped)
-                     if resuming(settings, grant) else (None, []))
+    if store is not None:  # downloaded from the store and verified (store/restore.py), waiting while it is down
+        ckpt, skipped = await fetch(store, grant, ckpt_dir, quota=quota, stopped=stopped, waiting=waiting)
+    else:
+        # Only rank 0 (the directory's writer) deletes what was never accepted.
+        ckpt, skipped = (await asyncio.to_thread(ckpt_fence.resume_point, ckpt_dir, grant.resume_from,
+                                                 clean=grant.rank == 0, quota=quota, stopped=stopped)
+                         if resuming(settings, grant) else (None, []))
     box = await asyncio.to_thread(sandbox.open_for, settings, grant, start=uid_start)
     return Prepared(ckpt, skipped, box)
 
@@ -127,6 +137,7 @@ class Run:
     exited_at: float | None = None  # monotonic: when its process's exit was seen
     confirmed_file: Path | None = None  # where the last checkpoint step the bus took is written for the run
     retention: tuple[Path, int] | None = None  # its checkpoint directory and how many to keep (rank 0; keep > 0)
+    uploader: Uploader | None = None  # its checkpoints on their way to the store (rank 0, with a store)
 
     def outcome(self, rc: int) -> RunOutcome:
         """How the run ended, its process having exited with ``rc``: a lost lease first (abandoned, a free

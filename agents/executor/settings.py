@@ -93,6 +93,29 @@ class ExecutorSettings(CommonSettings):
     log_buffer_bytes: int = Field(
         1024 * 1024, ge=65536, le=2**32, description="Output waiting for the bus, at most; past it output is "
         "dropped (and the gap marked), never the training process held up")
+    checkpoint_store_url: str = Field(
+        "", max_length=2000, description="Checkpoint store: s3://bucket/prefix (an S3-compatible endpoint) or "
+        "file:///dir; the agent uploads each checkpoint in the background and downloads it on resume, runs never "
+        "see the store (docs/checkpoint-store.md); empty: the checkpoint directory, shared by every executor")
+    checkpoint_store_endpoint: str = Field(
+        "", max_length=2000, description="The S3 endpoint, e.g. https://minio.example:9000 (path-style addressing); "
+        "empty: AWS S3 itself")
+    checkpoint_store_region: str = Field("us-east-1", max_length=64, description="The S3 region (signatures)")
+    checkpoint_store_access_key_id: str = Field("", max_length=256, repr=False,
+                                                description="The store's access key id (or ..._FILE)")
+    checkpoint_store_secret_access_key: str = Field(
+        "", max_length=4096, repr=False, description="The store's secret key (or TETO_CHECKPOINT_STORE_SECRET_"
+        "ACCESS_KEY_FILE, a 0600 file); never handed to a run")
+    checkpoint_store_ca_file: Path | None = Field(
+        None, description="CA certificates (PEM) the store's TLS certificate is verified against (default: the "
+        "system's)")
+    checkpoint_store_concurrency: int = Field(
+        4, ge=1, le=64, description="Objects, and parts of one large object, uploaded or downloaded at once")
+    checkpoint_store_part_mb: int = Field(
+        16, ge=5, le=5120, description="Multipart size of large checkpoint files (S3's minimum part is 5 MB)")
+    checkpoint_upload_drain_seconds: float = Field(
+        600.0, ge=0, le=86400, description="How long a run that ended waits for its checkpoints still uploading "
+        "before its end is reported (the lease is kept meanwhile); an upload not done by then is not valid")
     test_fault: str = Field(
         "", max_length=200, description="TEST ONLY: '<test>:fail' or '<test>:slow', comma separated, makes the "
         "named checks fail or run slow (never set on a real node)")
@@ -117,6 +140,14 @@ class ExecutorSettings(CommonSettings):
         return self.work_dir or (self.data_dir / "executors" / self.executor_id)
 
     @property
+    def effective_checkpoint_dir(self) -> Path:
+        """With a store, checkpoints are written to (and restored into) this executor's own directory by default:
+        nothing but the store is shared."""
+        if self.checkpoint_dir is None and self.checkpoint_store_url:
+            return self.effective_work_dir / "checkpoints"
+        return super().effective_checkpoint_dir
+
+    @property
     def effective_base_model_dir(self) -> Path:
         return self.base_model_dir or (self.data_dir / "base")
 
@@ -138,6 +169,13 @@ class ExecutorSettings(CommonSettings):
 
     def check(self) -> None:
         super().check()
+        from .store.config import StoreConfigError, parse_url
+
+        if self.checkpoint_store_url:
+            try:
+                parse_url(self.checkpoint_store_url)
+            except StoreConfigError as exc:
+                raise SettingsError(f"TETO_CHECKPOINT_STORE_URL: {exc}") from None
         from .checks.faults import parse
 
         try:

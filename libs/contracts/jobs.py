@@ -163,6 +163,8 @@ class JobEventKind(StrEnum):
     WORKER_READY = "worker_ready"  # a gang worker's process group formed (admitting)
     ADMITTED = "admitted"  # every gang worker ready: admitting -> running
     WORKER_LOST = "worker_lost"  # a running gang lost a worker (node failure); the policy's strategy follows
+    CHECKPOINT_UPLOADING = "checkpoint_uploading"  # reported by the run, on its way to the store (not valid yet)
+    CHECKPOINT_STORE_WAITING = "checkpoint_store_waiting"  # the store is down: the resume waits and retries
 
 
 class JobEvent(Envelope):

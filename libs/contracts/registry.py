@@ -16,7 +16,7 @@ from .logs import LogChunk
 from .leases import LeaseEvent, LeaseRenewReply, LeaseRenewRequest
 from .status import ReplicaStatus, StatusRequest
 from .nodes import CheckReport, NodeEvent, NodeRegistered, RebootNode, RunChecks, SignalChanged
-from .telemetry import (CheckpointReport, CheckpointSkipped, Heartbeat, RunFinished, RunStarted, StepReport,
+from .telemetry import (CheckpointReport, CheckpointSkipped, CheckpointStoreNote, Heartbeat, RunFinished, RunStarted, StepReport,
                         WorkerReady)
 from .usage import UsageReport
 
@@ -62,6 +62,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(StepReport, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Step, loss, step duration"),
     Entry(CheckpointReport, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Checkpoint written (atomic)"),
     Entry(CheckpointSkipped, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Corrupt checkpoint skipped"),
+    Entry(CheckpointStoreNote, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor",
+          "Checkpoint uploading to the store, or a resume waiting for it"),
     Entry(RunFinished, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Training process ended"),
     Entry(WorkerReady, "teto.progress.<job_id>.<executor_id>", "PROGRESS", "executor", "Gang worker's process group formed"),
     Entry(LogChunk, "teto.logs.<job_id>.<attempt>.<rank>.<executor_id>", "LOGS", "executor",

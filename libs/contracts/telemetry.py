@@ -90,6 +90,12 @@ class CheckpointReport(ProgressBase):
     kind: Literal["checkpoint"] = "checkpoint"
     step: Big
     path: Path
+    upload_seconds: Seconds | None = Field(
+        None, description="With a checkpoint store: from the run's report to its manifest stored (``path`` is then "
+        "the manifest's address); absent when the checkpoint stays in the checkpoint directory")
+    stored_bytes: Big | None = Field(
+        None, description="With a checkpoint store: bytes the job's stored checkpoints hold once this one's "
+        "retention is done (the usage report's checkpoint_bytes)")
     sha256: Digest | None = None
     bytes: Big | None = None
     checkpoint_kind: CheckpointKind = Field(CheckpointKind.FILE, description="A file or a directory checkpoint")
@@ -101,6 +107,26 @@ class CheckpointSkipped(ProgressBase):
     kind: Literal["checkpoint_skipped"] = "checkpoint_skipped"
     path: Path
     reason: Reason
+
+
+class StoreState(StrEnum):
+    UPLOADING = "uploading"  # a reported checkpoint on its way to the store (not valid until stored)
+    WAITING = "waiting"  # the store is unavailable: the run's resume (or an upload) is retried with back-off
+
+
+class CheckpointStoreNote(ProgressBase):
+    """The checkpoint store's side of a run (docs/checkpoint-store.md): a checkpoint queued for upload or retried
+    while the store is down (``uploading``), or the run's resume waiting for the store (``waiting``)."""
+
+    SCHEMA = "teto.progress.checkpoint_store/1"
+    kind: Literal["checkpoint_store"] = "checkpoint_store"
+    state: StoreState
+    store: Path = Field(description="Where the store is (s3://bucket/prefix or file:///dir), never a credential")
+    step: Big | None = None
+    path: Path | None = Field(None, description="The checkpoint under the job's checkpoint directory")
+    bytes: Big | None = None
+    behind: Count = Field(0, description="Checkpoints reported by the run and not stored yet, this one included")
+    reason: Reason | None = Field(None, description="Why the store is being retried (its last error)")
 
 
 EXIT_PEER_LOST = 76  # a gang worker's exit status when its group could not form or lost a peer (teto.sdk)
@@ -151,7 +177,7 @@ class WorkerReady(ProgressBase):
 
 
 Progress = Annotated[
-    StepReport | CheckpointReport | CheckpointSkipped | RunStarted | RunFinished | WorkerReady,
+    StepReport | CheckpointReport | CheckpointSkipped | RunStarted | RunFinished | WorkerReady | CheckpointStoreNote,
     Field(discriminator="kind"),
 ]
 PROGRESS_TYPES: dict[str, type[ProgressBase]] = {
@@ -161,4 +187,5 @@ PROGRESS_TYPES: dict[str, type[ProgressBase]] = {
     "started": RunStarted,
     "finished": RunFinished,
     "ready": WorkerReady,
+    "checkpoint_store": CheckpointStoreNote,
 }

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from .audit_verify import ask_verify
-from .domain import departures, logviews, paging, views
+from .domain import ckptstore, departures, logviews, paging, views
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class Reads:
         budget = _row(got["budget"]) if got["budget"] is not None else None
         decorated = views.job_view(job, signal=signal, budget=budget, usage=usage)
         decorated["events"] = [views.pick(_row(e), views.EVENT_FIELDS) for e in reversed(got["events"] or ())]
+        decorated["checkpoint_store"] = ckptstore.store_view(decorated["events"])
         return decorated
 
     async def _job_on(self, conn: Any, job_id: str, events: int) -> dict[str, Any] | None:
@@ -179,6 +180,7 @@ class Reads:
             job_id, events, via=conn,
         )
         decorated["events"] = [views.pick(e, views.EVENT_FIELDS) for e in latest]
+        decorated["checkpoint_store"] = ckptstore.store_view(decorated["events"])
         return decorated
 
     async def job_events(self, job_id: str, *, after_seq: int, limit: int) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from libs.contracts.nodes import NODE_LOST_STATES, NodeEvent
 from libs.contracts.telemetry import (
     CheckpointReport,
     CheckpointSkipped,
+    CheckpointStoreNote,
     Heartbeat,
     ProgressBase,
     RunFinished,
@@ -52,7 +53,8 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
         return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
     if isinstance(msg, CheckpointReport):
         return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes,
-                               str(msg.checkpoint_kind), msg.files)
+                               kind=str(msg.checkpoint_kind), files=msg.files, upload_seconds=msg.upload_seconds,
+                               stored_bytes=msg.stored_bytes)
     if isinstance(msg, CheckpointSkipped):
         return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
     if isinstance(msg, RunFinished):
@@ -60,6 +62,9 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
                            msg.stop_reason)
     if isinstance(msg, WorkerReady):
         return lc.WorkerReady(msg.epoch, msg.executor_id)
+    if isinstance(msg, CheckpointStoreNote):
+        return lc.StoreNoted(msg.epoch, msg.state.value, msg.model_dump(
+            mode="json", include={"store", "step", "path", "bytes", "behind", "reason"}, exclude_none=True))
     raise TypeError(f"not a progress message: {type(msg).__name__}")
 
 

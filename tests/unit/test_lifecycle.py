@@ -30,6 +30,7 @@ from services.queue.domain.lifecycle import (
     StepReported,
     StopForCeiling,
     StopOn,
+    StoreNoted,
     Submitted,
     Transition,
     decide,
@@ -66,6 +67,8 @@ FACTS = {
     "step": lambda: StepReported(EPOCH, step=12, total_steps=100, step_seconds=0.5),
     "checkpointed": lambda: Checkpointed(EPOCH, step=20, path="/c/step-20.pt", at=LATER, sha256="ab", bytes=9),
     "checkpoint_skipped": lambda: CheckpointSkipped(EPOCH, path="/c/step-30.pt", reason="sha256 mismatch"),
+    "store_uploading": lambda: StoreNoted(EPOCH, "uploading", {"store": "s3://b", "step": 40, "behind": 2}),
+    "store_waiting": lambda: StoreNoted(EPOCH, "waiting", {"store": "s3://b", "reason": "connection refused"}),
     "finished_succeeded": lambda: Finished(EPOCH, RunOutcome.SUCCEEDED, exit_code=0),
     "finished_failed": lambda: Finished(EPOCH, RunOutcome.FAILED, exit_code=3, error="boom"),
     "finished_abandoned": lambda: Finished(EPOCH, RunOutcome.ABANDONED),
@@ -79,7 +82,8 @@ FACTS = {
     "requeue_too_low": lambda: Requeue(new_ceiling=650, consumed=601, actor="op"),
     "undeliverable": lambda: Undeliverable("teto.job.j1.submitted: payload 2000000 bytes over the 1048576 limit"),
 }
-RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "finished_succeeded", "finished_failed",
+RUN_FACTS = ("started", "step", "checkpointed", "checkpoint_skipped", "store_uploading", "store_waiting",
+             "finished_succeeded", "finished_failed",
              "finished_abandoned", "finished_stopped", "finished_handed_back", "finished_health_check",
              "lease_expired")
 
@@ -100,7 +104,7 @@ def expected(state: JobState, fact: str) -> str | JobState:
         return JobState.RUNNING if state is JobState.QUEUED else REFUSED
     if fact == "renew":
         return state if running or admitting else REFUSED
-    if fact in ("started", "step", "checkpointed", "checkpoint_skipped"):
+    if fact in ("started", "step", "checkpointed", "checkpoint_skipped", "store_uploading", "store_waiting"):
         return state if running or admitting else UNCHANGED
     if fact == "finished_succeeded":
         return JobState.SUCCEEDED if running else UNCHANGED
@@ -406,3 +410,24 @@ def test_an_undeliverable_job_that_runs_is_stopped_and_its_lease_released(state:
     assert t.job.state is JobState.FAILED and "undeliverable" in (t.job.reason or "")
     assert any(isinstance(e, StopOn) for e in t.effects)
     assert any(isinstance(e, LeaseFact) and e.event is LeaseEventKind.RELEASED for e in t.effects)
+
+
+def test_a_checkpoint_uploading_is_shown_never_accepted():
+    job = make_job(JobState.RUNNING, last_checkpoint={"step": 10, "epoch": EPOCH})
+    result = decide(job, FACTS["store_uploading"](), LATER)
+    assert result.job.last_checkpoint == {"step": 10, "epoch": EPOCH}  # resume, cost and cadence stay on step 10
+    (event,) = result.events
+    assert event.event is JobEventKind.CHECKPOINT_UPLOADING and event.detail == {"store": "s3://b", "step": 40,
+                                                                                "behind": 2}
+    (event,) = decide(job, FACTS["store_waiting"](), LATER).events
+    assert event.event is JobEventKind.CHECKPOINT_STORE_WAITING and event.reason == "connection refused"
+
+
+def test_a_stored_checkpoint_says_so_with_its_upload_time():
+    job = make_job(JobState.RUNNING)
+    fact = Checkpointed(EPOCH, step=20, path="s3://b/j1/manifests/step-00000020-e3.json", at=LATER, sha256="ab",
+                        bytes=9, upload_seconds=1.23456)
+    result = decide(job, fact, LATER)
+    assert result.job.last_checkpoint["state"] == "stored" and result.job.last_checkpoint["upload_seconds"] == 1.235
+    plain = decide(job, FACTS["checkpointed"](), LATER).job.last_checkpoint
+    assert "state" not in plain and "upload_seconds" not in plain  # the checkpoint directory: as before

@@ -28,7 +28,7 @@ import httpx
 from libs.runtime.dbroles import redact_url
 from libs.runtime.ports import port_is_free
 from teto.stack import isolation as jobs_isolation
-from teto.stack import busauth, cluster
+from teto.stack import busauth, cluster, seaweed
 from teto.stack.identities import Identities
 from teto.stack.observe import MetricsPorts
 from teto.stack.servers import PostgresWatch
@@ -53,6 +53,7 @@ class UpOptions:
     demo_spec: dict | None = None
     nats_cluster: int = 1  # embedded NATS members (3: a cluster with R3 streams; teto/stack/cluster.py)
     replicas: int = 1  # processes of each service
+    checkpoint_store: str | None = None  # "s3": a store (embedded SeaweedFS unless configured); docs/checkpoint-store.md
 
 
 class _Stop(Exception):
@@ -231,6 +232,7 @@ def up(opts: UpOptions) -> int:
         own["executor"].update(isolation_env)
         if own["executor"].get("TETO_WORKLOAD_UID_RANGE") or os.environ.get("TETO_WORKLOAD_UID_RANGE"):
             isolation_lines += jobs_isolation.place_run_dirs(data_dir)  # reachable by the runs' uids
+        store_line = _checkpoint_store(opts, data_dir, sup, own)
         prepare_executor = busauth.give_credentials(bus_auth, own,
                                                     lambda: [p.executor_id for p in sup.parts.values()])
         py = [sys.executable, "-m", "teto.cli"]
@@ -269,6 +271,7 @@ def up(opts: UpOptions) -> int:
               f"  admin token: {token}\n  NATS:        {nats_url}{busauth.note(bus_auth, nats_admin)}"
               f"{cluster.note(nats, stream_replicas)}\n"
               f"  PostgreSQL:  {redact_url(database_url)}\n"
+              f"  checkpoints: {store_line}\n"
               f"  stack file:  {data_dir / 'stack.json'}\n  logs:        {sup.logs}/\n"
               f"  metrics:     {metrics_ports.summary()}\n"
               f"Try: teto jobs --data-dir {opts.data_dir}   (Ctrl-C stops everything)\n", flush=True)
@@ -292,6 +295,7 @@ def up(opts: UpOptions) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sup.stop([n for n in sup.parts if n.startswith("executor")])
         sup.stop([p for name in reversed(SERVICE_ORDER) for p in cluster.replica_names(name, opts.replicas)])
+        sup.stop([seaweed.PART])
         if pg is not None:
             pg.stop()
         if nats is not None:
@@ -299,6 +303,23 @@ def up(opts: UpOptions) -> int:
         lock.close()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _checkpoint_store(opts: UpOptions, data_dir: Path, sup: Supervisor, own: dict[str, dict[str, str]]) -> str:
+    """Where checkpoints go, said in one line: with ``--checkpoint-store s3`` the store configured
+    (TETO_CHECKPOINT_STORE_URL) or an embedded SeaweedFS, and each executor its own local directory (its work
+    directory's ``checkpoints``: nothing is shared but the store); otherwise the shared directory."""
+    url = os.environ.get("TETO_CHECKPOINT_STORE_URL")
+    if opts.checkpoint_store == "s3" and not url:
+        store = seaweed.start(data_dir, sup)
+        own["executor"].update(store.executor_env())
+        log.info("embedded SeaweedFS S3 at %s, bucket %s", store.endpoint, store.bucket)
+        return (f"{store.url} at {store.endpoint} (embedded SeaweedFS, keys in {store.root}, 0600); each executor "
+                f"uploads from its own local directory")
+    if url:
+        where = os.environ.get("TETO_CHECKPOINT_STORE_ENDPOINT") or "AWS S3"
+        return f"{url} at {where}; each executor uploads from its own local directory"
+    return f"{os.environ.get('TETO_CHECKPOINT_DIR') or data_dir / 'checkpoints'} (one directory every executor shares)"
 
 
 def part_env(env: dict[str, str], own: dict[str, dict[str, str]], part: str) -> dict[str, str]:

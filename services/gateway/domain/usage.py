@@ -12,6 +12,8 @@ Definitions (docs/tenancy.md):
   checkpoint, the work the next run must redo (``live.work_after_checkpoint``, the job view's computation).
 - ``checkpoint_cadence_met``: checkpoints made over checkpoints due (steps run / checkpoint_every_steps).
 - ``queue_wait_seconds``: time jobs spent queued before each admission, summed; the mean is per job.
+- ``checkpoint_bytes``: bytes the jobs' checkpoints hold in the checkpoint store now (each job's latest stored
+  checkpoint says it, after its retention; jobs without a store count 0; docs/checkpoint-store.md).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class JobFacts:
     queue_wait_seconds: float = 0.0
     checkpoints_due: int = 0
     checkpoints_made: int = 0
+    checkpoint_bytes: int = 0
 
 
 @dataclass
@@ -68,6 +71,7 @@ class UsageRow:
     queue_wait_seconds: float = 0.0
     checkpoints_due: int = 0
     checkpoints_made: int = 0
+    checkpoint_bytes: int = 0
 
     @property
     def gpu_hours(self) -> float:
@@ -132,6 +136,7 @@ def report(charges: Iterable[Charge], jobs: Iterable[JobFacts], group_by: GroupB
         row.queue_wait_seconds += job.queue_wait_seconds
         row.checkpoints_due += job.checkpoints_due
         row.checkpoints_made += job.checkpoints_made
+        row.checkpoint_bytes += job.checkpoint_bytes
     total = math.fsum(c.gpu_seconds for c in in_period if not scoped or c.job_id in facts)
     return UsageReport(group_by, start, end, sorted(rows.values(), key=lambda r: (-r.gpu_seconds, r.key)),
                        total, math.fsum(unattributed))
@@ -140,13 +145,13 @@ def report(charges: Iterable[Charge], jobs: Iterable[JobFacts], group_by: GroupB
 def to_csv_rows(result: UsageReport) -> list[list[str]]:
     """The report as CSV rows, header first (``teto usage --csv``)."""
     header = [result.group_by.value, "gpu_seconds", "gpu_hours", *[f"jobs_{o}" for o in OUTCOMES], "interruptions",
-              "lost_gpu_seconds", "queue_wait_seconds", "checkpoint_cadence_met"]
+              "lost_gpu_seconds", "queue_wait_seconds", "checkpoint_cadence_met", "checkpoint_bytes"]
     out = [header]
     for row in result.rows:
         cadence = row.checkpoint_cadence_met
         out.append([row.key, f"{row.gpu_seconds:.3f}", f"{row.gpu_hours:.4f}", *[str(row.jobs[o]) for o in OUTCOMES],
                     str(row.interruptions), f"{row.lost_gpu_seconds:.3f}", f"{row.queue_wait_seconds:.3f}",
-                    "" if cadence is None else f"{cadence:.3f}"])
+                    "" if cadence is None else f"{cadence:.3f}", str(row.checkpoint_bytes)])
     return out
 
 
@@ -201,7 +206,7 @@ def job_facts(job: dict, events: list[dict], samples: Iterable[Mapping[str, Any]
     are the steps run over ``checkpoint_every_steps``; lost GPU-seconds as ``lost_gpu_seconds``."""
     attempts = job.get("attempts") or {}
     waited, since = 0.0, None
-    checkpoints = 0
+    checkpoints, held = 0, 0
     for event in events:
         kind, at = event["event"], event["time"]
         if kind in ("submitted", "requeued"):
@@ -211,13 +216,17 @@ def job_facts(job: dict, events: list[dict], samples: Iterable[Mapping[str, Any]
             since = None
         elif kind == "checkpointed":
             checkpoints += 1
+            stored = (event.get("detail") or {}).get("stored_bytes")
+            if isinstance(stored, int) and not isinstance(stored, bool):
+                held = stored  # the latest stored checkpoint says what the job's checkpoints hold now
     every = (job.get("spec") or {}).get("checkpoint_every_steps") or 0
     due = (job.get("last_step") or 0) // every if every else 0
     state = job.get("state")
     return JobFacts(job["id"], job.get("org") or "default", job.get("project") or "default", job.get("owner") or "",
                     outcome=state if state in ENDED else "active",
                     interruptions=sum(int(attempts.get(c, 0)) for c in INTERRUPTION_CAUSES),
-                    lost_gpu_seconds=lost_gpu_seconds(events, samples, start, end), queue_wait_seconds=waited, checkpoints_due=due, checkpoints_made=checkpoints)
+                    lost_gpu_seconds=lost_gpu_seconds(events, samples, start, end), queue_wait_seconds=waited, checkpoints_due=due, checkpoints_made=checkpoints,
+                    checkpoint_bytes=held)
 
 
 def period_window(period: str | None, now: datetime) -> tuple[datetime, datetime]:
@@ -242,4 +251,5 @@ def as_json(result: UsageReport) -> dict:
             "rows": [{"key": r.key, "gpu_seconds": r.gpu_seconds, "gpu_hours": r.gpu_hours, "jobs": r.jobs,
                       "interruptions": r.interruptions, "lost_gpu_seconds": r.lost_gpu_seconds,
                       "queue_wait_seconds": r.queue_wait_seconds, "mean_queue_wait_seconds": r.mean_queue_wait_seconds,
-                      "checkpoint_cadence_met": r.checkpoint_cadence_met} for r in result.rows]}
+                      "checkpoint_cadence_met": r.checkpoint_cadence_met, "checkpoint_bytes": r.checkpoint_bytes}
+                     for r in result.rows]}

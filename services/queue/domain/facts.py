@@ -157,6 +157,8 @@ class Checkpointed:
     bytes: int | None = None
     kind: str = "file"  # or "directory" (CheckpointKind)
     files: int | None = None
+    upload_seconds: float | None = None  # with a store: report to manifest stored
+    stored_bytes: int | None = None  # with a store: what the job's stored checkpoints hold after its retention
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,15 @@ class CheckpointSkipped:
     epoch: int
     path: str
     reason: str
+
+
+@dataclass(frozen=True)
+class StoreNoted:
+    """The checkpoint store's side of the run: ``state`` uploading or waiting, what it says in ``detail``."""
+
+    epoch: int
+    state: str
+    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -239,10 +250,10 @@ class Undeliverable:
     reason: str
 
 
-Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | Finished
+Fact = (Submitted | Granted | Renew | Started | StepReported | Checkpointed | CheckpointSkipped | StoreNoted | Finished
         | LeaseExpired | Cancel | StopForCeiling | Requeue | WorkerReady | ReadyTimedOut | AdmissionDue
         | NodeFailed | Undeliverable)
-RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, Finished, LeaseExpired)
+RUN_FACTS = (Started, StepReported, Checkpointed, CheckpointSkipped, StoreNoted, Finished, LeaseExpired)
 
 
 # -- results ----------------------------------------------------------------------------------------------

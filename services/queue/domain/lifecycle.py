@@ -27,6 +27,7 @@ from .facts import (  # noqa: F401 - re-exported: the lifecycle's vocabulary is 
     Cancel,
     Checkpointed,
     CheckpointSkipped,
+    StoreNoted,
     Effect,
     EventDraft,
     Fact,
@@ -235,8 +236,8 @@ def from_holder(job: Job | None, executor_id: str, epoch: int) -> ForeignReport 
                    {"executor_id": executor_id, "workers": list(job.workers), "epoch": epoch})
 
 
-def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | CheckpointSkipped | Finished | LeaseExpired,
-                now: datetime) -> Transition:
+def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | CheckpointSkipped | StoreNoted | Finished
+                | LeaseExpired, now: datetime) -> Transition:
     """Facts produced under a lease count only for the job's current run; anything else is old news (a zombie
     executor, a redelivered report, a race with cancel), never an error."""
     if fact.epoch != job.lease_epoch:
@@ -277,6 +278,10 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
                 "at": fact.at.isoformat(), "epoch": fact.epoch, "kind": fact.kind}
         if fact.files is not None:
             ckpt["files"] = fact.files
+        if fact.upload_seconds is not None:  # in the store (its manifest's address is the path)
+            ckpt.update(state="stored", upload_seconds=round(fact.upload_seconds, 3))
+        if fact.stored_bytes is not None:
+            ckpt["stored_bytes"] = fact.stored_bytes
         new = evolve(job, last_checkpoint=ckpt, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=ckpt),))
@@ -284,6 +289,13 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
         return Transition(evolve(job, updated_at=now), (
             EventDraft(JobEventKind.CHECKPOINT_SKIPPED, job.state, job.state, reason=fact.reason, epoch=fact.epoch,
                        executor_id=ex, detail={"path": fact.path}),))
+    if isinstance(fact, StoreNoted):
+        # Seen, not accepted: a checkpoint uploading is not valid (the queue moves nothing), it only shows on the job.
+        kind = (JobEventKind.CHECKPOINT_STORE_WAITING if fact.state == "waiting"
+                else JobEventKind.CHECKPOINT_UPLOADING)
+        return Transition(evolve(job, updated_at=now), (
+            EventDraft(kind, job.state, job.state, reason=fact.detail.get("reason"), epoch=fact.epoch,
+                       executor_id=ex, detail={k: v for k, v in fact.detail.items() if k != "reason"}),))
     if isinstance(fact, LeaseExpired):
         return _run_lost(job, JobEventKind.LEASE_EXPIRED, LeaseEventKind.EXPIRED, "lease expired", now)
     return _on_finished(job, fact, now)
