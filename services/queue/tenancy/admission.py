@@ -248,7 +248,7 @@ class _Pass:
             free = self.free.get(group, [])
             first = bisect.bisect_left(free, job.gpus_per_worker, key=_gpus)
             picked = envs.pick(free, first, job.workers, job.environment)
-            chosen = [free[i] for i in picked]
+            chosen = free[picked.start:picked.stop] if isinstance(picked, range) else [free[i] for i in picked]
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
@@ -429,9 +429,8 @@ def _release(state: _Pass, org: str, job_id: str) -> None:
 def _take(spare: list[Node], job: Pending) -> list[Node] | None:
     """``spare`` without the smallest nodes the job's workers take (its GPUs, its environment); None when there
     are not enough."""
-    workers, gpus = job.workers, job.gpus_per_worker
-    fitting = [i for i, n in enumerate(spare) if n.gpus >= gpus and envs.offers(n.environments, job.environment)]
-    fitting = fitting[:workers]
+    workers, gpus, env = job.workers, job.gpus_per_worker, job.environment
+    fitting = [i for i, n in enumerate(spare) if n.gpus >= gpus and (env is None or env in n.environments)][:workers]
     if len(fitting) < workers:
         return None
     drop = set(fitting)
