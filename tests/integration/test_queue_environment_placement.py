@@ -78,3 +78,19 @@ async def test_a_job_naming_an_environment_goes_only_to_an_executor_offering_it_
         assert (state, workers, waiting) == ("running", ["ex-3"], None)
     finally:
         await rt.close()
+
+
+async def test_every_worker_of_a_gang_naming_an_environment_goes_to_an_executor_offering_it(env):
+    settings = env.settings(QueueSettings).model_copy(update={"require_checked_nodes": False})
+    rt = await Runtime.open("queue", settings, schema=SCHEMA, package="services.queue")
+    try:
+        # In executor order a gang of two would take ex-1 and ex-2; ex-2 does not offer ENV.
+        await Runs(rt, settings).heartbeats([beat("ex-1", [ENV]), beat("ex-2", [OTHER]), beat("ex-3", [ENV])])
+        spec = {"workload": {"kind": "command", "command": ["python", "t.py"]}, "environment": ENV, "workers": 2}
+        cmd = SubmitJob(actor="ann", spec=JobSpec.model_validate(spec))
+        assert (await Commands(rt, settings).submit(cmd)).accepted
+        assert await Scheduler(rt, settings).place_once() == 1
+        row = await rt.pool.fetchrow(f"SELECT state, workers FROM {SCHEMA}.jobs WHERE id = $1", cmd.job_id)
+        assert (row["state"], sorted(row["workers"])) == ("admitting", ["ex-1", "ex-3"])
+    finally:
+        await rt.close()
