@@ -35,12 +35,13 @@ class Queued:
     workers: int
     gpus_per_worker: int
     gpu_ceiling_seconds: float
+    environment: str | None = None  # the Python environment it names (placement: only nodes offering it)
 
 
 _QUEUED = (f"SELECT id, org, project, created_at, updated_at, priority, lease_epoch,"
            " COALESCE((spec->>'workers')::int, 1) AS workers,"
            " COALESCE((spec->>'gpus_per_worker')::int, 0) AS gpus_per_worker,"
-           " (spec->>'gpu_ceiling_seconds')::float8 AS gpu_ceiling_seconds"
+           " (spec->>'gpu_ceiling_seconds')::float8 AS gpu_ceiling_seconds, spec->>'environment' AS environment"
            f" FROM {T}.jobs WHERE id = ANY($1::text[]) AND state = 'queued' ORDER BY created_at, id"
            " FOR UPDATE SKIP LOCKED")
 

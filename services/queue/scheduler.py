@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 def pending_of(job: scans.Queued, needs_gpu_seconds: float = 0.0) -> Pending:
     return Pending(job.id, job.org, job.created_at, job.workers, job.gpus_per_worker, job.priority, job.project,
-                   needs_gpu_seconds)
+                   needs_gpu_seconds, job.environment)
 
 
 class Scheduler:

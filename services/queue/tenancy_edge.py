@@ -83,7 +83,7 @@ def _run_limits(text: str | None) -> RunLimits | None:
     return RunLimits.model_validate_json(text) if text and text != "null" else None
 
 
-SCHEDULABLE_NODES = ("SELECT e.executor_id, e.gpus, e.group_name,"
+SCHEDULABLE_NODES = ("SELECT e.executor_id, e.gpus, e.group_name, e.environments,"
                      f" e.accepting AND e.job_id IS NULL AND {scans.NOT_HELD} AS free"
                      f" FROM {T}.executors e WHERE e.last_seen >= $1 AND {scans.SCHEDULABLE_NODE}"
                      " ORDER BY e.executor_id")
@@ -93,10 +93,12 @@ async def schedulable_nodes(conn: asyncpg.Connection, now: datetime, silent_afte
                             require_checked: bool = True) -> list[Node]:
     """Every executor placement may use, busy or free, with its node group: the fleet's capacity per group.
     Free: accepting, reporting no job, and holding none per the jobs table (authoritative: a heartbeat sent
-    before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping)."""
+    before a grant lags it; the reported job covers the other lag, a cancelled job whose process is stopping).
+    With the Python environments each offers (a job naming one goes only where it is offered)."""
     rows = await conn.fetch(
         SCHEDULABLE_NODES, now - timedelta(seconds=silent_after), not require_checked, sorted(s.value for s in RULED_OUT_STATES))
-    return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"]) for r in rows]
+    return [Node(r["executor_id"], r["group_name"], r["gpus"], r["free"], frozenset(r["environments"]))
+            for r in rows]
 
 
 async def running(conn: asyncpg.Connection) -> list[Running]:

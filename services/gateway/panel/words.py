@@ -60,6 +60,10 @@ AUDIT_REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re
 # The queue's waiting sentence (admission.py, quota.py): a pattern each; the code's words stay beside it.
 WAITING: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for p, k in (
     (r"no ready node has (?P<gpus>\d+) GPUs", "wait_no_ready_node"),
+    (r"no ready node offering the Python environment (?P<environment>.+) has (?P<gpus>\d+) GPUs",
+     "wait_no_ready_node_environment"),
+    (r"no ready node offers the Python environment (?P<environment>.+) \(prepare it on a node with teto env "
+     r"create and list it in its TETO_ENVIRONMENTS\)", "wait_no_environment"),
     (r"gang cannot fit: (?P<workers>\d+) workers of (?P<gpus>\d+) GPUs, at most (?P<most>\d+) (?P<rest>.*)",
      "wait_gang_cannot_fit"),
     (r"behind (?P<ahead>\d+) jobs of higher priority or fair share: no free node of (?P<gpus>\d+) GPUs for "

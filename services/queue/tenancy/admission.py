@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from . import budget as budgets
+from . import environments as envs
 from . import quota as quotas
 from .fairshare import Share, dominant_share, explain_order, order_key
 from .model import Cohort, Organisation, Pending, Preemption, Running
@@ -38,6 +39,7 @@ class Node:
     group: str
     gpus: int
     free: bool = True
+    environments: frozenset[str] = frozenset()  # the Python environments its executor offers (environments.py)
 
 
 class WaitCode(StrEnum):
@@ -47,6 +49,7 @@ class WaitCode(StrEnum):
     QUOTA = "quota"  # at nominal + borrowing limit, or the cohort's shared devices are in use
     BUDGET = "budget"  # the organisation's period budget cannot reserve its remaining ceiling
     NO_READY_NODE = "no_ready_node"  # no ready node has the GPUs one worker needs
+    NO_ENVIRONMENT = "no_environment"  # no ready node offers the Python environment the job names
     GANG_CANNOT_FIT = "gang_cannot_fit"  # no node group has as many ready nodes as the gang has workers
     BEHIND = "behind"  # quota and budget allow it; the nodes it fits are taken by jobs ahead of it
     RECLAIMING = "reclaiming"  # borrowed capacity is being preempted for it
@@ -109,6 +112,10 @@ def _gpus(node: Node) -> int:
     return node.gpus
 
 
+def _smallest(node: Node) -> tuple[int, str]:
+    return node.gpus, node.executor_id
+
+
 def _job_order(job: Pending) -> tuple:
     return (-job.priority, job.created_at, job.job_id)
 
@@ -131,25 +138,37 @@ class _Pass:
             if node.free:
                 self.free.setdefault(node.group, []).append(node)
         for nodes in self.free.values():
-            nodes.sort(key=lambda n: (n.gpus, n.executor_id))
+            nodes.sort(key=_smallest)
         for gpus in self.ready.values():
             gpus.sort()
         self.budgets = dict(snap.budgets)
         self.groups = sorted(self.ready)
-        self._demand: dict[tuple[str, int, int], int | None] = {}
-        self._fitting: dict[tuple[int, int], dict[str, int]] = {}
+        self._offering: dict[str | None, dict[str, list[int]]] = {None: self.ready}  # by environment: ready
+        self._demand: dict[tuple[str, int, int, str | None], int | None] = {}
+        self._fitting: dict[tuple[int, int, str | None], dict[str, int]] = {}
         # A job that cannot be placed waits for the same reason as the previous one of its organisation and
         # shape until something is admitted (usage and free nodes change only then): 15,000 queued jobs cost
         # one quota check per shape, not one each.
         self.admissions = 0
-        self._waits: dict[tuple[str, int, int, bool], tuple[int, Wait]] = {}
+        self._waits: dict[tuple[str, int, int, str | None, bool], tuple[int, Wait]] = {}
+
+    def ready_for(self, environment: str | None) -> dict[str, list[int]]:
+        """Group -> GPUs of each ready node offering the environment (sorted; every ready node for None)."""
+        if environment not in self._offering:
+            offering: dict[str, list[int]] = {}
+            for node in self.snap.nodes:
+                if environment in node.environments:
+                    offering.setdefault(node.group, []).append(node.gpus)
+            self._offering[environment] = {g: sorted(gpus) for g, gpus in offering.items()}
+        return self._offering[environment]
 
     def demand(self, group: str, job: Pending) -> int | None:
         """Devices the job would hold in a group: a worker holds its whole node (one job per executor), so the
         smallest ready nodes that fit, counted as the budget counts them; None when too few nodes fit."""
-        key = (group, job.workers, job.gpus_per_worker)
+        key = (group, job.workers, job.gpus_per_worker, job.environment)
         if key not in self._demand:
-            fitting = [max(1, g) for g in self.ready.get(group, ()) if g >= job.gpus_per_worker][:job.workers]
+            ready = self.ready_for(job.environment).get(group, ())
+            fitting = [max(1, g) for g in ready if g >= job.gpus_per_worker][:job.workers]
             self._demand[key] = sum(fitting) if len(fitting) == job.workers else None
         return self._demand[key]
 
@@ -161,14 +180,19 @@ class _Pass:
 
     def shape_wait(self, job: Pending) -> Wait | None:
         """Waits no capacity can end: no node has the GPUs, or no group has enough such nodes."""
-        key = (job.workers, job.gpus_per_worker)
+        key = (job.workers, job.gpus_per_worker, job.environment)
         if key not in self._fitting:
-            self._fitting[key] = {g: sum(1 for gpus in self.ready[g] if gpus >= job.gpus_per_worker)
+            ready = self.ready_for(job.environment)
+            self._fitting[key] = {g: sum(1 for gpus in ready.get(g, ()) if gpus >= job.gpus_per_worker)
                                   for g in self.groups}
         fitting = self._fitting[key]
+        if job.environment is not None and not self.ready_for(job.environment):
+            return Wait(job.job_id, WaitCode.NO_ENVIRONMENT, envs.missing_reason(job.environment))
         if not any(fitting.values()):
+            offering = "" if job.environment is None else f" offering the Python environment {job.environment}"
             return Wait(job.job_id, WaitCode.NO_READY_NODE,
-                        f"no ready node has {job.gpus_per_worker} GPUs", {"gpus_per_worker": job.gpus_per_worker})
+                        f"no ready node{offering} has {job.gpus_per_worker} GPUs",
+                        {"gpus_per_worker": job.gpus_per_worker})
         if max(fitting.values()) < job.workers:
             most = max(fitting.values())
             return Wait(job.job_id, WaitCode.GANG_CANNOT_FIT,
@@ -188,7 +212,7 @@ class _Pass:
             refused = budgets.refusal(account, job.needs_gpu_seconds)
             if refused is not None:
                 return Wait(job.job_id, WaitCode.BUDGET, refused.reason, refused.numbers)
-        memo_key = (org.name, job.workers, job.gpus_per_worker, within_nominal)
+        memo_key = (org.name, job.workers, job.gpus_per_worker, job.environment, within_nominal)
         memo = self._waits.get(memo_key)
         if memo is not None and memo[0] == self.admissions:
             return Wait(job.job_id, memo[1].code, memo[1].reason, memo[1].numbers, memo[1].group)
@@ -219,10 +243,12 @@ class _Pass:
         for _, group in sorted(candidates):
             fitted_quota = True
             # Free nodes are sorted by GPUs, then id: those with enough GPUs are a tail, its first ones the
-            # smallest that fit (found by bisection; a scan of every free node per admission was most of a pass).
+            # smallest that fit (found by bisection; a scan of every free node per admission was most of a pass),
+            # those offering its environment where it names one.
             free = self.free.get(group, [])
             first = bisect.bisect_left(free, job.gpus_per_worker, key=_gpus)
-            chosen = free[first:first + job.workers]
+            picked = envs.pick(free, first, job.workers, job.environment)
+            chosen = free[picked.start:picked.stop] if isinstance(picked, range) else [free[i] for i in picked]
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
@@ -232,7 +258,7 @@ class _Pass:
             if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
-            del free[first:first + job.workers]
+            envs.remove(free, picked)
             quotas.add(self.usage, org.name, group, held)
             if account is not None:
                 reserved = budgets.reserve(account, job.job_id, job.needs_gpu_seconds)
@@ -332,15 +358,15 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait],
                  for a in fresh.values()]
     nodes = {n.executor_id: n for n in snap.nodes}
     # Nodes a reclaiming job may count on: the free ones, then those its victims free; each is counted once.
-    spare = {g: sorted(n.gpus for n in free) for g, free in state.free.items()}
+    spare = {g: sorted(free, key=_smallest) for g, free in state.free.items()}
     # Jobs preempted by an earlier pass and still stopping: what they hold is already being given back.
     for run in snap.running:
         if run.stopping:
             gone.add(run.job_id)
             quotas.add(state.usage, run.org, run.group, -run.devices)
-            spare.setdefault(run.group, []).extend(nodes[e].gpus for e in run.executors if e in nodes)
+            spare.setdefault(run.group, []).extend(nodes[e] for e in run.executors if e in nodes)
     for group_spare in spare.values():
-        group_spare.sort()
+        group_spare.sort(key=_smallest)
     # A search for victims that found none finds none again for a job of the same organisation, group, shape (and
     # priority, where it limits the victims) until a reclaim succeeds: usage, ``gone`` and ``spare`` change only
     # then. 10,000 waiting jobs cost one search per such key, not one each (each is a walk of the running jobs).
@@ -358,7 +384,7 @@ def _reclaim(state: _Pass, decided: list[Pending], waiting: dict[str, Wait],
             need = state.demand(group, job)
             if need is None or quotas.held(state.usage, org.name, group) + need > org.quota(group).nominal:
                 continue  # reclaiming gives back a nominal share, never more
-            key = (org.name, group, need, job.workers, job.gpus_per_worker,
+            key = (org.name, group, need, job.workers, job.gpus_per_worker, job.environment,
                    job.priority if policy is Preemption.BY_PRIORITY else None)
             if key in failed:
                 continue
@@ -400,17 +426,19 @@ def _release(state: _Pass, org: str, job_id: str) -> None:
         state.budgets[org] = budgets.settle(account, job_id, 0.0)
 
 
-def _take(spare: list[int], workers: int, gpus: int) -> list[int] | None:
-    """``spare`` without the ``workers`` smallest nodes that have ``gpus``; None when there are not enough."""
-    fitting = [i for i, g in enumerate(spare) if g >= gpus][:workers]
+def _take(spare: list[Node], job: Pending) -> list[Node] | None:
+    """``spare`` without the smallest nodes the job's workers take (its GPUs, its environment); None when there
+    are not enough."""
+    workers, gpus, env = job.workers, job.gpus_per_worker, job.environment
+    fitting = [i for i, n in enumerate(spare) if n.gpus >= gpus and (env is None or env in n.environments)][:workers]
     if len(fitting) < workers:
         return None
     drop = set(fitting)
-    return [g for i, g in enumerate(spare) if i not in drop]
+    return [n for i, n in enumerate(spare) if i not in drop]
 
 
 def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: str, policy: Preemption, gone: set[str],
-             spare: list[int], nodes: Mapping[str, Node], borrowers: list[Running]) -> list[Running] | None:
+             spare: list[Node], nodes: Mapping[str, Node], borrowers: list[Running]) -> list[Running] | None:
     """The fewest borrowed jobs whose end lets ``job`` fit, this pass's ``borrowers`` first (they have not
     started), then running ones, lowest priority and newest first; None if none do. On success ``spare`` loses
     the nodes the job will take and gains the rest of what its victims free."""
@@ -425,12 +453,16 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
     candidates = [r for r in borrowers if r.group == group and r.job_id not in gone and r.org != org.name
                   and snap.orgs.get(r.org) is not None and snap.orgs[r.org].cohort == org.cohort
                   and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)] + candidates
+    if job.environment is not None and _take(pool, job) is None:  # nodes offering its environment are missing:
+        # those that free one first (the others free only quota), each kind in the usual order
+        candidates.sort(key=lambda r: not any(envs.offers(nodes[e].environments, job.environment)
+                                              for e in r.executors if e in nodes))
     chosen: list[Running] = []
 
-    def enough() -> list[int] | None:
+    def enough() -> list[Node] | None:
         if not quotas.check(org, group, need, usage, snap.orgs, state.members).fits:
             return None
-        return _take(pool, job.workers, job.gpus_per_worker)
+        return _take(pool, job)
 
     for run in candidates:
         if enough() is not None:
@@ -439,8 +471,8 @@ def _victims(state: _Pass, org: Organisation, job: Pending, need: int, group: st
             continue  # that organisation is back within its nominal share: its jobs stay
         chosen.append(run)
         quotas.add(usage, run.org, group, -run.devices)
-        pool.extend(nodes[e].gpus for e in run.executors if e in nodes)
-        pool.sort()
+        pool.extend(nodes[e] for e in run.executors if e in nodes)
+        pool.sort(key=_smallest)
     rest = enough()
     if rest is None:
         return None  # an empty choice that is enough: nodes an earlier reclaim in this pass freed beyond its need

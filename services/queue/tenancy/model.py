@@ -107,6 +107,7 @@ class Pending:
     priority: int = 0
     project: str = DEFAULT_PROJECT
     needs_gpu_seconds: float = 0.0  # what admission reserves: the job's remaining ceiling
+    environment: str | None = None  # the Python environment it names: only nodes offering it take it
 
     @property
     def devices(self) -> int:
