@@ -313,7 +313,8 @@ def _agent_reports():
     grant = types.SimpleNamespace(rank=0, job_id="j1", world_size=1, checkpoint_quota_bytes=200,
                                   spec=types.SimpleNamespace(checkpoint_quota_bytes=1000))
     run = types.SimpleNamespace(grant=grant, phase=Phase.TRAINING, step=None, pending_step=None,
-                                last_step_sent_at=None, step_seconds_sum=0.0, step_seconds_n=0, confirmed_file=None)
+                                last_step_sent_at=None, step_seconds_sum=0.0, step_seconds_n=0, confirmed_file=None,
+                                uploader=None)
     return Reports(lambda run, cls, **fields: sent.append((cls, fields)), 60.0), run, sent
 
 

@@ -222,7 +222,7 @@ def _run(quota: int | None = 100) -> types.SimpleNamespace:
     grant = types.SimpleNamespace(rank=0, job_id="j1", world_size=1, spec=spec, checkpoint_quota_bytes=quota)
     return types.SimpleNamespace(grant=grant, phase=Phase.TRAINING, step=None, pending_step=None,
                                  last_step_sent_at=None, step_seconds_sum=0.0, step_seconds_n=0,
-                                 confirmed_file=None)
+                                 confirmed_file=None, uploader=None)
 
 
 def _reports() -> tuple[Reports, list[tuple[type, dict]]]:
