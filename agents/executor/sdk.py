@@ -219,9 +219,12 @@ def _number(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
+def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None,
+                step_seconds: float | None = None, **metrics: Any) -> None:
     """Report that ``step`` finished (at most 4 a second reach the agent, the latest and the last always:
-    ``sdk_steps.py``; the agent forwards at most one per progress interval)."""
+    ``sdk_steps.py``; the agent forwards at most one per progress interval). ``step_seconds``: the step's time as
+    the caller measured it (a callback reporting every few steps gives their mean); else the time since the last
+    report."""
     _install()
     if _stop["set"] and not _state["polled"]:
         # The script does not handle stops itself: end it here, between steps.
@@ -229,9 +232,11 @@ def report_step(step: int, *, total_steps: int | None = None, loss: float | None
     now = time.monotonic()
     last = _state["last_step_at"]
     _state["last_step_at"] = now
+    if step_seconds is None and last is not None:
+        step_seconds = now - last
     numeric = {k: n for k, v in metrics.items() if (n := _number(v)) is not None}
     _send({"type": "step", "step": int(step), "total_steps": total_steps, "loss": _number(loss),
-           "step_seconds": None if last is None else now - last, "metrics": numeric})
+           "step_seconds": _number(step_seconds), "metrics": numeric})
 
 
 def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
