@@ -1,7 +1,9 @@
-"""Checkpoint files: atomic writes with a checksummed sidecar, and finding the latest valid one.
+"""Checkpoints: files with a checksummed sidecar, directories with a manifest, and finding the latest valid one.
 
 A checkpoint is ``<dir>/step-00000120.pt`` plus ``<dir>/step-00000120.json`` ({step, sha256, bytes, created_at,
-format}). Both are written to a temporary file in the same directory, fsynced and renamed, so a reader never
+format}). A directory checkpoint (``checkpoint-120/``, issue 27) is complete once its manifest is in it
+(``ckpt_dir.py``); both kinds go through the same candidates, validity, retention and resume rules here. Both are
+written to a temporary file in the same directory, fsynced and renamed, so a reader never
 sees half a file under the final name; the sidecar is written last, so a checkpoint without one is incomplete.
 Used by the SDK (in the training process) and by the agent (to choose where a new attempt resumes from); it
 imports nothing heavy.
@@ -10,16 +12,15 @@ imports nothing heavy.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from . import ckpt_quota
+from . import ckpt_dir, ckpt_quota
+from .ckpt_io import run_epoch, write_atomic
 
 NAME = re.compile(r"^step-(\d{8,})\.pt$")
 
@@ -31,6 +32,8 @@ class Checkpoint:
     sha256: str
     bytes: int
     format: str = "bytes"
+    kind: str = "file"  # "file" (with its sidecar) or "directory" (with its manifest; sha256 is the manifest's)
+    files: int = 1  # regular files in it
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -39,45 +42,6 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 
 def sidecar_path(path: Path) -> Path:
     return Path(path).with_suffix(".json")
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], *, quota: int | None = None,
-                 step: int | None = None) -> None:
-    """Write through ``write(file)`` into a temp file next to ``path``, fsync, then rename over ``path``. With a
-    ``quota``, a file larger than it is removed before it gets the final name (``ckpt_quota.CheckpointRefused``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            size = os.fstat(f.fileno()).st_size  # the apparent size: a sparse file counts whole, as a reader sees it
-            if quota is not None and size > quota:
-                raise ckpt_quota.CheckpointRefused(step, size, quota)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 def sha256_of(path: Path) -> tuple[str, int]:
@@ -93,17 +57,12 @@ def write_sidecar(path: Path, step: int, *, fmt: str = "bytes", now: datetime | 
     sha, size = sha256_of(path)
     meta = {"step": step, "sha256": sha, "bytes": size, "format": fmt,
             "created_at": (now or datetime.now(UTC)).isoformat()}
-    epoch = epoch if epoch is not None else _run_epoch()
+    epoch = epoch if epoch is not None else run_epoch()
     if epoch is not None:
         meta["epoch"] = epoch
     data = json.dumps(meta, sort_keys=True).encode()
     write_atomic(sidecar_path(path), lambda f: f.write(data))
     return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=fmt)
-
-
-def _run_epoch() -> int | None:
-    value = os.environ.get("TETO_EPOCH", "")
-    return int(value) if value.isdigit() else None
 
 
 def save(directory: Path, step: int, write: Callable[[BinaryIO], None], *, fmt: str,
@@ -125,6 +84,9 @@ def validate(path: Path, *, quota: int | None = None,
     a file over ``quota`` (or whose sidecar claims so) is refused without being read, and the hash raises
     ``ckpt_quota.VerificationStopped`` as soon as ``stopped()`` is true."""
     path = Path(path)
+    if ckpt_dir.holds_checkpoint(path):
+        sealed, reason = ckpt_dir.verify(path, quota=quota, stopped=stopped)
+        return (None, reason) if sealed is None else (of_directory(sealed), None)
     side = sidecar_path(path)
     if path.is_symlink() or side.is_symlink():
         # A run may have planted a link to a file it cannot read itself; the agent (root) must not follow it.
@@ -154,18 +116,24 @@ def validate(path: Path, *, quota: int | None = None,
     return Checkpoint(step=step, path=path, sha256=sha, bytes=size, format=str(meta.get("format", "bytes"))), None
 
 
+def of_directory(sealed: ckpt_dir.Sealed) -> Checkpoint:
+    return Checkpoint(step=sealed.step, path=sealed.path, sha256=sealed.sha256, bytes=sealed.bytes,
+                      format="directory", kind="directory", files=len(sealed.manifest.files))
+
+
 def candidates(directory: Path) -> list[tuple[int, Path]]:
-    """Checkpoint files by step, newest first (sidecars alone are not candidates)."""
+    """Checkpoints by step, newest first: files and directories whose name says a step (``ckpt_dir.step_of``:
+    ``step-00000120.pt``, ``checkpoint-120``, ``epoch=0-step=120.ckpt``); sidecars alone are not candidates."""
     found = []
     try:
         entries = list(Path(directory).iterdir())
     except OSError:
         return []
     for p in entries:
-        m = NAME.match(p.name)
-        if m:
-            found.append((int(m.group(1)), p))
-    return sorted(found, key=lambda t: t[0], reverse=True)
+        step = ckpt_dir.step_of(p.name)
+        if step is not None:
+            found.append((step, p))
+    return sorted(found, key=lambda t: (t[0], t[1].name), reverse=True)
 
 
 def prunable(found: Sequence[tuple[int, bool, str]], step: int, keep: int) -> list[str]:
@@ -187,14 +155,18 @@ def prunable(found: Sequence[tuple[int, bool, str]], step: int, keep: int) -> li
 
 
 def _complete(path: Path) -> bool:
+    if ckpt_dir.holds_checkpoint(path):
+        manifest = ckpt_dir.manifest_path(path)
+        return not manifest.is_symlink() and manifest.is_file()
     side = sidecar_path(path)
     return not path.is_symlink() and not side.is_symlink() and side.is_file()
 
 
 def prune(directory: Path, step: int, keep: int) -> list[int]:
-    """Delete the checkpoints ``prunable`` names, each sidecar before its file (one half deleted reads as
-    incomplete, never as valid); the steps deleted. A file that cannot be deleted stays (the next prune tries it
-    again). Runs in the training process, with its own rights: a link is removed, never followed."""
+    """Delete the checkpoints ``prunable`` names, each sidecar before its file, a directory whole, its manifest
+    first (one half deleted reads as incomplete, never as valid); the steps deleted. One that cannot be deleted
+    stays (the next prune tries it again). Runs in the training process, with its own rights (and in the agent:
+    ``ckpt_fence.retain``): a link is removed, never followed."""
     if keep <= 0:
         return []
     directory = Path(directory)
@@ -205,8 +177,11 @@ def prune(directory: Path, step: int, keep: int) -> list[int]:
         if path.name not in names:
             continue
         try:
-            sidecar_path(path).unlink(missing_ok=True)
-            path.unlink(missing_ok=True)
+            if ckpt_dir.holds_checkpoint(path):
+                ckpt_dir.remove(path)
+            else:
+                sidecar_path(path).unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
         except OSError:
             continue
         gone.append(s)

@@ -13,6 +13,7 @@ a file the agent cannot read (another run's, root-owned 0600) is a reason, never
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from typing import Any
 
 from libs.contracts.agents import AcceptedCheckpoint
 
-from . import checkpoints
+from . import checkpoints, ckpt_dir
 from .checkpoints import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,10 @@ def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean:
 
 
 def inspect(step: int, path: Path) -> Found:
-    """What a checkpoint file's sidecar says of it; a link (the file or its sidecar) is never followed."""
+    """What a checkpoint file's sidecar (a directory's manifest, whose own SHA-256 is the checkpoint's checksum)
+    says of it; a link (the file, its sidecar, the directory, its manifest) is never followed."""
+    if ckpt_dir.holds_checkpoint(path):
+        return _inspect_directory(step, path)
     side = checkpoints.sidecar_path(path)
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode) or (os.path.lexists(side) and stat.S_ISLNK(os.lstat(side).st_mode)):
@@ -136,9 +140,27 @@ def inspect(step: int, path: Path) -> Found:
                  epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
 
 
+def _inspect_directory(step: int, path: Path) -> Found:
+    try:
+        data = ckpt_dir.read_manifest(path)
+        meta = json.loads(data)
+    except (OSError, ValueError):
+        return Found(step, path)
+    epoch = meta.get("epoch") if isinstance(meta, dict) else None
+    return Found(step, path, sha256=hashlib.sha256(data).hexdigest(),
+                 epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+
+
 def remove(path: Path) -> None:
-    """Delete a checkpoint never accepted, its sidecar first (half deleted reads as incomplete, never as valid); a
-    file the agent may not delete stays, ignored all the same."""
+    """Delete a checkpoint never accepted, its sidecar first (a directory whole, its manifest first: half deleted
+    reads as incomplete, never as valid); one the agent may not delete stays, ignored all the same."""
+    if ckpt_dir.holds_checkpoint(path):
+        try:
+            ckpt_dir.remove(path)
+        except OSError as exc:
+            log.warning("cannot delete %s, a checkpoint the queue never accepted (ignored all the same): %s", path,
+                        exc)
+        return
     for p in (checkpoints.sidecar_path(path), path):
         try:
             os.unlink(p)

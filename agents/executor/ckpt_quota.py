@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 CHUNK = 1 << 20  # bytes hashed between two looks at ``stopped``: a stop is seen within one chunk (~1 ms)
 QUOTA_ENV = "TETO_CHECKPOINT_QUOTA_BYTES"
@@ -82,17 +82,24 @@ def sha256_bounded(path: Path, *, limit: int | None = None,
     """SHA-256 and size of ``path``, reading at most ``limit`` bytes (a file that grows past it while being read
     raises ValueError with the quota's reason) and raising ``VerificationStopped`` as soon as ``stopped()`` says
     the run was stopped."""
+    with open(path, "rb") as f:
+        return sha256_stream(f, Path(path), limit=limit, stopped=stopped)
+
+
+def sha256_stream(f: BinaryIO, path: Path, *, limit: int | None = None, stopped: Callable[[], bool] | None = None,
+                  counted: int = 0) -> tuple[str, int]:
+    """``sha256_bounded`` of an open file (``path`` names it in errors). ``counted``: bytes of the same checkpoint
+    already hashed (a directory's earlier files), which count against ``limit`` too."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while True:
-            if stopped is not None and stopped():
-                raise VerificationStopped(Path(path), size)
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if limit is not None and size > limit:
-                raise ValueError(over_quota(size, limit) or "over the checkpoint quota")
-            digest.update(chunk)
+    while True:
+        if stopped is not None and stopped():
+            raise VerificationStopped(Path(path), counted + size)
+        chunk = f.read(CHUNK)
+        if not chunk:
+            break
+        size += len(chunk)
+        if limit is not None and counted + size > limit:
+            raise ValueError(over_quota(counted + size, limit) or "over the checkpoint quota")
+        digest.update(chunk)
     return digest.hexdigest(), size

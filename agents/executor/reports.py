@@ -12,12 +12,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from libs.contracts.bounds import MAX_SAFE_INT
-from libs.contracts.telemetry import CheckpointReport, CheckpointSkipped, Phase, StepReport, WorkerReady
+from libs.contracts.telemetry import (CheckpointKind, CheckpointReport, CheckpointSkipped, Phase, StepReport,
+                                      WorkerReady)
 
-from . import ckpt_fence, ckpt_quota
+from . import ckpt_dir, ckpt_fence, ckpt_quota
 from .run import Run
 
 log = logging.getLogger(__name__)
@@ -31,9 +33,12 @@ def quota(run: Run) -> int:
 
 
 def measured_size(path: object) -> int | None:
-    """The size on disk of a reported checkpoint: a link is not followed (its own size, not its target's), and
-    one that cannot be read has none (the report's own figure is judged then)."""
+    """The size on disk of a reported checkpoint (a directory's: all its files, nothing read): a link is not
+    followed (its own size, not its target's), and one that cannot be read has none (the report's own figure is
+    judged then)."""
     try:
+        if ckpt_dir.holds_checkpoint(Path(str(path))):
+            return ckpt_dir.measured_size(Path(str(path)))
         return os.lstat(str(path)).st_size
     except (OSError, ValueError):
         return None
@@ -80,8 +85,10 @@ class Reports:
                 self.send(run, CheckpointSkipped, path=str(record["path"]), reason=refused)
                 return
             step = int(record["step"])
+            shape = CheckpointKind.DIRECTORY if record.get("kind") == "directory" else CheckpointKind.FILE
             sent = self.send(run, CheckpointReport, step=step, path=str(record["path"]),
-                             sha256=record.get("sha256"), bytes=record.get("bytes"))
+                             sha256=record.get("sha256"), bytes=record.get("bytes"), checkpoint_kind=shape,
+                             files=record.get("files") if shape is CheckpointKind.DIRECTORY else None)
             if run.confirmed_file is not None and isinstance(sent, asyncio.Future):
                 # Retention in the run deletes older checkpoints only up to a reported one (ckpt_fence.py): a run
                 # whose reports go nowhere (its agent frozen, its bus cut) never deletes the one the queue accepted.
@@ -91,6 +98,9 @@ class Reports:
             why = ckpt_quota.over_quota(size, quota(run)) if isinstance(size, int) else None
             self.send(run, CheckpointSkipped, path=str(record.get("path") or "?"),
                       reason=why or f"refused by the training process: over the checkpoint quota of {quota(run)} bytes")
+        elif kind == "checkpoint_invalid":  # the SDK refused to seal a directory (a link inside): the person sees why
+            self.send(run, CheckpointSkipped, path=str(record.get("path") or "?"),
+                      reason=str(record.get("reason") or "refused by the training process")[:1000])
         elif kind == "ready" and not run.ready and run.grant.world_size > 1:
             self.on_ready(run)
         elif kind == "phase" and run.phase in (Phase.TRAINING, Phase.CHECKPOINTING, Phase.STARTING):

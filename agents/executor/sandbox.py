@@ -340,14 +340,18 @@ def open_for(settings: Any, grant: Any, *, start: int) -> Sandbox:
 
 
 def hand_over(checkpoint: Path, work: Path, box: Sandbox) -> Path:
-    """A copy of a checkpoint (and its sidecar), owned by the run's uid, in a fresh directory of its work dir: for
+    """A copy of a checkpoint (and its sidecar; a directory whole), owned by the run's uid, in a fresh directory of its work dir: for
     a gang rank that resumes from a checkpoint directory owned by rank 0's uid. Fresh (mkdtemp), so nothing a
     previous run planted there (a link) is written through."""
     dest = Path(tempfile.mkdtemp(prefix="resume-", dir=work))
     from .checkpoints import sidecar_path
+    from .ckpt_dir import holds_checkpoint
 
-    for src in (checkpoint, sidecar_path(checkpoint)):
-        shutil.copyfile(src, dest / src.name, follow_symlinks=False)
+    if holds_checkpoint(checkpoint):  # a directory checkpoint (verified: regular files only), manifest included
+        shutil.copytree(checkpoint, dest / checkpoint.name, symlinks=True)
+    else:
+        for src in (checkpoint, sidecar_path(checkpoint)):
+            shutil.copyfile(src, dest / src.name, follow_symlinks=False)
     if box.uid is not None:
         chown_tree(dest, box.uid, box.gid if box.gid is not None else box.uid)
     return dest / checkpoint.name

@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import checkpoints as _ckpt
+from . import ckpt_dir as _dir
 from . import ckpt_quota as _quota
+from . import sdk_ckpt as _sdk_ckpt
 from . import sdk_context as _context
 from . import sdk_steps as _steps
 from . import sdk_trace as _trace
@@ -45,10 +47,12 @@ from .ckpt_async import BackgroundWriter
 from .sdk_context import Context
 
 CheckpointRefused = _quota.CheckpointRefused
-__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointRefused", "Context", "checkpoint_on_stop",
-           "context", "exit_peer_lost", "init_distributed", "report_checkpoint", "report_phase", "report_ready",
-           "report_step", "resume_checkpoint", "save_checkpoint", "sleep", "stop_requested", "trace_parent",
-           "wait_checkpoints"]
+CheckpointInvalid = _dir.Invalid
+Manifest = _dir.Manifest
+__all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointInvalid", "CheckpointRefused", "Context",
+           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "init_distributed", "report_checkpoint",
+           "report_phase", "report_ready", "report_step", "resume_checkpoint", "save_checkpoint",
+           "seal_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
 EXIT_AGENT_GONE = 75  # EX_TEMPFAIL: the report pipe broke, the agent is gone
 EXIT_PEER_LOST = 76  # a gang worker whose group could not form or lost a peer: not a training error
@@ -240,19 +244,45 @@ def report_step(step: int, *, total_steps: int | None = None, loss: float | None
 
 
 def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
-    """Tell the agent a checkpoint for ``step`` is complete at ``path`` (a sidecar is written if missing)."""
+    """Tell the agent a checkpoint for ``step`` is complete at ``path``: a file (a sidecar is written if missing) or
+    a directory (``checkpoint-120/``: sealed with its manifest if it has none, ``seal_checkpoint``). One in the
+    job's checkpoint directory under a name that says its step is kept like the SDK's own (retention)."""
     _install()
     path = Path(path)
     quota = context().checkpoint_quota
-    if quota is not None and (size := path.stat().st_size) > quota:
-        _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
-    ckpt, _ = _ckpt.validate(path, quota=quota)
-    if ckpt is None:
-        ckpt = _ckpt.write_sidecar(path, int(step))
-    _send({"type": "checkpoint", "step": int(step), "path": str(path.resolve()), "sha256": ckpt.sha256,
-           "bytes": ckpt.bytes})
-    if path.parent.resolve() == context().checkpoint_dir.resolve() and _ckpt.NAME.match(path.name):
-        _prune(int(step))  # written in the SDK's layout, kept like the SDK's own
+    if _dir.holds_checkpoint(path):
+        ckpt = _sdk_ckpt.of(_seal(path, int(step)))
+    else:
+        if quota is not None and (size := path.stat().st_size) > quota:
+            _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
+        ckpt, _ = _ckpt.validate(path, quota=quota)
+        if ckpt is None:
+            ckpt = _ckpt.write_sidecar(path, int(step))
+    _send(_sdk_ckpt.record(ckpt))
+    if _sdk_ckpt.in_layout(path, context().checkpoint_dir):
+        _prune(int(step))
+
+
+def seal_checkpoint(path: str | os.PathLike[str], step: int) -> Manifest:
+    """Make a complete checkpoint directory a checkpoint: write its manifest (every file's relative path, size and
+    SHA-256; ``teto-manifest.json``, written last and atomically) unless it has a valid one of ``step`` already;
+    returns the manifest. Refused, with nothing written and the agent told why: a link or special file inside
+    (``CheckpointInvalid``), more bytes than the job's checkpoint quota (``CheckpointRefused``)."""
+    _install()
+    return _seal(Path(path), int(step)).manifest
+
+
+def _seal(path: Path, step: int) -> _dir.Sealed:
+    report_phase("checkpointing")  # hashing a large directory is a pause the health service must not call stuck
+    try:
+        return _sdk_ckpt.sealed(path, step, quota=context().checkpoint_quota)
+    except _quota.CheckpointRefused as exc:
+        _refuse(exc, path)
+    except _dir.Invalid as exc:
+        _send({"type": "checkpoint_invalid", "step": step, "path": str(path.resolve()), "reason": str(exc)})
+        raise
+    finally:
+        report_phase("training")
 
 
 def report_phase(phase: str) -> None:
@@ -273,8 +303,7 @@ def _refuse(exc: _quota.CheckpointRefused, path: Path | None = None) -> NoReturn
 
 
 def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
-    _send({"type": "checkpoint", "step": ckpt.step, "path": str(ckpt.path.resolve()), "sha256": ckpt.sha256,
-           "bytes": ckpt.bytes})
+    _send(_sdk_ckpt.record(ckpt))
 
 
 def _prune(step: int) -> None:
@@ -383,7 +412,9 @@ def wait_checkpoints() -> None:
 
 
 def resume_checkpoint() -> tuple[int, Path] | None:
-    """(step, path) of the checkpoint to resume from, or None to start fresh.
+    """(step, path) of the checkpoint to resume from, or None to start fresh. ``path`` is a file, or the directory
+    of a directory checkpoint (what ``Trainer.train(resume_from_checkpoint=...)`` or Lightning's ``ckpt_path``
+    takes).
 
     Under Teto the agent chose it (the latest valid one); outside Teto the latest valid one in the directory.
     """
@@ -394,8 +425,8 @@ def resume_checkpoint() -> tuple[int, Path] | None:
         ckpt, _ = _ckpt.validate(ctx.resume_from)
         if ckpt is not None:
             return ckpt.step, ctx.resume_from
-        m = _ckpt.NAME.match(ctx.resume_from.name)
-        return (int(m.group(1)), ctx.resume_from) if m else None
+        step = _sdk_ckpt.step_of_resume(ctx.resume_from)
+        return (step, ctx.resume_from) if step is not None else None
     ckpt, _ = _ckpt.latest_valid(ctx.checkpoint_dir)
     return (ckpt.step, ckpt.path) if ckpt else None
 

@@ -77,6 +77,11 @@ class StepReport(ProgressBase):
     metrics: ObservedFigures = Field(default_factory=dict, description="Metrics that are not finite are left out")
 
 
+class CheckpointKind(StrEnum):
+    FILE = "file"  # one file with its sidecar (sha256: the file's)
+    DIRECTORY = "directory"  # a directory with its manifest (sha256: the manifest's; bytes: all its files)
+
+
 class CheckpointReport(ProgressBase):
     SCHEMA = "teto.progress.checkpoint/1"
     kind: Literal["checkpoint"] = "checkpoint"
@@ -84,6 +89,8 @@ class CheckpointReport(ProgressBase):
     path: Path
     sha256: Digest | None = None
     bytes: Big | None = None
+    checkpoint_kind: CheckpointKind = Field(CheckpointKind.FILE, description="A file or a directory checkpoint")
+    files: Big | None = Field(None, description="Regular files in a directory checkpoint (its manifest lists them)")
 
 
 class CheckpointSkipped(ProgressBase):

@@ -50,7 +50,8 @@ def fact_of(msg: ProgressBase) -> lc.Fact:
     if isinstance(msg, StepReport):
         return lc.StepReported(msg.epoch, msg.step, msg.total_steps, msg.step_seconds)
     if isinstance(msg, CheckpointReport):
-        return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes)
+        return lc.Checkpointed(msg.epoch, msg.step, msg.path, msg.time, msg.sha256, msg.bytes,
+                               str(msg.checkpoint_kind), msg.files)
     if isinstance(msg, CheckpointSkipped):
         return lc.CheckpointSkipped(msg.epoch, msg.path, msg.reason)
     if isinstance(msg, RunFinished):

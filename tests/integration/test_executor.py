@@ -350,3 +350,32 @@ async def test_a_grant_the_agent_cannot_read_fails_its_attempt_with_the_reason(s
     assert done.error.startswith("the executor cannot read this grant:") and "workload" in done.error
     assert not queue.of(job, "started")
     await eventually(lambda: queue.raw.get(settings.subjects.rejected("executor")), 10, "the refusal")
+
+
+async def test_a_corrupt_file_in_the_newest_checkpoint_directory_is_skipped_for_the_previous(stack):
+    settings, js, queue = stack
+    job = _job()
+    await queue.grant(js, settings, job, command({"STEPS": "12", "CHECKPOINT_KIND": "directory"}), every=4)
+    done = await queue.wait_finished(job, timeout=30)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 12, done
+    reports = queue.of(job, "checkpoint")
+    assert [(c.step, c.checkpoint_kind, c.files) for c in reports] == [(s, "directory", 2) for s in (4, 8, 12)]
+    assert all(c.bytes > 4096 and c.path.endswith(f"checkpoint-{c.step}") for c in reports)
+    ckpt_dir = settings.effective_checkpoint_dir / job
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["checkpoint-12", "checkpoint-4", "checkpoint-8"]
+
+    # One byte of the newest checkpoint's optimizer state changes: the next run skips it, naming the file and why,
+    # and resumes from the previous directory.
+    damaged = ckpt_dir / "checkpoint-12" / "optimizer" / "optimizer.bin"
+    damaged.write_bytes(b"\xff" + damaged.read_bytes()[1:])
+    await queue.grant(js, settings, job, command({"STEPS": "14", "CHECKPOINT_KIND": "directory"}), epoch=2,
+                      every=4, attempt=2)
+    done = await queue.wait_finished(job, epoch=2, timeout=30)
+    assert done.outcome is RunOutcome.SUCCEEDED and done.last_step == 14, done
+    (skipped,) = queue.of(job, "checkpoint_skipped", epoch=2)
+    assert skipped.path.endswith("checkpoint-12")
+    assert skipped.reason.startswith("optimizer/optimizer.bin: checksum mismatch"), skipped.reason
+    (started,) = queue.of(job, "started", epoch=2)
+    assert started.resumed_from_step == 8 and started.resumed_from.endswith("checkpoint-8")
+    assert queue.of(job, "step", epoch=2)[0].step == 9  # continues after the previous checkpoint
+    assert [c.step for c in queue.of(job, "checkpoint", epoch=2)] == [12, 14]

@@ -234,8 +234,18 @@ def test_steps_update_the_job_without_events_and_keep_a_step_weighted_mean():
 def test_checkpoint_is_recorded_on_the_job_and_announced():
     t = decide(make_job(JobState.RUNNING), FACTS["checkpointed"](), LATER)
     assert t.job.last_checkpoint == {"step": 20, "path": "/c/step-20.pt", "sha256": "ab", "bytes": 9,
-                                     "at": LATER.isoformat(), "epoch": EPOCH}  # the epoch it was accepted under
+                                     "at": LATER.isoformat(), "epoch": EPOCH,  # the epoch it was accepted under
+                                     "kind": "file"}
     assert [e.event for e in t.events] == [JobEventKind.CHECKPOINTED]
+
+
+def test_a_directory_checkpoint_is_recorded_with_its_kind_size_and_files():
+    fact = Checkpointed(EPOCH, 20, "/c/checkpoint-20", LATER, "ab", 900, "directory", 7)
+    t = decide(make_job(JobState.RUNNING), fact, LATER)
+    assert {k: t.job.last_checkpoint[k] for k in ("kind", "bytes", "files", "path")} == {
+        "kind": "directory", "bytes": 900, "files": 7, "path": "/c/checkpoint-20"}
+    (ev,) = t.events
+    assert ev.detail["kind"] == "directory" and ev.detail["files"] == 7
 
 
 def test_checkpoint_skipped_is_an_event_with_the_reason():

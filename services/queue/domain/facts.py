@@ -154,6 +154,8 @@ class Checkpointed:
     at: datetime
     sha256: str | None = None
     bytes: int | None = None
+    kind: str = "file"  # or "directory" (CheckpointKind)
+    files: int | None = None
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,9 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
         # Accepted from the current epoch's lease holder (checked above and in ``from_holder``): the epoch is kept
         # with it, and the next grant resumes from this one only (``resume_point``), never from a newer file.
         ckpt = {"step": fact.step, "path": fact.path, "sha256": fact.sha256, "bytes": fact.bytes,
-                "at": fact.at.isoformat(), "epoch": fact.epoch}
+                "at": fact.at.isoformat(), "epoch": fact.epoch, "kind": fact.kind}
+        if fact.files is not None:
+            ckpt["files"] = fact.files
         new = evolve(job, last_checkpoint=ckpt, updated_at=now)
         return Transition(new, (EventDraft(JobEventKind.CHECKPOINTED, job.state, job.state, epoch=fact.epoch,
                                            executor_id=ex, detail=ckpt),))
