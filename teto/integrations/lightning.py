@@ -17,6 +17,8 @@ checkpoint directory are reported too once written. Outside Teto it writes nothi
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,10 +61,18 @@ class TetoCallback(Callback):
         self._began: float | None = None
         self._seen: dict[int, str] = {}  # id of each ModelCheckpoint -> the last path of its reported
         sdk.stop_requested()  # catches SIGTERM from here on (the callback is made on the main thread)
+        self._on_sigterm = signal.getsignal(signal.SIGTERM)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             gang.ready()  # the strategy formed the process group before the callbacks' setup
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._ctx.in_teto and callable(self._on_sigterm) and threading.current_thread() is threading.main_thread():
+            # Under Teto this callback owns the stop: Lightning's own SIGTERM handling (installed just before the
+            # fit loop runs) would end the run with status 0 after the step, and in a gang broadcast from inside
+            # the handler, out of step with the collectives the workers are in.
+            signal.signal(signal.SIGTERM, self._on_sigterm)
 
     # -- steps ----------------------------------------------------------------------------------------------
 

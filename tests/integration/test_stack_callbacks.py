@@ -1,0 +1,147 @@
+"""The training-stack callbacks inside real training processes (the libraries as installed, tiny random models):
+what reaches the report pipe from ``Trainer``, ``Seq2SeqTrainer`` and TRL's ``SFTTrainer`` with and without
+``peft``, and from Lightning: steps with loss and learning rate, each ``checkpoint-N`` directory reported once
+written, and a stop (SIGTERM, the stop file asking for a checkpoint) that ends the run on a fresh checkpoint of the
+step it stopped at, from which a resume continues at the next step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from agents.executor import ckpt_dir
+from libs.contracts.telemetry import EXIT_PEER_LOST  # noqa: F401 - the statuses the SDK ends a run with
+from teto import sdk
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "support" / "trainers_script.py"
+LIGHTNING = ROOT / "examples" / "lightning" / "train.py"
+
+
+class Run:
+    """A training process started as the agent starts one (TETO_* environment, the report pipe), its lines
+    collected as they come."""
+
+    def __init__(self, argv: list[str], tmp: Path, *, resume: Path | None = None) -> None:
+        self.tmp = tmp
+        self.ck = tmp / "ck"
+        (tmp / "work").mkdir(exist_ok=True)
+        self.stop_file = tmp / "stop.json"
+        r, w = os.pipe()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
+        env.update(PYTHONPATH=str(ROOT), TETO_JOB_ID="j1", TETO_EPOCH="1", TETO_REPORT_FD=str(w),
+                   TETO_CHECKPOINT_DIR=str(self.ck), TETO_WORK_DIR=str(tmp / "work"),
+                   TETO_STOP_FILE=str(self.stop_file), TETO_PROGRESS_INTERVAL="0.01", TETO_CHECKPOINT_EVERY="2",
+                   TETO_RESUME_FROM=str(resume) if resume else "")
+        self.proc = subprocess.Popen([sys.executable, *argv], env=env, pass_fds=(w,), cwd=tmp / "work",
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        os.close(w)
+        self.lines: list[dict] = []
+        self.stepped = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(r,), daemon=True)
+        self._reader.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd) as f:
+            for line in f:
+                record = json.loads(line)
+                self.lines.append(record)
+                if record["type"] == "step" and record["step"] >= 3:
+                    self.stepped.set()
+
+    def wait(self) -> tuple[int, str]:
+        out = self.proc.communicate(timeout=240)[0].decode(errors="replace")
+        self._reader.join(10)
+        return self.proc.returncode, out
+
+    def steps(self) -> list[dict]:
+        return [x for x in self.lines if x["type"] == "step"]
+
+    def checkpoints(self) -> list[dict]:
+        return [x for x in self.lines if x["type"] == "checkpoint"]
+
+    def stop(self, *, checkpoint_first: bool = True) -> None:
+        """As the agent stops a run at its ceiling: the stop file, then SIGTERM, once the run is past step 3."""
+        assert self.stepped.wait(180), self.lines
+        self.stop_file.write_text(json.dumps({"checkpoint_first": checkpoint_first}))
+        os.kill(self.proc.pid, signal.SIGTERM)
+
+
+def _complete_directory(record: dict, ck: Path) -> None:
+    path = Path(record["path"])
+    assert record["kind"] == "directory" and path.parent == ck.resolve(), record
+    assert path.name == f"checkpoint-{record['step']}"
+    found, why = ckpt_dir.verify(path)
+    assert found is not None and found.step == record["step"], why
+
+
+@pytest.mark.parametrize(("kind", "peft"), [("trainer", "peft"), ("trainer", "plain"), ("seq2seq", "peft"),
+                                            ("sft", "peft"), ("sft", "plain")], ids=lambda v: v)
+def test_a_trainer_reports_steps_loss_learning_rate_and_each_checkpoint_directory_once_written(tmp_path, kind, peft):
+    run = Run([str(SCRIPT), kind, peft, "4", "2", "0"], tmp_path)
+    rc, out = run.wait()
+    assert rc == 0, out[-3000:]
+    steps = run.steps()
+    assert steps[-1]["step"] == 4 and steps[-1]["total_steps"] == 4, steps
+    assert [s["step"] for s in steps] == sorted({s["step"] for s in steps})  # each once, in order
+    assert all(s["loss"] is not None and s["metrics"]["learning_rate"] >= 0 for s in steps), steps
+    assert all(s["step_seconds"] is not None for s in steps[1:]), steps
+    assert [c["step"] for c in run.checkpoints()] == [2, 4]
+    for record in run.checkpoints():
+        _complete_directory(record, run.ck)
+    # Under Teto rank 0 writes in the job's checkpoint directory (Trainer makes the one it was given, empty).
+    assert not any((tmp_path / "work" / "out").iterdir())
+
+
+@pytest.mark.parametrize(("kind", "peft"), [("trainer", "peft"), ("sft", "plain")], ids=lambda v: v)
+def test_a_stop_ends_a_trainer_on_a_fresh_checkpoint_and_the_resume_continues_at_the_next_step(tmp_path, kind, peft):
+    run = Run([str(SCRIPT), kind, peft, "100000", "100000", "0.05"], tmp_path)
+    run.stop()
+    rc, out = run.wait()
+    assert rc == sdk.EXIT_STOPPED, out[-3000:]
+    assert "trained to step" not in out  # nothing after train() runs for a stopped run
+    last = run.steps()[-1]["step"]
+    (ckpt,) = run.checkpoints()  # no cadence save in 100000 steps: this is the stop's
+    assert ckpt["step"] == last >= 3, (ckpt, run.steps()[-3:])
+    _complete_directory(ckpt, run.ck)
+
+    again = Run([str(SCRIPT), kind, peft, str(last + 2), "100000", "0"], tmp_path, resume=Path(ckpt["path"]))
+    rc, out = again.wait()
+    assert rc == 0, out[-3000:]
+    assert [s["step"] for s in again.steps()][0] == last + 1 and again.steps()[-1]["step"] == last + 2
+
+
+def test_a_stop_that_asks_for_no_checkpoint_ends_the_trainer_without_one(tmp_path):
+    run = Run([str(SCRIPT), "trainer", "plain", "100000", "100000", "0.05"], tmp_path)
+    run.stop(checkpoint_first=False)
+    rc, out = run.wait()
+    assert rc == sdk.EXIT_STOPPED, out[-3000:]
+    assert run.checkpoints() == []
+
+
+def test_lightning_reports_stops_on_a_fresh_checkpoint_and_resumes_at_the_next_step(tmp_path):
+    run = Run([str(LIGHTNING), "--max-steps", "100000", "--step-seconds", "0.05"], tmp_path)
+    run.stop()
+    rc, out = run.wait()
+    assert rc == sdk.EXIT_STOPPED, out[-3000:]
+    steps = run.steps()
+    assert all(s["loss"] is not None and "learning_rate" in s["metrics"] for s in steps), steps
+    checkpoints = run.checkpoints()
+    # Every TETO_CHECKPOINT_EVERY (2) steps, and the stop's at the last step: full Lightning checkpoints (files).
+    assert [c["step"] for c in checkpoints][:2] == [2, 4]
+    last = checkpoints[-1]
+    assert last["step"] == steps[-1]["step"] and last["kind"] == "file", (last, steps[-2:])
+    assert Path(last["path"]).name == f"step-{last['step']:08d}.pt"
+
+    again = Run([str(LIGHTNING), "--max-steps", str(last["step"] + 2)], tmp_path, resume=Path(last["path"]))
+    rc, out = again.wait()
+    assert rc == 0, out[-3000:]
+    assert again.steps()[0]["step"] == last["step"] + 1 and again.steps()[-1]["step"] == last["step"] + 2
