@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from agents.executor import ckpt_dir
-from libs.contracts.telemetry import EXIT_PEER_LOST  # noqa: F401 - the statuses the SDK ends a run with
 from teto import sdk
 
 pytestmark = pytest.mark.integration

@@ -41,6 +41,18 @@ def test_the_last_step_is_reported_within_the_interval():
     assert not policy.report_due(pace, 100.1, 5.0, step=9, max_steps=10)
 
 
+def test_the_step_a_stop_ends_the_run_at_is_reported_within_the_interval():
+    # Its checkpoint is reported next: the job's step must not lag behind the checkpoint it holds.
+    assert policy.report_due(Pace(reported_at=100.0), 100.1, 5.0, step=9, max_steps=None, final=True)
+
+
+@pytest.mark.parametrize(("step", "every", "saved", "due"), [
+    (10, 5, set(), True), (10, 5, {10}, False), (11, 5, set(), False), (0, 5, set(), False), (10, None, set(), False),
+    (10, 0, set(), False), (3, 1, {1, 2}, True)], ids=str)
+def test_the_jobs_cadence_asks_for_a_checkpoint_every_n_steps_once(step, every, saved, due):
+    assert policy.cadence_due(step, every, saved=saved) is due
+
+
 def test_a_report_carries_the_mean_step_time_since_the_last_and_starts_afresh():
     pace = Pace()
     for seconds in (0.1, 0.3, None, -1.0):  # untimed and negative steps are not timed

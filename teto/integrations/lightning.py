@@ -87,7 +87,9 @@ class TetoCallback(Callback):
         step = trainer.global_step
         policy.note_step(self.pace, None if self._began is None else now - self._began)
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        if policy.report_due(self.pace, now, self.interval, step=step, max_steps=max_steps):
+        decision = policy.on_stop(gang.stop_together(sdk.stop_requested()),
+                                  checkpoint_first=sdk.checkpoint_on_stop(), saved_this_step=step in self.saved)
+        if policy.report_due(self.pace, now, self.interval, step=step, max_steps=max_steps, final=decision.stop):
             logs: dict[str, Any] = {"loss": _loss(outputs)}
             if trainer.optimizers:
                 logs["learning_rate"] = trainer.optimizers[0].param_groups[0]["lr"]
@@ -95,10 +97,7 @@ class TetoCallback(Callback):
             r = policy.take_report(self.pace, now, step=step, max_steps=max_steps)
             sdk.report_step(r.step, total_steps=r.total_steps, loss=r.loss, step_seconds=r.step_seconds,
                             **r.metrics)
-        decision = policy.on_stop(gang.stop_together(sdk.stop_requested()),
-                                  checkpoint_first=sdk.checkpoint_on_stop(), saved_this_step=step in self.saved)
-        due = self.every is not None and self.every > 0 and step > 0 and step % self.every == 0
-        if decision.save or (due and not decision.stop and step not in self.saved):
+        if decision.save or (not decision.stop and policy.cadence_due(step, self.every, saved=self.saved)):
             self._save(trainer, step)
         if decision.stop:
             self.stopping = True

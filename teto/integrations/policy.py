@@ -79,10 +79,12 @@ def note_logs(pace: Pace, logs: Mapping[str, Any]) -> bool:
     return False
 
 
-def report_due(pace: Pace, now: float, interval: float, *, step: int, max_steps: int | None) -> bool:
-    """Whether the step that just ended is reported: the first, the last (``step == max_steps``), or the first
-    after ``interval`` seconds since the last report; never two within an interval otherwise."""
-    if pace.reported_at is None:
+def report_due(pace: Pace, now: float, interval: float, *, step: int, max_steps: int | None,
+               final: bool = False) -> bool:
+    """Whether the step that just ended is reported: the first, the last (``step == max_steps``, or ``final``: the
+    step a stop ends the run at, whose checkpoint must not be ahead of the job's step), or the first after
+    ``interval`` seconds since the last report; never two within an interval otherwise."""
+    if pace.reported_at is None or final:
         return True
     if max_steps is not None and max_steps > 0 and step >= max_steps:
         return True
@@ -111,6 +113,12 @@ def take_report(pace: Pace, now: float, *, step: int, max_steps: int | None) -> 
     pace.reported_at, pace.seconds_sum, pace.seconds_n, pace.loss = now, 0.0, 0, None
     pace.metrics = {}
     return report
+
+
+def cadence_due(step: int, every: int | None, *, saved: set[int]) -> bool:
+    """A callback that writes the job's checkpoints itself (Lightning's) saves after every ``every`` steps (the
+    job's ``checkpoint_every_steps``), once per step."""
+    return every is not None and every > 0 and step > 0 and step % every == 0 and step not in saved
 
 
 @dataclass(frozen=True)

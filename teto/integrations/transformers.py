@@ -46,6 +46,7 @@ class TetoCallback(TrainerCallback):
         self.stopping = False
         self._began: float | None = None
         self._pending: int | None = None  # a step whose report waits for the loss its log is about to give
+        self._final = False  # the pending step is the one a stop ends the run at
         self._ctx = sdk.context()
         sdk.stop_requested()  # catches SIGTERM from here on (the callback is made on the main thread)
 
@@ -86,6 +87,7 @@ class TetoCallback(TrainerCallback):
             control.should_save = control.should_save or decision.save
         if control.should_save:
             sdk.report_phase("checkpointing")  # a long save is not a stuck step
+        self._final = decision.stop
         if control.should_log:  # DefaultFlowCallback, first in the list, decided: the loss comes in on_log
             self._pending = state.global_step
         else:
@@ -100,7 +102,7 @@ class TetoCallback(TrainerCallback):
 
     def _report(self, step: int, max_steps: int | None, now: float) -> None:
         self._pending = None
-        if not policy.report_due(self.pace, now, self.interval, step=step, max_steps=max_steps):
+        if not policy.report_due(self.pace, now, self.interval, step=step, max_steps=max_steps, final=self._final):
             return
         r = policy.take_report(self.pace, now, step=step, max_steps=max_steps)
         sdk.report_step(r.step, total_steps=r.total_steps, loss=r.loss, step_seconds=r.step_seconds, **r.metrics)

@@ -1,0 +1,154 @@
+"""Issue 27's "what must be shown" for the training stacks, under ``teto up`` (CPU): the Hugging Face LoRA example
+(``Trainer`` + ``peft``, examples/hf_lora/) and the Lightning example run as ``command`` jobs with their callbacks,
+report a loss curve, checkpoint (directories for HF), stop at their GPU ceiling on a checkpoint written at the
+stop (``interrupted``), resume after a requeue with a new total ceiling from that checkpoint at the next step (the
+adapter's weights after resume those saved) and succeed; a run hanging inside a training step shows ``stuck`` on
+the job and its executor, only because the callback's reports stopped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .stack import JOB_PYTHON, Stack, eventually, start_stack
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+HF = str(REPO / "examples" / "hf_lora" / "train.py")
+LIGHTNING = str(REPO / "examples" / "lightning" / "train.py")
+CEILING = 20.0  # GPU-seconds of the first run: imports (a few seconds, more on a loaded machine), then steps
+STEPS = 70
+STEP_SECONDS = 0.2
+PROGRESS = 1.0  # the executors' progress interval: a point of the loss curve a second
+STUCK_AFTER = 4.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:
+    root = tmp_path_factory.mktemp("stacks")
+    os.chmod(root, 0o755)
+    s = start_stack(root / "teto", executors=3, lease=10, heartbeat=1,
+                    extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": str(PROGRESS),
+                               "TETO_STUCK_AFTER_SECONDS": str(STUCK_AFTER), "TETO_STOP_GRACE_SECONDS": "20"})
+    yield s
+    assert s.stop() == 0
+
+
+def _submit(stack: Stack, name: str, command: list[str], **spec) -> str:
+    r = stack.post("/v1/jobs", {"name": name, "checkpoint_every_steps": 20, **spec,
+                                "workload": {"kind": "command", "command": [JOB_PYTHON, *command]}})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def _points(stack: Stack, job_id: str) -> list[dict]:
+    r = stack.get(f"/v1/jobs/{job_id}/steps")
+    assert r.status_code == 200, r.text
+    return r.json()["points"]
+
+
+def _why(stack: Stack, job_id: str) -> tuple:
+    return ([(e["event"], e.get("reason"), e.get("error"), e.get("detail")) for e in stack.events(job_id)][-12:],
+            stack.log_tail(3000))
+
+
+def _interrupted_at_ceiling(stack: Stack, job_id: str) -> dict:
+    job = stack.wait_state(job_id, {"interrupted", "failed", "succeeded", "cancelled"}, 240)
+    assert job["state"] == "interrupted" and job["reason"] == "gpu_ceiling", (job, _why(stack, job_id))
+    return job
+
+
+def _requeue(stack: Stack, job_id: str) -> None:
+    """Requeued with a new total ceiling that leaves room to finish."""
+    consumed = stack.job(job_id)["budget"]["consumed_seconds"]
+    r = stack.post(f"/v1/jobs/{job_id}/requeue", {"gpu_ceiling_seconds": round(consumed + 240, 3)})
+    assert r.status_code in (200, 202), r.text
+
+
+def _resumed_at(stack: Stack, job_id: str, step: int) -> list[dict]:
+    """The second run started from the checkpoint of ``step`` and its first step is the next one: nothing between
+    the checkpoint and the stop is trained twice (the checkpoint was written at the stop)."""
+    started = [e for e in stack.events(job_id) if e["event"] == "started"]
+    assert len(started) == 2 and started[-1]["detail"]["resumed_from_step"] == step, started
+    points = _points(stack, job_id)
+    epochs = sorted({p["epoch"] for p in points})
+    second = [p for p in points if p["epoch"] == epochs[-1]]
+    assert second[0]["step"] == step + 1 and second[-1]["step"] == STEPS, second[:3]
+    return points
+
+
+def _files(root: Path, name: str) -> list[Path]:
+    return [Path(d) / name for d, _, files in os.walk(root, followlinks=True) if name in files]
+
+
+def _timeline(stack: Stack, job_id: str) -> str:
+    return " ".join(f"{e['event']}@{e['time'][11:19]}" for e in stack.events(job_id)
+                    if e["event"] not in ("progress", "checkpointed"))
+
+
+def test_hf_lora_and_lightning_stop_at_their_ceilings_on_a_fresh_checkpoint_and_resume_exactly(stack, tmp_path):
+    """Both examples at once, each on its own executor: the HF run's checkpoints are directories; the resumed HF
+    run's adapter is the one saved at the stop, tensor for tensor."""
+    from safetensors.torch import load_file
+
+    hf = _submit(stack, "hf-lora", [HF, "--max-steps", str(STEPS), "--save-steps", "20", "--step-seconds",
+                                    str(STEP_SECONDS), "--adapter-at-start", "adapter-at-start.safetensors"],
+                 gpu_ceiling_seconds=CEILING)
+    lit = _submit(stack, "lightning", [LIGHTNING, "--max-steps", str(STEPS), "--step-seconds", str(STEP_SECONDS)],
+                  gpu_ceiling_seconds=CEILING)
+
+    job = _interrupted_at_ceiling(stack, hf)
+    ckpt = job["last_checkpoint"]
+    n = ckpt["step"]
+    path = stack.data_dir / "checkpoints" / hf / f"checkpoint-{n}"
+    assert ckpt.get("kind") == "directory" and (path / "teto-manifest.json").is_file(), ckpt
+    assert (path / "adapter_model.safetensors").is_file() and (path / "optimizer.pt").is_file()
+    points = _points(stack, hf)
+    # The loss curve: points with a loss and the learning rate. The last step trained is the checkpoint's: it was
+    # written at the stop, not at the last multiple of --save-steps.
+    assert len([p for p in points if p["loss"] is not None]) >= 3, points
+    assert all("learning_rate" in p["metrics"] for p in points), points[:3]
+    assert points[-1]["step"] == n, (n, points[-3:])
+    saved = tmp_path / "saved.safetensors"
+    shutil.copyfile(path / "adapter_model.safetensors", saved)  # retention may delete it once the run goes on
+    _requeue(stack, hf)
+
+    job = _interrupted_at_ceiling(stack, lit)
+    m = job["last_checkpoint"]["step"]
+    assert (stack.data_dir / "checkpoints" / lit / f"step-{m:08d}.pt").is_file()
+    points = _points(stack, lit)
+    assert points[-1]["step"] == m and all(p["loss"] is not None for p in points), (m, points[-3:])
+    _requeue(stack, lit)
+
+    for job_id, step in ((hf, n), (lit, m)):
+        job = stack.wait_state(job_id, {"succeeded", "failed", "cancelled"}, 300)
+        assert job["state"] == "succeeded", (job, _why(stack, job_id))
+        _resumed_at(stack, job_id, step)
+        print(f"\n{job['name']}: stopped at step {step}; {_timeline(stack, job_id)}")
+    # The adapter the resumed run trained from is the one saved at the stop, tensor for tensor.
+    (at_start,) = _files(stack.data_dir / "executors", "adapter-at-start.safetensors") or [None]
+    assert at_start is not None
+    resumed, expected = load_file(at_start), load_file(saved)
+    assert resumed.keys() == expected.keys() and expected
+    assert all((resumed[k] == expected[k]).all() for k in expected)
+
+
+def test_a_run_hanging_inside_a_training_step_shows_stuck_on_the_job_and_its_executor(stack):
+    job_id = _submit(stack, "hangs", [HF, "--max-steps", "100", "--hang-at-step", "20", "--step-seconds", "0.1"])
+
+    def stuck() -> dict | None:
+        job = stack.job(job_id)
+        return job if (job.get("signal") or {}).get("signal") == "stuck" else None
+
+    job = eventually(stuck, 120, "the job to show stuck")
+    # Steps were reported (at the progress interval) until the hang; step 20 never ended.
+    assert job["state"] == "running" and 1 <= job["last_step"] < 20, job
+    (executor,) = [e for e in stack.get("/v1/executors").json() if e.get("job_id") == job_id]
+    assert executor["signal"] == "stuck" and 1 <= executor["step"] < 20, executor
+    r = stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "hung"})
+    assert r.status_code in (200, 202), r.text
+    assert stack.wait_state(job_id, {"cancelled"}, 60)["state"] == "cancelled"
