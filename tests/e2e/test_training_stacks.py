@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,9 @@ def _points(stack: Stack, job_id: str) -> list[dict]:
 
 
 def _why(stack: Stack, job_id: str) -> tuple:
-    return ([(e["event"], e.get("reason"), e.get("error"), e.get("detail")) for e in stack.events(job_id)][-12:],
-            stack.log_tail(3000))
+    return ([(e["event"], e.get("epoch"), e.get("reason"), e.get("error"), e.get("detail"))
+             for e in stack.events(job_id) if e["event"] not in ("progress", "checkpointed")][-12:],
+            stack.log_tail(1500))
 
 
 def _interrupted_at_ceiling(stack: Stack, job_id: str) -> dict:
@@ -152,3 +154,38 @@ def test_a_run_hanging_inside_a_training_step_shows_stuck_on_the_job_and_its_exe
     r = stack.post(f"/v1/jobs/{job_id}/cancel", {"reason": "hung"})
     assert r.status_code in (200, 202), r.text
     assert stack.wait_state(job_id, {"cancelled"}, 60)["state"] == "cancelled"
+
+
+def test_a_two_worker_gang_trains_the_hf_example_with_ddp_and_resumes_after_a_workers_agent_is_killed(stack):
+    """The unchanged HF example as a gang of two: each worker gets torchrun's variables, Trainer forms a gloo
+    group through them, only rank 0's checkpoint directories are reported. Rank 0's agent is SIGKILLed after a
+    checkpoint (its worker dies with it, the peer leaves as peer-lost): the gang is requeued and resumes from
+    that checkpoint on the live nodes, every rank, and succeeds without a training error."""
+    job_id = _submit(stack, "hf-ddp", [HF, "--max-steps", "60", "--save-steps", "10", "--step-seconds", "0.2"],
+                     workers=2, checkpoint_every_steps=10)
+    job = eventually(lambda: (j := stack.job(job_id))["state"] in ("failed", "succeeded", "cancelled") and j
+                     or (j["last_checkpoint"] or {}).get("step", 0) >= 10 and j, 240, "a first checkpoint")
+    assert job["state"] == "running" and len(job["gang"]) == 2, (job, _why(stack, job_id))
+    checkpointed = job["last_checkpoint"]["step"]
+    assert job["last_checkpoint"].get("kind") == "directory"
+    victim = next(w["executor_id"] for w in job["gang"] if w["rank"] == 0)
+    (agent,) = [p for p in stack.processes() if p["executor_id"] == victim]
+    os.kill(agent["pid"], signal.SIGKILL)
+
+    done = stack.wait_state(job_id, {"succeeded", "failed", "cancelled"}, 300)
+    if done["state"] != "succeeded":
+        for e in stack.events(job_id):
+            if e["event"] not in ("progress", "checkpointed"):
+                print(e["event"], e.get("epoch"), e.get("reason"), (e.get("error") or "")[-600:])
+    assert done["state"] == "succeeded", (done, _why(stack, job_id))
+    assert done["attempts"]["training_error"] == 0, (done["attempts"], _why(stack, job_id))
+    events = stack.events(job_id)
+    epochs = sorted({e["epoch"] for e in events if e["event"] == "started"})
+    assert len(epochs) >= 2, _why(stack, job_id)
+    restarted = [e for e in events if e["event"] == "started" and e["epoch"] == epochs[-1]]
+    assert len(restarted) == 2 and {e["detail"]["resumed_from_step"] for e in restarted} >= {checkpointed}, restarted
+    # Only rank 0 reports checkpoints: one report per step, every one a directory of the job's.
+    reported = [e for e in events if e["event"] == "checkpointed"]
+    steps = [e["detail"]["step"] for e in reported]
+    assert steps and len(steps) == len(set(steps)) and done["last_checkpoint"]["step"] == 60, reported[-3:]
+    print(f"\nhf-ddp: killed rank 0's agent after step {checkpointed}; {_timeline(stack, job_id)}")

@@ -120,3 +120,10 @@ def test_the_resume_path_is_the_chosen_checkpoint_or_none():
                          ids=str)
 def test_a_gang_stops_together_when_any_worker_was_asked(flags, stop):
     assert policy.stop_agreed(flags) is stop
+
+
+@pytest.mark.parametrize(("before", "after", "gone"), [
+    ([3], [6], False), ([3, 4], [6, 7], False), ([3], [3], True), ([3, 4], [6, 4], True), ([0], [0], True),
+    ([], [], False), ([1], [], True)], ids=str)
+def test_a_peer_whose_alive_count_stopped_is_gone(before, after, gone):
+    assert policy.beats_stopped(before, after) is gone

@@ -168,3 +168,9 @@ def stop_agreed(flags: list[bool]) -> bool:
     """A gang stops together: any worker asked to stop stops every worker at the same step (the others would
     wait in their next collective for a peer that left)."""
     return any(flags)
+
+
+def beats_stopped(before: list[int], after: list[int]) -> bool:
+    """Whether any peer's alive count (read from the gang's store some beats apart) did not move: that peer is gone.
+    Counts that cannot be paired (a peer missing from one read) read as gone."""
+    return len(before) != len(after) or any(a <= b for b, a in zip(before, after, strict=True))

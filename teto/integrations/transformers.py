@@ -25,7 +25,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from teto import sdk
 
-from . import gang, policy
+from . import cpu_location, gang, policy
 
 __all__ = ["TetoCallback", "resume_from_checkpoint"]
 
@@ -49,6 +49,7 @@ class TetoCallback(TrainerCallback):
         self._final = False  # the pending step is the one a stop ends the run at
         self._ctx = sdk.context()
         sdk.stop_requested()  # catches SIGTERM from here on (the callback is made on the main thread)
+        cpu_location.install()  # a CPU gang's resume loads its optimizer onto cpu:0 (cpu_location.py)
 
     # -- where checkpoints go, and the gang ----------------------------------------------------------------
 
