@@ -67,7 +67,7 @@ def main() -> int:
             return 3
         loss = (weight - 3.0) ** 2
         weight -= 0.1 * 2 * (weight - 3.0)
-        sdk.report_step(step, total_steps=steps, loss=loss, weight=weight)
+        sdk.report_step(step, total_steps=steps, loss=loss, weight=weight, learning_rate=0.1)
         if step % every == 0 or step == steps:
             save(step, weight, background=True)
         if step_seconds:

@@ -242,7 +242,8 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     for flag, field in (("name", "name"), ("ceiling", "gpu_ceiling_seconds"),
                         ("checkpoint_every", "checkpoint_every_steps"), ("checkpoints_kept", "checkpoints_kept"),
                         ("workers", "workers"),
-                        ("gpus", "gpus_per_worker"), ("max_attempts", "max_attempts")):
+                        ("gpus", "gpus_per_worker"), ("max_attempts", "max_attempts"),
+                        ("environment", "environment")):
         value = getattr(args, flag, None)
         if value is not None:
             spec[field] = value
@@ -384,6 +385,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", type=_env_pair, action="append", metavar="KEY=VALUE", help="for a command workload")
     p.add_argument("--secret-env", action="append", metavar="NAME", help="a command workload's secret: the value "
                    "of NAME in this shell's environment, encrypted by the gateway and shown to no one")
+    p.add_argument("--environment", metavar="PATH", help="the Python environment a command workload runs in (an "
+                   "interpreter or venv the nodes offer: teto env create, TETO_ENVIRONMENTS)")
     p.add_argument("--file", help="a JobSpec JSON file (flags override it)")
     p.add_argument("--no-wait", action="store_true", help="answer once the submit is durable, before the queue "
                    "decides it (Prefer: respond-async); read the decision with teto command ID")
@@ -431,6 +434,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from .cli_status import add_parser as add_status
 
     add_status(sub, common, _guard)
+
+    from .cli_env import add_parser as add_env
+
+    add_env(sub)
 
     tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)

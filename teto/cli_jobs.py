@@ -65,7 +65,8 @@ def add_jobs_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def live_lines(job: Mapping[str, Any]) -> list[str]:
-    """``teto job`` lines for the provisional budget and the interruption cost (absent fields: no lines)."""
+    """``teto job`` lines for the provisional budget, the interruption cost and what the runs reported (absent
+    fields: no lines)."""
     lines = []
     b = job.get("budget") or {}
     if b.get("provisional_seconds"):
@@ -79,6 +80,13 @@ def live_lines(job: Mapping[str, Any]) -> list[str]:
         lines.append(f"{what:<9} {_cell(steps)} step{'' if steps == 1 else 's'} and {_cell(cost.get('gpu_seconds'))}"
                      " GPU-s since "
                      f"the last checkpoint (step {_cell(cost.get('checkpoint_step'))})")
+    reported = job.get("reported")
+    if reported:
+        lines.append(f"reported  step {_cell(reported.get('step'))}: loss {_cell(reported.get('loss'))}, learning rate "
+                     f"{_cell(reported.get('learning_rate'))}")
+    for c in (job.get("checkpoints") or [])[:1]:
+        lines.append(f"last ckpt step {_cell(c.get('step'))}: a {c.get('kind')} of {_cell(c.get('bytes'))} bytes"
+                     + (f" in {c.get('files')} files" if c.get("kind") == "directory" else ""))
     return lines
 
 

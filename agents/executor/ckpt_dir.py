@@ -16,6 +16,7 @@ apart from the I/O (``listing``, ``seal``, ``verify``). Imports nothing heavy.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -362,10 +363,23 @@ def measured_size(directory: Path) -> int | None:
 
 def remove(directory: Path) -> None:
     """Delete a directory checkpoint: its manifest first (half deleted reads as incomplete, never as valid), then
-    the rest; a link in its place is removed, never followed. OSError when it cannot be deleted."""
+    the rest; a link in its place is removed, never followed, even one swapped in meanwhile (the manifest is
+    unlinked through the directory's own descriptor, and ``shutil.rmtree`` never follows one). OSError when it
+    cannot be deleted."""
     directory = Path(directory)
-    if not is_directory(directory):
-        directory.unlink(missing_ok=True)
+    try:
+        fd = os.open(directory, _DIR)
+    except FileNotFoundError:
         return
-    manifest_path(directory).unlink(missing_ok=True)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        directory.unlink(missing_ok=True)  # a link or a file in its place
+        return
+    try:
+        os.unlink(MANIFEST, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
     shutil.rmtree(directory)

@@ -5,10 +5,11 @@ accepted one to the next grant (``RunJob.resume_from``: step, sha256, epoch). Ea
 the run that wrote it (``checkpoints.write_sidecar``). Here the agent, before a run starts: resumes from the file
 that is that accepted checkpoint (its sidecar's step, checksum and epoch; then ``checkpoints.validate``), or, if
 that file is gone or damaged, from an older one of the same epoch (that run's reports arrive in order, so its
-earlier checkpoints were accepted before the later one); ignores and deletes every file the queue never accepted
-(newer than the accepted step, or at that step with another checksum or epoch: a fenced-out run's, whatever its
-name; every file when nothing was accepted); and leaves older files to retention. Nothing here may crash a run:
-a file the agent cannot read (another run's, root-owned 0600) is a reason, never an exception.
+earlier checkpoints were accepted before the later one); ignores every file the queue never accepted (newer than
+the accepted step, or at that step with another checksum or epoch: a fenced-out run's, whatever its name; every
+file when nothing was accepted) and deletes those Teto wrote or sealed (``sealed_by_teto``); and leaves older
+files to retention. Nothing here may crash a run: a file the agent cannot read (another run's, root-owned 0600)
+is a reason, never an exception. Directory checkpoints (``ckpt_dir.py``) go through the same rules.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def resume_point(directory: Path, accepted: AcceptedCheckpoint | None, *, clean:
     skipped: list[tuple[Path, str]] = []
     for path, why in choice.fenced:
         skipped.append((path, why))
-        if clean:
+        if clean and sealed_by_teto(path):
             remove(path)
     for path in choice.resume:
         try:
@@ -138,6 +139,17 @@ def inspect(step: int, path: Path) -> Found:
     sha, epoch = meta.get("sha256"), meta.get("epoch")
     return Found(step, path, sha256=sha if isinstance(sha, str) else None,
                  epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None)
+
+
+def sealed_by_teto(path: Path) -> bool:
+    """Whether a checkpoint never accepted is Teto's to delete: a file of the SDK's layout (``step-N.pt``, complete
+    or not), or any other that Teto sealed (its sidecar, a directory's manifest, or a link in their place). A
+    training library's own unreported ``checkpoint-N/`` or ``...step=N.ckpt`` is the script's: skipped, never
+    deleted (a job that keeps its checkpoints itself loses nothing on a requeue)."""
+    if checkpoints.NAME.match(path.name):
+        return True
+    marker = ckpt_dir.manifest_path(path) if ckpt_dir.holds_checkpoint(path) else checkpoints.sidecar_path(path)
+    return os.path.lexists(marker) or os.path.islink(path)
 
 
 def _inspect_directory(step: int, path: Path) -> Found:

@@ -21,7 +21,7 @@ from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
 from libs.runtime import tracing
 
-from . import ckpt_quota, distenv, isolation
+from . import ckpt_quota, distenv, isolation, pyenv
 from .runner import Launch
 from .secrets import open_env
 from .settings import ExecutorSettings
@@ -77,12 +77,28 @@ def packages() -> list[Path]:
     return list(dict.fromkeys(Path(paths[k]) for k in ("purelib", "platlib")))
 
 
-def argv(grant: RunJob, settings: ExecutorSettings | None = None) -> list[str]:
+def argv(grant: RunJob, settings: ExecutorSettings | None = None, environment: pyenv.PyEnv | None = None
+         ) -> list[str]:
     workload = grant.spec.workload
     if isinstance(workload, CommandWorkload):
         # Started by the agent's guard (``Launch.guarded``), so that whatever it starts dies with the agent.
-        return list(workload.command)
+        return pyenv.argv(workload.command, environment) if environment else list(workload.command)
     return [interpreter(settings), "-m", FINETUNE_MODULE]
+
+
+def environment_of(grant: RunJob, settings: ExecutorSettings) -> pyenv.PyEnv | None:
+    """The Python environment a command job named, as it lies on this node (None: none named); CannotStart when
+    this node does not offer it or it is gone."""
+    name = grant.spec.environment
+    if name is None or not isinstance(grant.spec.workload, CommandWorkload):
+        return None
+    why = pyenv.refusal(name, settings.environment_list)
+    if why is not None:
+        raise CannotStart(why)
+    try:
+        return pyenv.resolve(name)
+    except FileNotFoundError as exc:
+        raise CannotStart(str(exc)) from None
 
 
 def job_dir(settings: ExecutorSettings, job_id: str) -> Path:
@@ -112,6 +128,7 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     workload = grant.spec.workload
     work = job_dir(settings, grant.job_id)
     env = isolation.scrub_env(base_env, isolation.parse_allow(settings.workload_env_allow))
+    environment = environment_of(grant, settings)
     if isinstance(workload, CommandWorkload):
         user_env = open_env(workload.env, job_id=grant.job_id, key_setting=settings.secrets_key)  # secrets.py
         check_env(user_env)
@@ -119,10 +136,14 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         params = "{}"
     else:
         params = workload.params.model_dump_json()
+    if environment is not None:
+        env.update(pyenv.variables(environment, env))
     env.update(isolation.device_env(granted_indices(grant, gpus)))  # after the user's: theirs never wins
     env.update(trace_env(base_env, tracing.carrier()))
     imports = [str(PROJECT_ROOT)]
-    if settings.workload_python:
+    # The agent's own packages only for its own interpreter run elsewhere: ahead of an environment's own
+    # site-packages (PYTHONPATH comes first) they would shadow its libraries.
+    if settings.workload_python and environment is None:
         imports += [str(p) for p in packages()]
     env["PYTHONPATH"] = os.pathsep.join(p for p in (*imports, env.get("PYTHONPATH", "")) if p)
     # Absolute paths from the roots resolved once per agent (``absolute``): below a root only the agent makes
@@ -152,7 +173,7 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
     # Every run works in its own job directory: the agent's working directory may hold its configuration.
     # Every run is started by the agent's guard: it dies with the agent, and the guard ends it by itself when the
     # agent stops extending its deadline (a frozen agent is alive: no parent-death signal would fire).
-    return Launch(argv=argv(grant, settings), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
+    return Launch(argv=argv(grant, settings, environment), env=env, log_path=work / f"epoch-{grant.epoch}.log", cwd=work,
                   guarded=True)
 
 

@@ -244,9 +244,8 @@ def report_step(step: int, *, total_steps: int | None = None, loss: float | None
 
 
 def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
-    """Tell the agent a checkpoint for ``step`` is complete at ``path``: a file (a sidecar is written if missing) or
-    a directory (``checkpoint-120/``: sealed with its manifest if it has none, ``seal_checkpoint``). One in the
-    job's checkpoint directory under a name that says its step is kept like the SDK's own (retention)."""
+    """Tell the agent a checkpoint for ``step`` is complete at ``path``: a file (its sidecar written if missing) or a
+    directory (``checkpoint-120/``, sealed if it has no manifest: ``seal_checkpoint``); kept like the SDK's own."""
     _install()
     path = Path(path)
     quota = context().checkpoint_quota
@@ -264,16 +263,15 @@ def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
 
 
 def seal_checkpoint(path: str | os.PathLike[str], step: int) -> Manifest:
-    """Make a complete checkpoint directory a checkpoint: write its manifest (every file's relative path, size and
-    SHA-256; ``teto-manifest.json``, written last and atomically) unless it has a valid one of ``step`` already;
-    returns the manifest. Refused, with nothing written and the agent told why: a link or special file inside
-    (``CheckpointInvalid``), more bytes than the job's checkpoint quota (``CheckpointRefused``)."""
+    """Write a complete directory's manifest (each file's path, size, SHA-256; last, atomically: ``ckpt_dir.seal``)
+    unless it has a valid one of ``step``; returns it. A link or special file inside (``CheckpointInvalid``) or more
+    bytes than the quota (``CheckpointRefused``): nothing written, the agent told why."""
     _install()
     return _seal(Path(path), int(step)).manifest
 
 
 def _seal(path: Path, step: int) -> _dir.Sealed:
-    report_phase("checkpointing")  # hashing a large directory is a pause the health service must not call stuck
+    report_phase("checkpointing")  # hashing a large directory is no stuck step
     try:
         return _sdk_ckpt.sealed(path, step, quota=context().checkpoint_quota)
     except _quota.CheckpointRefused as exc:
@@ -307,34 +305,8 @@ def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
 
 
 def _prune(step: int) -> None:
-    """Once the checkpoint of ``step`` is complete: the older ones beyond the newest ``checkpoints_kept``
-    complete ones are deleted (``checkpoints.prune``). Never raises: a checkpoint left behind costs space, not
-    the run; the reason goes to the job's output."""
-    ctx = context()
-    if ctx.checkpoints_kept <= 0:
-        return
-    try:
-        if os.environ.get("TETO_CHECKPOINT_CONFIRMED"):
-            # Under Teto: nothing newer than the last checkpoint whose report the bus took counts (ckpt_fence.py),
-            # so a run whose reports go nowhere never deletes the checkpoint the queue accepted.
-            confirmed = _confirmed_step(os.environ["TETO_CHECKPOINT_CONFIRMED"])
-            if confirmed is None:
-                return
-            step = min(step, confirmed)
-        _ckpt.prune(ctx.checkpoint_dir, step, ctx.checkpoints_kept)
-    except Exception as exc:  # noqa: BLE001 - never the training's failure
-        import sys
-
-        print(f"teto: older checkpoints not removed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-
-
-def _confirmed_step(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            value = f.read(32).strip()
-    except OSError:
-        return None
-    return int(value) if value.isdigit() else None
+    """Retention once the checkpoint of ``step`` is complete (``sdk_ckpt.prune``); never raises."""
+    _sdk_ckpt.prune(context(), step, os.environ.get("TETO_CHECKPOINT_CONFIRMED"))
 
 
 def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:
@@ -412,20 +384,17 @@ def wait_checkpoints() -> None:
 
 
 def resume_checkpoint() -> tuple[int, Path] | None:
-    """(step, path) of the checkpoint to resume from, or None to start fresh. ``path`` is a file, or the directory
-    of a directory checkpoint (what ``Trainer.train(resume_from_checkpoint=...)`` or Lightning's ``ckpt_path``
-    takes).
-
-    Under Teto the agent chose it (the latest valid one); outside Teto the latest valid one in the directory.
-    """
+    """(step, path) of the checkpoint to resume from (a file, or a directory: what ``resume_from_checkpoint=`` or
+    ``ckpt_path=`` take), or None to start fresh. Under Teto the agent chose (and verified) it; outside Teto the
+    latest valid one in the directory."""
     ctx = context()
     if ctx.in_teto:
         if ctx.resume_from is None:
             return None
-        ckpt, _ = _ckpt.validate(ctx.resume_from)
-        if ckpt is not None:
-            return ckpt.step, ctx.resume_from
-        step = _sdk_ckpt.step_of_resume(ctx.resume_from)
+        step = _sdk_ckpt.resumed_step(ctx.resume_from)
+        if step is None:
+            ckpt, _ = _ckpt.validate(ctx.resume_from)
+            step = ckpt.step if ckpt is not None else _sdk_ckpt.step_of_resume(ctx.resume_from)
         return (step, ctx.resume_from) if step is not None else None
     ckpt, _ = _ckpt.latest_valid(ctx.checkpoint_dir)
     return (ckpt.step, ckpt.path) if ckpt else None

@@ -74,6 +74,10 @@ class ExecutorSettings(CommonSettings):
     workload_python: str = Field(
         "", max_length=4000, description="Interpreter of the built-in fine-tune and of the guard around commands "
         "(default: the agent's); one other users can run when the agent's lives under /root")
+    environments: str = Field(
+        "", max_length=16000, description="Comma-separated Python environments prepared on this node (interpreters "
+        "or venv/conda directories, e.g. made by teto env create) that a job may name (its spec's environment); "
+        "reported with every heartbeat, so a job naming one no node offers is refused at submit")
     workload_env_allow: str = Field(
         "", max_length=4000, description="Comma-separated names (NAME or PREFIX_*) of the agent's environment a run "
         "inherits on top of PATH, LANG, LC_*, TZ (never TETO_*)")
@@ -110,6 +114,12 @@ class ExecutorSettings(CommonSettings):
         return self.base_model_dir or (self.data_dir / "base")
 
     @property
+    def environment_list(self) -> list[str]:
+        from .pyenv import parse as parse_environments
+
+        return parse_environments(self.environments)
+
+    @property
     def log_limits(self) -> LogLimits:
         return LogLimits(chunk_bytes=self.log_chunk_bytes, flush_seconds=self.log_flush_seconds,
                          max_bytes=self.log_max_bytes, buffer_bytes=self.log_buffer_bytes)
@@ -132,6 +142,12 @@ class ExecutorSettings(CommonSettings):
         try:
             parse_uid_range(self.workload_uid_range)
         except IsolationError as exc:
+            raise SettingsError(str(exc)) from None
+        from .pyenv import parse as parse_environments
+
+        try:
+            parse_environments(self.environments)
+        except ValueError as exc:
             raise SettingsError(str(exc)) from None
         if self.progress_interval_seconds > self.lease_seconds:
             raise SettingsError(f"progress interval {self.progress_interval_seconds:g}s is longer than the lease "

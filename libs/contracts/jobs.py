@@ -9,9 +9,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from .bounds import (SEED_MAX, Actor, ArgvItem, Big, Count, EnvName, Epoch, Id, JsonObject, Label,
+from .bounds import (SEED_MAX, Actor, ArgvItem, Big, Count, EnvName, Epoch, Id, JsonObject, Label, Path,
                      Reason, Seq, Time)
 from .envelope import Envelope, Model
 from .secrets import EnvEntry
@@ -84,6 +84,16 @@ class CommandWorkload(Model):
 Workload = Annotated[FinetuneWorkload | CommandWorkload, Field(discriminator="kind")]
 
 
+def _environment(value: str) -> str:
+    if not value.startswith("/") or any(ord(c) < 32 or c == "," for c in value):
+        raise ValueError("an environment is an absolute path (an interpreter or a venv/conda directory), without "
+                         "commas or control characters")
+    return value.rstrip("/") or "/"
+
+
+EnvironmentPath = Annotated[Path, AfterValidator(_environment)]
+
+
 class RunLimits(Model):
     """What each of a job's runs may use on its node (unset: no limit of that kind). The executor enforces each
     where the host allows it (a cgroup v2 controller, else a per-process rlimit) and says plainly, in the run's
@@ -127,6 +137,10 @@ class JobSpec(Model):
     priority: int = Field(0, ge=-1000, le=1000, description="Within its organisation: higher is admitted first")
     limits: RunLimits = Field(default_factory=RunLimits,
                               description="Memory, processes and disk each run may use (within the organisation's)")
+    environment: EnvironmentPath | None = Field(
+        None, description="The Python environment a command runs in: an interpreter or a venv/conda directory "
+        "prepared on the nodes (teto env create), one of those a node offers (TETO_ENVIRONMENTS); refused at submit "
+        "when no node offers it; unset: the executor's own interpreter")
 
 
 class JobEventKind(StrEnum):

@@ -59,6 +59,9 @@ class Heartbeat(Envelope):
     progress_interval_seconds: PositiveSeconds = Field(description="How often the step counter is measured")
     address: Address | None = Field(
         None, description="Host other nodes reach this node's workers at (gang rendezvous)")
+    environments: list[Path] = Field(
+        default_factory=list, max_length=64,
+        description="Python environments prepared on this node that a job may name (TETO_ENVIRONMENTS)")
 
 
 class ProgressBase(Envelope):

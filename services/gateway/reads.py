@@ -195,6 +195,17 @@ class Reads:
                                  "SELECT epoch, step, loss, step_seconds, metrics, time FROM queue.job_steps_public"
                                  " WHERE job_id = $1 ORDER BY epoch, step", job_id)
 
+    async def job_reports(self, job_id: str, checkpoints: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The job's latest accepted step report and its latest ``checkpoints`` accepted checkpoints' events
+        (issue 27: what the job view shows of its runs' reports)."""
+        latest = await self._fetch("queue.job_steps_public",
+                                   "SELECT epoch, step, loss, step_seconds, metrics, time FROM queue.job_steps_public"
+                                   " WHERE job_id = $1 ORDER BY epoch DESC, step DESC LIMIT 1", job_id)
+        events = await self._fetch("queue.job_events_public",
+                                   "SELECT * FROM queue.job_events_public WHERE job_id = $1 AND event = 'checkpointed'"
+                                   " ORDER BY seq DESC LIMIT $2", job_id, checkpoints)
+        return (latest[0] if latest else None), [views.pick(e, views.EVENT_FIELDS) for e in events]
+
     async def job_grants(self, job_id: str) -> dict[tuple[int, int], str]:
         """(attempt, rank) -> executor of every grant the job had (its ``leased`` events): whose output is its."""
         rows = await self._fetch("queue.job_events_public", "SELECT event, detail FROM queue.job_events_public"

@@ -199,7 +199,7 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address)
+                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address, "\n".join(hb.environments))
                     for beat in latest.values() for hb in [beat.value]]
             await executors.upsert_executors(conn, rows)
             if offers_an_executor([beat.value for beat in latest.values()]):  # perhaps free since the last pass: place now

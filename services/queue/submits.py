@@ -22,9 +22,9 @@ from libs.runtime import commands as once
 from libs.runtime import outbox, tracing
 from libs.runtime.unit import Units
 
-from . import policy, store, tenancy_edge
+from . import executors, policy, store, tenancy_edge
 from .domain.lifecycle import Job, Submitted, Transition, decide
-from .domain.submits import first_of_each, needs_policy, submit_refusal, with_org_limits
+from .domain.submits import environments_named, first_of_each, needs_policy, submit_refusal, with_org_limits
 from .effects import answer_of, messages_for
 from .settings import QueueSettings
 
@@ -60,7 +60,9 @@ async def _decide(units: Units, settings: QueueSettings, cmds: Sequence[SubmitJo
                                                                  if c.command_id not in claimed])
         gang_policy = await policy.load(conn) if needs_policy(c.spec for c in new) else None
         targets = await tenancy_edge.submit_targets(conn, [(c.org, c.spec.project) for c in new])
-        refusals = {c.command_id: r for c in new if (r := submit_refusal(c.spec, c.org, gang_policy, targets))}
+        offered = await executors.offered_environments(conn, environments_named(c.spec for c in new))
+        refusals = {c.command_id: r for c in new
+                    if (r := submit_refusal(c.spec, c.org, gang_policy, targets, offered))}
         to_decide = sorted({c.job_id for c in new if c.command_id not in refusals})
         jobs: dict[str, Job] = await store.load_jobs(conn, to_decide, lock=True) if to_decide else {}
         staged: list[store.Staged] = []

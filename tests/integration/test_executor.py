@@ -18,6 +18,7 @@ import pytest
 
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.envelope import RejectedMessage
+from libs.contracts.jobs import FinetuneParams
 from libs.contracts.nodes import NodeRegistered
 from libs.contracts.telemetry import Phase, RunOutcome
 from libs.runtime import bus
@@ -58,6 +59,7 @@ async def test_finetune_checkpoints_then_resumes_past_a_corrupt_checkpoint(stack
     assert started.resumed_from_step is None and started.device == "cpu"
     steps = queue.of(job, "step")
     assert steps[-1].step == 20 and steps[-1].total_steps == 20 and all(s.loss > 0 for s in steps)
+    assert steps[-1].metrics["learning_rate"] == FinetuneParams().learning_rate  # shown beside the loss (issue 27)
     assert any(s.step_seconds for s in steps)
     assert [c.step for c in queue.of(job, "checkpoint")] == [5, 10, 15, 20]
     ckpt_dir = settings.effective_checkpoint_dir / job

@@ -149,7 +149,7 @@ async def test_submit_is_accepted_and_visible_at_once_with_signal_budget_and_che
         assert job["signal"] is None and job["budget"] is None
         # 60 of 300 steps done, a checkpoint every 50, 0.5 s a step: next at 100 -> 40 steps -> 20 s (once running)
         assert job["checkpoint"] == {"every_steps": 50, "last_step": None, "next_step": 100, "next_eta_seconds": None,
-                                     "next_eta_status": "not_running"}
+                                     "next_eta_status": "not_running", "last_kind": None, "last_bytes": None}
         assert [e["event"] for e in job["events"]] == ["submitted"]
 
         await gw.rt.pool.execute(HEALTH_BUDGET_DDL)

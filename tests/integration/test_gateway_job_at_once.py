@@ -122,6 +122,8 @@ async def test_on_the_owners_real_views_a_submit_answers_what_a_get_shows(env):
             got = await gw.client.get(f"/v1/jobs/{posted['id']}", headers=gw.as_("submitter"))
             shown = got.json()
             assert shown.pop("log_tail", None) is None  # GET adds the log tail (none for a queued job)
+            # ... and what the job's runs reported (none yet: issue 27)
+            assert (shown.pop("reported"), shown.pop("checkpoints")) == (None, [])
             assert list(posted) == list(shown)  # the same fields in the same order
             # ... with the same values, but for the placement pass's note of why the job waits (written after
             # the submit's transaction, by the pass it woke)

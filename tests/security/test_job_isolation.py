@@ -259,3 +259,21 @@ def test_a_gang_rank_resumes_from_its_own_copy_of_rank_0s_checkpoint(tmp_path):
     assert copy.read_bytes() == b"weights" and copy.parent.parent == work
     assert {p.stat().st_uid for p in [copy.parent, *copy.parent.iterdir()]} == {200998}
     assert checkpoints.validate(copy)[0].step == 5
+
+
+def test_a_gang_rank_resumes_from_its_own_copy_of_rank_0s_checkpoint_directory(tmp_path):
+    """The same for a directory checkpoint (issue 27): the whole directory, manifest included, owned by the rank."""
+    from agents.executor import checkpoints, ckpt_dir, sandbox
+
+    src = tmp_path / "checkpoints" / "j" / "checkpoint-5"
+    (src / "optimizer").mkdir(parents=True)
+    (src / "adapter.safetensors").write_bytes(b"weights")
+    (src / "optimizer" / "state.pt").write_bytes(b"state")
+    ckpt_dir.seal(src, 5)
+    work = tmp_path / "work"
+    work.mkdir()
+    copy = sandbox.hand_over(src, work, sandbox.Sandbox(uid=200998, gid=200998))
+    assert copy.name == "checkpoint-5" and copy.parent.parent == work
+    assert {p.lstat().st_uid for p in [copy.parent, copy, *copy.rglob("*")]} == {200998}
+    ckpt, why = checkpoints.validate(copy)
+    assert why is None and (ckpt.step, ckpt.kind, ckpt.files) == (5, "directory", 2)

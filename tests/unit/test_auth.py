@@ -40,6 +40,9 @@ class FakeReads:
     async def list_jobs(self, **_: Any) -> list[dict[str, Any]]:
         return [dict(JOB)]
 
+    async def job_reports(self, job_id: str, checkpoints: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        return None, []
+
     async def jobs_page(self, **kw: Any) -> tuple[list[dict[str, Any]], str | None]:
         return await self.list_jobs(**kw), None
 

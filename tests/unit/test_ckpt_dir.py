@@ -230,9 +230,15 @@ def test_measured_size_and_remove(tmp_path):
     assert not d.exists()
     link = tmp_path / "checkpoint-11"
     target = _hf(tmp_path / "kept", 11)
+    cd.seal(target, 11)
     link.symlink_to(target)
     cd.remove(link)
-    assert not link.exists() and target.is_dir()  # the link removed, never followed
+    assert not link.exists() and (target / cd.MANIFEST).is_file()  # the link removed, never followed
+    plain = tmp_path / "checkpoint-12"
+    plain.write_bytes(b"a file in a directory's place")
+    cd.remove(plain)
+    cd.remove(tmp_path / "checkpoint-13")  # already gone: nothing to do
+    assert not plain.exists()
 
 
 # -- the same rules as file checkpoints -----------------------------------------------------------------------
@@ -326,3 +332,19 @@ def test_the_agent_reports_a_directory_with_its_kind_and_judges_its_whole_size(t
     assert sent[0][1]["checkpoint_kind"] is CheckpointKind.DIRECTORY and sent[0][1]["files"] == 3
     assert sent[1][1]["reason"].startswith(f"over the checkpoint quota: the checkpoint has {big.bytes + 0} bytes")
     assert sent[2][1] == {"path": "/c/checkpoint-3", "reason": "escape: a link: a checkpoint holds regular files only"}
+
+
+def test_a_training_library_s_own_unreported_checkpoints_are_skipped_never_deleted(tmp_path):
+    """A job that keeps its own checkpoints (a Trainer without Teto's callback) loses nothing on a requeue; what Teto
+    sealed and the queue never accepted is deleted as before."""
+    own_dir = _hf(tmp_path, 10)  # no manifest: the script's own
+    own_file = tmp_path / "epoch=0-step=15.ckpt"
+    own_file.write_bytes(b"lightning")
+    cd.seal(_hf(tmp_path, 20), 20, epoch=3)  # sealed by a fenced-out run
+    ck.save_bytes(tmp_path, 25, b"sdk", fmt="bytes")
+    ckpt, skipped = ckpt_fence.resume_point(tmp_path, None)
+    assert ckpt is None and [p.name for p, _ in skipped] == ["step-00000025.pt", "checkpoint-20",
+                                                             "epoch=0-step=15.ckpt", "checkpoint-10"]
+    assert own_dir.is_dir() and own_file.is_file()
+    assert not (tmp_path / "checkpoint-20").exists() and not (tmp_path / "step-00000025.pt").exists()
+    assert ckpt_fence.sealed_by_teto(tmp_path / "step-00000099.pt")  # the SDK's name, complete or not

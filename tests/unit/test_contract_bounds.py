@@ -254,8 +254,9 @@ def _fields(probe: Any) -> list[tuple[str, TypeAdapter, Any, Any]]:
 
 
 def _accepted(adapter: TypeAdapter, good: Any) -> Any:
-    """``good``, or for a string field with a pattern (a hex digest, say) a value of that shape."""
-    for candidate in (good, "0" * 64) if good == "a" else (good,):
+    """``good``, or for a string field with a pattern (a hex digest, say; an absolute path) a value of that
+    shape."""
+    for candidate in (good, "0" * 64, "/a") if good == "a" else (good,):
         try:
             adapter.validate_python(candidate)
             return candidate

@@ -90,6 +90,9 @@ class Reads:
         return {**SEALED_JOB, "events": [{"event": "submitted", "detail": {"spec": SEALED_JOB["spec"]}}]} \
             if job_id == "j1" else None
 
+    async def job_reports(self, job_id: str, checkpoints: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        return None, []
+
     async def list_jobs(self, *, owner: str | None, **_: Any) -> list[dict[str, Any]]:
         return [dict(SEALED_JOB)] if owner in (None, "alice") else []
 

@@ -28,7 +28,12 @@ def test_eta_is_null_until_a_step_time_is_measured_and_only_while_running():
     job = {"state": "running", "last_step": 60, "total_steps": 300, "step_seconds": None,
            "last_checkpoint": {"step": 50}}
     assert checkpoint_block(spec, job) == {"every_steps": 50, "last_step": 50, "next_step": 100,
-                                           "next_eta_seconds": None, "next_eta_status": "not_measured"}
+                                           "next_eta_seconds": None, "next_eta_status": "not_measured",
+                                           "last_kind": "file", "last_bytes": None}
+    directory = {**job, "last_checkpoint": {"step": 50, "kind": "directory", "bytes": 4096}}
+    assert {k: checkpoint_block(spec, directory)[k] for k in ("last_kind", "last_bytes")} == {
+        "last_kind": "directory", "last_bytes": 4096}
+    assert checkpoint_block(spec, {**job, "last_checkpoint": None})["last_kind"] is None
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25})["next_eta_seconds"] == 10.0
     assert checkpoint_block(spec, {**job, "step_seconds": 0.25, "state": "interrupted"})["next_eta_seconds"] is None
 

@@ -36,6 +36,14 @@ JOBS = [
 ]
 
 
+# What j1's runs reported (issue 27): its latest step report and its accepted checkpoints' events, newest first.
+REPORTS = {"j1": ({"epoch": 2, "step": 40, "loss": 0.693147, "step_seconds": 0.5, "metrics": {"learning_rate": 2e-4},
+                   "time": "2026-12-01T10:05:00+00:00"},
+                  [{"event": "checkpointed", "epoch": 2, "time": "2026-12-01T10:04:00+00:00",
+                    "detail": {"step": 40, "kind": "directory", "bytes": 3 * 2**19, "files": 7,
+                               "path": "/c/j1/checkpoint-40"}},
+                   {"event": "checkpointed", "epoch": 1, "time": "2026-12-01T10:01:00+00:00",
+                    "detail": {"step": 20, "bytes": 512, "path": "/c/j1/step-00000020.pt"}}])}
 BUDGETS = {"j1": {"ceiling_seconds": 30, "consumed_seconds": 31.5, "remaining_seconds": 0, "overshoot_seconds": 1.5,
                   "warning": {"expected_seconds": 40, "ceiling_seconds": 30, "source": "estimate"},
                   "ceiling_history": [{"ceiling_seconds": 30, "actor": "ana", "at": "2026-12-01T10:00:00+00:00"}]}}
@@ -65,6 +73,10 @@ class FakeReads:
 
     async def job_owners(self, ids: list[str]) -> dict[str, str]:
         return {j["id"]: j["owner"] for j in JOBS if j["id"] in ids}
+
+    async def job_reports(self, job_id: str, checkpoints: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        latest, events = REPORTS.get(job_id, (None, []))
+        return latest, events[:checkpoints]
 
     async def job_names(self, ids: list[str]) -> dict[str, str]:
         return {j["id"]: j["name"] for j in JOBS if j["id"] in ids and j.get("name")}
@@ -268,6 +280,26 @@ def test_the_follow_up_page_shows_the_budget_numbers_per_locale(panel):
     assert "Perdido na interrupção" in page and "40 passos desde o checkpoint do passo 0 (tempo de GPU desconhecido" in page
     english = client.get("/jobs/j1", headers={"Accept-Language": "en"}).text
     assert "Overshoot past the ceiling" in english and "at least 91.5 GPU-s" in english
+
+
+def test_the_follow_up_page_shows_what_the_runs_reported_per_locale(panel):
+    _, client, secrets, _ = panel
+    sign_in(client, secrets["olga"])
+
+    def shown(language: str) -> tuple[str, str, list[str]]:
+        page = client.get("/jobs/j1", headers={"Accept-Language": language}).text
+        loss = re.sub(r"<[^>]+>", "", re.search(r'id="job-loss">(.*?)</dd>', page).group(1)).strip()
+        lr = re.search(r'id="job-lr">([^<]*)<', page).group(1)
+        table = re.search(r'id="ckpt-table".*?</table>', page, re.S).group(0)
+        rows = [" | ".join(re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>.*?</td>", row)[:5])
+                for row in re.findall(r"<tr data-kind.*?</tr>", table, re.S)]
+        return loss, lr, rows
+
+    assert shown("en") == ("0.6931 at step 40", "0.0002", ["40 | directory | 1.5 MiB | 7 | 2", "20 | file | 512 B | 1 | 1"])
+    assert shown("pt-BR") == ("0,6931 no passo 40", "0,0002",
+                              ["40 | diretório | 1,5 MiB | 7 | 2", "20 | arquivo | 512 B | 1 | 1"])
+    page = client.get("/jobs/j3", headers={"Accept-Language": "en"}).text  # nothing reported: nothing shown
+    assert 'id="job-loss"' not in page and 'id="ckpt-table"' not in page
 
 
 def test_the_follow_up_page_says_how_many_checkpoints_are_kept(panel):

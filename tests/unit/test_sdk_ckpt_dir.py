@@ -127,3 +127,6 @@ def test_resume_returns_the_directory(pipe, monkeypatch):
     monkeypatch.setattr(sdk, "_install", lambda: None)
     monkeypatch.setenv("TETO_RESUME_FROM", str(d))
     assert sdk.resume_checkpoint() == (8, d)  # under Teto: the one the agent chose
+    # ...and verified just before the run started: its step is read from the manifest, nothing is hashed again
+    (d / "adapter_model.safetensors").write_bytes(b"x" * 64)
+    assert sdk.resume_checkpoint() == (8, d) and cd.verify(d)[0] is None

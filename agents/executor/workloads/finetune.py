@@ -173,7 +173,8 @@ def _train(ctx: sdk.Context, params: FinetuneParams, model: torch.nn.Module, dev
         compute = time.perf_counter() - began
         last_done = step
         sdk.report_step(step, total_steps=params.steps, loss=loss_value, compute_seconds=compute,
-                        tokens_per_second=params.batch_size * params.seq_len / max(compute, 1e-9))
+                        tokens_per_second=params.batch_size * params.seq_len / max(compute, 1e-9),
+                        learning_rate=opt.param_groups[0]["lr"])
         if step % every == 0 or step == params.steps:
             _checkpoint(model, opt, step, params)
             last_saved = step

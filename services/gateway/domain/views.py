@@ -150,7 +150,9 @@ def checkpoint_block(spec: Mapping[str, Any], job: Mapping[str, Any], signal: Ma
         standing = eta.step_standing(signal, 0.0, job.get("lease_epoch"))
         got = eta.Eta(None, eta.EtaStatus.STANDING) if standing else eta.Eta(measured_eta, eta.EtaStatus.ESTIMATED)
     return {"every_steps": every or None, "last_step": last_ckpt.get("step"), "next_step": nxt,
-            "next_eta_seconds": got.seconds, "next_eta_status": str(got.status)}
+            "next_eta_seconds": got.seconds, "next_eta_status": str(got.status),
+            "last_kind": (last_ckpt.get("kind") or "file") if last_ckpt.get("step") is not None else None,
+            "last_bytes": last_ckpt.get("bytes")}
 
 
 def signal_block(job_state: str, row: Mapping[str, Any] | None) -> dict[str, Any] | None:

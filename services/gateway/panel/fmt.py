@@ -67,6 +67,27 @@ def gpu_time(seconds: float | None, locale: str) -> str:
     return f"{compact(value / 3600, locale)} GPU-h"
 
 
+def significant(value: float | int | None, locale: str, digits: int = 4) -> str:
+    """A measured figure with ``digits`` significant digits, in the locale's decimal point: a loss ``0.6931``
+    (``0,6931`` in pt-BR), a learning rate ``0.0002`` or ``5e-06``."""
+    if value is None or isinstance(value, bool) or not math.isfinite(float(value)):
+        return "—"
+    point = _SEPARATORS.get(locale, _SEPARATORS["en"])[1]
+    return f"{float(value):.{digits}g}".replace(".", point)
+
+
+def size(value: float | int | None, locale: str) -> str:
+    """Bytes in the binary unit that reads best: ``512 B``, ``1,5 KiB`` (pt-BR) / ``1.5 KiB`` (en), MiB, GiB, TiB."""
+    if value is None or isinstance(value, bool) or not math.isfinite(float(value)):
+        return "—"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(amount) < 1024:
+            return f"{compact(amount, locale) if unit != 'B' else number(amount, locale)} {unit}"
+        amount /= 1024
+    return f"{compact(amount, locale)} TiB"
+
+
 def parse_time(value: datetime | str | None) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value

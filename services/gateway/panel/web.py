@@ -97,7 +97,8 @@ def context(request: Request, principal: Principal | None, page: str) -> dict[st
         "request": request, "principal": principal, "page": page, "locale": locale, "locales": i18n.LOCALES,
         "t": t, "now": now,
         "number": lambda v, d=0: fmt.number(_v(v), locale, d), "duration": lambda s: fmt.duration(_v(s), locale),
-        "gpu_time": lambda s: fmt.gpu_time(_v(s), locale), "timestamp": lambda v: fmt.timestamp(_v(v), locale),
+        "gpu_time": lambda s: fmt.gpu_time(_v(s), locale), "size": lambda b: fmt.size(_v(b), locale),
+        "significant": lambda v, d=4: fmt.significant(_v(v), locale, d), "timestamp": lambda v: fmt.timestamp(_v(v), locale),
         "age": lambda v: fmt.age(_v(v), now, locale), "percent": lambda p, w: fmt.percent(_v(p), _v(w), locale),
         "ratio": lambda p, w: fmt.ratio(_v(p), _v(w)),
         # the control plane's codes and sentences in the page's words (words.py)

@@ -24,7 +24,7 @@ from libs.contracts.secrets import redact
 
 from ..auth import AuthError, Permission, Principal, require
 from ..commands import Sent
-from ..domain import paging, steps
+from ..domain import paging, reported, steps
 from ..domain.outcomes import command_view, prefers_async, status_for
 from ..errors import ApiError, not_found
 from ..orgs import acting_org
@@ -177,6 +177,7 @@ def register(app: FastAPI) -> None:
         from .logs import log_tail  # logs.py builds on this module
 
         job["log_tail"] = await log_tail(request, job)
+        await with_reports(request, job)
         return redact(job)
 
     @app.get("/v1/commands/{command_id}", tags=["jobs"],
@@ -233,3 +234,11 @@ def register(app: FastAPI) -> None:
         rows = await reads_of(request).executors()
         return await scoped_fleet(request, principal, rows)
 
+
+async def with_reports(request: Request, job: dict[str, Any]) -> dict[str, Any]:
+    """The single-job view's account of what its runs reported (issue 27): ``reported`` (the latest step report:
+    loss, learning rate, metrics) and ``checkpoints`` (the latest accepted, each with its kind, size and files)."""
+    latest, events = await reads_of(request).job_reports(job["id"], reported.CHECKPOINTS_SHOWN)
+    job["reported"] = reported.latest_report(latest)
+    job["checkpoints"] = reported.checkpoints(events)
+    return job

@@ -7,7 +7,7 @@ batch (a redelivery fetched beside its original) is decided once, the second ans
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -81,10 +81,25 @@ def with_org_limits(spec: JobSpec, target: Target | None) -> JobSpec:
     return spec if merged == spec.limits.model_dump() else spec.model_copy(update={"limits": RunLimits(**merged)})
 
 
+def environments_named(specs: Iterable[JobSpec]) -> list[str]:
+    """The Python environments some spec names (only those are looked up among the executors'). Pure."""
+    return sorted({spec.environment for spec in specs if spec.environment is not None})
+
+
+def environment_refusal(spec: JobSpec, offered: Collection[str]) -> Refusal | None:
+    """A job naming a Python environment no executor offers would wait forever: refused, with the name (issue 27).
+    Pure."""
+    if spec.environment is None or spec.environment in offered:
+        return None
+    return Refusal(f"no node offers the Python environment {spec.environment} (prepare it on the nodes with teto "
+                   "env create and list it in their TETO_ENVIRONMENTS)", {"environment": spec.environment})
+
+
 def submit_refusal(spec: JobSpec, org: str, policy: GangPolicy | None,
-                   targets: Mapping[tuple[str, str], Target]) -> Refusal | None:
+                   targets: Mapping[tuple[str, str], Target], offered: Collection[str] = ()) -> Refusal | None:
     """Why this submit is refused, or None: the gang policy first (a gang may ask for a shorter ready timeout
-    than the policy's, never a longer one), then its organisation and project. ``policy`` may be None only
+    than the policy's, never a longer one), then its organisation and project, its limits, then its Python
+    environment (``offered``: those of ``environments_named`` some executor offers). ``policy`` may be None only
     when the spec asks for no ready timeout (``needs_policy``)."""
     if spec.ready_timeout_seconds is not None:
         if policy is None:
@@ -93,4 +108,5 @@ def submit_refusal(spec: JobSpec, org: str, policy: GangPolicy | None,
         if found is not None:
             return Refusal(*found)
     target = targets[(org, spec.project)]
-    return target_refusal(org, spec.project, target) or limits_refusal(spec, org, target)
+    return (target_refusal(org, spec.project, target) or limits_refusal(spec, org, target)
+            or environment_refusal(spec, offered))

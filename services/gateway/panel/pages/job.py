@@ -24,7 +24,7 @@ from libs.timeline import timeline
 
 from ...auth import Permission, Principal, require
 from ...routes import reads_of, scoped_fleet
-from ...routes.jobs import RequeueBody, requeue_job
+from ...routes.jobs import RequeueBody, requeue_job, with_reports
 from ...routes.logs import log_tail
 from ...scoping import may_see
 from .. import fmt, i18n, jobview, numparse
@@ -89,6 +89,7 @@ def register(router: APIRouter) -> None:
         if job is None or not may_see(principal, job.get("owner")):
             return render(request, principal, "not_found.html", "job", status=404, job_id=job_id)
         job["log_tail"] = await log_tail(request, job)
+        await with_reports(request, job)
         job = redact(job)
         executors = await scoped_fleet(request, principal, await reads.executors()) if job.get("gang") else []
         template = "job_live.html" if fragment else "job.html"
