@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from .stack import JOB_PYTHON, Stack, eventually, start_stack
+from tests.support.environments import shared_environment
+
+from .stack import Stack, eventually, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +31,27 @@ STUCK_AFTER = 4.0
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:
+def environment() -> Path:
+    """The jobs' Python environment, made as an operator makes one on each node: ``teto env create --extras
+    hf,lightning`` (the libraries reachable by the jobs' own uids)."""
+    return shared_environment(["hf", "lightning"])
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, environment: Path) -> Stack:
     root = tmp_path_factory.mktemp("stacks")
     os.chmod(root, 0o755)
     s = start_stack(root / "teto", executors=3, lease=10, heartbeat=1,
-                    extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": str(PROGRESS),
+                    extra_env={"TETO_PROGRESS_INTERVAL_SECONDS": str(PROGRESS), "TETO_ENVIRONMENTS": str(environment),
                                "TETO_STUCK_AFTER_SECONDS": str(STUCK_AFTER), "TETO_STOP_GRACE_SECONDS": "20"})
+    s.environment = str(environment)
     yield s
     assert s.stop() == 0
 
 
 def _submit(stack: Stack, name: str, command: list[str], **spec) -> str:
-    r = stack.post("/v1/jobs", {"name": name, "checkpoint_every_steps": 20, **spec,
-                                "workload": {"kind": "command", "command": [JOB_PYTHON, *command]}})
+    r = stack.post("/v1/jobs", {"name": name, "checkpoint_every_steps": 20, **spec, "environment": stack.environment,
+                                "workload": {"kind": "command", "command": ["python", *command]}})
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
