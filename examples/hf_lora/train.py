@@ -86,25 +86,25 @@ def model_and_ids(args: argparse.Namespace) -> tuple[torch.nn.Module, list[int]]
 
 
 class Pacing(TrainerCallback):
-    """The test and bench hooks: a slower step, a step that never ends, each step's time."""
+    """The test and bench hooks: a slower step, a step that never ends, each step's whole time (from one step's
+    beginning to the next's: every callback's share included)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.began = 0.0
+        self.began: float | None = None
 
     def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001 - the library's signature
-        self.began = time.perf_counter()
+        now = time.perf_counter()
+        if self.args.timings and self.began is not None:
+            with open(self.args.timings, "a") as f:
+                f.write(f"{now - self.began:.6f}\n")
+        self.began = now
         if self.args.hang_at_step and state.global_step + 1 == self.args.hang_at_step:
             print(f"hanging inside step {self.args.hang_at_step}", flush=True)
             while True:
                 time.sleep(3600)
         if self.args.step_seconds:
             time.sleep(self.args.step_seconds)
-
-    def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
-        if self.args.timings:
-            with open(self.args.timings, "a") as f:
-                f.write(f"{time.perf_counter() - self.began:.6f}\n")
 
 
 class AdapterAtStart(TrainerCallback):

@@ -74,7 +74,8 @@ def test_a_loss_is_reported_once_so_the_curve_never_repeats_a_point_but_the_lear
 
 
 @pytest.mark.parametrize(("logs", "loss", "lr"), [
-    ({"loss": 1.5}, 1.5, None), ({"train_loss": 1.5, "lr": 0.2}, 1.5, 0.2), ({"train/loss": 2, "lr-AdamW": 1}, 2.0, 1.0),
+    ({"loss": 1.5}, 1.5, None), ({"train_loss": 1.5, "lr": 0.2}, 1.5, 0.2),
+    ({"train/loss": 2, "lr-AdamW": 1}, 2.0, 1.0),
     ({"loss": float("nan")}, None, None), ({"loss": "x"}, None, None), ({"loss": True}, None, None),
     ({"eval_loss": 0.5}, None, None), ({}, None, None)], ids=str)
 def test_what_a_log_gives_the_report(logs, loss, lr):

@@ -30,9 +30,10 @@ def world_size() -> int:
     return sdk.context().world_size
 
 
-def group_formed() -> bool:
-    """Whether this process is in a formed ``torch.distributed`` group of more than one worker."""
-    if world_size() <= 1:
+def group_formed(world: int | None = None) -> bool:
+    """Whether this process is in a formed ``torch.distributed`` group of more than one worker (``world``: the
+    gang's size, when the caller knows it)."""
+    if (world_size() if world is None else world) <= 1:
         return False
     try:
         import torch.distributed as dist
@@ -49,10 +50,11 @@ def ready() -> None:
         start_beating()
 
 
-def stop_together(requested: bool) -> bool:
+def stop_together(requested: bool, world: int | None = None) -> bool:
     """Whether to stop at this step: this worker's own request, or any peer's (an all-reduce of one flag; only in a
-    formed group of more than one). One that fails means a peer is gone: the worker ends as peer-lost."""
-    if not group_formed():
+    formed group of more than one). One that fails means a peer is gone: the worker ends as peer-lost. ``world``:
+    the gang's size, when the caller knows it (a single worker then costs nothing per step)."""
+    if not group_formed(world):
         return requested
     import torch
     import torch.distributed as dist
