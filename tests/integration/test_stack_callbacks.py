@@ -1,8 +1,9 @@
 """The training-stack callbacks inside real training processes (the libraries as installed, tiny random models):
 what reaches the report pipe from ``Trainer``, ``Seq2SeqTrainer`` and TRL's ``SFTTrainer`` with and without
 ``peft``, and from Lightning: steps with loss and learning rate, each ``checkpoint-N`` directory reported once
-written, and a stop (SIGTERM, the stop file asking for a checkpoint) that ends the run on a fresh checkpoint of the
-step it stopped at, from which a resume continues at the next step."""
+written (and a Lightning ``ModelCheckpoint``'s files), and a stop (SIGTERM, the stop file asking for a checkpoint)
+that ends the run on a fresh checkpoint of the step it stopped at, from which a resume continues at the next
+step."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Run:
         self.stop_file = tmp / "stop.json"
         r, w = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
-        env.update(PYTHONPATH=str(ROOT), TETO_JOB_ID="j1", TETO_EPOCH="1", TETO_REPORT_FD=str(w),
+        env.update(PYTHONPATH=str(ROOT), EXAMPLES=str(ROOT / "examples" / "lightning"), TETO_JOB_ID="j1", TETO_EPOCH="1", TETO_REPORT_FD=str(w),
                    TETO_CHECKPOINT_DIR=str(self.ck), TETO_WORK_DIR=str(tmp / "work"),
                    TETO_STOP_FILE=str(self.stop_file), TETO_PROGRESS_INTERVAL="0.01", TETO_CHECKPOINT_EVERY="2",
                    TETO_RESUME_FROM=str(resume) if resume else "")
@@ -144,3 +145,32 @@ def test_lightning_reports_stops_on_a_fresh_checkpoint_and_resumes_at_the_next_s
     rc, out = again.wait()
     assert rc == 0, out[-3000:]
     assert again.steps()[0]["step"] == last["step"] + 1 and again.steps()[-1]["step"] == last["step"] + 2
+
+
+MODEL_CHECKPOINT = """
+import os, sys
+import lightning.pytorch as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+sys.path.insert(0, os.environ["EXAMPLES"])
+from train import Blocks, ByteLM, CORPUS
+import torch
+from teto import sdk
+from teto.integrations.lightning import TetoCallback
+data = torch.utils.data.DataLoader(Blocks(CORPUS.read_bytes(), 32), batch_size=4)
+saver = ModelCheckpoint(dirpath=sdk.context().checkpoint_dir, every_n_train_steps=3, save_top_k=-1,
+                        filename="{epoch}-{step}")
+trainer = L.Trainer(max_steps=6, callbacks=[TetoCallback(every_n_steps=0), saver], logger=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(ByteLM(32, 1, 32, 1e-3, 6), data)
+"""
+
+
+def test_lightning_reports_what_a_model_checkpoint_writes_in_the_jobs_directory_once_written(tmp_path):
+    run = Run(["-c", MODEL_CHECKPOINT], tmp_path)  # the example's module found through EXAMPLES
+    rc, out = run.wait()
+    assert rc == 0, out[-3000:]
+    reported = run.checkpoints()
+    assert [c["step"] for c in reported] == [3, 6], reported  # each once, the callback writing none of its own
+    for c in reported:
+        path = Path(c["path"])
+        assert path.parent == run.ck.resolve() and path.name == f"epoch=0-step={c['step']}.ckpt" and path.is_file()
