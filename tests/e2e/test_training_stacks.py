@@ -93,6 +93,14 @@ def _resumed_at(stack: Stack, job_id: str, step: int) -> list[dict]:
     return points
 
 
+def _began_at(path: Path) -> str | None:
+    """The step a run's adapter-at-start file says the run began at."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return (f.metadata() or {}).get("global_step")
+
+
 def _files(root: Path, name: str) -> list[Path]:
     return [Path(d) / name for d, _, files in os.walk(root, followlinks=True) if name in files]
 
@@ -141,10 +149,12 @@ def test_hf_lora_and_lightning_stop_at_their_ceilings_on_a_fresh_checkpoint_and_
         assert job["state"] == "succeeded", (job, _why(stack, job_id))
         _resumed_at(stack, job_id, step)
         print(f"\n{job['name']}: stopped at step {step}; {_timeline(stack, job_id)}")
-    # The adapter the resumed run trained from is the one saved at the stop, tensor for tensor.
-    (at_start,) = _files(stack.data_dir / "executors", "adapter-at-start.safetensors") or [None]
-    assert at_start is not None
-    resumed, expected = load_file(at_start), load_file(saved)
+    # The adapter the resumed run trained from is the one saved at the stop, tensor for tensor. Each run wrote its
+    # own in its work directory (on whichever executor ran it); the resumed one's says it began at step n.
+    written = {f: _began_at(f) for f in _files(stack.data_dir / "executors", "adapter-at-start.safetensors")}
+    resumed_runs = [f for f, began in written.items() if began == str(n)]
+    assert len(resumed_runs) == 1, written
+    resumed, expected = load_file(resumed_runs[0]), load_file(saved)
     assert resumed.keys() == expected.keys() and expected
     assert all((resumed[k] == expected[k]).all() for k in expected)
 
