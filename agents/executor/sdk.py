@@ -50,7 +50,7 @@ CheckpointRefused = _quota.CheckpointRefused
 CheckpointInvalid = _dir.Invalid
 Manifest = _dir.Manifest
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointInvalid", "CheckpointRefused", "Context",
-           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "init_distributed", "report_checkpoint",
+           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "exit_stopped", "init_distributed", "report_checkpoint",
            "report_phase", "report_ready", "report_step", "resume_checkpoint", "save_checkpoint",
            "seal_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
@@ -425,6 +425,20 @@ def exit_peer_lost(exc: BaseException | str) -> NoReturn:
     _flush_at_exit()
     sys.stdout.flush()
     os._exit(EXIT_PEER_LOST)
+
+
+def exit_stopped() -> NoReturn:
+    """End a stopped gang worker at once with ``EXIT_STOPPED``, as ``exit_peer_lost`` ends a lost one: the held step
+    report written and a background checkpoint finished first, then ``os._exit``, skipping the interpreter's
+    teardown, where a process group whose peers are leaving too can abort (gloo's threads: SIGABRT), which would
+    read as the worker's own failure."""
+    import sys
+
+    _flush_steps()
+    _flush_at_exit()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def init_distributed(backend: str | None = None, *, timeout_seconds: float | None = None) -> Any:

@@ -30,17 +30,18 @@ class Run:
     """A training process started as the agent starts one (TETO_* environment, the report pipe), its lines
     collected as they come."""
 
-    def __init__(self, argv: list[str], tmp: Path, *, resume: Path | None = None) -> None:
+    def __init__(self, argv: list[str], tmp: Path, *, resume: Path | None = None,
+                 extra: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.ck = tmp / "ck"
-        (tmp / "work").mkdir(exist_ok=True)
+        (tmp / "work").mkdir(exist_ok=True, parents=True)
         self.stop_file = tmp / "stop.json"
         r, w = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TETO_")}
         env.update(PYTHONPATH=str(ROOT), EXAMPLES=str(ROOT / "examples" / "lightning"), TETO_JOB_ID="j1", TETO_EPOCH="1", TETO_REPORT_FD=str(w),
                    TETO_CHECKPOINT_DIR=str(self.ck), TETO_WORK_DIR=str(tmp / "work"),
                    TETO_STOP_FILE=str(self.stop_file), TETO_PROGRESS_INTERVAL="0.01", TETO_CHECKPOINT_EVERY="2",
-                   TETO_RESUME_FROM=str(resume) if resume else "")
+                   TETO_RESUME_FROM=str(resume) if resume else "", **(extra or {}))
         self.proc = subprocess.Popen([sys.executable, *argv], env=env, pass_fds=(w,), cwd=tmp / "work",
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         os.close(w)
@@ -174,3 +175,48 @@ def test_lightning_reports_what_a_model_checkpoint_writes_in_the_jobs_directory_
     for c in reported:
         path = Path(c["path"])
         assert path.parent == run.ck.resolve() and path.name == f"epoch=0-step={c['step']}.ckpt" and path.is_file()
+
+
+def _gang(tmp: Path, steps: int, step_seconds: float) -> list[Run]:
+    """Two workers of a gang, each in its own directory, started with what the agent gives them (distenv.py)."""
+    from agents.executor import distenv
+    from libs.contracts.agents import RunJob
+    from libs.contracts.jobs import JobSpec
+    from libs.runtime.ports import free_port_block
+
+    port = free_port_block(1)
+    runs = []
+    for rank in (0, 1):
+        grant = RunJob(job_id="j1", epoch=1, attempt=1, executor_id=f"e{rank}", lease_seconds=6, heartbeat_seconds=1,
+                       spec=JobSpec.model_validate({"workload": {"kind": "command", "command": ["x"]}, "workers": 2}),
+                       rank=rank, world_size=2, rendezvous=f"127.0.0.1:{port}")
+        extra = {**distenv.torch_env(grant), "TETO_RANK": str(rank), "TETO_WORLD_SIZE": "2",
+                 "TETO_RENDEZVOUS": grant.rendezvous}
+        runs.append(Run([str(SCRIPT), "trainer", "plain", str(steps), "100000", str(step_seconds)], tmp / f"r{rank}",
+                        extra=extra))
+    return runs
+
+
+def test_a_gang_stops_every_worker_at_the_same_step_when_one_is_asked_and_only_rank_zero_reports_the_checkpoint(
+        tmp_path):
+    zero, one = _gang(tmp_path, 100000, 0.05)
+    # Only rank 1's agent asked (and only its stop file asks for a checkpoint): the flags all-reduced each step stop
+    # rank 0 at the same step, and both save (rank 0 writes the directory).
+    one.stop()
+    (rc1, out1), (rc0, out0) = one.wait(), zero.wait()
+    assert (rc0, rc1) == (sdk.EXIT_STOPPED, sdk.EXIT_STOPPED), (out0[-2000:], out1[-2000:])
+    assert zero.steps()[-1]["step"] == one.steps()[-1]["step"]
+    assert [x["type"] for x in zero.lines].count("ready") == 1 and [x["type"] for x in one.lines].count("ready") == 1
+    (ckpt,) = zero.checkpoints()
+    assert ckpt["step"] == zero.steps()[-1]["step"] and one.checkpoints() == []
+    _complete_directory(ckpt, zero.ck)
+
+
+def test_a_worker_whose_peer_died_ends_as_peer_lost_not_as_a_training_error(tmp_path):
+    zero, one = _gang(tmp_path, 100000, 0.05)
+    assert zero.stepped.wait(180) and one.stepped.wait(180), (zero.lines[-3:], one.lines[-3:])
+    os.kill(zero.proc.pid, signal.SIGKILL)  # rank 0's node is gone, and with it the gang's store
+    rc, out = one.wait()
+    zero.wait()
+    assert rc == sdk.EXIT_PEER_LOST, out[-3000:]
+    assert "a peer of this gang was lost" in out

@@ -14,8 +14,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from teto import sdk
 
@@ -50,21 +51,33 @@ def ready() -> None:
         start_beating()
 
 
-def stop_together(requested: bool, world: int | None = None) -> bool:
-    """Whether to stop at this step: this worker's own request, or any peer's (an all-reduce of one flag; only in a
-    formed group of more than one). One that fails means a peer is gone: the worker ends as peer-lost. ``world``:
-    the gang's size, when the caller knows it (a single worker then costs nothing per step)."""
+def stop_together(requested: bool, checkpoint_first: Callable[[], bool], world: int | None = None
+                  ) -> tuple[bool, bool]:
+    """(stop, checkpoint first) for this step: this worker's own stop request and whether its stop asks for a
+    checkpoint (``checkpoint_first``, read only once a stop came), or any peer's: in a formed group of more than
+    one, an all-reduce (max) of the two flags, so every worker stops at the same step and they all save or none
+    does (rank 0 writes; a save is collective). One that fails means a peer is gone: the worker ends as
+    peer-lost. ``world``: the gang's size, when the caller knows it (a single worker then costs nothing)."""
+    save = requested and checkpoint_first()
     if not group_formed(world):
-        return requested
+        return requested, save
     import torch
     import torch.distributed as dist
 
-    flag = torch.tensor([1 if requested else 0], dtype=torch.int32)
+    flags = torch.tensor([int(requested), int(save)], dtype=torch.int32)
     try:
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     except Exception as exc:  # noqa: BLE001 - a collective that fails is a lost peer, whatever its type
         sdk.exit_peer_lost(exc)
-    return policy.stop_agreed([bool(flag.item())])
+    return policy.stop_agreed([bool(flags[0].item())]), bool(flags[1].item())
+
+
+def end_stopped(world: int) -> NoReturn:
+    """End a run stopped by a stop request, after its checkpoint: ``SystemExit(EXIT_STOPPED)`` for a single worker;
+    a gang worker at once (``sdk.exit_stopped``: its process group could abort in the interpreter's teardown)."""
+    if world > 1:
+        sdk.exit_stopped()
+    raise SystemExit(sdk.EXIT_STOPPED)
 
 
 # Where a collective is called from: an error raised through these modules' frames came out of a collective (a

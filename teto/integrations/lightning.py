@@ -87,10 +87,10 @@ class TetoCallback(Callback):
         step = trainer.global_step
         policy.note_step(self.pace, None if self._began is None else now - self._began)
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        requested = gang.stop_together(sdk.stop_requested(), self._ctx.world_size)
         # The stop file is read only once a stop came: a file read per step would be most of the callback's cost.
-        decision = policy.on_stop(requested, checkpoint_first=requested and sdk.checkpoint_on_stop(),
-                                  saved_this_step=step in self.saved)
+        requested, checkpoint_first = gang.stop_together(sdk.stop_requested(), sdk.checkpoint_on_stop,
+                                                         self._ctx.world_size)
+        decision = policy.on_stop(requested, checkpoint_first=checkpoint_first, saved_this_step=step in self.saved)
         if policy.report_due(self.pace, now, self.interval, step=step, max_steps=max_steps, final=decision.stop):
             logs: dict[str, Any] = {"loss": _loss(outputs)}
             if trainer.optimizers:
@@ -148,4 +148,4 @@ class TetoCallback(Callback):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.stopping:
-            raise SystemExit(sdk.EXIT_STOPPED)
+            gang.end_stopped(self._ctx.world_size)

@@ -80,10 +80,10 @@ class TetoCallback(TrainerCallback):
         policy.note_step(self.pace, None if self._began is None else now - self._began)
         if self._pending is not None:  # its log never came: report it without a loss
             self._report(self._pending, state.max_steps, now)
-        requested = gang.stop_together(sdk.stop_requested(), self._ctx.world_size)
         # The stop file is read only once a stop came: a file read per step would be most of the callback's cost.
-        decision = policy.on_stop(requested, checkpoint_first=requested and sdk.checkpoint_on_stop(),
-                                  saved_this_step=control.should_save)
+        requested, checkpoint_first = gang.stop_together(sdk.stop_requested(), sdk.checkpoint_on_stop,
+                                                         self._ctx.world_size)
+        decision = policy.on_stop(requested, checkpoint_first=checkpoint_first, saved_this_step=control.should_save)
         if decision.stop:
             self.stopping = True
             control.should_training_stop = True
@@ -128,4 +128,4 @@ class TetoCallback(TrainerCallback):
         if self._pending is not None:
             self._report(self._pending, state.max_steps, time.monotonic())
         if self.stopping:
-            raise SystemExit(sdk.EXIT_STOPPED)
+            gang.end_stopped(self._ctx.world_size)
