@@ -58,6 +58,8 @@ class TetoCallback(TrainerCallback):
                                       checkpoint_dir=self._ctx.checkpoint_dir, work_dir=self._ctx.work_dir,
                                       user_dir=args.output_dir)
         if root is not None and str(args.output_dir) != str(root):
+            print(f"teto: checkpoints go to {root} (rank {self._ctx.rank}; output_dir was {args.output_dir})",
+                  flush=True)
             args.output_dir = str(root)
 
     def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
