@@ -21,7 +21,7 @@ from libs.contracts.jobs import CommandWorkload
 from libs.contracts.telemetry import GpuInfo
 from libs.runtime import tracing
 
-from . import ckpt_quota, isolation, pyenv
+from . import ckpt_quota, distenv, isolation, pyenv
 from .runner import Launch
 from .secrets import open_env
 from .settings import ExecutorSettings
@@ -166,6 +166,8 @@ def build(grant: RunJob, settings: ExecutorSettings, gpus: list[GpuInfo], *, res
         TETO_PARAMS=params, TETO_WORK_DIR=str(home), TETO_STOP_FILE=str(home / stop_file(settings, grant).name),
         TETO_CHECKPOINT_CONFIRMED=str(home / confirmed_file(settings, grant).name),
         TETO_BASE_DIR=str(absolute(settings.effective_base_model_dir)), PYTHONUNBUFFERED="1")
+    env.update(distenv.torch_env(grant))  # a gang worker: torchrun's variables, after the user's (distenv.py)
+    env["TETO_PROGRESS_INTERVAL"] = f"{settings.progress_interval_seconds:g}"  # the callbacks' report pace
     if settings.torch_threads:
         env["TETO_TORCH_THREADS"] = str(settings.torch_threads)
     # Every run works in its own job directory: the agent's working directory may hold its configuration.

@@ -50,7 +50,7 @@ CheckpointRefused = _quota.CheckpointRefused
 CheckpointInvalid = _dir.Invalid
 Manifest = _dir.Manifest
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointInvalid", "CheckpointRefused", "Context",
-           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "init_distributed", "report_checkpoint",
+           "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "exit_stopped", "init_distributed", "report_checkpoint",
            "report_phase", "report_ready", "report_step", "resume_checkpoint", "save_checkpoint",
            "seal_checkpoint", "sleep", "stop_requested", "trace_parent", "wait_checkpoints"]
 
@@ -223,9 +223,12 @@ def _number(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None, **metrics: Any) -> None:
+def report_step(step: int, *, total_steps: int | None = None, loss: float | None = None,
+                step_seconds: float | None = None, **metrics: Any) -> None:
     """Report that ``step`` finished (at most 4 a second reach the agent, the latest and the last always:
-    ``sdk_steps.py``; the agent forwards at most one per progress interval)."""
+    ``sdk_steps.py``; the agent forwards at most one per progress interval). ``step_seconds``: the step's time as
+    the caller measured it (a callback reporting every few steps gives their mean); else the time since the last
+    report."""
     _install()
     if _stop["set"] and not _state["polled"]:
         # The script does not handle stops itself: end it here, between steps.
@@ -233,9 +236,11 @@ def report_step(step: int, *, total_steps: int | None = None, loss: float | None
     now = time.monotonic()
     last = _state["last_step_at"]
     _state["last_step_at"] = now
+    if step_seconds is None and last is not None:
+        step_seconds = now - last
     numeric = {k: n for k, v in metrics.items() if (n := _number(v)) is not None}
     _send({"type": "step", "step": int(step), "total_steps": total_steps, "loss": _number(loss),
-           "step_seconds": None if last is None else now - last, "metrics": numeric})
+           "step_seconds": _number(step_seconds), "metrics": numeric})
 
 
 def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
@@ -420,6 +425,20 @@ def exit_peer_lost(exc: BaseException | str) -> NoReturn:
     _flush_at_exit()
     sys.stdout.flush()
     os._exit(EXIT_PEER_LOST)
+
+
+def exit_stopped() -> NoReturn:
+    """End a stopped gang worker at once with ``EXIT_STOPPED``, as ``exit_peer_lost`` ends a lost one: the held step
+    report written and a background checkpoint finished first, then ``os._exit``, skipping the interpreter's
+    teardown, where a process group whose peers are leaving too can abort (gloo's threads: SIGABRT), which would
+    read as the worker's own failure."""
+    import sys
+
+    _flush_steps()
+    _flush_at_exit()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def init_distributed(backend: str | None = None, *, timeout_seconds: float | None = None) -> Any:

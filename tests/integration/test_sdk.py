@@ -153,3 +153,18 @@ def test_a_held_step_is_written_before_a_checkpoint_and_at_exit(tmp_path):
     assert proc.wait(10) == 0
     order = [(x["type"], x.get("step")) for x in lines if x["type"] != "phase"]
     assert order == [("step", 1), ("step", 2), ("checkpoint", 2), ("step", 4)]
+
+
+def test_a_stopped_gang_worker_ends_with_its_own_status_even_when_teardown_would_abort(tmp_path):
+    # As for a lost peer: a stopped gang worker's process group can abort in the interpreter's teardown (an atexit
+    # abort stands in for it); sdk.exit_stopped ends it with 143, its held step delivered.
+    r, w = os.pipe()
+    proc = _spawn("import atexit, os\nfrom teto import sdk\n"
+                  "atexit.register(os.abort)\n"
+                  "sdk.report_step(1)\nsdk.report_step(2)\n"
+                  "sdk.exit_stopped()\n", tmp_path, fd=w, TETO_JOB_ID="j")
+    os.close(w)
+    with os.fdopen(r) as f:
+        lines = [json.loads(line) for line in f]
+    assert proc.wait(10) == 143, proc.stderr.read().decode()
+    assert [x["step"] for x in lines if x["type"] == "step"][-1] == 2
