@@ -451,7 +451,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_env(sub)
 
-    tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
+    tokens = sub.add_parser(
+        "tokens", help="API tokens, kept by the gateway in PostgreSQL (list, create, revoke through its API)",
+        description="API tokens live in the gateway's PostgreSQL schema and are managed through the gateway "
+                    "(--url, TETO_URL or stack.json). --tokens-file writes a local tokens file instead, for a "
+                    "machine with no gateway; the gateway imports that file on its next request "
+                    "(docs/security/identity.md).")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])
     tcommon.add_argument("--tokens-file", type=Path, help="write this tokens file instead of asking the gateway "
