@@ -24,6 +24,7 @@ from enum import StrEnum
 class Scope(StrEnum):
     SOURCE = "source"  # the client's address
     ACTOR = "actor"  # the actor the failing credentials name (a revoked token's, a panel session's)
+    SIGN_IN_START = "sign_in_start"  # the client's address starting a provider sign-in (counted: each stores a row)
 
 
 Key = tuple[Scope, str]
