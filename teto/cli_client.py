@@ -470,6 +470,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--description", default="", help="what the token is for")
     p.add_argument("--expires-in-days", type=float, help="expiry (default: never)")
     p.add_argument("--project", help="project the token is limited to")
+    p.add_argument("--in-database", action="store_true", help="write it into the gateway's database directly "
+                   "(TETO_DATABASE_URL[_FILE]; in the gateway's container): the first admin token of a deployment")
     p.set_defaults(func=_guard(cmd_tokens_create))
     tsub.add_parser("list", help="list tokens", parents=[tcommon]).set_defaults(func=_guard(cmd_tokens_list))
     p = tsub.add_parser("revoke", help="revoke a token", parents=[tcommon])
