@@ -53,9 +53,52 @@ def _through_gateway(args: argparse.Namespace) -> bool:
     return True
 
 
+def _create_in_database(args: argparse.Namespace) -> int:
+    """The first admin token of a deployment, made on the gateway's own machine or container: written into the
+    gateway's database with its own login (TETO_DATABASE_URL or TETO_DATABASE_URL_FILE), so every replica accepts
+    it at once; no API, so no token is needed to make it."""
+    import asyncio
+
+    import asyncpg
+
+    from services.gateway.identity import DbIdentity
+    from services.gateway.settings import GatewaySettings
+
+    from libs.runtime.settings import SettingsError
+
+    if not args.actor:
+        raise CliError("--actor is needed to write a token into the database", 2)
+    try:
+        url = GatewaySettings.from_env().database_url
+    except SettingsError as exc:
+        raise CliError(str(exc), 2) from None
+
+    async def issue():
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=1)
+        try:
+            return await DbIdentity(pool).issue(args.actor, args.role, org=args.org, project=args.project,
+                                                description=args.description or "made in the gateway's database",
+                                                created_by="teto tokens create --in-database")
+        finally:
+            await pool.close()
+
+    try:
+        made = asyncio.run(issue())
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise CliError(f"the gateway's database: {exc}") from None
+    body = {"id": made.id, "actor": args.actor, "role": args.role, "org": args.org, "secret": made.secret}
+    _print(args, body, f"token {made.id} for {args.actor} ({args.role}), in the gateway's database; shown once, "
+                       f"keep it:\n{made.secret}")
+    return 0
+
+
 def cmd_tokens_create(args: argparse.Namespace) -> int:
     from services.gateway.auth import issue_token
 
+    if getattr(args, "in_database", False):
+        return _create_in_database(args)
     if _through_gateway(args):
         body = {"actor": args.actor, "role": args.role, "org": args.org, "description": args.description,
                 "expires_in_days": args.expires_in_days, "project": args.project}

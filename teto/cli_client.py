@@ -451,7 +451,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_env(sub)
 
-    tokens = sub.add_parser("tokens", help="API tokens in <data-dir>/tokens.json (on the gateway's machine)")
+    tokens = sub.add_parser(
+        "tokens", help="API tokens, kept by the gateway in PostgreSQL (list, create, revoke through its API)",
+        description="API tokens live in the gateway's PostgreSQL schema and are managed through the gateway "
+                    "(--url, TETO_URL or stack.json). --tokens-file writes a local tokens file instead, for a "
+                    "machine with no gateway; the gateway imports that file on its next request "
+                    "(docs/security/identity.md).")
     tsub = tokens.add_subparsers(dest="tokens_command", required=True)
     tcommon = argparse.ArgumentParser(add_help=False, parents=[common])
     tcommon.add_argument("--tokens-file", type=Path, help="write this tokens file instead of asking the gateway "
@@ -465,6 +470,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--description", default="", help="what the token is for")
     p.add_argument("--expires-in-days", type=float, help="expiry (default: never)")
     p.add_argument("--project", help="project the token is limited to")
+    p.add_argument("--in-database", action="store_true", help="write it into the gateway's database directly "
+                   "(TETO_DATABASE_URL[_FILE]; in the gateway's container): the first admin token of a deployment")
     p.set_defaults(func=_guard(cmd_tokens_create))
     tsub.add_parser("list", help="list tokens", parents=[tcommon]).set_defaults(func=_guard(cmd_tokens_list))
     p = tsub.add_parser("revoke", help="revoke a token", parents=[tcommon])

@@ -53,6 +53,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     write_cluster(out / "nats", nodes, tls_dir=SERVER_TLS_DIR)  # nats/nodes/nats-<i>.conf (teto/natscluster.py)
     make_tls(out / "gateway", [*(args.host or []), "gateway", "localhost", "127.0.0.1"], days=args.days)
     write_key_file(out / "secrets.key")
+    (out / "oidc").mkdir(mode=0o700, exist_ok=True)  # identity providers' client secrets, one file each (the operator's)
     print(f"wrote {out}: nats/nats.conf, nats/nodes/<node>.conf, nats/creds/<part>.json, nats/tls/, gateway/ (HTTPS; "
           "clients use "
           f"--ca-file {out / 'gateway' / 'ca.pem'}), secrets.key; executors: {', '.join(named)}")

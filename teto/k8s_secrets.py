@@ -5,8 +5,9 @@ One Secret per part and purpose, so each pod mounts only its own (as in deploy/c
 (that part's NATS credentials), ``teto-db-<service>`` (its own database URL), ``teto-gateway-tls`` and
 ``teto-secrets-key`` (gateway; the key also executors), ``teto-audit-key`` (audit only), ``teto-nats-executors``
 (every executor's credentials file, by executor id), and for the NATS servers ``teto-nats-server-tls`` and
-``teto-nats-auth`` (the users, permissions and password hashes), and ``teto-checkpoint-store`` (the executors'
-checkpoint store keys) when ``<src>/checkpoint-store/`` holds them. Written as one JSON ``List`` (``kubectl apply
+``teto-nats-auth`` (the users, permissions and password hashes), ``teto-oidc`` (the gateway's: each identity
+provider's client secret, a file of ``<src>/oidc/`` named after the provider; empty with none), and
+``teto-checkpoint-store`` (the executors' checkpoint store keys) when ``<src>/checkpoint-store/`` holds them. Written as one JSON ``List`` (``kubectl apply
 -f``), 0600: it holds every secret of the deployment, so delete it once applied.
 """
 
@@ -25,6 +26,7 @@ CREDS_FILE = "nats.json"
 DB_FILE = "database.url"
 EXECUTORS_SECRET = "teto-nats-executors"
 STORE_SECRET = "teto-checkpoint-store"
+OIDC_SECRET = "teto-oidc"
 
 
 class MissingSecret(FileNotFoundError):
@@ -70,6 +72,7 @@ def secrets_from(src: Path, namespace: str = "teto") -> list[dict[str, Any]]:
     for service in natsauth.SERVICES:
         out.append(secret(f"teto-db-{service}", namespace, {DB_FILE: _read(src / "db" / service / DB_FILE, provision)}))
     out.append(secret("teto-audit-key", namespace, {"audit.key": _audit_key(src / "audit.key")}))
+    out.append(oidc_secret(src, namespace))
     if (store := store_secret(src, namespace)) is not None:
         out.append(store)
     return out
@@ -84,6 +87,15 @@ def store_secret(src: Path, namespace: str) -> dict[str, Any] | None:
     keys = {name: _read(store / name, f"the store's operator (put its keys in {store}/)")
             for name in ("access_key_id", "secret_access_key")}
     return secret(STORE_SECRET, namespace, {k: v.strip() for k, v in keys.items()})
+
+
+def oidc_secret(src: Path, namespace: str) -> dict[str, Any]:
+    """The identity providers' client secrets (docs/security/identity.md), one key per file of ``<src>/oidc/``
+    (named after its provider, read by the gateway as ``/run/teto/oidc/<provider>``); empty without any, so the
+    gateway's mount is there before the first provider is configured."""
+    folder = src / "oidc"
+    files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")) if folder.is_dir() else []
+    return secret(OIDC_SECRET, namespace, {p.name: p.read_bytes().strip() for p in files})
 
 
 def _audit_key(path: Path) -> bytes:

@@ -309,8 +309,9 @@ def refuse_if_blocked(request: Request, scope: Scope, name: str, actor: str | No
         return
     left = attempts.blocked_for((scope, name), request.app.state.monotonic())
     if left is not None:
-        raise AuthError(429, f"too many failed sign-ins or bad tokens for this {scope.value}; try again in "
-                             f"{left:.0f} s", actor=actor, retry_after=left)
+        what = ("too many sign-ins started from this source" if scope is Scope.SIGN_IN_START
+                else f"too many failed sign-ins or bad tokens for this {scope.value}")
+        raise AuthError(429, f"{what}; try again in {left:.0f} s", actor=actor, retry_after=left)
 
 
 async def authenticate(request: Request) -> Principal:

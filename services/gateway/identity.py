@@ -20,10 +20,15 @@ from typing import Any
 
 import asyncpg
 
+from libs.runtime.db import lock_key
+
 from .auth import (Principal, Role, TokenStore, check_actor, read_tokens_file, hash_secret, issue_token, list_tokens,
                    revoke_token, token_org)
+from .domain import pending
 from .domain import tokens as records
 from .domain.grants import Binding, Grant, Identity, Source, token_grants
+
+_PENDING_LOCK = lock_key("gateway:oidc-logins")  # counting and storing a pending sign-in, one replica at a time
 
 
 def _now() -> datetime:
@@ -296,13 +301,21 @@ class DbIdentity:
     # -- pending browser sign-ins -------------------------------------------------------------------------------
 
     async def save_login(self, *, state: str, provider: str, nonce: str, verifier: str, next_path: str,
-                         lifetime: timedelta) -> None:
+                         lifetime: timedelta, cap: int) -> pending.Full | None:
+        """Store a pending sign-in unless ``cap`` unexpired ones are stored already (then Full, stored nothing).
+        Counted and stored under a transaction lock, so replicas starting sign-ins together stay within the cap."""
         now = _now()
-        async with self.pool.acquire() as conn:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _PENDING_LOCK)
             await conn.execute("DELETE FROM gateway.oidc_logins WHERE expires_at < $1", now)
+            row = await conn.fetchrow("SELECT count(*) AS n, min(expires_at) AS oldest FROM gateway.oidc_logins")
+            full = pending.admit(int(row["n"]), cap=cap, oldest_expires_at=row["oldest"], now=now)
+            if full is not None:
+                return full
             await conn.execute(
                 "INSERT INTO gateway.oidc_logins (state, provider, nonce, verifier, next_path, created_at, expires_at)"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7)", state, provider, nonce, verifier, next_path, now, now + lifetime)
+        return None
 
     async def take_login(self, state: str) -> dict[str, Any] | None:
         """The pending sign-in of this state, consumed (a second callback with it finds nothing); None if unknown

@@ -59,6 +59,14 @@ class GatewaySettings(CommonSettings):
     public_url: str | None = Field(
         None, max_length=2000, description="The gateway's address as browsers reach it (https://teto.example.org): "
         "the sign-in callback and post-logout addresses registered with the provider; unset: the request's own")
+    oidc_starts_per_source: int = Field(
+        30, ge=1, le=100_000, description="Sign-ins through a provider one source address may start within "
+        "auth_failure_window_seconds (each stores a pending sign-in for 10 minutes); the next is refused (429) and "
+        "blocks the source's starts for auth_block_seconds, counted by each replica")
+    oidc_pending_max: int = Field(
+        10_000, ge=1, le=10_000_000, description="Pending sign-ins (started, not finished, not expired) the "
+        "installation holds at most, all replicas together; a start beyond it is refused (429) until the oldest "
+        "expires")
     session_lifetime_seconds: float = Field(
         8 * 3600.0, gt=0, le=30 * 86_400, description="How long a sign-in session lasts (panel and teto login) "
         "before the person signs in again")

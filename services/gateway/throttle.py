@@ -5,6 +5,12 @@ sign-in form), which the audit service appends to its hash chain like every othe
 the failing credentials name (a revoked token's, a CSRF-refused session's), else none; the source address, the
 failure, the path and the counts are in the detail. Only the failures up to a block are recorded one by one; the
 one that starts a block says for how long; requests refused while blocked (429) are counted on the block.
+
+Starting a provider sign-in needs no credentials but stores a pending row, so starts are bounded too
+(domain/pending.py): per source address by the same limiter under its own scope, and for the installation by a
+cap the database counts. Their refusals are audited the same way, kind ``sign_in``, failure ``sign_in_starts`` (a
+source over its allowance: the start that blocks it) or ``sign_in_pending_full`` (the first refusal of a full
+table since a start was admitted).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from fastapi import Request
 
 from .auth import Failure, source_of
 from .domain.attempts import Attempts, Limit, Scope, Verdict
+from .domain.pending import Full, start_limit
 from .settings import GatewaySettings
 
 log = logging.getLogger(__name__)
@@ -28,7 +35,47 @@ _KINDS = {Failure.SIGN_IN: SIGN_IN, Failure.SIGN_IN_CSRF: SIGN_IN, Failure.OIDC:
 def attempts_for(settings: GatewaySettings) -> Attempts:
     window, block = settings.auth_failure_window_seconds, settings.auth_block_seconds
     return Attempts({Scope.SOURCE: Limit(settings.auth_failures_per_source, window, block),
-                     Scope.ACTOR: Limit(settings.auth_failures_per_actor, window, block)})
+                     Scope.ACTOR: Limit(settings.auth_failures_per_actor, window, block),
+                     Scope.SIGN_IN_START: start_limit(settings.oidc_starts_per_source, window, block)})
+
+
+async def count_start(request: Request) -> float | None:
+    """Count a provider sign-in start against its source. Returns the block's seconds when this start is the one
+    over the allowance (refuse it: 429), after logging and auditing it; None to go on."""
+    attempts: Attempts | None = getattr(request.app.state, "attempts", None)
+    if attempts is None:
+        return None
+    source = source_of(request)
+    verdict = attempts.on_failure((Scope.SIGN_IN_START, source), request.app.state.monotonic())
+    if verdict.blocked_for is None:
+        return None
+    reason = (f"too many sign-ins started from this source ({verdict.failures - 1} allowed within the window); "
+              f"try again in {verdict.blocked_for:.0f} s")
+    await _audit_start_refused(request, "sign_in_starts", reason, {
+        "source": source, "starts_from_source": verdict.failures, "blocked_seconds": verdict.blocked_for})
+    return verdict.blocked_for
+
+
+async def pending_full(request: Request, full: Full | None) -> None:
+    """Note a start's outcome against the installation's cap: the first Full since a start was admitted is logged
+    and audited (later ones are only counted, so a flood leaves one row an episode)."""
+    state = request.app.state
+    if full is None:
+        state.pending_full_refusals = 0
+        return
+    state.pending_full_refusals = getattr(state, "pending_full_refusals", 0) + 1
+    if state.pending_full_refusals == 1:
+        await _audit_start_refused(request, "sign_in_pending_full", full.reason, {
+            "source": source_of(request), "pending": full.pending, "cap": full.cap,
+            "retry_after_seconds": round(full.retry_after, 1)})
+
+
+async def _audit_start_refused(request: Request, failure: str, reason: str, detail: dict[str, Any]) -> None:
+    detail = {**detail, "failure": failure, "method": request.method, "path": request.url.path[:500]}
+    log.warning("sign-in start refused (%s) from %s on %s: %s", failure, detail["source"], detail["path"], reason)
+    commands = request.app.state.commands
+    if commands is not None:
+        await commands.refuse(SIGN_IN, None, reason, detail=detail)
 
 
 async def record_failure(request: Request, failure: Failure, reason: str, actor: str | None) -> Verdict | None:

@@ -1,19 +1,25 @@
 """``teto up``, a fine-tune mid-run, Ctrl-C, ``teto up`` again on the same data directory: the same nodes
 re-attach, pass their checks, and the job resumes from its checkpoint and succeeds, with no node rebooted or
 replaced and no alert (issue 26, item 1). The same from a data directory made by the previous release
-(``UPGRADE_FROM``), run from that release's own source tree, upgraded in place by this checkout."""
+(``UPGRADE_FROM``), run from that release's own source tree, upgraded in place by this checkout; the tokens that
+release wrote to its tokens file (``teto up``'s admin token, one made by its own ``teto tokens create``) keep
+working through the new gateway's API, now from its database (issue 30)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import tarfile
 import time
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
+import httpx
 import pytest
 
-from .stack import Stack, eventually, start_stack
+from .stack import Stack, _clean_env, eventually, start_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -47,8 +53,10 @@ def _run_until_restart(stack: Stack) -> tuple[str, int]:
 
 
 def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes_before: set[str] | None,
-                           dead: set[str] = frozenset(), **kw) -> None:
-    """``nodes_before``: the nodes that must be back (None: two new ones beside the ``dead``)."""
+                           dead: set[str] = frozenset(), *, also: Callable[[Stack], None] | None = None,
+                           **kw) -> None:
+    """``nodes_before``: the nodes that must be back (None: two new ones beside the ``dead``); ``also``: more
+    checks on the restarted stack before it stops."""
     began = time.monotonic()
     stack = start_stack(data_dir, **kw)
     try:
@@ -75,6 +83,8 @@ def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes
         groups = stack.get("/v1/node-groups").json()
         assert all(not g.get("alert") for g in groups), groups
         assert all(not n.get("alert") for n in nodes.values()), nodes
+        if also is not None:
+            also(stack)
     finally:
         assert stack.stop() == 0
 
@@ -122,15 +132,53 @@ def _release_tree(commit: str, into: Path) -> Path:
     return into
 
 
+def _old_release_token(old: Path, data_dir: Path, actor: str, role: str) -> tuple[str, str]:
+    """A token made by the previous release's own ``teto tokens create`` (it writes the tokens file): id, secret."""
+    env = {**_clean_env(), "PYTHONPATH": str(old)}
+    done = subprocess.run([sys.executable, "-m", "teto.cli", "tokens", "create", "--json", "--actor", actor,
+                           "--role", role, "--data-dir", str(data_dir)],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=old)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    made = json.loads(done.stdout)
+    return made["id"], made["secret"]
+
+
+def _who(stack: Stack, secret: str) -> httpx.Response:
+    return httpx.get(stack.url + "/v1/whoami", headers={"Authorization": f"Bearer {secret}"}, timeout=15)
+
+
+def _old_tokens_work(admin: str, made: dict[str, tuple[str, str]]) -> Callable[[Stack], None]:
+    """After the upgrade: the previous release's admin token and the token its CLI made authenticate through the
+    new gateway as who they were, and are tokens of the gateway's database (listed by its API, revocable)."""
+    def check(stack: Stack) -> None:
+        me = _who(stack, admin)
+        assert me.status_code == 200 and me.json()["role"] == "admin", me.text
+        for actor, (token_id, secret) in made.items():
+            who = _who(stack, secret)
+            assert who.status_code == 200, (actor, who.text)
+            assert (who.json()["actor"], who.json()["token_id"]) == (actor, token_id), who.json()
+        listed = httpx.get(stack.url + "/v1/tokens", headers={"Authorization": f"Bearer {admin}"}, timeout=15)
+        assert listed.status_code == 200, listed.text
+        ids = {t["id"]: t for t in listed.json()}
+        assert all(token_id in ids and ids[token_id]["state"] == "active" for token_id, _ in made.values()), ids
+        assert _who(stack, "not-a-token-of-either-release").status_code == 401  # the check refuses what it should
+    return check
+
+
 def test_the_previous_releases_data_directory_upgraded_in_place_resumes_its_job(stack_dir: Path):
     old = _release_tree(UPGRADE_FROM, stack_dir.parent / "release")
     stack = start_stack(stack_dir, code=old)
     try:
         dead = _both_ready(stack, "both nodes ready under the previous release")
+        made = {"alice": _old_release_token(old, stack_dir, "alice", "submitter"),
+                "ops": _old_release_token(old, stack_dir, "ops", "operator")}
+        assert all(_who(stack, secret).status_code == 200 for _, secret in made.values())  # valid before, too
+        admin = stack.token
         job_id, checkpointed = _run_until_restart(stack)
     finally:
         stack.stop()
     # The previous release gave its executors new ids on every start, so its two nodes are left behind, their
     # agents gone. This release starts two of its own (kept from now on); the dead ones must stand in nobody's
     # way: no peer, no median, gone and out of scheduling after the node-gone time (short here).
-    _resumes_after_restart(stack_dir, job_id, checkpointed, None, dead, extra_env={"TETO_NODE_GONE_SECONDS": "5"})
+    _resumes_after_restart(stack_dir, job_id, checkpointed, None, dead, extra_env={"TETO_NODE_GONE_SECONDS": "5"},
+                           also=_old_tokens_work(admin, made))

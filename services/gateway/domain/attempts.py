@@ -12,6 +12,9 @@ Only the failures up to the block are worth a log line and an audit row each (``
 refused while blocked are counted and named once, when the block starts, so 400 bad tokens in 30 s leave a trace
 that is whole and bounded. The clock is an argument; memory is bounded (``max_keys``: the keys seen longest ago
 are forgotten first; a blocked key is kept until its block ends unless every key is blocked).
+
+The same counting bounds the provider sign-ins a source may start (``Scope.SIGN_IN_START``, domain/pending.py):
+not failures, but each stores a pending row, so they are counted the same way under a scope of their own.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from enum import StrEnum
 class Scope(StrEnum):
     SOURCE = "source"  # the client's address
     ACTOR = "actor"  # the actor the failing credentials name (a revoked token's, a panel session's)
+    SIGN_IN_START = "sign_in_start"  # the client's address starting a provider sign-in (counted: each stores a row)
 
 
 Key = tuple[Scope, str]

@@ -13,6 +13,7 @@ role and where it came from.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from datetime import timedelta
@@ -26,7 +27,7 @@ from ...domain.attempts import Scope
 from ...domain.grants import NoRole
 from ...oidc import ProviderUnavailable
 from ...routes.sessions import audit_sign_in, public_base
-from ...throttle import record_failure
+from ...throttle import count_start, pending_full, record_failure
 from .. import session
 from ..web import render, safe_next
 
@@ -41,6 +42,10 @@ def _providers(request: Request):
 
 def callback_url(request: Request, name: str) -> str:
     return f"{public_base(request)}/signin/oidc/{name}/callback"
+
+
+def _too_many(reason: str, retry_after: float) -> Response:
+    return Response(reason, status_code=429, headers={"Retry-After": str(math.ceil(retry_after) + 1)})
 
 
 async def refused(request: Request, reason: str, *, actor: str | None = None, status: int = 401) -> Response:
@@ -59,17 +64,24 @@ def register(router: APIRouter) -> None:
             return render(request, None, "not_found.html", "common", status=404)
         try:
             refuse_if_blocked(request, Scope.SOURCE, source_of(request))
+            refuse_if_blocked(request, Scope.SIGN_IN_START, source_of(request))
+            if (blocked := await count_start(request)) is not None:  # bounds on pending rows: domain/pending.py
+                return _too_many(f"too many sign-ins started from this source; try again in {blocked:.0f} s",
+                                 blocked)
             doc = await providers.discovery(name)
         except AuthError as exc:
-            return Response(exc.reason, status_code=429, headers={"Retry-After": str(int(exc.retry_after or 1) + 1)})
+            return _too_many(exc.reason, exc.retry_after or 1)
         except ProviderUnavailable as exc:
             return render(request, None, "signin_failed.html", "signin", status=502, reason=str(exc))
         config = providers.get(name)
         state, nonce = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         verifier = rules.new_verifier(secrets.token_bytes(32))
-        await request.app.state.identity.save_login(state=state, provider=name, nonce=nonce, verifier=verifier,
-                                                    next_path=safe_next(next),
-                                                    lifetime=timedelta(seconds=PENDING_SECONDS))
+        full = await request.app.state.identity.save_login(
+            state=state, provider=name, nonce=nonce, verifier=verifier, next_path=safe_next(next),
+            lifetime=timedelta(seconds=PENDING_SECONDS), cap=request.app.state.settings.oidc_pending_max)
+        await pending_full(request, full)
+        if full is not None:
+            return _too_many(full.reason, full.retry_after)
         url = rules.authorization_url(doc["authorization_endpoint"], client_id=config.client_id,
                                       redirect_uri=callback_url(request, name), scopes=tuple(config.scopes),
                                       state=state, nonce=nonce, verifier=verifier)
@@ -88,7 +100,7 @@ def register(router: APIRouter) -> None:
         try:
             refuse_if_blocked(request, Scope.SOURCE, source_of(request))
         except AuthError as exc:
-            return Response(exc.reason, status_code=429, headers={"Retry-After": str(int(exc.retry_after or 1) + 1)})
+            return _too_many(exc.reason, exc.retry_after or 1)
         if error:
             return await refused(request, f"the provider answered {error[:100]}: {(error_description or '')[:300]}")
         if not rules.same_state(request.cookies.get(STATE_COOKIE), state):
