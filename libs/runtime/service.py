@@ -22,7 +22,8 @@ from libs.contracts.subjects import Subjects
 
 from . import bus, db, loophealth, metrics, tracing
 from .clock import Clock
-from .edge import Consumer, ConsumerLoop, EdgeCounters
+from .edge import Consumer, EdgeCounters
+from .edge_loop import ConsumerLoop
 from .edge_reply import Responder, serve_responder
 from .observe import Observer
 from .settings import CommonSettings
