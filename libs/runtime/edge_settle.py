@@ -45,7 +45,7 @@ class Settler(Generic[M]):
     retry_seconds: float = 1.0
     # How a decoded batch reaches the handler: the consumer's own ``handle`` unless a FastStream subscriber
     # carries it through its middlewares and handler (edge_stream.py).
-    deliver: Callable[[list[M]], Awaitable[Any]] | None = None
+    deliver: Callable[[list[tuple[Msg, M]]], Awaitable[Any]] | None = None
     _ahead: asyncio.Task[list[Msg]] | None = None  # the next batch, fetched while this one is handled
 
     @property
@@ -57,8 +57,10 @@ class Settler(Generic[M]):
         setattr(self.counters, outcome, getattr(self.counters, outcome) + n)
         metrics.EDGE_MESSAGES.labels(self.reporter.name, self.durable, self.consumer.stream, outcome).inc(n)
 
-    async def _handle(self, items: list[M]) -> Any:
-        return await (self.deliver or self.consumer.handle)(items)
+    async def _handle(self, decoded: list[tuple[Msg, M]]) -> Any:
+        if self.deliver is not None:
+            return await self.deliver(decoded)
+        return await self.consumer.handle([item for _, item in decoded])
 
     async def settle(self, msgs: list[Msg]) -> None:
         """Decode, handle and settle one fetched batch; never raises (but for cancellation)."""
@@ -119,7 +121,7 @@ class Settler(Generic[M]):
         attempt = 0
         while True:
             try:
-                await self._handle([item for _, item in decoded])
+                await self._handle(decoded)
                 return
             except Exception as exc:
                 if not is_unavailable(exc):

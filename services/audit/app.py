@@ -46,6 +46,7 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
         # The head as this replica leaves it, once its consumers stopped writing (a duplicate of another
         # replica's anchor is dropped by its message id).
         await stop_tasks(runtime.tasks)
+        await runtime.stop_consuming()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(anchorer.anchor(), 5)
         await runtime.close()
