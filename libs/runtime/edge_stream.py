@@ -115,9 +115,9 @@ class EdgeBroker(NatsBroker):
         await super().stop(*args)
 
 
-def service_app(name: str, broker: NatsBroker) -> FastStream:
-    """The FastStream app of service ``name`` (its AsyncAPI document: ``app`` in ``asyncapi.py``)."""
-    return FastStream(broker, specification=AsyncAPI(title=f"Teto {name}", version="1",
+def service_app(name: str, broker: NatsBroker, description: str | None = None) -> FastStream:
+    """The FastStream app of service ``name``; its AsyncAPI 3 document is ``app.schema.to_specification()``."""
+    return FastStream(broker, specification=AsyncAPI(title=f"Teto {name}", version="1", description=description,
                                                      schema_version=ASYNCAPI_VERSION))
 
 
