@@ -20,11 +20,10 @@ from typing import Any
 from faststream import FastStream
 
 from libs.contracts.envelope import Envelope
-from libs.contracts.registry import CATALOGUE, Entry
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_reply import Responder
-from libs.runtime.edge_stream import EdgeBroker, publish, service_app, subscribe
+from libs.runtime.edge_stream import EdgeBroker, declare_publishers, service_app, subscribe
 
 DOCS = Path("docs/asyncapi.json")
 PACKAGED = Path(__file__).resolve().parents[1] / "libs" / "contracts" / "asyncapi.json"
@@ -82,10 +81,7 @@ def catalogue(subjects: Subjects | None = None) -> FastStream:
         for responder in responders:
             _responder(broker, service, responder)
     _agents_and_gateway(broker, subjects)
-    for entry in CATALOGUE:
-        stream = subjects.stream_name(entry.stream) if entry.stream else None
-        publish(broker, _address(entry, subjects), stream, [entry.model], title=f"{entry.model.SCHEMA} from "
-                f"{entry.publisher}", description=f"{entry.description} (published by {entry.publisher})")
+    declare_publishers(broker, subjects)
     return service_app("bus", broker, DESCRIPTION)
 
 
@@ -105,13 +101,6 @@ def write(out: Path = DOCS) -> list[Path]:
         path.write_text(text)
         written.append(path)
     return written
-
-
-def _address(entry: Entry, subjects: Subjects) -> str:
-    """``teto.job.<job_id>.<event>`` as an AsyncAPI address (``{job_id}``); a reply goes to the requester's inbox."""
-    if not entry.subject.startswith("teto."):
-        return "_INBOX.{inbox}"
-    return subjects.prefix + entry.subject[len("teto"):].replace("<", "{").replace(">", "}")
 
 
 def _responder(broker: EdgeBroker, service: str, responder: Responder[Any]) -> None:

@@ -150,6 +150,41 @@ def publish(broker: NatsBroker, subject: str, stream: str | None, models: Sequen
     return broker.publisher(subject, schema=schema, title=title, description=f"{description}; {where}")
 
 
+def declare_publishers(broker: NatsBroker, subjects: Subjects, part: str | None = None) -> list[Any]:
+    """A publisher for each message the catalogue (libs/contracts/registry.py) says ``part`` publishes (every part's
+    when None): the subjects its outbox relay, responders and refusals send on, with their contracts."""
+    from libs.contracts.registry import CATALOGUE
+
+    declared = []
+    for entry in CATALOGUE:
+        if part is not None and not publishes(entry.publisher, part):
+            continue
+        stream = subjects.stream_name(entry.stream) if entry.stream else None
+        declared.append(publish(broker, address(entry.subject, subjects), stream, [entry.model],
+                                title=f"{entry.model.SCHEMA} from {entry.publisher}",
+                                description=f"{entry.description} (published by {entry.publisher})"))
+    return declared
+
+
+def publishes(publisher: str, part: str) -> bool:
+    """Whether the catalogue's ``publisher`` column names ``part`` (``queue, gateway``; ``any consumer``: every
+    service; ``owning service``: the services that decide commands)."""
+    named = {p.strip() for p in publisher.split(",")}
+    return part in named or "any consumer" in named or (publisher == "owning service" and part in DECIDERS) \
+        or "every service replica" in named
+
+
+DECIDERS = frozenset({"queue", "health"})  # the services that answer commands with an outcome
+
+
+def address(pattern: str, subjects: Subjects) -> str:
+    """``teto.job.<job_id>.<event>`` as an AsyncAPI address (``{job_id}``), in ``subjects``' prefix; a reply goes
+    to the requester's inbox."""
+    if not pattern.startswith("teto."):
+        return "_INBOX.{inbox}"
+    return subjects.prefix + pattern[len("teto"):].replace("<", "{").replace(">", "}")
+
+
 def _handler(c: Consumer[Any], models: Iterable[type[Envelope]]) -> Any:
     async def handle(batch: Any) -> Any:
         return await c.handle(batch)

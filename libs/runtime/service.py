@@ -103,6 +103,7 @@ class Runtime:
         if self.app is None:
             self.broker = edge_stream.EdgeBroker(self.nc, description=f"Teto {self.name}")
             self.app = edge_stream.service_app(self.name, self.broker)
+            edge_stream.declare_publishers(self.broker, self.subjects, self.name)
             await self.broker.connect()
         started = []
         for consumer in consumers:
