@@ -23,7 +23,7 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_reply import Responder
-from libs.runtime.edge_stream import EdgeBroker, declare_publishers, service_app, subscribe
+from libs.runtime.edge_stream import EdgeBroker, declare_publishers, respond, service_app, subscribe
 
 DOCS = Path("docs/asyncapi.json")
 PACKAGED = Path(__file__).resolve().parents[1] / "libs" / "contracts" / "asyncapi.json"
@@ -79,7 +79,7 @@ def catalogue(subjects: Subjects | None = None) -> FastStream:
         for consumer in consumers:
             subscribe(broker, subjects, consumer, None, service=service)
         for responder in responders:
-            _responder(broker, service, responder)
+            respond(broker, responder, None, service=service)
     _agents_and_gateway(broker, subjects)
     declare_publishers(broker, subjects)
     return service_app("bus", broker, DESCRIPTION)
@@ -101,20 +101,6 @@ def write(out: Path = DOCS) -> list[Path]:
         path.write_text(text)
         written.append(path)
     return written
-
-
-def _responder(broker: EdgeBroker, service: str, responder: Responder[Any]) -> None:
-    model = getattr(responder.decode, "__self__", None)
-    sub = broker.subscriber(responder.subject, queue=responder.queue, title=responder_title(service, responder),
-                            description=f"{service}: answers requests on core NATS (request/reply, queue group "
-                                        f"`{responder.queue}`), not stored in a stream")
-    sub(_typed(f"{service}_rpc", model))
-
-
-def responder_title(service: str, responder: Responder[Any]) -> str:
-    """``queue:teto.rpc.lease.renew``: the operation answering a responder's requests (a key that needs no
-    escaping in a JSON pointer)."""
-    return f"{service}:{responder.subject.removesuffix('.*')}"
 
 
 def _agents_and_gateway(broker: EdgeBroker, subjects: Subjects) -> None:

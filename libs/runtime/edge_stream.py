@@ -29,7 +29,7 @@ from typing import Any, Union
 
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, PullSub
-from faststream.nats.message import NatsBatchMessage
+from faststream.nats.message import NatsBatchMessage, NatsMessage
 from faststream.nats.subscriber.usecases.stream_pull_subscriber import BatchPullStreamSubscriber
 from faststream.specification import AsyncAPI
 from nats.aio.client import Client
@@ -39,7 +39,8 @@ from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 
 from . import natsfetch
-from .edge import Consumer, contracts_of
+from .edge import Consumer, Reporter, contracts_of
+from .edge_reply import Responder, answerer
 from .edge_loop import ConsumerLoop, consumer_config
 
 log = logging.getLogger("libs.runtime.edge")
@@ -148,6 +149,41 @@ def publish(broker: NatsBroker, subject: str, stream: str | None, models: Sequen
     schema: Any = models[0] if len(models) == 1 else Union[tuple(models)]  # noqa: UP007 - a runtime union
     where = f"stream `{stream}`" if stream else "core NATS (request/reply)"
     return broker.publisher(subject, schema=schema, title=title, description=f"{description}; {where}")
+
+
+def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | None, *, service: str = "") -> Any:
+    """Declare ``responder`` on ``broker`` as a core NATS subscriber in its queue group, answering as
+    ``edge_reply.answerer`` does (``reporter`` None: declared for the AsyncAPI document only)."""
+    model = getattr(responder.decode, "__self__", None)
+    sub = broker.subscriber(responder.subject, queue=responder.queue, parser=_raw, decoder=_raw_body, no_reply=True,
+                            title=responder_title(service, responder),
+                            description=f"{service}: answers requests on core NATS (request/reply, queue group "
+                                        f"`{responder.queue}`), not stored in a stream")
+    answer = answerer(responder, reporter) if reporter is not None else None
+
+    async def handle(request: Any) -> None:
+        if answer is not None:
+            await answer(request)
+
+    handle.__annotations__ = {"request": model if model is not None else Envelope}
+    handle.__name__ = handle.__qualname__ = f"{service}_rpc_{responder.queue}"
+    sub(handle)
+    return sub
+
+
+def responder_title(service: str, responder: Responder[Any]) -> str:
+    """``queue:teto.rpc.lease.renew``: the operation answering a responder's requests (a key that needs no
+    escaping in a JSON pointer)."""
+    return f"{service}:{responder.subject.removesuffix('.*')}"
+
+
+async def _raw(msg: Msg) -> NatsMessage:
+    return NatsMessage(raw_message=msg, body=msg.data, reply_to=msg.reply or "", headers=msg.headers or {})
+
+
+async def _raw_body(message: NatsMessage) -> Msg:
+    """A responder reads and answers the request itself (its contract, its sender, its reply)."""
+    return message.raw_message
 
 
 def declare_publishers(broker: NatsBroker, subjects: Subjects, part: str | None = None) -> list[Any]:

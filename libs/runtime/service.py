@@ -26,7 +26,7 @@ from . import bus, db, edge_stream, loophealth, metrics, tracing
 from .clock import Clock
 from .edge import Consumer, EdgeCounters
 from .edge_loop import ConsumerLoop
-from .edge_reply import Responder, serve_responder
+from .edge_reply import Responder
 from .observe import Observer
 from .settings import CommonSettings
 from .singleton import SingletonLoop
@@ -100,15 +100,11 @@ class Runtime:
         """Declare each consumer as a subscriber of the service's FastStream app and start them: every durable is
         bound before this returns (so the service is ready only once it receives), each then runs the edge's loop
         in its subscriber's task."""
-        if self.app is None:
-            self.broker = edge_stream.EdgeBroker(self.nc, description=f"Teto {self.name}")
-            self.app = edge_stream.service_app(self.name, self.broker)
-            edge_stream.declare_publishers(self.broker, self.subjects, self.name)
-            await self.broker.connect()
+        broker = await self.faststream()
         started = []
         for consumer in consumers:
             loop = ConsumerLoop(self.js, self.subjects, consumer, self, counters=self.edge)
-            started.append(edge_stream.subscribe(self.broker, self.subjects, consumer, loop, service=self.name))
+            started.append(edge_stream.subscribe(broker, self.subjects, consumer, loop, service=self.name))
             self.loops.append(loop)
         for subscriber in started:
             await subscriber.start()
@@ -120,9 +116,21 @@ class Runtime:
                 await self.broker.stop()
             self.broker = self.app = None
 
+    async def faststream(self) -> edge_stream.EdgeBroker:
+        """The service's FastStream broker and app (made once, on this runtime's connection), with a publisher
+        declared for each message the service sends."""
+        if self.broker is None:
+            self.broker = edge_stream.EdgeBroker(self.nc, description=f"Teto {self.name}")
+            self.app = edge_stream.service_app(self.name, self.broker)
+            edge_stream.declare_publishers(self.broker, self.subjects, self.name)
+            await self.broker.connect()
+        return self.broker
+
     async def respond(self, responders: list[Responder]) -> None:
+        """Answer each responder's requests: core NATS subscribers of the service's FastStream app."""
+        broker = await self.faststream()
         for responder in responders:
-            await serve_responder(self.nc, responder, self)
+            await edge_stream.respond(broker, responder, self, service=self.name).start()
 
     async def bury(self, letter: DeadLetter) -> None:
         """Publish a dead letter and wait for JetStream's ack (raises if it could not be stored)."""

@@ -17,7 +17,8 @@ import pytest
 from libs.contracts.export import file_name
 from libs.contracts.registry import CATALOGUE
 from libs.contracts.subjects import Subjects
-from teto.asyncapi import DOCS, PACKAGED, declarations, document, render, responder_title
+from libs.runtime.edge_stream import responder_title
+from teto.asyncapi import DOCS, PACKAGED, declarations, document, render
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBJECTS = Subjects()
