@@ -19,7 +19,6 @@ from typing import Any
 
 from faststream import FastStream
 
-from libs.contracts.envelope import Envelope
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_reply import Responder
@@ -104,26 +103,11 @@ def write(out: Path = DOCS) -> list[Path]:
 
 
 def _agents_and_gateway(broker: EdgeBroker, subjects: Subjects) -> None:
-    """The subscriptions outside the services' consumer declarations: each executor agent's directives (its own
-    durable on the agents' stream) and the gateway's command outcomes (core NATS, every replica)."""
-    from libs.contracts.agents import RunJob, StopJob
-    from libs.contracts.commands import CommandOutcome
-    from libs.contracts.nodes import RebootNode, RunChecks
+    """The subscriptions outside the services' declarations, declared as the parts declare them: each executor
+    agent's directives (its own durable on the agents' stream) and the gateway's command outcomes."""
+    from agents.executor import directives
+    from services.gateway.commands import outcome_listener
 
-    stream = subjects.stream_name("AGENT")
-    sub = broker.subscriber(subjects.agent_all, title="agent-directives", description=f"executor: durable `agent-<executor_id>` on "
-                                                                     f"stream `{stream}`, one directive at a time")
-    sub(_typed("directives", RunJob | StopJob | RunChecks | RebootNode))
-    sub = broker.subscriber(subjects.outcome_all, title="gateway-outcomes",
-                            description="gateway: command outcomes on core NATS (every replica; the stream "
-                                        f"`{subjects.stream_name('OUTCOME')}` keeps them for the audit log)")
-    sub(_typed("outcomes", CommandOutcome))
+    directives.declare(broker, subjects, subjects.agent_all, "agent-<executor_id>", None)
+    outcome_listener(broker, subjects, None)
 
-
-def _typed(name: str, model: Any) -> Any:
-    async def handle(message: Any) -> None:
-        return None
-
-    handle.__annotations__ = {"message": model if model is not None else Envelope}
-    handle.__name__ = handle.__qualname__ = name
-    return handle

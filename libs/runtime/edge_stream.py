@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Union
 
 from faststream import AckPolicy, FastStream
@@ -155,7 +155,7 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
     """Declare ``responder`` on ``broker`` as a core NATS subscriber in its queue group, answering as
     ``edge_reply.answerer`` does (``reporter`` None: declared for the AsyncAPI document only)."""
     model = getattr(responder.decode, "__self__", None)
-    sub = broker.subscriber(responder.subject, queue=responder.queue, parser=_raw, decoder=_raw_body, no_reply=True,
+    sub = broker.subscriber(responder.subject, queue=responder.queue, parser=raw_parser, decoder=raw_decoder, no_reply=True,
                             title=responder_title(service, responder),
                             description=f"{service}: answers requests on core NATS (request/reply, queue group "
                                         f"`{responder.queue}`), not stored in a stream")
@@ -171,17 +171,34 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
     return sub
 
 
+def listen(broker: NatsBroker, subject: str, on_message: Callable[[Msg], Awaitable[Any]] | None, *, title: str,
+           description: str, model: Any) -> Any:
+    """Declare a plain core NATS subscription (every replica gets every message) on ``broker``: ``on_message`` gets
+    each nats-py message as it is (None: declared for the AsyncAPI document only)."""
+    sub = broker.subscriber(subject, parser=raw_parser, decoder=raw_decoder, no_reply=True, title=title,
+                            description=description)
+
+    async def handle(message: Any) -> None:
+        if on_message is not None:
+            await on_message(message)
+
+    handle.__annotations__ = {"message": model}
+    handle.__name__ = handle.__qualname__ = title.replace("-", "_")
+    sub(handle)
+    return sub
+
+
 def responder_title(service: str, responder: Responder[Any]) -> str:
     """``queue:teto.rpc.lease.renew``: the operation answering a responder's requests (a key that needs no
     escaping in a JSON pointer)."""
     return f"{service}:{responder.subject.removesuffix('.*')}"
 
 
-async def _raw(msg: Msg) -> NatsMessage:
+async def raw_parser(msg: Msg) -> NatsMessage:
     return NatsMessage(raw_message=msg, body=msg.data, reply_to=msg.reply or "", headers=msg.headers or {})
 
 
-async def _raw_body(message: NatsMessage) -> Msg:
+async def raw_decoder(message: NatsMessage) -> Msg:
     """A responder reads and answers the request itself (its contract, its sender, its reply)."""
     return message.raw_message
 
