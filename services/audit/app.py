@@ -1,5 +1,6 @@
 """The audit service process: three batch consumers writing the hash-chained log, the anchor loop and the verify
-responder (wiring only)."""
+responder (wiring only); the consumers and the responder are the subscribers of its FastStream app
+(libs/runtime/edge_stream.py)."""
 
 from __future__ import annotations
 
