@@ -81,3 +81,10 @@ def test_a_service_declares_a_publisher_for_each_message_it_sends():
         assert model in declared, model.__name__
     assert Heartbeat not in declared  # the executor's, not the queue's
     assert all(p.subject.template.startswith(("acme.", "_INBOX.")) for p in broker.publishers)
+
+
+async def test_the_dispatch_benchmark_measures_both_paths():
+    from bench.bench_edge_dispatch import run
+
+    r = await run(50, 10)
+    assert r["figure"] > 0 and r["reference"] > 0 and r["ratio"] > 0 and "us a batch" in r["note"]
