@@ -85,6 +85,7 @@ class Commands:
         self.timeout = timeout
         self.outcomes = Outcomes()
         self._listening: asyncio.Task[Any] | None = None
+        self._subscriber: Any = None
 
     async def listen(self) -> None:
         """Open the one outcome subscription (once; concurrent first requests share the opening)."""
@@ -100,10 +101,12 @@ class Commands:
             raise
 
     async def _subscribe(self, on_outcome: Any) -> Any:
-        """The outcome subscription, a subscriber of the gateway's FastStream app (every replica hears all)."""
-        sub = outcome_listener(await self.runtime.faststream(), self.runtime.subjects, on_outcome)
-        await sub.start()
-        return sub
+        """The outcome subscription, a subscriber of the gateway's FastStream app (every replica hears all),
+        declared once; a start that failed is tried again by the next request."""
+        if self._subscriber is None:
+            self._subscriber = outcome_listener(await self.runtime.faststream(), self.runtime.subjects, on_outcome)
+        await self._subscriber.start()
+        return self._subscriber
 
     async def send(self, cmd: Command) -> Sent:
         """Publish ``cmd`` to the command stream and await its outcome (None after the timeout)."""
