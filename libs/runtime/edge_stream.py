@@ -1,6 +1,6 @@
 """Every Teto service is a FastStream app: one ``NatsBroker`` per service process, each ``Consumer`` declaration a
 FastStream batch pull subscriber of it, each subject the service emits a declared publisher; the AsyncAPI document
-(``libs/runtime/asyncapi.py``, docs/asyncapi.json) is FastStream's, generated from these declarations.
+(``teto/asyncapi.py``, docs/asyncapi.json) is FastStream's, generated from these declarations.
 
 ``EdgeSubscriber`` is FastStream's ``BatchPullStreamSubscriber`` with the edge's pull loop as its consuming task
 (``edge_loop.ConsumerLoop.drive``: one fetch is one batch, one batch ahead, lingering, quick fetch) and the edge's
