@@ -61,6 +61,10 @@ def declare(broker: NatsBroker, subjects: Subjects, subject: str, durable: str,
     sub = broker.subscriber(subject, stream=JStream(stream, declare=False), durable=durable,
                             config=ConsumerConfig(ack_policy=JsAckPolicy.EXPLICIT, max_deliver=5, ack_wait=30.0),
                             pull_sub=PullSub(1, FETCH_TIMEOUT_SECONDS), ack_policy=AckPolicy.MANUAL,
+                            # None: nats-py's pull requests use the connection's own inbox prefix (the per-user
+                            # ``_INBOX.<user>`` the bus allows this agent, docs/security/bus.md); FastStream's
+                            # default names the shared ``_INBOX.``, which the bus refuses an executor.
+                            inbox_prefix=None,  # type: ignore[arg-type]
                             parser=raw_parser, decoder=raw_decoder, no_reply=True, title="agent-directives",
                             description=f"executor: durable `{durable}` on stream `{stream}`, one directive at "
                                         "a time")
