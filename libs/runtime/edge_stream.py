@@ -155,7 +155,8 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
     """Declare ``responder`` on ``broker`` as a core NATS subscriber in its queue group, answering as
     ``edge_reply.answerer`` does (``reporter`` None: declared for the AsyncAPI document only)."""
     model = getattr(responder.decode, "__self__", None)
-    sub = broker.subscriber(responder.subject, queue=responder.queue, parser=raw_parser, decoder=raw_decoder, no_reply=True,
+    sub = broker.subscriber(responder.subject, queue=responder.queue, parser=raw_parser, decoder=raw_decoder,
+                            no_reply=True, ack_policy=AckPolicy.MANUAL,  # see ``raw_parser``
                             title=responder_title(service, responder),
                             description=f"{service}: answers requests on core NATS (request/reply, queue group "
                                         f"`{responder.queue}`), not stored in a stream")
@@ -175,7 +176,8 @@ def listen(broker: NatsBroker, subject: str, on_message: Callable[[Msg], Awaitab
            description: str, model: Any) -> Any:
     """Declare a plain core NATS subscription (every replica gets every message) on ``broker``: ``on_message`` gets
     each nats-py message as it is (None: declared for the AsyncAPI document only)."""
-    sub = broker.subscriber(subject, parser=raw_parser, decoder=raw_decoder, no_reply=True, title=title,
+    sub = broker.subscriber(subject, parser=raw_parser, decoder=raw_decoder, no_reply=True,
+                            ack_policy=AckPolicy.MANUAL, title=title,  # see ``raw_parser``
                             description=description)
 
     async def handle(message: Any) -> None:
@@ -195,6 +197,11 @@ def responder_title(service: str, responder: Responder[Any]) -> str:
 
 
 async def raw_parser(msg: Msg) -> NatsMessage:
+    """A core NATS message for a subscriber that reads and answers it itself. Such a subscriber is declared with
+    ``no_reply=True`` and ``AckPolicy.MANUAL``: FastStream would otherwise "acknowledge" it after the handler, and
+    acknowledging a core message publishes to its reply subject (a second answer to a request, which the bus
+    refuses a part that may answer once; or, on a message a JetStream publish sent, a stray reply to the
+    publisher's acknowledgement inbox)."""
     return NatsMessage(raw_message=msg, body=msg.data, reply_to=msg.reply or "", headers=msg.headers or {})
 
 

@@ -88,3 +88,46 @@ async def test_the_dispatch_benchmark_measures_both_paths():
 
     r = await run(50, 10)
     assert r["figure"] > 0 and r["reference"] > 0 and r["ratio"] > 0 and "us a batch" in r["note"]
+
+
+class RecordingClient:
+    """What a nats-py message publishes through its connection (a reply, or an acknowledgement)."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, payload: bytes = b"", reply: str = "", headers=None) -> None:
+        self.published.append((subject, payload))
+
+
+async def test_a_responder_answers_each_request_once_and_a_listener_publishes_nothing():
+    """A core subscriber that answers itself must not let FastStream acknowledge the message too: acknowledging
+    a core message publishes to its reply subject, a second answer the bus refuses a part that may answer once."""
+    from nats.aio.msg import Msg
+
+    from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
+    from libs.runtime.edge_reply import Responder
+    from libs.runtime.edge_stream import listen, respond
+
+    async def renew(_: LeaseRenewRequest) -> LeaseRenewReply:
+        return LeaseRenewReply(ok=True)
+
+    broker, heard = EdgeBroker(), []
+    responder = Responder("teto.rpc.lease.renew.*", "queue", LeaseRenewRequest.decode, renew,
+                          lambda reason: LeaseRenewReply(ok=False, reason=reason))
+    answering = started(broker, respond(broker, responder, FakeReporter(), service="queue"))
+
+    async def hear(msg) -> None:
+        heard.append(msg.subject)
+
+    listening = started(broker, listen(broker, "teto.outcome.>", hear, title="outcomes", description="", model=bytes))
+    client = RecordingClient()
+    request = LeaseRenewRequest(job_id="j1", executor_id="e1", epoch=1).encode()
+    await answering.process_message(Msg(_client=client, subject="teto.rpc.lease.renew.e1", reply="_INBOX.e1.1",
+                                        data=request))
+    assert [(s, LeaseRenewReply.decode(b).ok) for s, b in client.published] == [("_INBOX.e1.1", True)]
+    client.published.clear()
+    # An outcome a service stored with a JetStream publish arrives with the publisher's acknowledgement inbox.
+    await listening.process_message(Msg(_client=client, subject="teto.outcome.submit.c1", reply="_INBOX.q.2",
+                                        data=b"{}"))
+    assert heard == ["teto.outcome.submit.c1"] and client.published == []
