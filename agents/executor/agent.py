@@ -34,8 +34,9 @@ from libs.contracts.telemetry import (CheckpointSkipped, GpuInfo, Heartbeat, Pha
 from libs.runtime import logs, metrics, tracing
 from libs.runtime.edge_stream import EdgeBroker, service_app
 
-from . import ceiling, checkpoints, diskwatch, launch, sandbox
 from . import directives  # the agent's FastStream app
+
+from . import ceiling, checkpoints, diskwatch, launch, sandbox
 from .checks import reach
 from .checks.handler import NodeChecks
 from .guard_client import Fence, Guard
