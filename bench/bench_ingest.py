@@ -85,6 +85,7 @@ async def edge_alone(rt: Runtime, stream: str) -> float:
     finally:
         await stop_tasks(rt.tasks)
         rt.tasks.clear()
+        await rt.stop_consuming()
 
 
 async def run(n: int, executors: int) -> list[dict]:

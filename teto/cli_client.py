@@ -349,6 +349,14 @@ def cmd_contracts_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_contracts_asyncapi(args: argparse.Namespace) -> int:
+    from .asyncapi import write
+
+    written = write(args.out)
+    _print(args, [str(p) for p in written], "wrote " + " and ".join(str(p) for p in written))
+    return 0
+
+
 def _guard(fn: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -500,3 +508,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events-md", type=Path, default=Path("docs/events.md"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_guard(cmd_contracts_export))
+    p = csub.add_parser("asyncapi", help="write the AsyncAPI 3 document FastStream generates from the services' "
+                                         "declarations (docs/asyncapi.json; the gateway serves it)")
+    p.add_argument("--out", type=Path, default=Path("docs/asyncapi.json"))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_guard(cmd_contracts_asyncapi))

@@ -24,7 +24,6 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
 
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.jobs import CommandWorkload
@@ -33,6 +32,9 @@ from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointSkipped, CheckpointStoreNote, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StoreState)
 from libs.runtime import logs, metrics, tracing
+from libs.runtime.edge_stream import EdgeBroker, service_app
+
+from . import directives  # the agent's FastStream app
 
 from . import ceiling, checkpoints, diskwatch, launch, pilot, sandbox
 from .checks import reach
@@ -130,29 +132,17 @@ class Agent:
     # -- directives ----------------------------------------------------------------------------------------
 
     async def directives(self) -> None:
-        # Every directive is acknowledged on receipt and then acted on in this process, so only a crash between
-        # fetch and ack redelivers one; the delivery limit bounds even that.
-        sub = await self.js.pull_subscribe(self.subjects.agent_all_of(self.id), durable=f"agent-{self.id}",
-                                           stream=self.subjects.stream_name("AGENT"),
-                                           config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_deliver=5,
-                                                                 ack_wait=30.0))
-        while True:
-            try:
-                msgs = await sub.fetch(1, timeout=1.0)  # one waiting pull: no probe, no status reply a job
-            except TimeoutError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - server gone for a while: keep trying
-                log.debug("directive fetch failed: %r", exc)
-                await asyncio.sleep(0.5)
-                continue
-            for msg in msgs:
-                try:
-                    await self.on_directive(msg)
-                except Exception:  # noqa: BLE001 - one directive, however hostile, never stops the agent
-                    log.exception("executor %s: directive on %s could not be handled; dropped", self.id,
-                                  msg.subject)
-                    with contextlib.suppress(Exception):
-                        await msg.term()
+        """Receive directives as the agent's FastStream app (directives.py) until cancelled."""
+        broker = EdgeBroker(self.nc, description=f"Teto executor {self.id}")
+        self.app = service_app("executor", broker)
+        directives.declare(broker, self.subjects, self.subjects.agent_all_of(self.id), f"agent-{self.id}",
+                           self.on_directive)
+        try:
+            await broker.start()
+            await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await broker.stop()
 
     async def on_directive(self, msg: Msg) -> None:
         kind = msg.subject.rsplit(".", 1)[-1]

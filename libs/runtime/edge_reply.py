@@ -43,6 +43,15 @@ class Responder(Generic[M]):
 
 
 async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporter) -> Any:
+    """Answer on a plain nats-py subscription (a service's runtime declares its responders on its FastStream app
+    instead: ``edge_stream.respond``)."""
+    return await nc.subscribe(responder.subject, queue=responder.queue, cb=answerer(responder, reporter))
+
+
+def answerer(responder: Responder[M], reporter: Reporter) -> Callable[[Msg], Awaitable[None]]:
+    """What answers one request: refuse it (with the malformed reply), or answer with the handler's reply, or
+    stay silent when the handler fails."""
+
     async def on_request(msg: Msg) -> None:
         try:
             request = responder.decode(msg.data)
@@ -63,4 +72,4 @@ async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporte
             with contextlib.suppress(Exception):
                 await msg.respond(reply.encode())
 
-    return await nc.subscribe(responder.subject, queue=responder.queue, cb=on_request)
+    return on_request

@@ -1,6 +1,7 @@
 """What every service does at start and stop, in one place: connect to PostgreSQL and NATS, apply its
-migrations, declare the streams, run its consumers (libs/runtime/edge.py) and singleton loops, refuse malformed
-messages visibly and bury the ones it gave up on as dead letters.
+migrations, declare the streams, run its consumers as the subscribers of its FastStream app
+(libs/runtime/edge_stream.py) and its singleton loops, refuse malformed messages visibly and bury the ones it gave
+up on as dead letters.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
+from faststream import FastStream
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
@@ -20,10 +22,11 @@ from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 
-from . import bus, db, loophealth, metrics, tracing
+from . import bus, db, edge_stream, loophealth, metrics, tracing
 from .clock import Clock
-from .edge import Consumer, ConsumerLoop, EdgeCounters
-from .edge_reply import Responder, serve_responder
+from .edge import Consumer, EdgeCounters
+from .edge_loop import ConsumerLoop
+from .edge_reply import Responder
 from .observe import Observer
 from .settings import CommonSettings
 from .singleton import SingletonLoop
@@ -47,6 +50,8 @@ class Runtime:
     loops: list[ConsumerLoop] = field(default_factory=list)
     singletons: list[SingletonLoop] = field(default_factory=list)
     observer: Observer | None = None
+    broker: edge_stream.EdgeBroker | None = None  # the service's FastStream broker, on ``nc`` (``consume``)
+    app: FastStream | None = None
     loop_health: loophealth.LoopHealth = field(default_factory=loophealth.LoopHealth)
 
     @property
@@ -92,16 +97,40 @@ class Runtime:
         return ctx
 
     async def consume(self, consumers: list[Consumer]) -> None:
-        """Bind every durable (so the service is ready only once it receives), then run each in a task."""
+        """Declare each consumer as a subscriber of the service's FastStream app and start them: every durable is
+        bound before this returns (so the service is ready only once it receives), each then runs the edge's loop
+        in its subscriber's task."""
+        broker = await self.faststream()
+        started = []
         for consumer in consumers:
             loop = ConsumerLoop(self.js, self.subjects, consumer, self, counters=self.edge)
-            await loop.subscribe()
+            started.append(edge_stream.subscribe(broker, self.subjects, consumer, loop, service=self.name))
             self.loops.append(loop)
-            self.background(loop.run(), consumer.durable)
+        for subscriber in started:
+            await subscriber.start()
+
+    async def stop_consuming(self) -> None:
+        """Stop the subscribers (a batch fetched ahead is handed back); the connection stays until ``close``."""
+        if self.broker is not None:
+            with contextlib.suppress(Exception):
+                await self.broker.stop()
+            self.broker = self.app = None
+
+    async def faststream(self) -> edge_stream.EdgeBroker:
+        """The service's FastStream broker and app (made once, on this runtime's connection), with a publisher
+        declared for each message the service sends."""
+        if self.broker is None:
+            self.broker = edge_stream.EdgeBroker(self.nc, description=f"Teto {self.name}")
+            self.app = edge_stream.service_app(self.name, self.broker)
+            edge_stream.declare_publishers(self.broker, self.subjects, self.name)
+            await self.broker.connect()
+        return self.broker
 
     async def respond(self, responders: list[Responder]) -> None:
+        """Answer each responder's requests: core NATS subscribers of the service's FastStream app."""
+        broker = await self.faststream()
         for responder in responders:
-            await serve_responder(self.nc, responder, self)
+            await edge_stream.respond(broker, responder, self, service=self.name).start()
 
     async def bury(self, letter: DeadLetter) -> None:
         """Publish a dead letter and wait for JetStream's ack (raises if it could not be stored)."""
@@ -112,6 +141,7 @@ class Runtime:
 
     async def close(self) -> None:
         await stop_tasks(self.tasks)
+        await self.stop_consuming()
         if self.observer is not None:
             await self.observer.stop()
         with contextlib.suppress(Exception):

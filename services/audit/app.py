@@ -1,5 +1,6 @@
 """The audit service process: three batch consumers writing the hash-chained log, the anchor loop and the verify
-responder (wiring only)."""
+responder (wiring only); the consumers and the responder are the subscribers of its FastStream app
+(libs/runtime/edge_stream.py)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
         # The head as this replica leaves it, once its consumers stopped writing (a duplicate of another
         # replica's anchor is dropped by its message id).
         await stop_tasks(runtime.tasks)
+        await runtime.stop_consuming()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(anchorer.anchor(), 5)
         await runtime.close()

@@ -1,4 +1,5 @@
-"""The budget service process: ledger consumers, the status responder and the outbox relay (wiring only)."""
+"""The budget service process: ledger consumers, the status responder and the outbox relay (wiring only); the
+consumers and responders are the subscribers of its FastStream app (libs/runtime/edge_stream.py)."""
 
 from __future__ import annotations
 

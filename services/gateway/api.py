@@ -45,6 +45,7 @@ from .scoping import AllowListError, load_allow_list
 from .logs import JobLogs
 from .routes import admin, jobs, logs, policies, nodes, sessions, tokens
 from . import panel
+from .routes import asyncapi as asyncapi_routes
 from .routes import dead_letters as dead_letter_routes
 from .routes import status as status_routes
 from .status import StatusGatherer
@@ -242,6 +243,7 @@ def create_app(settings: GatewaySettings, runtime: Runtime | None = None, *, rea
     policies.register(app)
     nodes.register(app)
     dead_letter_routes.register(app)
+    asyncapi_routes.register(app)  # the bus's catalogue, before the panel takes the rest of /
     panel.mount(app, runtime)  # the operator panel under / (services/gateway/panel)
     status_routes.register(app)
     tenancy_routes.register(app)

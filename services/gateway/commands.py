@@ -24,7 +24,8 @@ from typing import Any
 from libs.contracts.bounds import ID_PATTERN, defuse
 from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import ContractError, new_id
-from libs.runtime import bus
+from libs.contracts.subjects import Subjects
+from libs.runtime import bus, edge_stream
 from libs.runtime.service import Runtime
 
 log = logging.getLogger(__name__)
@@ -71,12 +72,20 @@ class Outcomes:
             log.warning("ignoring a malformed outcome: %s", exc.reason)
 
 
+def outcome_listener(broker: Any, subjects: Subjects, on_outcome: Any) -> Any:
+    """The gateway's outcome subscription declared on ``broker`` (``on_outcome`` None: for the AsyncAPI document)."""
+    return edge_stream.listen(broker, subjects.outcome_all, on_outcome, title="gateway-outcomes", model=CommandOutcome,
+                              description="gateway: command outcomes on core NATS, every replica (the stream "
+                                          f"`{subjects.stream_name('OUTCOME')}` keeps them for the audit log)")
+
+
 class Commands:
     def __init__(self, runtime: Runtime, timeout: float) -> None:
         self.runtime = runtime
         self.timeout = timeout
         self.outcomes = Outcomes()
         self._listening: asyncio.Task[Any] | None = None
+        self._subscriber: Any = None
 
     async def listen(self) -> None:
         """Open the one outcome subscription (once; concurrent first requests share the opening)."""
@@ -84,13 +93,20 @@ class Commands:
             async def on_outcome(msg: Any) -> None:
                 self.outcomes.arrived(msg.subject, msg.data)
 
-            self._listening = asyncio.ensure_future(
-                self.runtime.nc.subscribe(self.runtime.subjects.outcome_all, cb=on_outcome))
+            self._listening = asyncio.ensure_future(self._subscribe(on_outcome))
         try:
             await asyncio.shield(self._listening)
         except Exception:
             self._listening = None  # not subscribed (connection trouble): the next request tries again
             raise
+
+    async def _subscribe(self, on_outcome: Any) -> Any:
+        """The outcome subscription, a subscriber of the gateway's FastStream app (every replica hears all),
+        declared once; a start that failed is tried again by the next request."""
+        if self._subscriber is None:
+            self._subscriber = outcome_listener(await self.runtime.faststream(), self.runtime.subjects, on_outcome)
+        await self._subscriber.start()
+        return self._subscriber
 
     async def send(self, cmd: Command) -> Sent:
         """Publish ``cmd`` to the command stream and await its outcome (None after the timeout)."""

@@ -1,4 +1,5 @@
-"""The health service process: consumers, the signal evaluator and the outbox relay (wiring only)."""
+"""The health service process: consumers, the signal evaluator and the outbox relay (wiring only); the
+consumers are the subscribers of its FastStream app (libs/runtime/edge_stream.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Wiring of the queue service: runtime, consumers and responders, singleton loops (outbox relay, placement,
-lease scanner, gang scanner). Nothing else lives here."""
+lease scanner, gang scanner). Nothing else lives here. The consumers and responders are the subscribers of the
+service's FastStream app (``runtime.consume``/``respond``: libs/runtime/edge_stream.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
 from libs.contracts.subjects import Subjects
 from libs.contracts.tenancy import OrgSpec
-from libs.runtime.edge import ConsumerLoop
+from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from libs.runtime import quickfetch
-from libs.runtime.edge import Consumer, ConsumerLoop
+from libs.runtime.edge import Consumer
+from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.service import Runtime
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,9 @@ import nats
 import pytest
 
 from libs.contracts.subjects import Subjects
+from agents.executor import directives
 from libs.runtime import bus
+from libs.runtime.edge_stream import EdgeBroker
 from teto.stack.busauth import LocalBus
 from teto.stack.embedded import EmbeddedNats
 from tests.support.services import eventually
@@ -228,6 +230,28 @@ async def test_what_each_part_needs_still_works(authbus: AuthBus, admin):
     finally:
         for p in (ex, queue, gateway):
             await p.close()
+
+
+async def test_the_agents_faststream_directive_subscriber_pulls_through_its_own_inbox(authbus: AuthBus, admin):
+    """The agent's directives are a FastStream pull subscriber (agents/executor/directives.py): its pull requests
+    must use the executor's own inbox prefix, the only one the bus lets it subscribe to (FastStream's default,
+    the shared ``_INBOX.``, is refused and no directive would ever arrive)."""
+    nc = await bus.connect(authbus.url, f"executor-{OTHER}", credentials_file=authbus.other)
+    got: list[bytes] = []
+
+    async def on_directive(msg) -> None:
+        got.append(msg.data)
+        await msg.ack()
+
+    broker = EdgeBroker(nc)
+    directives.declare(broker, S, S.agent_all_of(OTHER), f"agent-{OTHER}", on_directive)
+    try:
+        await broker.start()
+        await admin.jetstream().publish(S.agent(OTHER, "stop"), b'{"directive": "stop"}')
+        await eventually(lambda: got == [b'{"directive": "stop"}'], 10, "the directive through FastStream")
+    finally:
+        await broker.stop()
+        await nc.close()
 
 
 async def test_a_stopped_executors_user_is_removed_when_the_next_one_starts(authbus: AuthBus):

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from libs.contracts.dead import DeadLetter
 from libs.contracts.envelope import ContractError
 from libs.contracts.subjects import Subjects
-from libs.runtime.edge import Consumer, ConsumerLoop
+from libs.runtime.edge import Consumer
+from libs.runtime.edge_loop import ConsumerLoop
 
 
 @dataclass

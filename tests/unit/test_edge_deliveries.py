@@ -9,7 +9,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from libs.runtime.acksubject import stream_seq
-from libs.runtime.edge import _deliveries
+from libs.runtime.acksubject import deliveries as _deliveries
 
 V1 = "$JS.ACK.BENCH_HB.health-heartbeats.{d}.1204.1187.1764590000000000000.42"
 V2 = "$JS.ACK._.ACCHASH.BENCH_HB.health-heartbeats.{d}.1204.1187.1764590000000000000.42.rand"

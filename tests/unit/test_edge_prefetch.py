@@ -1,4 +1,4 @@
-"""The edge fetches one batch ahead (libs/runtime/edge.py, ``ConsumerLoop.run``): the next batch is on its way
+"""The edge fetches one batch ahead (libs/runtime/edge_loop.py, ``ConsumerLoop.run``): the next batch is on its way
 while the current one is handled, yet batches are handled one at a time in the order they were fetched (per
 executor and per job order holds), a held batch keeps the batch fetched behind it too, and at shutdown a batch
 fetched but never handled is handed back at once instead of waiting out its ack wait."""

@@ -16,7 +16,8 @@ from libs.contracts.dead import DeadCause
 from libs.contracts.envelope import ContractError
 from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.subjects import Subjects
-from libs.runtime.edge import Consumer, ConsumerLoop
+from libs.runtime.edge import Consumer
+from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.edge_reply import Responder, serve_responder
 from libs.runtime.errors import PermanentError, is_permanent
 from services.queue.handlers import consumers as queue_consumers

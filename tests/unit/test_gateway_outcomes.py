@@ -12,6 +12,7 @@ import pytest
 
 from libs.contracts.commands import CommandOutcome, SubmitJob
 from libs.contracts.subjects import Subjects
+from libs.runtime.edge_stream import EdgeBroker
 from services.gateway.commands import BusUnavailable, Commands, Outcomes
 
 pytestmark = pytest.mark.unit
@@ -47,12 +48,16 @@ async def test_two_requests_for_one_command_id_share_its_outcome_and_forgetting_
 
 class FakeBus:
     """A NATS connection and JetStream context: the 'queue' answers each published command on its outcome
-    subject through whatever subscriptions are open, unless told to stay silent."""
+    subject through whatever subscriptions are open (the gateway's FastStream subscriber), unless told to stay
+    silent."""
 
     def __init__(self, silent: bool = False, subscribe_fails: int = 0) -> None:
         self.subscriptions: list[tuple[str, object]] = []
         self.silent = silent
         self.subscribe_fails = subscribe_fails
+
+    def jetstream(self, **kw):
+        return self
 
     async def subscribe(self, subject, cb=None, **kw):
         if self.subscribe_fails:
@@ -67,11 +72,18 @@ class FakeBus:
             return
         for pattern, cb in self.subscriptions:
             assert pattern == S.outcome_all
-            await cb(SimpleNamespace(subject=S.outcome("submit", cmd.command_id), data=outcome(cmd.command_id).encode()))
+            await cb(SimpleNamespace(subject=S.outcome("submit", cmd.command_id), data=outcome(cmd.command_id).encode(),
+                                     reply="", headers=None))
 
 
 def commands(fake: FakeBus, timeout: float = 5.0) -> Commands:
-    runtime = SimpleNamespace(nc=fake, js=fake, subjects=S)
+    broker = EdgeBroker(fake)  # the gateway runtime's FastStream broker, on the fake connection
+
+    async def faststream() -> EdgeBroker:
+        await broker.connect()
+        return broker
+
+    runtime = SimpleNamespace(nc=fake, js=fake, subjects=S, faststream=faststream)
     return Commands(runtime, timeout)  # type: ignore[arg-type]
 
 
@@ -101,3 +113,4 @@ async def test_a_subscription_that_cannot_be_opened_is_a_bus_failure_and_the_nex
     with pytest.raises(BusUnavailable):
         await gateway.send(job())
     assert (await gateway.send(job())).outcome.accepted and len(fake.subscriptions) == 1
+    assert len((await gateway.runtime.faststream()).subscribers) == 1  # declared once, started again

@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from libs.contracts.nodes import CheckReport, CheckStatus, CheckTest
 from libs.contracts.subjects import Subjects
 from libs.runtime import metrics
-from libs.runtime.edge import Consumer, ConsumerLoop
+from libs.runtime.edge import Consumer
+from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.observe import instance_name, singleton_label
 from services.gateway.limits import JsonBodies
 from services.gateway.timing import RouteTimer
