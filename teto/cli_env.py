@@ -23,6 +23,7 @@ from pathlib import Path
 
 DEFAULT_PATH = Path("/opt/teto/env")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+_SELF = re.compile(r"^teto\s*\[([^\]]*)\]\s*$", re.IGNORECASE)  # an extra naming Teto's own extras
 
 
 class EnvError(Exception):
@@ -30,8 +31,9 @@ class EnvError(Exception):
 
 
 def extras_requirements(requires: Iterable[str], extras: Iterable[str]) -> list[str]:
-    """The requirements the named extras add (their markers dropped); EnvError for an extra the project lacks.
-    Pure."""
+    """The requirements the named extras add (their markers dropped); an extra that names Teto's own others
+    (``teto[hf,lightning]`` in ``dev``) adds theirs, never a package called teto from an index. EnvError for an
+    extra the project lacks. Pure."""
     wanted = [e.strip() for e in extras if e.strip()]
     by_extra: dict[str, list[str]] = {}
     for req in requires:
@@ -41,7 +43,24 @@ def extras_requirements(requires: Iterable[str], extras: Iterable[str]) -> list[
     missing = [e for e in wanted if e not in by_extra]
     if missing:
         raise EnvError(f"teto has no extra {', '.join(missing)} (it has: {', '.join(sorted(by_extra)) or 'none'})")
-    return list(dict.fromkeys(r for e in wanted for r in by_extra[e]))
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(extra: str) -> None:
+        if extra in seen:
+            return
+        seen.add(extra)
+        for req in by_extra.get(extra, []):
+            own = _SELF.match(req)
+            if own:
+                for name in own.group(1).split(","):
+                    add(name.strip())
+            else:
+                out.append(req)
+
+    for extra in wanted:
+        add(extra)
+    return list(dict.fromkeys(out))
 
 
 def pth_lines(project_root: Path, packages: Iterable[Path]) -> list[str]:

@@ -160,6 +160,14 @@ def test_env_create_installs_what_the_extras_add(extras, wanted):
     assert extras_requirements(REQUIRES, extras) == wanted
 
 
+def test_an_extra_naming_teto_s_own_extras_adds_theirs_never_a_package_called_teto():
+    requires = [*REQUIRES, 'teto[hf,lightning]; extra == "all"', 'teto[all]; extra == "dev"', 'TETO[dev]; extra == "dev"']
+    assert extras_requirements(requires, ["dev"]) == ["pytest", "transformers<6,>=5.23", "peft==0.21",
+                                                      "lightning<2.7,>=2.6"]
+    assert extras_requirements(requires, ["all", "hf"]) == ["transformers<6,>=5.23", "peft==0.21", "lightning<2.7,>=2.6"]
+    assert not [r for r in extras_requirements(requires, ["dev", "all"]) if r.lower().startswith("teto")]
+
+
 def test_env_create_refuses_an_extra_the_project_lacks():
     with pytest.raises(EnvError, match="teto has no extra gpu"):
         extras_requirements(REQUIRES, ["hf", "gpu"])
