@@ -79,6 +79,7 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         other_dir = stack_dir / "executors" / done["executor_id"] / "checkpoints" / job
         assert Path(started["resumed_from"]).parent == other_dir, started
         assert done["last_checkpoint"]["step"] == 60 and done["last_checkpoint"]["path"].startswith("s3://")
+        assert done["last_checkpoint"]["kind"] == "file", done["last_checkpoint"]  # stored, still of its kind
         view = done["checkpoint_store"]  # the job view: each recent checkpoint's place and state
         assert view["behind"] == 0 and view["checkpoints"][0]["step"] == 60, view
         assert view["checkpoints"][0]["state"] == "stored" and view["checkpoints"][0]["location"] == \

@@ -63,6 +63,29 @@ def test_multipart_round_trip_list_and_delete(seaweed, tmp_path):
         store.get_file("x/big", tmp_path / "gone")
 
 
+def test_a_download_is_stopped_inside_a_large_object(seaweed, tmp_path):
+    """A cancel or a lost lease stops a restore within a MiB of a part, not after the object (minutes for a large
+    one); the parts in flight end too, and the object, whole, still downloads afterwards."""
+    from agents.executor.store.base import Stopped
+
+    store = s3_store(seaweed, "stop")
+    data = os.urandom(20 << 20)  # four parts of 5 MiB, four at once
+    (tmp_path / "big").write_bytes(data)
+    store.put_file("x/big", tmp_path / "big")
+    asked = []
+
+    def stopped() -> bool:  # true once the download has asked six times (a few MiB in)
+        asked.append(1)
+        return len(asked) > 6
+
+    with pytest.raises(Stopped) as stop:
+        store.get_file("x/big", tmp_path / "back", stopped)
+    assert stop.value.got < len(data), stop.value
+    sha, size = store.get_file("x/big", tmp_path / "back")
+    assert (sha, size) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert (tmp_path / "back").read_bytes() == data
+
+
 def test_wrong_secret_is_refused_and_a_server_gone_is_unavailable(seaweed, tmp_path):
     with pytest.raises(StoreRefused):
         s3_store(seaweed, "p", secret_access_key="not-the-secret").put_bytes("k", b"v")

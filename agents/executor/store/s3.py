@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
+from .base import ObjectInfo, ObjectMissing, Stopped, StoreError, StoreRefused, StoreUnavailable
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 
@@ -89,7 +91,7 @@ class S3Store:
     def _call(self, key: str, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except StoreError:
+        except (StoreError, Stopped):
             raise
         except Exception as exc:  # noqa: BLE001 - every failure of the client becomes one of the store's errors
             raise classify(exc, key) from exc
@@ -100,47 +102,63 @@ class S3Store:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
-    def get_file(self, key: str, path: Path) -> tuple[str, int]:
-        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, each written at its offset by its own thread and
-        hashed here in order as they arrive (a window of ``concurrency + 1`` parts in memory). Not s3transfer's
-        download to a non-seekable stream, which hashes in order too but deadlocked here on a 1 GB object (its
-        first part's callback waits for a window slot only the waiting caller frees)."""
+    def get_file(self, key: str, path: Path, stopped: Callable[[], bool] | None = None) -> tuple[str, int]:
+        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, each written at its offset by its own thread as
+        it arrives; the digest follows the object's first unfinished part chunk by chunk as its bytes arrive
+        (hashlib lets go of the GIL on each MiB), so hashing overlaps the transfer instead of following each
+        part, and what is left to hash when the last byte arrives is what has not been hashed of the parts in the
+        window. At most ``concurrency + 1`` parts are held in memory. ``Stopped`` within a MiB of ``stopped()``
+        turning true. (Not s3transfer's download to a non-seekable stream, which hashes in order too but
+        deadlocked here on a 1 GB object: its first part's callback waits for a window slot only the waiting
+        caller frees.)"""
         size = int(self._call(key, self.client.head_object, Bucket=self.config.bucket,
                               Key=self._key(key))["ContentLength"])
         part = self.config.part_bytes
         digest, got = hashlib.sha256(), 0
+        halt = threading.Event()  # a failed part, the caller's stop: the other parts end within a chunk
+
+        def halted() -> bool:
+            return halt.is_set() or (stopped is not None and stopped())
+
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-get") as pool:
-                window: deque = deque()
-                for start in range(0, size, part):
-                    span = (start, min(size, start + part) - 1)
-                    window.append(pool.submit(self._call, key, self._part, key, span, fd, size > part))
-                    if len(window) > self.config.concurrency:
-                        data = window.popleft().result()
-                        digest.update(data)
-                        got += len(data)
-                while window:
-                    data = window.popleft().result()
-                    digest.update(data)
-                    got += len(data)
+                window: deque[_Part] = deque()
+                try:
+                    for start in range(0, size, part):
+                        span = (start, min(size, start + part) - 1)
+                        window.append(_Part(pool, self._call, key, self._part, key, span, fd, size > part, halted))
+                        if len(window) > self.config.concurrency:
+                            got += window.popleft().hash_into(digest, key, got)
+                    while window:
+                        got += window.popleft().hash_into(digest, key, got)
+                except BaseException:
+                    halt.set()
+                    raise
         finally:
             os.close(fd)
         if got != size:
             raise StoreUnavailable(key, f"{got} bytes received of {size}")
         return digest.hexdigest(), got
 
-    def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool) -> bytes:
+    def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool, halted: Callable[[], bool],
+              arrived: Callable[[bytes], None]) -> None:
         args = {"Bucket": self.config.bucket, "Key": self._key(key)}
         if ranged:
             args["Range"] = f"bytes={span[0]}-{span[1]}"
+        if halted():
+            raise Stopped(key, 0)
         body = self.client.get_object(**args)["Body"]
+        at = span[0]
         try:
-            data = b"".join(iter(lambda: body.read(1 << 20), b""))
+            while chunk := body.read(1 << 20):
+                if halted():
+                    raise Stopped(key, at - span[0])
+                os.pwrite(fd, chunk, at)
+                at += len(chunk)
+                arrived(chunk)
         finally:
             body.close()
-        os.pwrite(fd, data, span[0])
-        return data
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         answer = self._call(key, self.client.get_object, Bucket=self.config.bucket, Key=self._key(key))
@@ -178,3 +196,46 @@ class S3Store:
 
     def close(self) -> None:
         self.client.close()
+
+
+class _Part:
+    """One ranged GET in flight: its chunks as they arrive (written at their offset already), for the caller to
+    hash in order while the rest still comes."""
+
+    def __init__(self, pool: ThreadPoolExecutor, call, key: str, fetch, *args) -> None:
+        self.chunks: deque[bytes] = deque()
+        self.ready = threading.Condition()
+        self.future = pool.submit(call, key, fetch, *args, self._arrived)
+        self.future.add_done_callback(lambda _: self._wake())
+
+    def _arrived(self, chunk: bytes) -> None:
+        with self.ready:
+            self.chunks.append(chunk)
+            self.ready.notify()
+
+    def _wake(self) -> None:
+        with self.ready:
+            self.ready.notify()
+
+    def hash_into(self, digest, key: str, before: int) -> int:
+        """Hash this part's bytes in order as they arrive, until it is done; its size. Raises what its GET
+        raised (``Stopped`` counting the object's bytes hashed by then)."""
+        n = 0
+        while True:
+            with self.ready:
+                while not self.chunks and not self.future.done():
+                    self.ready.wait()
+                chunks = list(self.chunks)
+                self.chunks.clear()
+                finished = self.future.done()
+            for chunk in chunks:  # outside the lock: the GET goes on meanwhile
+                digest.update(chunk)
+                n += len(chunk)
+            if finished:  # done: every chunk it read was appended before, and taken above
+                break
+        error = self.future.exception()
+        if isinstance(error, Stopped):
+            raise Stopped(key, before + n)
+        if error is not None:
+            raise error
+        return n
