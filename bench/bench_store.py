@@ -52,10 +52,10 @@ def _pin(cpus: set[int]) -> None:
 
 
 def _server(root: Path):
-    from teto.stack.seaweed import EmbeddedSeaweed
+    from teto.stack.seaweed import EmbeddedSeaweed, niced
 
     server = EmbeddedSeaweed(root / "seaweedfs").prepare()
-    proc = subprocess.Popen(server.argv(), env=server.env(dict(os.environ)), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(niced(server.argv()),  # as ``teto up`` starts it env=server.env(dict(os.environ)), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     server.wait_ready(60, alive=lambda: proc.poll() is None)
     return server, proc

@@ -62,6 +62,9 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         made = mf.load(s3.get_object(Bucket=store.bucket, Key=key)["Body"].read(), job_id=job, step=ckpt["step"],
                        epoch=ckpt["epoch"])
         assert made.sha256 == ckpt["sha256"] and made.bytes == ckpt["bytes"]
+        # The rehearsal's server runs below the training processes' CPU priority (it serves the uploads).
+        (weed,) = [p for p in stack.processes() if p["name"] == "seaweedfs"]
+        assert os.getpriority(os.PRIO_PROCESS, weed["pid"]) == 10, weed
         victim = running["executor_id"]
         victim_dir = stack_dir / "executors" / victim / "checkpoints" / job
         assert (victim_dir / made.path).is_file()

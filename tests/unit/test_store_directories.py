@@ -172,3 +172,34 @@ async def test_a_restore_is_stopped_inside_a_large_object_not_only_between_objec
     assert stop.path == node / ckpt.path.name and 0 < stop.hashed < ckpt.bytes, stop
     assert not (node / ckpt.path.name).exists()
     assert [p.name for p in node.iterdir() if p.name.endswith(".restore")] == []  # nothing half written is left
+
+
+# -- the uploads below the training process's CPU priority ---------------------------------------------------------
+
+async def test_uploads_run_in_threads_below_the_training_process_cpu_priority(tmp_path):
+    import os
+    import threading
+
+    from agents.executor.store import uploader as up
+
+    seen: dict[str, int] = {}
+
+    class Watching(FsStore):
+        def put_file(self, key: str, path: Path) -> None:
+            seen["upload"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            inner = threading.Thread(target=lambda: seen.setdefault(
+                "started by it", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+            inner.start()  # as the client's multipart threads are
+            inner.join()
+            super().put_file(key, path)
+
+    writer = tmp_path / "writer"
+    ckpt = checkpoints.save_bytes(writer, 10, b"p" * 100)
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    u = Uploader(Watching(tmp_path / "store"), writer, on_stored=lambda *a: None, on_skipped=lambda *a: None)
+    u.submit(Upload(job_id=JOB, epoch=1, step=10, rel=ckpt.path.name, sha256=ckpt.sha256, bytes=ckpt.bytes,
+                    written_at="t"))
+    assert await u.drain(10)
+    await u.close()
+    assert seen == {"upload": max(before, up.NICE), "started by it": max(before, up.NICE)}, seen
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the agent's own loop is not
