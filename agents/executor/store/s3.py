@@ -8,10 +8,10 @@ rather than obstore or aiobotocore: docs/checkpoint-store.md ("The client librar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -103,46 +103,61 @@ class S3Store:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
     def get_file(self, key: str, path: Path, stopped: Callable[[], bool] | None = None) -> tuple[str, int]:
-        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, each written at its offset by its own thread as
-        it arrives; the digest follows the object's first unfinished part chunk by chunk as its bytes arrive
-        (hashlib lets go of the GIL on each MiB), so hashing overlaps the transfer instead of following each
-        part, and what is left to hash when the last byte arrives is what has not been hashed of the parts in the
-        window. At most ``concurrency + 1`` parts are held in memory. ``Stopped`` within a MiB of ``stopped()``
-        turning true. (Not s3transfer's download to a non-seekable stream, which hashes in order too but
-        deadlocked here on a 1 GB object: its first part's callback waits for a window slot only the waiting
-        caller frees.)"""
+        """Ranged GETs of ``part_bytes``, ``concurrency`` at once and one after another as s3transfer's download
+        does (a slow part never holds the others back), each written at its offset as its bytes arrive; the
+        digest follows in order, reading back (from the page cache) what has been written of the first part not
+        hashed yet, so hashing overlaps the transfer and nothing waits in memory. ``Stopped`` within a MiB of
+        ``stopped()`` turning true. (Not s3transfer's download to a non-seekable stream, which hashes in order
+        too but deadlocked here on a 1 GB object: its first part's callback waits for a window slot only the
+        waiting caller frees.)"""
         size = int(self._call(key, self.client.head_object, Bucket=self.config.bucket,
                               Key=self._key(key))["ContentLength"])
         part = self.config.part_bytes
-        digest, got = hashlib.sha256(), 0
+        spans = [(start, min(size, start + part) - 1) for start in range(0, size, part)]
+        progress = _Progress(len(spans))
         halt = threading.Event()  # a failed part, the caller's stop: the other parts end within a chunk
 
         def halted() -> bool:
             return halt.is_set() or (stopped is not None and stopped())
 
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        digest, hashed = hashlib.sha256(), 0
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-get") as pool:
-                window: deque[_Part] = deque()
+                parts = [pool.submit(self._call, key, self._part, key, span, fd, size > part, halted,
+                                     functools.partial(progress.wrote, i)) for i, span in enumerate(spans)]
+                for future in parts:
+                    future.add_done_callback(lambda _: progress.wake())
                 try:
-                    for start in range(0, size, part):
-                        span = (start, min(size, start + part) - 1)
-                        window.append(_Part(pool, self._call, key, self._part, key, span, fd, size > part, halted))
-                        if len(window) > self.config.concurrency:
-                            got += window.popleft().hash_into(digest, key, got)
-                    while window:
-                        got += window.popleft().hash_into(digest, key, got)
+                    for i, (start, end) in enumerate(spans):
+                        done = 0
+                        while done < end - start + 1:
+                            ready = progress.wait(i, done, parts[i])
+                            if ready == done:  # the part ended: failed, stopped or short
+                                error = parts[i].exception()
+                                if isinstance(error, Stopped):
+                                    raise Stopped(key, hashed + done)
+                                if error is not None:
+                                    raise error
+                                raise StoreUnavailable(key, f"{ready} bytes received of part {start}-{end}")
+                            while done < ready:  # hashlib lets go of the GIL on each MiB
+                                data = os.pread(fd, min(1 << 20, ready - done), start + done)
+                                if not data:
+                                    raise StoreUnavailable(key, f"part {start}-{end} not on disk after writing")
+                                digest.update(data)
+                                done += len(data)
+                        hashed += done
                 except BaseException:
                     halt.set()
+                    for future in parts:
+                        future.cancel()
                     raise
         finally:
             os.close(fd)
-        if got != size:
-            raise StoreUnavailable(key, f"{got} bytes received of {size}")
-        return digest.hexdigest(), got
+        return digest.hexdigest(), hashed
 
     def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool, halted: Callable[[], bool],
-              arrived: Callable[[bytes], None]) -> None:
+              wrote: Callable[[int], None]) -> None:
         args = {"Bucket": self.config.bucket, "Key": self._key(key)}
         if ranged:
             args["Range"] = f"bytes={span[0]}-{span[1]}"
@@ -154,9 +169,11 @@ class S3Store:
             while chunk := body.read(1 << 20):
                 if halted():
                     raise Stopped(key, at - span[0])
+                if at + len(chunk) > span[1] + 1:
+                    raise StoreUnavailable(key, f"more than the {span[1] + 1 - span[0]} bytes asked for")
                 os.pwrite(fd, chunk, at)
                 at += len(chunk)
-                arrived(chunk)
+                wrote(len(chunk))
         finally:
             body.close()
 
@@ -198,44 +215,26 @@ class S3Store:
         self.client.close()
 
 
-class _Part:
-    """One ranged GET in flight: its chunks as they arrive (written at their offset already), for the caller to
-    hash in order while the rest still comes."""
 
-    def __init__(self, pool: ThreadPoolExecutor, call, key: str, fetch, *args) -> None:
-        self.chunks: deque[bytes] = deque()
-        self.ready = threading.Condition()
-        self.future = pool.submit(call, key, fetch, *args, self._arrived)
-        self.future.add_done_callback(lambda _: self._wake())
+class _Progress:
+    """Bytes written so far of each part (from its start, in order), for the digest to follow."""
 
-    def _arrived(self, chunk: bytes) -> None:
-        with self.ready:
-            self.chunks.append(chunk)
-            self.ready.notify()
+    def __init__(self, parts: int) -> None:
+        self.written = [0] * parts
+        self.changed = threading.Condition()
 
-    def _wake(self) -> None:
-        with self.ready:
-            self.ready.notify()
+    def wrote(self, i: int, n: int) -> None:
+        with self.changed:
+            self.written[i] += n
+            self.changed.notify_all()
 
-    def hash_into(self, digest, key: str, before: int) -> int:
-        """Hash this part's bytes in order as they arrive, until it is done; its size. Raises what its GET
-        raised (``Stopped`` counting the object's bytes hashed by then)."""
-        n = 0
-        while True:
-            with self.ready:
-                while not self.chunks and not self.future.done():
-                    self.ready.wait()
-                chunks = list(self.chunks)
-                self.chunks.clear()
-                finished = self.future.done()
-            for chunk in chunks:  # outside the lock: the GET goes on meanwhile
-                digest.update(chunk)
-                n += len(chunk)
-            if finished:  # done: every chunk it read was appended before, and taken above
-                break
-        error = self.future.exception()
-        if isinstance(error, Stopped):
-            raise Stopped(key, before + n)
-        if error is not None:
-            raise error
-        return n
+    def wake(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait(self, i: int, beyond: int, future) -> int:
+        """Bytes written of part ``i`` once more than ``beyond`` are, or once its GET has ended."""
+        with self.changed:
+            while self.written[i] <= beyond and not future.done():
+                self.changed.wait()
+            return self.written[i]
