@@ -7,7 +7,8 @@
   against boto3's ``download_file``; MB/s, target ratio >= 0.8.
 - ``store_stall``: a training loop's step time in its own process while the agent uploads, against the same loop
   with nothing uploading for as long before and after each upload (medians); the run is never paused for an
-  upload, and the agent's upload threads and the server run at nice 10 as in ``teto up``, so what is left is
+  upload, and the agent's upload threads run at nice 10 in the idle scheduling class and the server at nice
+  10 as in ``teto up``, so what is left is
   sharing the machine; target ratio <= 1.1.
 - ``store_download`` also says the CPU seconds of each side (this process, every thread): ours hashes every byte.
 
@@ -186,7 +187,7 @@ def main(quick: bool = False, *, mb: int | None = None, rounds: int | None = Non
                  "ratio": round(ratio, 3), "target": STALL_TARGET, "unit": "ms per training step",
                  "passed": ratio <= STALL_TARGET,
                  "note": f"a 1-thread training loop pinned to one core, median step while the agent uploads "
-                         f"(the agent, client and server unpinned; upload threads and server at nice 10) against the "
+                         f"(the agent, client and server unpinned; upload threads at nice 10 and SCHED_IDLE, the server at nice 10) against the "
                          f"same loop with nothing uploading, as long before and after each upload (longest step {m['busy_max'] * 1e3:.1f} ms against "
                          f"{m['base_max'] * 1e3:.1f} ms); the run is never blocked by an upload"})
     return rows

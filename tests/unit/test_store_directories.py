@@ -186,9 +186,10 @@ async def test_uploads_run_in_threads_below_the_training_process_cpu_priority(tm
 
     class Watching(FsStore):
         def put_file(self, key: str, path: Path) -> None:
-            seen["upload"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            seen["upload"] = (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))
             inner = threading.Thread(target=lambda: seen.setdefault(
-                "started by it", os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+                "started by it", (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                                  os.sched_getscheduler(0))))
             inner.start()  # as the client's multipart threads are
             inner.join()
             super().put_file(key, path)
@@ -201,5 +202,8 @@ async def test_uploads_run_in_threads_below_the_training_process_cpu_priority(tm
                     written_at="t"))
     assert await u.drain(10)
     await u.close()
-    assert seen == {"upload": max(before, up.NICE), "started by it": max(before, up.NICE)}, seen
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before  # the agent's own loop is not
+    lowered = (max(before, up.NICE), os.SCHED_IDLE)
+    assert seen == {"upload": lowered, "started by it": lowered}, seen
+    # The agent's own threads are not lowered.
+    assert (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0)) == \
+        (before, os.SCHED_OTHER)

@@ -71,16 +71,20 @@ NICE = 10  # the upload threads' CPU priority (Linux nice: the training process 
 
 
 def lower_priority(nice: int = NICE) -> None:
-    """Lower the calling thread's CPU priority to ``nice`` (never raise it): on Linux the nice value is the
-    thread's own and the threads it starts inherit it (the client's multipart threads), so the agent's hashing
-    and uploads yield a shared core to the training process instead of stalling its steps. Elsewhere, or where
-    it is refused, nothing changes."""
+    """Lower the calling thread's CPU priority (never raise it): nice ``nice`` and Linux's idle scheduling class
+    (``SCHED_IDLE``: it runs on what the other threads of a core leave). On Linux both are the thread's own and
+    the threads it starts inherit them (the client's multipart threads), so the agent's hashing and uploads yield
+    a shared core to the training process instead of stalling its steps; nice 10 alone left the step 1.4-2.3x
+    slower on the 2-core bench, idle 1.00x (docs/checkpoint-store.md). Elsewhere, or where refused, nothing
+    changes."""
     if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
         return
     tid = threading.get_native_id()
     with contextlib.suppress(OSError):
         if os.getpriority(os.PRIO_PROCESS, tid) < nice:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
+    with contextlib.suppress(OSError, AttributeError):  # 0: the calling thread
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 class Skipped(Exception):
