@@ -215,7 +215,6 @@ class S3Store:
         self.client.close()
 
 
-
 class _Progress:
     """Bytes written so far of each part (from its start, in order), for the digest to follow."""
 
