@@ -207,3 +207,18 @@ async def test_uploads_run_in_threads_below_the_training_process_cpu_priority(tm
     # The agent's own threads are not lowered.
     assert (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0)) == \
         (before, os.SCHED_OTHER)
+
+
+async def test_a_checkpoint_is_behind_until_reported_so_a_drain_never_ends_before_its_report(tmp_path):
+    """The run's end is reported once the drain says its uploads are done: its last checkpoint's report must come
+    first (it was once left behind when the store's listing, between manifest and report, took a while)."""
+    writer = tmp_path / "writer"
+    ckpt = checkpoints.save_bytes(writer, 10, b"d" * 100)
+    when_reported: list[list[int]] = []
+    u = Uploader(FsStore(tmp_path / "store"), writer, on_skipped=lambda *a: None,
+                 on_stored=lambda upl, made, held: when_reported.append([x.step for x in u.behind]))
+    u.submit(Upload(job_id=JOB, epoch=1, step=10, rel=ckpt.path.name, sha256=ckpt.sha256, bytes=ckpt.bytes,
+                    written_at="t"))
+    assert await u.drain(10)
+    await u.close()
+    assert when_reported == [[10]] and u.behind == []

@@ -180,7 +180,6 @@ class Uploader:
                 self.in_flight = None
                 self.on_skipped(upload, why.name, why.reason)
                 continue
-            self.in_flight = None
             self.stored.append(upload.step)
             listed = await self._listing(upload)
             gone = mf.prunable(mf.stored(upload.job_id, [k for k, _ in listed]), (upload.step, upload.epoch),
@@ -188,6 +187,9 @@ class Uploader:
             # Reported before the older ones are deleted: the queue's accepted checkpoint is never one retention
             # already took; what the job holds is said as it will be once they are.
             self.on_stored(upload, made, None if listed is None else mf.held_after(upload.job_id, listed, gone))
+            # Behind until reported (not when its manifest is stored: the listing above awaits): a drain that
+            # ends a run must not report its end before its last checkpoint.
+            self.in_flight = None
             if gone:
                 await self._retain(upload, [k for k, _ in listed], gone)
 
