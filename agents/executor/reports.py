@@ -113,10 +113,10 @@ class Reports:
                 run.phase = Phase(phase)
 
     def stored(self, run: Run, step: int, path: str, sha256: str | None, size: int | None,
-               **stored: float | int | None) -> None:
+               **stored: float | int | CheckpointKind | None) -> None:
         """A checkpoint in the store (its manifest written: store/hooks.py) reported to the queue, valid from then
-        on; ``stored``: its ``upload_seconds`` and ``stored_bytes``. Retention follows once the bus has it, as
-        for a checkpoint reported at once."""
+        on; ``stored``: its ``upload_seconds``, ``stored_bytes``, ``checkpoint_kind`` and ``files``. Retention
+        follows once the bus has it, as for a checkpoint reported at once."""
         extra = {k: v for k, v in stored.items() if v is not None}
         sent = self.send(run, CheckpointReport, step=step, path=path, sha256=sha256, bytes=size, **extra)
         if run.confirmed_file is not None and isinstance(sent, asyncio.Future):

@@ -62,6 +62,9 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         made = mf.load(s3.get_object(Bucket=store.bucket, Key=key)["Body"].read(), job_id=job, step=ckpt["step"],
                        epoch=ckpt["epoch"])
         assert made.sha256 == ckpt["sha256"] and made.bytes == ckpt["bytes"]
+        # The rehearsal's server runs below the training processes' CPU priority (it serves the uploads).
+        (weed,) = [p for p in stack.processes() if p["name"] == "seaweedfs"]
+        assert os.getpriority(os.PRIO_PROCESS, weed["pid"]) == 10, weed
         victim = running["executor_id"]
         victim_dir = stack_dir / "executors" / victim / "checkpoints" / job
         assert (victim_dir / made.path).is_file()
@@ -83,6 +86,7 @@ def test_sigkilled_agent_resumes_on_the_other_executor_from_the_store(stack_dir:
         other_dir = stack_dir / "executors" / done["executor_id"] / "checkpoints" / job
         assert Path(started["resumed_from"]).parent == other_dir, started
         assert done["last_checkpoint"]["step"] == 60 and done["last_checkpoint"]["path"].startswith("s3://")
+        assert done["last_checkpoint"]["kind"] == "file", done["last_checkpoint"]  # stored, still of its kind
         view = done["checkpoint_store"]  # the job view: each recent checkpoint's place and state
         assert view["behind"] == 0 and view["checkpoints"][0]["step"] == 60, view
         assert view["checkpoints"][0]["state"] == "stored" and view["checkpoints"][0]["location"] == \

@@ -21,6 +21,7 @@ from agents.executor.store.fs import FsStore
 from agents.executor.store.restore import restore
 from agents.executor.store.uploader import Backoff, Upload, Uploader, supersede
 from libs.contracts.agents import AcceptedCheckpoint
+from libs.contracts.telemetry import CheckpointKind
 from tests.support.services import eventually
 
 JOB = "job-1"
@@ -368,7 +369,7 @@ async def test_a_file_already_here_is_not_downloaded_again(tmp_path):
     store = await stored_checkpoints(tmp_path, (10,))
     calls = []
     real = store.get_file
-    store.get_file = lambda key, path: (calls.append(key), real(key, path))
+    store.get_file = lambda key, path, stopped=None: (calls.append(key), real(key, path, stopped))
     restore(store, JOB, tmp_path / "writer-1", accepted(store, 10, 1))
     assert calls == []
 
@@ -408,6 +409,7 @@ async def test_a_checkpoint_directory_goes_up_and_comes_back_whole_its_manifest_
     (_, made), = stored
     assert [e.path for e in made.objects] == ["step-00000030/shards/0.bin", "step-00000030/shards/1.bin",
                                               "step-00000030/teto-manifest.json"]
+    assert mf.shape(made) == (CheckpointKind.DIRECTORY, 2)  # reported as a directory of two files once stored
     restored, path, skips = restore(store, JOB, tmp_path / "node", AcceptedCheckpoint(step=30, sha256=None, epoch=2))
     assert skips == [] and path == tmp_path / "node" / "step-00000030" and path.is_dir()
     for rel in ("shards/0.bin", "shards/1.bin", "teto-manifest.json"):

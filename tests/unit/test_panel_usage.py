@@ -132,3 +132,17 @@ def test_the_csv_link_is_the_apis_report_on_show():
     form = usage_form("2026-12", "project", None)
     assert csv_link(form, None) == "/v1/usage?group_by=project&format=csv&period=2026-12"
     assert csv_link(usage_form(None, "user", None), "acme") == "/v1/usage?group_by=user&format=csv&org=acme"
+
+
+def test_the_page_shows_what_each_organisations_checkpoints_hold_in_the_store(usage_panel, monkeypatch):
+    stored = [{"job_id": "u1", "event": "checkpointed", "time": at(1, 12), "detail": {"stored_bytes": 3 << 30}},
+              {"job_id": "u3", "event": "checkpointed", "time": at(1, 12), "detail": {"stored_bytes": 1536}}]
+    monkeypatch.setitem(globals(), "EVENTS", EVENTS + stored)  # what UsageReads answers
+    client, secrets, _ = usage_panel
+    sign_in(client, secrets["olga"])
+    page = client.get("/usage?period=2026-12&group_by=org", headers={"Accept-Language": "en"}).text
+    rows = {key: page.split(f'data-key="{key}"')[1].split("</tr>")[0] for key in ("acme", "zeta")}
+    assert "Stored checkpoints" in page
+    assert 'data-bytes="3221225472">3 GiB<' in rows["acme"] and 'data-bytes="1536">1.5 KiB<' in rows["zeta"], rows
+    pt = client.get("/usage?period=2026-12&group_by=org", headers={"Accept-Language": "pt-BR"}).text
+    assert "Checkpoints armazenados" in pt and ">1,5 KiB<" in pt.split('data-key="zeta"')[1].split("</tr>")[0]

@@ -22,6 +22,7 @@ from libs.runtime.ports import free_port, port_is_free
 
 BUCKET = "teto-checkpoints"
 PART = "seaweedfs"
+NICE = 10  # its CPU priority in the rehearsal (below the training processes', which run at 0)
 PORTS = ("master", "volume", "filer", "s3", "master_grpc", "volume_grpc", "filer_grpc", "s3_grpc", "admin",
          "admin_grpc")
 
@@ -151,12 +152,20 @@ class EmbeddedSeaweed:
         raise TimeoutError(f"SeaweedFS's S3 gateway at {self.endpoint} not ready after {timeout:g}s: {last}")
 
 
+def niced(argv: list[str], nice: int = NICE) -> list[str]:
+    """The server started below the training processes' CPU priority (``nice -n``, which execs it: the part's pid
+    is the server's): on the rehearsal's one machine it serves the agents' uploads, and a training step must not
+    wait for it. Unchanged where there is no ``nice``."""
+    tool = shutil.which("nice")
+    return [tool, "-n", str(nice), *argv] if tool else list(argv)
+
+
 def start(data_dir: Path, sup, timeout: float = 60.0) -> EmbeddedSeaweed:
     """SeaweedFS as the supervisor's part ``seaweedfs``, ready (its bucket answering) when this returns."""
     from teto.stack.supervisor import Part
 
     store = EmbeddedSeaweed(data_dir / "seaweedfs").prepare()
-    sup.add(Part(PART, store.argv(), store.env(dict(os.environ))))
+    sup.add(Part(PART, niced(store.argv()), store.env(dict(os.environ))))
     part = sup.parts[PART]
     store.wait_ready(timeout, alive=lambda: part.proc is not None and part.proc.poll() is None)
     return store

@@ -7,6 +7,7 @@ A store is blocking (the agent calls it from worker threads): each call either s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +38,16 @@ class ObjectMissing(StoreRefused):
     """No object under that key."""
 
 
+class Stopped(Exception):
+    """A download given up midway because the run it was for was stopped (cancel, lost lease, agent shutdown);
+    ``got``: the bytes received by then."""
+
+    def __init__(self, key: str, got: int) -> None:
+        super().__init__(f"{key}: download stopped after {got} bytes")
+        self.key = key
+        self.got = got
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str
@@ -53,9 +64,10 @@ class Store(Protocol):
 
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
-    def get_file(self, key: str, path: Path) -> tuple[str, int]:
+    def get_file(self, key: str, path: Path, stopped: Callable[[], bool] | None = None) -> tuple[str, int]:
         """Download ``key`` into ``path`` (created or truncated; the caller renames it into place); the SHA-256 and
-        size of what was written, hashed as it was written (no second pass over a large checkpoint)."""
+        size of what was written, hashed as it was written (no second pass over a large checkpoint). ``Stopped``
+        within a part (a MiB or so) once ``stopped()`` is true, however large the object."""
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         """The object's bytes; ``StoreRefused`` when it is larger than ``limit``."""

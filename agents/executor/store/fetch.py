@@ -11,7 +11,7 @@ from pathlib import Path
 
 from libs.contracts.agents import RunJob
 
-from .. import checkpoints
+from .. import checkpoints, ckpt_dir
 from ..checkpoints import Checkpoint
 from .base import Store, StoreUnavailable
 from .restore import restore
@@ -21,12 +21,13 @@ log = logging.getLogger(__name__)
 
 
 def local_check(quota: int | None, stopped: Callable[[], bool] | None) -> Callable[[Path], str | None]:
-    """Why a restored checkpoint cannot be used locally (a file against its sidecar; a directory was checked
-    object by object against the store's manifest), None when it can."""
+    """Why a restored checkpoint cannot be used locally, None when it can: judged by the rules of a checkpoint
+    kept in place, whatever the store's manifest said of its objects (a file against its sidecar, a directory
+    against its own ``teto-manifest.json``, the reason naming the file)."""
     def check(path: Path) -> str | None:
-        if path.is_dir():
-            return None
-        _, reason = checkpoints.validate(path, quota=quota, stopped=stopped)
+        _, reason = checkpoints.validate(path, quota=quota, stopped=stopped)  # a directory: ckpt_dir.verify
+        if reason is not None and ckpt_dir.holds_checkpoint(path):
+            return f"{ckpt_dir.MANIFEST} disagrees: {reason}"
         return reason
     return check
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from .base import HashingWriter, ObjectInfo, ObjectMissing, StoreRefused, StoreUnavailable
+from .base import HashingWriter, ObjectInfo, ObjectMissing, Stopped, StoreRefused, StoreUnavailable
 
 
 class FsStore:
@@ -53,11 +54,14 @@ class FsStore:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._write(key, lambda f: f.write(data))
 
-    def get_file(self, key: str, path: Path) -> tuple[str, int]:
+    def get_file(self, key: str, path: Path, stopped: Callable[[], bool] | None = None) -> tuple[str, int]:
         try:
             with open(self._path(key), "rb") as src, open(path, "wb") as dst:
                 out = HashingWriter(dst)
-                shutil.copyfileobj(src, out, 1 << 20)
+                while chunk := src.read(1 << 20):
+                    if stopped is not None and stopped():
+                        raise Stopped(key, out.size)
+                    out.write(chunk)
                 return out.result()
         except FileNotFoundError as exc:
             raise ObjectMissing(key, "no such object") from exc

@@ -16,7 +16,7 @@ from libs.contracts.telemetry import CheckpointSkipped, CheckpointStoreNote, Run
 from ..run import Run
 from . import files
 from .base import Store, url_of
-from .manifest import Manifest, manifest_key
+from .manifest import Manifest, manifest_key, shape
 from .uploader import Upload, Uploader
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,10 @@ def uploader_for(run: Run, store: Store, directory: Path, *, keep: int, concurre
     def stored(upload: Upload, made: Manifest, held: int | None) -> None:
         # Its manifest is in the store: now it is reported (the queue accepts it, a resume may use it).
         since = round(max(0.0, time.monotonic() - upload.queued_at), 3) if upload.queued_at else 0.0
+        kind, count = shape(made)  # a stored directory shows as a directory, as one reported in place does
         report(run, upload.step, url_of(store.location, manifest_key(job_id, upload.step, upload.epoch)),
-               upload.sha256, made.bytes, upload_seconds=since, stored_bytes=held)
+               upload.sha256, made.bytes, upload_seconds=since, stored_bytes=held, checkpoint_kind=kind,
+               files=count)
 
     def skipped(upload: Upload, name: str, why: str) -> None:
         send(run, CheckpointSkipped, path=name, reason=f"step {upload.step} not stored: {why}")

@@ -19,6 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from libs.contracts.telemetry import CheckpointKind
+
+from ..ckpt_dir import MANIFEST as DIRECTORY_MANIFEST
+
 SCHEMA = "teto.checkpoint_manifest/1"
 MANIFEST_LIMIT = 4 << 20  # a manifest of 10,000 files is about 2 MB; a larger one is not read
 _MANIFEST = re.compile(r"^manifests/step-(\d{8,})-e(\d+)\.json$")
@@ -126,6 +130,16 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"not a count: {value!r}")
     return value
+
+
+def shape(made: Manifest) -> tuple[CheckpointKind, int | None]:
+    """What the stored checkpoint is, as its report says it: a directory (its objects lie below its path) with the
+    files its own ``teto-manifest.json`` lists (every object but that one), or a file (with its sidecar). Pure."""
+    below = made.path + "/"
+    inside = [e.path for e in made.objects if e.path.startswith(below)]
+    if not inside:
+        return CheckpointKind.FILE, None
+    return CheckpointKind.DIRECTORY, sum(1 for p in inside if p != below + DIRECTORY_MANIFEST)
 
 
 def stored(job_id: str, keys: Iterable[str]) -> list[tuple[int, int]]:

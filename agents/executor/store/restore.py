@@ -23,7 +23,7 @@ from libs.contracts.agents import AcceptedCheckpoint
 from .. import ckpt_quota
 from . import files
 from . import manifest as mf
-from .base import ObjectMissing, Store, StoreRefused, url_of
+from .base import ObjectMissing, Stopped, Store, StoreRefused, url_of
 
 Skips = list[tuple[str, str]]  # (object or manifest address, why)
 
@@ -93,7 +93,9 @@ def _fetch(store: Store, made: mf.Manifest, directory: Path,
             tmp = files.scratch(directory, entry.path)
             ready.append((tmp, final))
             try:
-                sha, size = store.get_file(entry.key, tmp)
+                sha, size = store.get_file(entry.key, tmp, stopped)
+            except Stopped as exc:  # within the object, not only between objects: a large one takes minutes
+                raise ckpt_quota.VerificationStopped(final, exc.got) from None
             except (ObjectMissing, StoreRefused) as exc:
                 return url_of(store.location, entry.key), f"missing: {exc.reason}"
             if size != entry.bytes or sha != entry.sha256:

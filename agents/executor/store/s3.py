@@ -8,14 +8,16 @@ rather than obstore or aiobotocore: docs/checkpoint-store.md ("The client librar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from collections import deque
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import ObjectInfo, ObjectMissing, StoreError, StoreRefused, StoreUnavailable
+from .base import ObjectInfo, ObjectMissing, Stopped, StoreError, StoreRefused, StoreUnavailable
 
 MISSING = {"404", "NoSuchKey", "NotFound"}
 
@@ -89,7 +91,7 @@ class S3Store:
     def _call(self, key: str, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except StoreError:
+        except (StoreError, Stopped):
             raise
         except Exception as exc:  # noqa: BLE001 - every failure of the client becomes one of the store's errors
             raise classify(exc, key) from exc
@@ -100,47 +102,80 @@ class S3Store:
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call(key, self.client.put_object, Bucket=self.config.bucket, Key=self._key(key), Body=data)
 
-    def get_file(self, key: str, path: Path) -> tuple[str, int]:
-        """Ranged GETs of ``part_bytes``, ``concurrency`` at once, each written at its offset by its own thread and
-        hashed here in order as they arrive (a window of ``concurrency + 1`` parts in memory). Not s3transfer's
-        download to a non-seekable stream, which hashes in order too but deadlocked here on a 1 GB object (its
-        first part's callback waits for a window slot only the waiting caller frees)."""
+    def get_file(self, key: str, path: Path, stopped: Callable[[], bool] | None = None) -> tuple[str, int]:
+        """Ranged GETs of ``part_bytes``, ``concurrency`` at once and one after another as s3transfer's download
+        does (a slow part never holds the others back), each written at its offset as its bytes arrive; the
+        digest follows in order, reading back (from the page cache) what has been written of the first part not
+        hashed yet, so hashing overlaps the transfer and nothing waits in memory. ``Stopped`` within a MiB of
+        ``stopped()`` turning true. (Not s3transfer's download to a non-seekable stream, which hashes in order
+        too but deadlocked here on a 1 GB object: its first part's callback waits for a window slot only the
+        waiting caller frees.)"""
         size = int(self._call(key, self.client.head_object, Bucket=self.config.bucket,
                               Key=self._key(key))["ContentLength"])
         part = self.config.part_bytes
-        digest, got = hashlib.sha256(), 0
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        spans = [(start, min(size, start + part) - 1) for start in range(0, size, part)]
+        progress = _Progress(len(spans))
+        halt = threading.Event()  # a failed part, the caller's stop: the other parts end within a chunk
+
+        def halted() -> bool:
+            return halt.is_set() or (stopped is not None and stopped())
+
+        digest, hashed = hashlib.sha256(), 0
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             with ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-get") as pool:
-                window: deque = deque()
-                for start in range(0, size, part):
-                    span = (start, min(size, start + part) - 1)
-                    window.append(pool.submit(self._call, key, self._part, key, span, fd, size > part))
-                    if len(window) > self.config.concurrency:
-                        data = window.popleft().result()
-                        digest.update(data)
-                        got += len(data)
-                while window:
-                    data = window.popleft().result()
-                    digest.update(data)
-                    got += len(data)
+                parts = [pool.submit(self._call, key, self._part, key, span, fd, size > part, halted,
+                                     functools.partial(progress.wrote, i)) for i, span in enumerate(spans)]
+                for future in parts:
+                    future.add_done_callback(lambda _: progress.wake())
+                try:
+                    for i, (start, end) in enumerate(spans):
+                        done = 0
+                        while done < end - start + 1:
+                            ready = progress.wait(i, done, parts[i])
+                            if ready == done:  # the part ended: failed, stopped or short
+                                error = parts[i].exception()
+                                if isinstance(error, Stopped):
+                                    raise Stopped(key, hashed + done)
+                                if error is not None:
+                                    raise error
+                                raise StoreUnavailable(key, f"{ready} bytes received of part {start}-{end}")
+                            while done < ready:  # hashlib lets go of the GIL on each MiB
+                                data = os.pread(fd, min(1 << 20, ready - done), start + done)
+                                if not data:
+                                    raise StoreUnavailable(key, f"part {start}-{end} not on disk after writing")
+                                digest.update(data)
+                                done += len(data)
+                        hashed += done
+                except BaseException:
+                    halt.set()
+                    for future in parts:
+                        future.cancel()
+                    raise
         finally:
             os.close(fd)
-        if got != size:
-            raise StoreUnavailable(key, f"{got} bytes received of {size}")
-        return digest.hexdigest(), got
+        return digest.hexdigest(), hashed
 
-    def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool) -> bytes:
+    def _part(self, key: str, span: tuple[int, int], fd: int, ranged: bool, halted: Callable[[], bool],
+              wrote: Callable[[int], None]) -> None:
         args = {"Bucket": self.config.bucket, "Key": self._key(key)}
         if ranged:
             args["Range"] = f"bytes={span[0]}-{span[1]}"
+        if halted():
+            raise Stopped(key, 0)
         body = self.client.get_object(**args)["Body"]
+        at = span[0]
         try:
-            data = b"".join(iter(lambda: body.read(1 << 20), b""))
+            while chunk := body.read(1 << 20):
+                if halted():
+                    raise Stopped(key, at - span[0])
+                if at + len(chunk) > span[1] + 1:
+                    raise StoreUnavailable(key, f"more than the {span[1] + 1 - span[0]} bytes asked for")
+                os.pwrite(fd, chunk, at)
+                at += len(chunk)
+                wrote(len(chunk))
         finally:
             body.close()
-        os.pwrite(fd, data, span[0])
-        return data
 
     def get_bytes(self, key: str, limit: int) -> bytes:
         answer = self._call(key, self.client.get_object, Bucket=self.config.bucket, Key=self._key(key))
@@ -178,3 +213,27 @@ class S3Store:
 
     def close(self) -> None:
         self.client.close()
+
+
+class _Progress:
+    """Bytes written so far of each part (from its start, in order), for the digest to follow."""
+
+    def __init__(self, parts: int) -> None:
+        self.written = [0] * parts
+        self.changed = threading.Condition()
+
+    def wrote(self, i: int, n: int) -> None:
+        with self.changed:
+            self.written[i] += n
+            self.changed.notify_all()
+
+    def wake(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait(self, i: int, beyond: int, future) -> int:
+        """Bytes written of part ``i`` once more than ``beyond`` are, or once its GET has ended."""
+        with self.changed:
+            while self.written[i] <= beyond and not future.done():
+                self.changed.wait()
+            return self.written[i]
