@@ -42,6 +42,10 @@ def test_submit_train_checkpoint_kill_resume_restart(stack_dir: Path):
         assert done["state"] == "succeeded", (done, stack.log_tail())
         followed, notices = follow.communicate(timeout=60)
         assert follow.returncode == 0 and "fine-tune:" in followed, notices
+        if "attempt 2" in notices:  # printed whole when it fails (an assertion's message is cut)
+            for e in stack.events(first["id"]):
+                print(e["event"], e["reason"], e.get("error"), e["detail"])
+            print(stack.log_tail())
         assert notices.splitlines()[-2:] == ["[teto: attempt 1 rank 0 ended: exit status 0]",
                                              "[teto: job ended: succeeded]"], notices
         assert done["last_checkpoint"]["step"] == 30
