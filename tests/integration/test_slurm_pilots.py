@@ -337,8 +337,11 @@ async def _checkpointed(s: Site, job_id: str, step: int) -> dict[str, Any]:
 
 
 async def _progress_end(s: Site, job_id: str, executor_id: str) -> dict[str, Any]:
-    """The run's end as the job's abandoned event records it (outcome, last step)."""
-    rows = [r for r in await s.c.event_rows(job_id) if r["event"] == "abandoned" and r["executor_id"] == executor_id]
+    """The run's end as the job's abandoned event records it (outcome, last step). A later grant the leaving agent
+    handed back unstarted (``handed_back``: the queue granted it again before the agent's leaving reached it) is
+    not that run's end."""
+    rows = [r for r in await s.c.event_rows(job_id) if r["event"] == "abandoned" and r["executor_id"] == executor_id
+            and _detail(r).get("outcome") != "handed_back"]
     assert rows, [(r["event"], r["executor_id"]) for r in await s.c.event_rows(job_id)]
     return _detail(rows[-1])
 
