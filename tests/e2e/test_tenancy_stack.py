@@ -75,6 +75,10 @@ def test_a_lender_gets_its_share_back_and_the_preempted_job_resumes_from_its_che
         again = eventually(resumed, 240, "the preempted job to start again")
         assert again["detail"]["resumed_from_step"] >= checkpoint_step
         job = stack.job(victim)
+        if job["attempts"]["training_error"]:  # printed whole (an assertion's message is cut), then the stack's log
+            for e in stack.events(victim):
+                print(e["event"], e["epoch"], e.get("reason"), e.get("error"), e.get("detail"))
+            print(stack.log_tail())
         assert job["attempts"]["preempted"] == 1 and job["attempts"]["training_error"] == 0, [
             (e["event"], e["epoch"], e.get("reason"), e.get("detail")) for e in stack.events(victim)
             if e["event"] not in ("checkpointed", "step")]
