@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_client import EXIT_REFUSED, CliError, _print, call, print_page, resolve_target, table
+from .cli_common import EXIT_REFUSED, CliError, _print, table
+from .cli_http import call, print_page, resolve_target
 
 AUDIT_COLUMNS = [("seq", "seq"), ("time", "time"), ("actor", "actor"), ("kind", "kind"), ("job", "job_id"),
                  ("outcome", "outcome"), ("reason", "reason")]

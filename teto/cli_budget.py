@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from .cli_client import EXIT_REFUSED, EXIT_UNREACHABLE, CliError, _print, table
+from .cli_common import EXIT_REFUSED, EXIT_UNREACHABLE, CliError, _print, table
 
 
 def cmd_budget_reconcile(args: argparse.Namespace) -> int:

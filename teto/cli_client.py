@@ -1,10 +1,12 @@
-"""Operator commands that talk to the gateway: ``submit``, ``jobs``, ``job``, ``cancel``, ``requeue``,
-``executors``, ``audit [verify]``, ``logs`` (cli_logs.py); ``tokens`` (cli_admin.py), ``login``/``whoami`` (cli_login.py), ``budget reconcile`` (reads
-the budget service's database) and ``contracts export``.
+"""Operator commands that talk to the gateway: ``submit``, ``job``, ``cancel``, ``requeue``, ``executors`` and
+``contracts export``/``asyncapi`` here, and the registration of every other one: ``jobs`` (cli_jobs.py),
+``audit [verify]``, ``tokens`` (cli_admin.py), ``logs`` (cli_logs.py), ``login``/``whoami`` (cli_login.py),
+``budget reconcile`` (cli_budget.py, reads the budget service's database), ...
 
 Where the gateway is and which token to use: ``--url``/``--token``, else ``TETO_URL``/``TETO_TOKEN``, else
-``<data-dir>/stack.json`` as ``teto up`` wrote it. Output is a human table unless ``--json``. A refusal prints
-the server's reason (and the numbers behind it) and exits non-zero.
+``<data-dir>/stack.json`` as ``teto up`` wrote it (cli_http.py). Output is a human table unless ``--json``
+(cli_common.py, cli_format.py). A refusal prints the server's reason (and the numbers behind it) and exits
+non-zero. This module is the top of the CLI: it imports the other ``cli_*`` modules and none imports it.
 """
 
 from __future__ import annotations
@@ -13,221 +15,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-TRANSPORT: httpx.BaseTransport | None = None  # tests put a mock transport here
-EXIT_REFUSED = 1  # the server said no (4xx/5xx)
-EXIT_UNREACHABLE = 3  # no gateway, or no way to know where it is
-
-
-class CliError(Exception):
-    def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# -- where and who ---------------------------------------------------------------------------------------
-
-
-def resolve_target(url: str | None, token: str | None, data_dir: Path,
-                   environ: Mapping[str, str] | None = None, *, login: Any = None) -> tuple[str, str | None]:
-    """(gateway URL, token): flags win, then TETO_URL/TETO_TOKEN, then the session of `teto login` for that
-    gateway (``login``: a function of the URL, cli_login.session_for), then <data-dir>/stack.json."""
-    environ = os.environ if environ is None else environ
-    url = url or environ.get("TETO_URL") or None
-    token = token or environ.get("TETO_TOKEN") or None
-    if url is not None and token is None and login is not None:
-        token = login(url.rstrip("/"))
-    if url is None or token is None:
-        stack = data_dir / "stack.json"
-        if stack.exists():
-            info = json.loads(stack.read_text())
-            url = url or info.get("gateway_url")
-            token = token or info.get("admin_token")
-    if not url:
-        raise CliError(f"no gateway: pass --url, set TETO_URL, or run `teto up` (no {data_dir / 'stack.json'})",
-                       EXIT_UNREACHABLE)
-    return url.rstrip("/"), token
-
-
-def _login_session(args: argparse.Namespace) -> Any:
-    from .cli_login import credentials_path, session_for
-
-    path = credentials_path(getattr(args, "credentials_file", None))
-    return lambda url: session_for(url, path, args)
-
-
-def tls_verify(ca_file: Path | None, environ: Mapping[str, str] | None = None) -> Any:
-    """What httpx verifies an HTTPS gateway against: --ca-file, else TETO_CA_FILE, else the system's CAs."""
-    environ = os.environ if environ is None else environ
-    ca = ca_file or (Path(environ["TETO_CA_FILE"]) if environ.get("TETO_CA_FILE") else None)
-    if ca is None:
-        return True
-    if not ca.is_file():
-        raise CliError(f"no CA certificate at {ca} (--ca-file / TETO_CA_FILE)", EXIT_UNREACHABLE)
-    import ssl
-
-    return ssl.create_default_context(cafile=str(ca))
-
-
-def call(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-    resp, body = exchange(args, method, path, **kw)
-    return resp.status_code, body
-
-
-def exchange(args: argparse.Namespace, method: str, path: str, **kw: Any) -> tuple[httpx.Response, Any]:
-    """One request to the gateway: the response (for its headers) and its decoded body; a refusal raises."""
-    url, token = resolve_target(args.url, args.token, args.data_dir, login=_login_session(args))
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with httpx.Client(base_url=url, headers=headers, timeout=args.timeout, transport=TRANSPORT,
-                          verify=tls_verify(getattr(args, "ca_file", None))) as client:
-            resp = client.request(method, path, **kw)
-    except httpx.HTTPError as exc:
-        raise CliError(f"cannot reach the gateway at {url}: {exc}", EXIT_UNREACHABLE) from None
-    try:
-        body = resp.json() if resp.content else None
-    except ValueError:
-        body = resp.text
-    if resp.status_code >= 400:
-        raise CliError(refusal_text(resp.status_code, body))
-    return resp, body
-
-
-def refusal_text(status: int, body: Any) -> str:
-    if not isinstance(body, Mapping):
-        return f"error {status}: {body}"
-    text = f"error {status}: {body.get('reason') or body.get('error') or body}"
-    if body.get("permission"):
-        text += f" (needs {body['permission']})"
-    detail = body.get("detail")
-    if isinstance(detail, Mapping) and detail:
-        text += "\n  " + ", ".join(f"{k}={_cell(v)}" for k, v in detail.items())
-    return text
-
-
-# -- formatting -----------------------------------------------------------------------------------------
-
-
-def _eta(ckpt: dict[str, Any]) -> str:
-    """The checkpoint ETA, or why there is none (the API's next_eta_status: standing, not_running, ...)."""
-    if ckpt.get("next_eta_seconds") is not None:
-        return f"{_cell(ckpt['next_eta_seconds'])} s"
-    return f"- ({ckpt['next_eta_status'].replace('_', ' ')})" if ckpt.get("next_eta_status") else "- s"
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
-    """A plain text table; ``columns`` are (heading, key) pairs, dotted keys reach into nested dicts."""
-    def get(row: Mapping[str, Any], key: str) -> Any:
-        value: Any = row
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        return value
-
-    cells = [[h.upper() for h, _ in columns]] + [[_cell(get(r, k)) for _, k in columns] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)
-
-
-JOB_COLUMNS = [("id", "id"), ("name", "name"), ("owner", "owner"), ("state", "state"), ("step", "last_step"),
-               ("of", "total_steps"), ("executor", "executor_id"), ("signal", "signal.signal"),
-               ("gpu-s", "budget.consumed_seconds"), ("ceiling", "spec.gpu_ceiling_seconds")]
-EXECUTOR_COLUMNS = [("executor", "executor_id"), ("node", "node_id"), ("group", "group_name"),
-                    ("accepting", "accepting"), ("phase", "phase"), ("job", "job_id"), ("from", "job_source"),
-                    ("step", "step"),
-                    ("signal", "signal"), ("last heartbeat", "last_heartbeat")]
-EVENT_COLUMNS = [("seq", "seq"), ("time", "time"), ("event", "event"), ("state", "state"), ("reason", "reason"),
-                 ("executor", "executor_id"), ("epoch", "epoch")]
-EVENTS_READ = 200  # the latest events `teto job` asks for: enough that a run of checkpoints hides nothing else
-EVENT_ROWS_SHOWN = 20  # rows of its timeline, once runs of checkpoints are folded
-
-
-def timeline_rows(events: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """The events as ``teto job`` prints them, oldest first, the last ``EVENT_ROWS_SHOWN`` rows: a run of
-    checkpoints of one run is one row (``libs/timeline.py``, the panel's fold): its sequence numbers, its count,
-    its steps and when the last was. True when earlier events exist than those printed."""
-    from libs.timeline import timeline
-
-    folded = timeline(list(events))
-    rows = folded["rows"][::-1]
-    out = []
-    for r in rows[-EVENT_ROWS_SHOWN:]:
-        row, steps = dict(r), (r["first_step"], r["last_step"])
-        if r["count"] > 1:
-            row["seq"], row["event"] = f"{r['seq']}-{r['last_seq']}", f"{r['event']} x{r['count']}"
-            row["reason"] = ", ".join(([f"steps {steps[0]}-{steps[1]}"] if None not in steps else [])
-                                      + [f"until {r['last_time']}"])
-        elif steps[0] is not None and not r["reason"]:
-            row["reason"] = f"step {steps[0]}"
-        out.append(row)
-    return out, folded["earlier"] or len(rows) > EVENT_ROWS_SHOWN
-
-
-def _kept(kept: Any) -> str:
-    """How many checkpoints the job keeps on disk (JobSpec.checkpoints_kept)."""
-    if kept is None:
-        return "the executor's default kept on disk"
-    return "every one kept on disk" if kept == 0 else f"the newest {kept} kept on disk"
-
-
-def format_job(job: Mapping[str, Any]) -> str:
-    attempts = job.get("attempts") or {}
-    ckpt = job.get("checkpoint") or {}
-    lines = [
-        f"job       {job.get('id')}  {job.get('name') or ''}".rstrip(),
-        f"state     {job.get('state')}" + (f"  ({job['reason']})" if job.get("reason") else ""),
-        f"owner     {_cell(job.get('owner'))}",
-        f"executor  {_cell(job.get('executor_id'))}  epoch {_cell(job.get('lease_epoch'))}",
-        f"progress  step {_cell(job.get('last_step'))} of {_cell(job.get('total_steps'))}",
-        f"attempts  {', '.join(f'{k}={v}' for k, v in attempts.items()) or '-'}",
-        f"checkpoint last step {_cell(ckpt.get('last_step'))}, every {_cell(ckpt.get('every_steps'))}, "
-        f"next at {_cell(ckpt.get('next_step'))} in {_eta(ckpt)}, "
-        f"{_kept((job.get('spec') or {}).get('checkpoints_kept'))}",
-    ]
-    if job.get("signal"):
-        sig = job["signal"]
-        lines.append(f"signal    {sig.get('signal')} since {_cell(sig.get('signal_since'))}")
-    if job.get("budget"):
-        b = job["budget"]
-        lines.append(f"budget    {_cell(b.get('consumed_seconds'))} of {_cell(b.get('ceiling_seconds'))} GPU-s, "
-                     f"{_cell(b.get('remaining_seconds'))} left, overshoot {_cell(b.get('overshoot_seconds'))}")
-        for h in b.get("ceiling_history") or []:
-            was = h.get("previous_ceiling_seconds")
-            lines.append(f"ceiling   {_cell(h.get('ceiling_seconds'))} GPU-s set by {_cell(h.get('actor'))} at "
-                         f"{_cell(h.get('at'))} ({_cell(h.get('consumed_seconds'))} consumed then"
-                         + (f"; from {_cell(was)})" if was is not None else ")"))
-        if b.get("warning"):
-            w = b["warning"]
-            lines.append(f"warning   {w.get('reason') if isinstance(w, Mapping) and w.get('reason') else _cell(w)}")
-    from .cli_jobs import live_lines
-
-    lines += live_lines(job)
-    if job.get("error"):
-        lines.append(f"error     {job['error']}")
-    if job.get("log_tail"):
-        from .cli_logs import tail_lines
-
-        lines += tail_lines(job["log_tail"])
-    if job.get("events"):
-        rows, earlier = timeline_rows(job["events"])
-        lines += ["", table(rows, EVENT_COLUMNS)]
-        if earlier:
-            lines.append(f"(earlier events: GET /v1/jobs/{job.get('id')}/events)")
-    return "\n".join(lines)
+from .cli_common import CliError, _print, gib_to_bytes, table
+from .cli_format import EVENTS_READ, EXECUTOR_COLUMNS, format_job
+from .cli_http import call
 
 
 def build_spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -266,13 +59,6 @@ def build_spec(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
-def gib_to_bytes(flag: str, gib: float) -> int:
-    """A size given in GiB on the command line, in whole bytes (at least one)."""
-    if not gib > 0:
-        raise CliError(f"{flag} {gib:g}: must be more than 0", 2)
-    return max(1, int(gib * 2**30))
-
-
 def _env_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -281,10 +67,6 @@ def _env_pair(text: str) -> tuple[str, str]:
 
 
 # -- commands -------------------------------------------------------------------------------------------
-
-
-def _print(args: argparse.Namespace, body: Any, human: str) -> None:
-    print(json.dumps(body, indent=2) if args.json else human)
 
 
 def _job_or_pending(args: argparse.Namespace, status: int, body: Any) -> None:
@@ -326,18 +108,6 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 def cmd_executors(args: argparse.Namespace) -> int:
     _, body = call(args, "GET", "/v1/executors")
     _print(args, body, table(body, EXECUTOR_COLUMNS) if body else "no executors")
-    return 0
-
-
-def print_page(args: argparse.Namespace, path: str, params: Mapping[str, Any], key: str,
-               columns: Sequence[tuple[str, str]], empty: str) -> int:
-    """GET a page of a sequence-paged list (``next_after_seq``) and print it as a table."""
-    _, body = call(args, "GET", path, params={k: v for k, v in params.items() if v})
-    rows = body.get(key, [])
-    human = table(rows, columns) if rows else empty
-    if body.get("next_after_seq"):
-        human += f"\n(more: --after-seq {body['next_after_seq']})"
-    _print(args, body, human)
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_client import _print, call, print_page
+from .cli_common import _print
+from .cli_http import call, print_page
 
 COLUMNS = [("seq", "seq"), ("time", "time"), ("service", "service"), ("cause", "cause"), ("subject", "subject"),
            ("deliveries", "deliveries"), ("reason", "reason")]

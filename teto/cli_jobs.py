@@ -1,6 +1,5 @@
 """``teto jobs``: the job list, following the gateway's page cursor (``X-Next-Cursor``) until ``--limit`` jobs
-are shown or, with ``--all``, every job; the lines ``teto job`` adds for the live budget and the cost of an
-interruption; and ``teto command``: how a command was decided (what ``teto submit --no-wait`` leaves to learn)."""
+are shown or, with ``--all``, every job; and ``teto command``: how a command was decided (what ``teto submit --no-wait`` leaves to learn)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .cli_client import JOB_COLUMNS, _cell, _print, call, exchange, table
+from .cli_common import _print, table
+from .cli_format import JOB_COLUMNS
+from .cli_http import call, exchange
 
 PAGE_MAX = 1000  # the most jobs the gateway returns in one page
 DEFAULT_LIMIT = 100
@@ -62,32 +63,6 @@ def add_jobs_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--limit", type=int, help=f"show at most this many (default {DEFAULT_LIMIT})")
     p.add_argument("--all", action="store_true", help="every job, however many pages")
     p.add_argument("--cursor", help="continue after a previous listing (its 'more: --cursor' hint)")
-
-
-def live_lines(job: Mapping[str, Any]) -> list[str]:
-    """``teto job`` lines for the provisional budget, the interruption cost and what the runs reported (absent
-    fields: no lines)."""
-    lines = []
-    b = job.get("budget") or {}
-    if b.get("provisional_seconds"):
-        lines.append(f"live      {_cell(b.get('consumed_live_seconds'))} GPU-s = {_cell(b.get('consumed_seconds'))}"
-                     f" in the ledger + {_cell(b.get('provisional_seconds'))} provisional (running since "
-                     f"{_cell(b.get('provisional_since'))}, not yet reported)")
-    cost = job.get("interruption_cost")
-    if cost:
-        what = "lost" if cost.get("kind") == "lost" else "at risk"
-        steps = cost.get("steps")
-        lines.append(f"{what:<9} {_cell(steps)} step{'' if steps == 1 else 's'} and {_cell(cost.get('gpu_seconds'))}"
-                     " GPU-s since "
-                     f"the last checkpoint (step {_cell(cost.get('checkpoint_step'))})")
-    reported = job.get("reported")
-    if reported:
-        lines.append(f"reported  step {_cell(reported.get('step'))}: loss {_cell(reported.get('loss'))}, learning rate "
-                     f"{_cell(reported.get('learning_rate'))}")
-    for c in (job.get("checkpoints") or [])[:1]:
-        lines.append(f"last ckpt step {_cell(c.get('step'))}: a {c.get('kind')} of {_cell(c.get('bytes'))} bytes"
-                     + (f" in {c.get('files')} files" if c.get("kind") == "directory" else ""))
-    return lines
 
 
 def format_command(c: Mapping[str, Any]) -> str:

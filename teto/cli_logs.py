@@ -11,32 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
 import httpx
 
-from . import cli_client
-from .cli_client import EXIT_UNREACHABLE, CliError, call, refusal_text, resolve_target, tls_verify
+from . import cli_http
+from .cli_common import EXIT_UNREACHABLE, CliError, refusal_text, tls_verify
+from .cli_format import terminal_safe
+from .cli_http import call, resolve_target
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 FOLLOW_READ_TIMEOUT = 60.0  # the gateway sends a keep-alive line every 15 s while a followed job is quiet
-
-
-def terminal_safe(text: str) -> str:
-    """Control characters (escape sequences, bells, C1) shown as ``\\xNN``; newline, tab and CR kept."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def tail_lines(tail: Mapping[str, Any]) -> list[str]:
-    """A failed job's ``log_tail`` as ``teto job`` shows it (escaped: this is a job's output on a terminal)."""
-    status = tail.get("exit_code")
-    head = (f"output    last lines of attempt {tail.get('attempt')} rank {tail.get('rank')}"
-            + (f" (exit status {status})" if status is not None else "") + "; all: teto logs <job-id>")
-    return [head, *(f"  {'!' if line.get('stream') == 'stderr' else ' '} {terminal_safe(str(line.get('text')))}"
-                    for line in tail.get("lines") or [])]
 
 
 def _params(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
@@ -78,7 +64,7 @@ def followed(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     timeout = httpx.Timeout(args.timeout, read=max(args.timeout, FOLLOW_READ_TIMEOUT))
     params = _params(args, after_seq=args.after_seq or 0, follow="true")
     try:
-        with httpx.Client(base_url=url, headers=headers, timeout=timeout, transport=cli_client.TRANSPORT,
+        with httpx.Client(base_url=url, headers=headers, timeout=timeout, transport=cli_http.TRANSPORT,
                           verify=tls_verify(getattr(args, "ca_file", None))) as client, \
                 client.stream("GET", f"/v1/jobs/{args.job_id}/logs", params=params) as resp:
             if resp.status_code >= 400:

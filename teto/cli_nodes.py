@@ -7,7 +7,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .cli_client import CliError, _cell, _print, call, table
+from .cli_common import CliError, _cell, _print, table
+from .cli_http import call
 
 
 NODE_COLUMNS = [("node", "node_id"), ("group", "group_name"), ("state", "state"), ("schedulable", "schedulable"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_client import CliError, _print, call, gib_to_bytes, table
+from .cli_common import CliError, _print, gib_to_bytes, table
+from .cli_http import call
 
 ORG_COLUMNS = [("org", "name"), ("cohort", "cohort"), ("weight", "weight"), ("quotas", "quotas"),
                ("budget GPU-h", "budget"), ("period", "period")]

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .cli_client import call
+from .cli_http import call
 
 
 def render(status: Mapping[str, Any]) -> str:

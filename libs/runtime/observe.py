@@ -11,17 +11,20 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
+from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
 from libs.contracts.envelope import utcnow
 from libs.contracts.status import ConsumerLag, ReplicaStatus
+from libs.contracts.subjects import Subjects
 
 from . import metrics
-
-if TYPE_CHECKING:
-    from .service import Runtime
+from .loophealth import LoopHealth
+from .settings import CommonSettings
 
 log = logging.getLogger(__name__)
 SAMPLE_TIMEOUT_SECONDS = 5.0
@@ -41,8 +44,53 @@ def singleton_label(lock_name: str) -> str:
     return lock_name.split(":", 1)[-1]
 
 
+class ObservedConsumer(Protocol):
+    @property
+    def stream(self) -> str: ...
+
+    @property
+    def durable(self) -> str: ...
+
+
+class ObservedLoop(Protocol):
+    """A consumer loop (``edge_loop.ConsumerLoop``): its durable's lag is sampled."""
+
+    @property
+    def consumer(self) -> ObservedConsumer: ...
+
+
+class ObservedSingleton(Protocol):
+    """A singleton loop (``singleton.SingletonLoop``): its lock name and whether it leads now."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def leader(self) -> bool: ...
+
+
+class Observed(Protocol):
+    """What the observer reads of the service it shows (``service.Runtime`` is one): named here so that the
+    runtime imports the observer and never the other way round."""
+
+    name: str
+    settings: CommonSettings
+    nc: Client
+    js: JetStreamContext
+    loop_health: LoopHealth
+
+    @property
+    def subjects(self) -> Subjects: ...
+
+    @property
+    def loops(self) -> Sequence[ObservedLoop]: ...
+
+    @property
+    def singletons(self) -> Sequence[ObservedSingleton]: ...
+
+
 class Observer:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Observed) -> None:
         self.runtime = runtime
         self.started_at = utcnow()
         self.instance = instance_name(runtime.name, runtime.settings.instance)

@@ -31,7 +31,7 @@ from libs.runtime.sealing import SealingError, load_key
 from libs.runtime.service import Runtime
 from libs.runtime.settings import SettingsError
 
-from .auth import AuthError, Permission, Principal, TokenStore, require
+from .auth import AuthError, Permission, Principal, TokenStore, require, route_permission
 from .commands import BusUnavailable, Commands
 from .dead_letters import DeadLetters
 from .errors import ApiError
@@ -57,17 +57,6 @@ from .timing import RouteTimer
 log = logging.getLogger(__name__)
 
 from .routes import COMMAND_KEY
-
-
-def route_permission(route: APIRoute) -> Permission | None:
-    """The permission a route declares through ``Depends(require(...))`` (searched through sub-dependencies)."""
-    stack = list(route.dependant.dependencies)
-    while stack:
-        dep = stack.pop()
-        if isinstance(dep.call, require):
-            return dep.call.permission
-        stack.extend(dep.dependencies)
-    return None
 
 
 def route_command(request: Request) -> str | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Request
+from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
 from libs.contracts.bounds import Actor
@@ -363,3 +364,14 @@ class require:  # noqa: N801 - reads as a declaration on the route: Depends(requ
 
     def __repr__(self) -> str:
         return f"require({self.permission.value!r})"
+
+
+def route_permission(route: APIRoute) -> Permission | None:
+    """The permission a route declares through ``Depends(require(...))`` (searched through sub-dependencies)."""
+    stack = list(route.dependant.dependencies)
+    while stack:
+        dep = stack.pop()
+        if isinstance(dep.call, require):
+            return dep.call.permission
+        stack.extend(dep.dependencies)
+    return None

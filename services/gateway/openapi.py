@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from fastapi.utils import create_model_field
 from pydantic import BaseModel, Field
 
+from .auth import route_permission
 from .routes import COMMAND_KEY
 
 
@@ -71,8 +72,6 @@ def _statuses(route: APIRoute, permission: Any) -> set[int]:
 
 def document_statuses(app: FastAPI) -> None:
     """Attach every status each route can answer to its OpenAPI responses (before the schema is first built)."""
-    from .api import route_permission  # the permission a route declares (api imports this module)
-
     for route in app.routes:
         if not isinstance(route, APIRoute):
             continue

@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.dead import DeadCause, dead_letter
 from services.gateway import auth
-from services.gateway.api import create_app, route_permission
+from services.gateway.api import create_app
+from services.gateway.auth import route_permission
 from services.gateway.scoping import job_id_for_key
 from services.gateway.auth import Permission, Role, TokenStore
 from services.gateway.commands import Sent

@@ -257,7 +257,8 @@ def test_the_cli_sets_the_quota_in_gib_on_a_job_and_an_organisation():
     import argparse
 
     from teto.cli import build_parser
-    from teto.cli_client import CliError, build_spec
+    from teto.cli_client import build_spec
+    from teto.cli_common import CliError
     from teto.cli_orgs import org_spec
 
     job = build_parser().parse_args(["submit", "--checkpoint-quota-gib", "1.5"])

@@ -10,8 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from teto import cli_client
-from teto.cli_client import CliError, build_spec, format_job, resolve_target, table
+from teto import cli_client, cli_common, cli_format, cli_http
+from teto.cli_client import build_spec
+from teto.cli_common import CliError, table
+from teto.cli_format import format_job
+from teto.cli_http import resolve_target
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +44,7 @@ def server(monkeypatch):
         status, body = routes.get((request.method, request.url.path), (404, {"reason": "no such route"}))
         return httpx.Response(status, json=body)
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(handle))
     monkeypatch.setenv("TETO_URL", "http://gw:1")
     monkeypatch.setenv("TETO_TOKEN", "secret")
     return routes, seen
@@ -55,7 +58,7 @@ def test_target_from_flags_then_env_then_stack_json(tmp_path):
     assert resolve_target(None, None, tmp_path, {"TETO_TOKEN": "e"}) == ("http://stack:8080", "e")
     with pytest.raises(CliError) as err:
         resolve_target(None, None, tmp_path / "nowhere", {})
-    assert err.value.code == cli_client.EXIT_UNREACHABLE and "teto up" in str(err.value)
+    assert err.value.code == cli_common.EXIT_UNREACHABLE and "teto up" in str(err.value)
 
 
 def test_spec_from_flags_file_and_command_argv(tmp_path):
@@ -77,7 +80,7 @@ def test_spec_from_flags_file_and_command_argv(tmp_path):
 
 
 def test_table_aligns_columns_and_reaches_into_nested_fields():
-    out = table([JOB, {**JOB, "id": "j22", "signal": None}], cli_client.JOB_COLUMNS)
+    out = table([JOB, {**JOB, "id": "j22", "signal": None}], cli_format.JOB_COLUMNS)
     lines = out.splitlines()
     assert lines[0].split() == ["ID", "NAME", "OWNER", "STATE", "STEP", "OF", "EXECUTOR", "SIGNAL", "GPU-S", "CEILING"]
     assert lines[1].split() == ["j1", "demo", "alice", "running", "60", "300", "e1", "stuck", "12.5", "3600"]
@@ -117,7 +120,7 @@ def test_a_refusal_prints_the_reason_and_numbers_and_exits_non_zero(server, caps
     routes[("POST", "/v1/jobs/j1/requeue")] = (422, {"error": "refused", "reason": "ceiling below consumed + 60",
                                                      "detail": {"consumed_seconds": 100, "minimum_seconds": 160}})
     args = parse("requeue", "j1", "--gpu-ceiling", "120")
-    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert args.func(args) == cli_common.EXIT_REFUSED
     err = capsys.readouterr().err
     assert "ceiling below consumed + 60" in err and "minimum_seconds=160" in err
     assert json.loads(seen[0].content) == {"gpu_ceiling_seconds": 120.0}
@@ -127,7 +130,7 @@ def test_forbidden_names_the_permission(server, capsys):
     routes, _ = server
     routes[("POST", "/v1/jobs/j1/cancel")] = (403, {"error": "forbidden", "reason": "no", "permission": "x:y"})
     args = parse("cancel", "j1")
-    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert args.func(args) == cli_common.EXIT_REFUSED
     assert "needs x:y" in capsys.readouterr().err
 
 
@@ -143,9 +146,9 @@ def test_unreachable_gateway_exits_with_its_own_code(monkeypatch, capsys):
     def refuse(request):
         raise httpx.ConnectError("refused", request=request)
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(refuse))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(refuse))
     args = parse("executors", "--url", "http://gw:1", "--token", "t")
-    assert args.func(args) == cli_client.EXIT_UNREACHABLE
+    assert args.func(args) == cli_common.EXIT_UNREACHABLE
     assert "cannot reach the gateway" in capsys.readouterr().err
 
 
@@ -177,7 +180,7 @@ def test_audit_lists_entries_and_verify_exits_non_zero_naming_the_bad_row(server
     assert dict(seen[0].url.params) == {"actor": "a", "limit": "1"}
     routes[("GET", "/v1/audit/verify")] = (200, {"ok": False, "checked": 7, "first_bad_seq": 7, "reason": "hash"})
     args = parse("audit", "verify")
-    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert args.func(args) == cli_common.EXIT_REFUSED
     assert "BROKEN at seq 7" in capsys.readouterr().out
     routes[("GET", "/v1/audit/verify")] = (200, {"ok": True, "checked": 7, "first_bad_seq": None, "reason": None})
     assert args.func(args) == 0
@@ -190,7 +193,7 @@ def test_audit_verify_says_what_the_audit_service_checked_besides_the_chain(serv
                "last_anchor_seq": 6, "last_anchor_time": "2026-12-01T07:00:00Z", "head_seq": 8}
     routes[("GET", "/v1/audit/verify")] = (200, verdict)
     args = parse("audit", "verify")
-    assert args.func(args) == cli_client.EXIT_REFUSED
+    assert args.func(args) == cli_common.EXIT_REFUSED
     out = capsys.readouterr().out
     assert "8 macs checked, 0 pre-key rows; 1 anchors checked, last anchor seq 6" in out
     assert "first bad anchor: #2" in out
@@ -223,7 +226,7 @@ def test_check_nodes_and_check_status_talk_to_the_gateway(monkeypatch, tmp_path,
     """teto check --group, teto check-status and teto nodes: the requests made and the tables printed."""
     import httpx
 
-    from teto import cli_client
+    from teto import cli_http
 
     seen = []
 
@@ -238,7 +241,7 @@ def test_check_nodes_and_check_status_talk_to_the_gateway(monkeypatch, tmp_path,
                                                  {"test": "membw", "status": "passed", "figures": {"copy_gbps": 9.5}}]}]})
         return httpx.Response(200, json=[{"node_id": "n1", "group_name": "g", "state": "ready", "schedulable": True}])
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(handler))
     from teto.cli import main
 
     base = ["--url", "http://gw", "--token", "t"]
@@ -273,7 +276,8 @@ def test_dead_letters_are_listed_as_a_table_and_replayed_by_sequence(server, cap
 def test_secret_env_is_read_from_the_shell_not_the_command_line(monkeypatch):
     import argparse
 
-    from teto.cli_client import CliError, build_spec
+    from teto.cli_client import build_spec
+    from teto.cli_common import CliError
 
     args = argparse.Namespace(file=None, argv=["--", "train"], env=[("A", "1")], secret_env=["HF_TOKEN"],
                               steps=None, name=None, ceiling=None, checkpoint_every=None, workers=None, gpus=None,
@@ -288,7 +292,7 @@ def test_secret_env_is_read_from_the_shell_not_the_command_line(monkeypatch):
 def test_ca_file_from_the_flag_or_the_environment(tmp_path):
     import ssl
 
-    from teto.cli_client import CliError, tls_verify
+    from teto.cli_common import CliError, tls_verify
     from teto.tls import make_tls
 
     files = make_tls(tmp_path, ["localhost"])
@@ -312,7 +316,7 @@ def _paged(monkeypatch, total: int):
         headers = {"X-Next-Cursor": str(end)} if end < total else {}
         return httpx.Response(200, json=rows[start:end], headers=headers)
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(handle))
     return rows, calls
 
 
@@ -385,7 +389,7 @@ def test_teto_job_asks_for_enough_events_to_fold_and_json_keeps_the_apis_default
     routes[("GET", "/v1/jobs/j1")] = (200, JOB)
     args = parse("job", "j1")
     assert args.func(args) == 0
-    assert seen[-1].url.params["events"] == str(cli_client.EVENTS_READ)
+    assert seen[-1].url.params["events"] == str(cli_format.EVENTS_READ)
     args = parse("job", "j1", "--json")
     assert args.func(args) == 0
     assert "events" not in seen[-1].url.params
@@ -437,24 +441,24 @@ def test_the_login_session_is_used_for_its_own_gateway_only(tmp_path, monkeypatc
     import stat
     import time
 
-    from teto import cli_login
+    from teto import cli_session
 
     creds = tmp_path / "c" / "credentials.json"
-    cli_login.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc",
+    cli_session.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc",
                                     "expires_at": time.time() + 3600})
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     args = argparse.Namespace(timeout=5, ca_file=None)
-    assert cli_login.session_for("http://gw:1", creds, args) == "tetos_abc"
-    assert cli_login.session_for("http://elsewhere:1", creds, args) is None  # never sent to another gateway
+    assert cli_session.session_for("http://gw:1", creds, args) == "tetos_abc"
+    assert cli_session.session_for("http://elsewhere:1", creds, args) is None  # never sent to another gateway
     assert resolve_target("http://gw:1", None, tmp_path, {}, login=lambda url: "tetos_abc") == ("http://gw:1",
                                                                                                  "tetos_abc")
-    cli_login.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc", "expires_at": time.time()})
+    cli_session.write_private(creds, {"gateway_url": "http://gw:1", "secret": "tetos_abc", "expires_at": time.time()})
     with pytest.raises(CliError, match="teto login"):  # ended, and nothing to refresh it with
-        cli_login.session_for("http://gw:1", creds, args)
+        cli_session.session_for("http://gw:1", creds, args)
 
 
 @pytest.mark.parametrize(("left", "refresh"), [(3600, False), (301, False), (299, True), (0, True), (-10, True)])
 def test_a_session_is_refreshed_when_it_has_less_than_five_minutes_left(left, refresh):
-    from teto.cli_login import needs_refresh
+    from teto.cli_session import needs_refresh
 
     assert needs_refresh({"expires_at": 1000.0 + left}, 1000.0) is refresh

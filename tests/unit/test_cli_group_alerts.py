@@ -14,7 +14,7 @@ ALERT = {"reason": "systemic failure: replacement budget spent (1 of 1 in 3600s)
 
 
 def test_nodes_show_the_alert_and_clear_alert_posts_the_command(monkeypatch, capsys):
-    from teto import cli_client
+    from teto import cli_http
     from teto.cli import main
 
     seen: list[httpx.Request] = []
@@ -30,7 +30,7 @@ def test_nodes_show_the_alert_and_clear_alert_posts_the_command(monkeypatch, cap
             return httpx.Response(200, json=[{"group_name": "g", "nodes": 2, "schedulable": 0, "alert": ALERT}])
         return httpx.Response(200, json={"command_id": "c1", "group": "g", "released": ["node-b", "node-c"]})
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handler))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(handler))
     base = ["--url", "http://gw", "--token", "t"]
     assert main(["nodes", *base]) == 0
     lines = capsys.readouterr().out.splitlines()

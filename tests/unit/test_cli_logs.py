@@ -10,9 +10,10 @@ import json
 import httpx
 import pytest
 
-from teto import cli_client
+from teto import cli_http
 from teto.cli import main
-from teto.cli_logs import terminal_safe, write_item
+from teto.cli_format import terminal_safe
+from teto.cli_logs import write_item
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ def gateway(monkeypatch):
         after = int(request.url.params.get("after_seq", 0))
         return httpx.Response(200, json=pages[after])
 
-    monkeypatch.setattr(cli_client, "TRANSPORT", httpx.MockTransport(handle))
+    monkeypatch.setattr(cli_http, "TRANSPORT", httpx.MockTransport(handle))
     monkeypatch.setenv("TETO_URL", "http://gw:1")
     monkeypatch.setenv("TETO_TOKEN", "secret")
     return answers, seen
@@ -106,7 +107,7 @@ def test_a_notice_after_text_without_a_newline_starts_its_own_line():
 
 
 def test_a_failed_jobs_view_shows_its_last_lines_stderr_marked():
-    from teto.cli_client import format_job
+    from teto.cli_format import format_job
 
     job = {"id": "j1", "state": "failed", "error": "exit status 3", "log_tail": {
         "attempt": 2, "rank": 0, "exit_code": 3, "complete": True,

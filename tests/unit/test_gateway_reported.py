@@ -64,7 +64,7 @@ def test_measured_figures_keep_four_significant_digits(value, en, pt):
 
 
 def test_teto_job_says_what_the_runs_reported():
-    from teto.cli_jobs import live_lines
+    from teto.cli_format import live_lines
 
     job = {"id": "j1", "reported": {"step": 30, "loss": 0.25, "learning_rate": 0.0002},
            "checkpoints": [{"step": 30, "kind": "directory", "bytes": 4147, "files": 2},

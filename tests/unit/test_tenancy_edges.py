@@ -11,7 +11,7 @@ import pytest
 from services.gateway.auth import AuthError, Principal, Role, issue_token, token_org, TokenStore
 from services.gateway.domain import usage as usages
 from services.gateway.orgs import acting_org, usage_org
-from teto.cli_client import CliError
+from teto.cli_common import CliError
 from teto.cli_orgs import org_spec, parse_quota
 
 pytestmark = pytest.mark.unit

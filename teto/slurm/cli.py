@@ -110,7 +110,8 @@ def cmd_provision(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from teto.cli_client import CliError, call, table
+    from teto.cli_common import CliError, table
+    from teto.cli_http import call
 
     try:
         _, teto_nodes = call(args, "GET", "/v1/nodes")

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..auth import AuthError, Failure, bearer_secret, refuse_if_blocked
 from ..domain.attempts import Scope as Counted
 from . import live, session
-from .pages import pages
+from .pages import navigation, pages
 from .web import NeedsSignIn, PageForbidden, render
 
 STATIC = Path(__file__).parent / "static"
@@ -80,6 +80,7 @@ def mount(app: FastAPI, runtime: Any = None) -> None:
     app.state.panel_key = session.session_key(getattr(app.state, "secrets_key", None))
     app.state.session_secret = session_secret
     app.state.live = live.Hub(runtime, lambda: app.state.reads)
+    app.state.panel_navigation = navigation()  # what the layout links to (web.navigation_of)
     app.add_middleware(SecurityHeaders)
     app.mount("/static", StaticFiles(directory=STATIC), name="panel-static")
 

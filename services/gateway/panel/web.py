@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 
 from ..auth import AuthError, Permission, Principal, require
 from . import fmt, i18n, words
-from .pages import navigation
+from .nav import NavItem
 
 TEMPLATES = Path(__file__).parent / "templates"
 _env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(default=True),
@@ -78,6 +78,13 @@ class signed_in:  # noqa: N801 - a declaration on the route, like auth.require
             raise PageForbidden(getattr(request.state, "principal", None), exc.permission) from None
 
 
+def navigation_of(request: Request) -> list[NavItem]:
+    """The navigation ``mount`` collected from the pages into the app's state (none for a request without the
+    panel's app): passed in, because the pages import this module."""
+    state = getattr(request.scope.get("app"), "state", None)
+    return getattr(state, "panel_navigation", None) or []
+
+
 def context(request: Request, principal: Principal | None, page: str) -> dict[str, Any]:
     """What every template sees: the locale's translate and formatters, the navigation this principal may use,
     the session's CSRF token, and the page's name (for its catalogue and script)."""
@@ -109,7 +116,7 @@ def context(request: Request, principal: Principal | None, page: str) -> dict[st
         "check_error": lambda text: words.check_error(_v(text), locale),
         "problem": lambda text: words.problem(_v(text), locale),
         "can": (lambda perm: principal is not None and principal.can(perm)),
-        "nav": [item for item in navigation() if principal is not None and principal.can(item.permission)],
+        "nav": [item for item in navigation_of(request) if principal is not None and principal.can(item.permission)],
         "csrf": session.csrf if session is not None else "",
         "path": request.url.path, "quote": quote,
     }

@@ -30,7 +30,8 @@ from ..errors import ApiError, not_found
 from ..orgs import acting_org, acting_project
 from ..scoping import command_refusal, job_id_for_key, may_see, owner_filter
 from ..secret_env import SecretRefused, seal_spec
-from . import COMMAND_KEY, commands_of, json_response, reads_of, scoped_fleet
+from . import COMMAND_KEY, commands_of, existing_job, json_response, reads_of, scoped_fleet
+from .logs import log_tail
 
 _ID = re.compile(ID_PATTERN)
 NEXT_CURSOR_HEADER = "X-Next-Cursor"
@@ -42,20 +43,6 @@ class CancelBody(Model):
 
 class RequeueBody(Model):
     gpu_ceiling_seconds: float = Field(gt=0, le=10**9, description="The new TOTAL GPU-second ceiling")
-
-
-async def _existing_job(request: Request, job_id: str, principal: Principal,
-                        command: str | None = None) -> dict[str, Any]:
-    """The job's row, or 404 (also for a job the principal may not see: its id is not confirmed); a command
-    about an unknown job is recorded as refused by the gateway."""
-    job = await reads_of(request).job_row(job_id) if _ID.match(job_id) else None
-    if job is None or not may_see(principal, job.get("owner")):
-        err = not_found("job", job_id)
-        if command is not None:
-            await commands_of(request).refuse(command, principal.actor, err.body["reason"],
-                                              job_id=job_id if _ID.match(job_id) else None)
-        raise err
-    return job
 
 
 async def _admit_spec(request: Request, principal: Principal, cmd: SubmitJob) -> SubmitJob:
@@ -108,7 +95,7 @@ async def _answer(request: Request, cmd: Command, job_id: str) -> Response:
 async def requeue_job(request: Request, job_id: str, principal: Principal, ceiling: float) -> Response:
     """Requeue with a new total ceiling, as ``POST /v1/jobs/{id}/requeue`` does (the panel's requeue form, which
     reads the typed number in the page's locale first, comes here too)."""
-    await _existing_job(request, job_id, principal, "requeue")
+    await existing_job(request, job_id, principal, "requeue")
     cmd = RequeueJob(actor=principal.actor, job_id=job_id, gpu_ceiling_seconds=ceiling)
     return await _answer(request, cmd, job_id)
 
@@ -176,8 +163,6 @@ def register(app: FastAPI) -> None:
         job = await reads_of(request).get_job(job_id, events=events) if _ID.match(job_id) else None
         if job is None or not may_see(principal, job.get("owner")):
             raise not_found("job", job_id)
-        from .logs import log_tail  # logs.py builds on this module
-
         job["log_tail"] = await log_tail(request, job)
         await with_reports(request, job)
         return redact(job)
@@ -199,7 +184,7 @@ def register(app: FastAPI) -> None:
     async def job_events(request: Request, job_id: str, after_seq: int = Query(0, ge=0, le=INT32_MAX),
                          limit: int = Query(500, ge=1, le=5000),
                          principal: Principal = Depends(require(Permission.READ))) -> list[dict[str, Any]]:
-        await _existing_job(request, job_id, principal)
+        await existing_job(request, job_id, principal)
         return redact(await reads_of(request).job_events(job_id, after_seq=after_seq, limit=limit))
 
     @app.get("/v1/jobs/{job_id}/steps", tags=["jobs"],
@@ -207,14 +192,14 @@ def register(app: FastAPI) -> None:
     async def job_steps(request: Request, job_id: str,
                         max_points: int = Query(steps.DEFAULT_POINTS, ge=1, le=steps.MAX_POINTS),
                         principal: Principal = Depends(require(Permission.READ))) -> dict[str, Any]:
-        await _existing_job(request, job_id, principal)
+        await existing_job(request, job_id, principal)
         return steps.steps_view(job_id, await reads_of(request).job_steps(job_id), max_points)
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"], summary="Cancel a job (your own, or any with finetune:manage)",
                  openapi_extra={COMMAND_KEY: "cancel"})
     async def cancel(request: Request, job_id: str, body: CancelBody | None = None,
                      principal: Principal = Depends(require(Permission.FINETUNE_SUBMIT))) -> JSONResponse:
-        job = await _existing_job(request, job_id, principal, "cancel")
+        job = await existing_job(request, job_id, principal, "cancel")
         if job.get("owner") != principal.actor and not principal.can(Permission.FINETUNE_MANAGE):
             perm = Permission.FINETUNE_MANAGE.value
             reason = f"job {job_id} belongs to {job.get('owner')!r}; cancelling it needs {perm!r}"

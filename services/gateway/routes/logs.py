@@ -20,8 +20,7 @@ from ..domain import logviews
 from ..errors import unavailable
 from ..logs import JobLogs
 from ..logs import Query as LogQuery
-from . import reads_of
-from .jobs import _existing_job
+from . import existing_job, reads_of
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ def register(app: FastAPI) -> None:
                        stream: LogStream | None = Query(None, description="stdout or stderr (default: both)"),
                        follow: bool = Query(False, description="Stream until the job ends (NDJSON)"),
                        principal: Principal = Depends(require(Permission.READ))) -> Any:
-        job = await _existing_job(request, job_id, principal)
+        job = await existing_job(request, job_id, principal)
         logs, reads = _logs(request), reads_of(request)
         q = LogQuery(job_id, attempt, rank, stream.value if stream else None)
         if follow:

@@ -1,21 +1,9 @@
-"""The panel's pages: each module here has ``NAV`` (its entry in the navigation, or None) and
-``register(router)`` (its routes). A new page is one module plus one line in ``PAGES`` (docs/panel.md)."""
+"""The panel's pages: each module here has ``NAV`` (its entry in the navigation, a ``nav.NavItem``, or None)
+and ``register(router)`` (its routes). A new page is one module plus one line in ``PAGES`` (docs/panel.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ...auth import Permission
-
-
-@dataclass(frozen=True)
-class NavItem:
-    """A link in the layout's navigation, shown only to principals holding ``permission``."""
-
-    href: str
-    label: str  # a catalogue key, e.g. "common.nav_jobs"
-    permission: Permission = Permission.READ
-    order: int = 100
+from ..nav import NavItem
 
 
 def pages() -> list:

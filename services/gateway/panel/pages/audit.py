@@ -17,7 +17,7 @@ from ...auth import Permission, Principal
 from ...routes import reads_of
 from .. import fleet
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/audit", "audit.nav", Permission.AUDIT_READ, order=50)
 PAGE_SIZE = 100

@@ -15,7 +15,7 @@ from libs.contracts.bounds import MAX_SAFE_INT
 from ...auth import Permission, Principal
 from ...routes.dead_letters import SERVICE_PATTERN, page_of
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/dead-letters", "dead.nav", Permission.FLEET_MANAGE, order=37)
 PAGE_SIZE = 50

@@ -17,7 +17,7 @@ from ...auth import Permission, Principal
 from ...routes import reads_of, scoped_fleet
 from .. import fleet
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/executors", "executors.nav", Permission.READ, order=20)
 

@@ -21,7 +21,7 @@ from ...routes import reads_of
 from ...scoping import owner_filter
 from .. import jobview
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/jobs", "common.nav_jobs", Permission.READ, order=10)
 PAGE_SIZE = 50

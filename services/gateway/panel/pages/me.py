@@ -10,7 +10,7 @@ from fastapi.responses import HTMLResponse
 
 from ...auth import ROLE_PERMISSIONS, Permission, Principal, Role
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/me", "me.nav", Permission.READ, order=90)
 

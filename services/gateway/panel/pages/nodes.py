@@ -22,7 +22,7 @@ from ...auth import Permission, Principal
 from ...routes import reads_of, scoped_fleet
 from .. import fleet
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/nodes", "nodes.nav", Permission.READ, order=30)
 _ID = re.compile(ID_PATTERN)

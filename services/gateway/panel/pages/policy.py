@@ -22,7 +22,7 @@ from ...routes import reads_of
 from ...routes.policies import set_gang_policy
 from .. import fleet, i18n, numparse
 from ..web import locale_of, render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/policy", "policy.nav", Permission.POLICY_ADMIN, order=40)
 NUMBERS = ("ready_timeout_seconds", "backoff_base_seconds", "backoff_max_seconds", "backoff_limit")

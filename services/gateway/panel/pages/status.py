@@ -18,7 +18,7 @@ from fastapi.responses import Response
 from ...auth import Permission, Principal
 from ...routes.status import current_status
 from ..web import render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/status", "status.nav", Permission.FLEET_MANAGE, order=35)
 REFRESH_SECONDS = 10  # each view asks every replica, every NATS member and the database: not on every event

@@ -23,7 +23,7 @@ from ...orgs import usage_org
 from ...routes.tenancy import usage_report
 from ...scoping import usage_owner
 from ..web import PageForbidden, render, signed_in
-from . import NavItem
+from ..nav import NavItem
 
 NAV = NavItem("/usage", "usage.nav", Permission.READ, order=45)
 _PERIOD = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
