@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from teto.stack.up import provisioner_command, replace_nodes
+from teto.stack.provisioner import provisioner_command, replace_nodes
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from teto.stack.identities import Identities
-from teto.stack.up import executor_parts, replace_nodes
+from teto.stack.provisioner import executor_parts, replace_nodes
 
 pytestmark = pytest.mark.unit
 

@@ -14,8 +14,6 @@ import fcntl
 import json
 import logging
 import os
-import re
-import shlex
 import signal
 import sys
 import time
@@ -30,7 +28,9 @@ from libs.runtime.ports import port_is_free
 from teto.stack import isolation as jobs_isolation
 from teto.stack import busauth, cluster, seaweed
 from teto.stack.identities import Identities
+from teto.stack.demo import follow_demo
 from teto.stack.observe import MetricsPorts
+from teto.stack.provisioner import executor_parts, provisioner_command, replace_nodes
 from teto.stack.servers import PostgresWatch
 from teto.stack.supervisor import Part, Supervisor
 
@@ -280,7 +280,7 @@ def up(opts: UpOptions) -> int:
             print(f"  job isolation: {line}", flush=True)
         rc = 0
         if opts.demo:
-            rc = _demo(url, token, sup, opts)
+            rc = follow_demo(url, token, sup, opts.demo_spec)
             if opts.exit_after_demo:
                 return rc
         while True:
@@ -334,85 +334,8 @@ def part_env(env: dict[str, str], own: dict[str, dict[str, str]], part: str) -> 
     return out
 
 
-def provisioner_command(data_dir: Path) -> str:
-    """The health service runs this when a node is replaced: it drops a request file for ``replace_nodes``."""
-    code = ("import json,sys,pathlib,uuid; d=pathlib.Path(sys.argv[1]); d.mkdir(parents=True,exist_ok=True); "
-            "t=d/(uuid.uuid4().hex+'.tmp'); t.write_text(json.dumps(dict(node_id=sys.argv[2],group=sys.argv[3],"
-            "executor_id=sys.argv[4]))); t.rename(t.with_suffix('.json'))")
-    return (f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {shlex.quote(str(data_dir / 'provision'))} "
-            "{node_id} {group} {executor_id}")
-
-
-def executor_parts(executors: int, identities: Identities) -> list[str]:
-    """The executor parts to start: ``executor-1`` .. ``executor-N`` but those an earlier run replaced, and the
-    replacements it started (``executor-rK``), which are nodes of the fleet like the others and come back."""
-    wanted = [f"executor-{i}" for i in range(1, executors + 1)]
-    wanted += [name for name in identities.names() if re.fullmatch(r"executor-r\d+", name)]
-    return [name for name in wanted if not identities.replaced(name)]
-
-
-def replace_nodes(sup: Supervisor, data_dir: Path, add_executor, identities: Identities | None = None) -> list[str]:
-    """Serve the local provisioner's requests: stop the replaced node's agent for good and start a fresh one
-    in the same group (a new executor and node id, so it joins and is checked like any new node)."""
-    started = []
-    for request in sorted((data_dir / "provision").glob("*.json")):
-        try:
-            info = json.loads(request.read_text())
-        except (OSError, ValueError):
-            continue
-        old = next((p for p in sup.parts.values() if p.executor_id == info.get("executor_id")), None)
-        if old is not None:
-            sup.stop([old.name])
-            sup.parts.pop(old.name, None)
-            sup.stopping = False  # stop() is for shutdown; the rest of the stack keeps being supervised
-            if identities is not None:
-                identities.forget(old.name)
-        taken = {*sup.parts, *(identities.names() if identities is not None else ())}
-        name = next(f"executor-r{k}" for k in range(1, len(taken) + 2) if f"executor-r{k}" not in taken)
-        add_executor(name, str(info.get("group") or "local"))
-        log.warning("node %s was replaced: started %s in group %s", info.get("node_id"), name, info.get("group"))
-        request.unlink(missing_ok=True)
-        started.append(name)
-    return started
-
-
 def _check_settings(env: dict[str, str]) -> None:
     """Refuse an unsafe lease contract before starting anything (each part would refuse it anyway)."""
     from libs.runtime.settings import CommonSettings
 
     CommonSettings.from_env(env=env)
-
-
-def _demo(url: str, token: str, sup: Supervisor, opts: UpOptions) -> int:
-    # About a minute on 2 CPU cores (0.06-0.07 s a step), a checkpoint every 100 steps.
-    spec = opts.demo_spec or {"name": "demo-finetune", "workload": {"kind": "finetune", "params": {"steps": 900}},
-                              "checkpoint_every_steps": 100}
-    headers = {"Authorization": f"Bearer {token}"}
-    t0 = time.monotonic()
-    r = httpx.post(f"{url}/v1/jobs", json=spec, headers=headers, timeout=30)
-    if r.status_code not in (201, 202):
-        print(f"demo submit refused: {r.status_code} {r.text}", file=sys.stderr)
-        return 1
-    job_id = r.json().get("id") or r.json().get("job_id")
-    print(f"demo job {job_id} submitted; following it (GET {url}/v1/jobs/{job_id})", flush=True)
-    last = None
-    while True:
-        sup.check()
-        try:
-            job = httpx.get(f"{url}/v1/jobs/{job_id}", headers=headers, timeout=10).json()
-        except httpx.HTTPError:
-            time.sleep(1)
-            continue
-        ckpt = (job.get("last_checkpoint") or {}).get("step")
-        line = (job.get("state"), job.get("last_step"), ckpt)
-        if line != last:
-            total = job.get("total_steps") or "?"
-            print(f"  [{time.monotonic() - t0:6.1f}s] {job.get('state'):<11} step {job.get('last_step') or 0}/"
-                  f"{total}  last checkpoint: step {ckpt if ckpt is not None else '-'}  "
-                  f"executor: {job.get('executor_id') or '-'}", flush=True)
-            last = line
-        if job.get("state") in ("succeeded", "failed", "cancelled", "interrupted"):
-            print(f"demo job {job['state']} in {time.monotonic() - t0:.1f}s"
-                  + (f": {job.get('reason') or job.get('error')}" if job["state"] != "succeeded" else ""), flush=True)
-            return 0 if job["state"] == "succeeded" else 1
-        time.sleep(1.0)
