@@ -12,8 +12,6 @@ from typing import Any
 from .cli_common import _cell, table
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-
-
 JOB_COLUMNS = [("id", "id"), ("name", "name"), ("owner", "owner"), ("state", "state"), ("step", "last_step"),
                ("of", "total_steps"), ("executor", "executor_id"), ("signal", "signal.signal"),
                ("gpu-s", "budget.consumed_seconds"), ("ceiling", "spec.gpu_ceiling_seconds")]
