@@ -204,7 +204,7 @@ def test_ceiling_requeue_and_an_audit_log_nobody_can_rewrite(tmp_path: Path):
         shown = stack.cli("job", job_id).stdout
         assert f"overshoot {budget['overshoot_seconds']:.6g}" in shown and "set by local-admin" in shown, shown
         # Its timeline as the CLI prints it: the first run's checkpoints folded, then the stop and the requeue.
-        # `teto job` folds the latest events it reads (cli_client.EVENTS_READ): on a fast machine the first run
+        # `teto job` folds the latest events it reads (cli_format.EVENTS_READ): on a fast machine the first run
         # checkpoints more often than that, and the row then starts later and says earlier events exist. So the
         # row is checked against the events its own sequence numbers name: all of them the first run's
         # checkpoints, counted and their steps as printed, ending at the run's last checkpoint.
