@@ -37,9 +37,9 @@ def spec(**overrides: Any) -> JobSpec:
     return JobSpec.model_validate({"workload": FinetuneWorkload(), **overrides})
 
 
-def command_spec(*argv: str, **overrides: Any) -> JobSpec:
-    """A command job running ``argv`` (``true`` by default)."""
-    return spec(workload=CommandWorkload(command=list(argv or ("true",))), **overrides)
+def command_spec(*argv: str, env: dict[str, str] | None = None, **overrides: Any) -> JobSpec:
+    """A command job running ``argv`` (``true`` by default) with ``env`` added to its environment."""
+    return spec(workload=CommandWorkload(command=list(argv or ("true",)), env=env or {}), **overrides)
 
 
 def job(state: JobState = JobState.QUEUED, *, epoch: int = EPOCH, at: datetime = T0, **overrides: Any) -> Job:
