@@ -14,6 +14,7 @@ from agents.executor.run import Run
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.agents import RunJob
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 
@@ -54,10 +55,7 @@ async def test_a_grant_while_the_ended_runs_report_is_acknowledged_waits_for_it_
     await asyncio.sleep(0.05)
     assert agent.handed == [] and agent.served == [] and agent.run.grant.job_id == "old"
     let_go.set()
-    for _ in range(100):
-        if agent.served:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: agent.served, timeout=1.0, what="the new grant to be served", every=0.01)
     assert agent.served == ["new"] and agent.handed == [] and agent.run.grant.job_id == "new"
 
 
@@ -79,8 +77,5 @@ async def test_a_grant_waiting_for_an_ended_run_goes_back_when_the_agent_shuts_d
     holding(agent, Run(grant("old"), ended=True))
     agent.on_run(grant("new"))
     agent.job_task.cancel()  # shutdown cancels the run's task
-    for _ in range(100):
-        if agent.handed:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: agent.handed, timeout=1.0, what="the waiting grant to be handed back", every=0.01)
     assert agent.handed == [("new", "the executor is shutting down")] and agent.served == []

@@ -12,6 +12,7 @@ from libs.contracts.jobs import JobEvent, JobEventKind, JobState
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.wake import Waker, channel, wakeable
 from services.queue.domain.wakes import FEWEST, PER_FREE, offers_an_executor, pass_size, queues_a_job, widen
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -59,13 +60,9 @@ async def test_a_wake_starts_the_next_pass_at_once_and_one_during_a_pass_is_not_
 
     task = asyncio.create_task(wakeable(place, 60.0, "placement", waker)())
     try:
-        while not passes:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: passes, what="the first placement pass", every=0.01)
         waker.set()  # long before the 60 s tick
-        for _ in range(300):
-            if len(passes) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(passes) >= 3, timeout=3.0, what="two passes after the wake", every=0.01)
         assert len(passes) == 3 and passes[2] - passes[0] < 30
         assert waker.woken == 2
     finally:
