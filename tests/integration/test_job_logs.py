@@ -23,7 +23,6 @@ from agents.executor.logship import LogLimits
 from agents.executor.main import serve as agent_serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.logs import LogChunk, LogStream
 from libs.runtime import bus
 from libs.runtime.service import Runtime
@@ -33,6 +32,7 @@ from services.gateway.logs import JobLogs, Query
 from services.gateway.settings import GatewaySettings
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import client, queue_service
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
@@ -166,8 +166,7 @@ async def test_a_jobs_output_reaches_its_owner_in_order_and_a_failed_job_carries
 
 
 def grant(job_id: str, executor_id: str, attempt: int = 1) -> RunJob:
-    return RunJob(job_id=job_id, epoch=1, executor_id=executor_id, attempt=attempt, lease_seconds=6,
-                  heartbeat_seconds=1, spec=JobSpec(workload=CommandWorkload(command=["true"])))
+    return builders.grant(job_id=job_id, executor_id=executor_id, attempt=attempt)
 
 
 async def test_the_run_limit_truncates_with_markers_and_an_ungranted_executors_chunks_are_not_shown(env):
