@@ -28,6 +28,8 @@ EX = "ex-1"
 EPOCH = 3  # the job's third grant: epochs 1 and 2 are stale
 LEASE = timedelta(seconds=6)
 GROUP = "g"
+GANG = ("w0", "w1", "w2")  # a gang's executors, rank order
+READY_WITHIN = timedelta(seconds=30)  # an admitting gang's workers must be ready by admission + this
 
 
 # -- jobs ---------------------------------------------------------------------------------------------------
@@ -57,6 +59,28 @@ def job(state: JobState = JobState.QUEUED, *, epoch: int = EPOCH, at: datetime =
         values.update(executor_id=EX, workers=(EX, "ex-2"), lease_expires_at=lease,
                       gang=(GangWorker(EX, lease), GangWorker("ex-2", lease)), ready_deadline=at + timedelta(days=60),
                       spec=job_spec.model_copy(update={"workers": 2}))
+    values.update(overrides)
+    return Job(**values)
+
+
+def gang_job(state: JobState = JobState.ADMITTING, *, workers: tuple[str, ...] = GANG, ready: int = 0,
+             ended: dict[int, str] | None = None, epoch: int = EPOCH, at: datetime = T0, **overrides: Any) -> Job:
+    """Gang ``g1`` (a fine-tune of ``len(workers)`` workers, 600 s GPU ceiling) admitted ``at`` under ``epoch``.
+    Admitting or running, every worker holds a lease until ``at + LEASE``, the first ``ready`` ranks are ready,
+    ``ended`` says how a rank's process ended, and rank 0's store is the rendezvous; admitting, its workers must
+    be ready by ``at + READY_WITHIN``; in backoff it is admitted again then."""
+    job_spec = spec(workers=len(workers), gpu_ceiling_seconds=600)
+    holds = state in (JobState.ADMITTING, JobState.RUNNING)
+    lease, deadline = at + LEASE, at + READY_WITHIN
+    gang = tuple(GangWorker(e, lease, ready_at=at if rank < ready else None, ended=(ended or {}).get(rank))
+                 for rank, e in enumerate(workers)) if holds else ()
+    values: dict[str, Any] = dict(
+        id="g1", name="gang", owner=OWNER, spec=job_spec, state=state, created_at=at, updated_at=at,
+        lease_epoch=epoch, attempt_number=epoch, executor_id=workers[0] if holds else None,
+        workers=workers if holds else (), gang=gang, lease_expires_at=lease if holds else None,
+        rendezvous="127.0.0.1:29501" if holds else None,
+        ready_deadline=deadline if state is JobState.ADMITTING else None, admitted_at=at,
+        next_admission_at=deadline if state is JobState.BACKOFF else None)
     values.update(overrides)
     return Job(**values)
 

@@ -67,3 +67,17 @@ def test_node_and_fact_builders():
     assert b.granted().epoch == b.EPOCH + 1 and b.started().epoch == b.EPOCH
     assert (b.checkpointed(95).step, b.checkpointed(95).path) == (95, "/ckpt/step-95.pt")
     assert b.step_reported(3, total_steps=10).total_steps == 10 and b.finished().outcome is RunOutcome.SUCCEEDED
+
+
+@pytest.mark.parametrize("state", list(JobState), ids=str)
+def test_a_gang_job_holds_its_workers_only_while_admitting_or_running(state):
+    gang = b.gang_job(state, ready=2, ended={1: "succeeded"})
+    holds = state in (JobState.ADMITTING, JobState.RUNNING)
+    assert gang.spec.workers == len(b.GANG) and gang.workers == (b.GANG if holds else ())
+    assert [w.executor_id for w in gang.gang] == (list(b.GANG) if holds else [])
+    if holds:
+        assert [w.ready_at is not None for w in gang.gang] == [True, True, False]
+        assert [w.ended for w in gang.gang] == [None, "succeeded", None]
+    assert (gang.ready_deadline is not None) is (state is JobState.ADMITTING)
+    assert (gang.next_admission_at is not None) is (state is JobState.BACKOFF)
+    assert b.gang_job(workers=("a", "b"), backoff_count=2).spec.workers == 2

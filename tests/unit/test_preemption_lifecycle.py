@@ -13,9 +13,8 @@ from libs.contracts.telemetry import RunOutcome
 from services.queue.domain.lifecycle import Finished, LeaseExpired, LeaseFact, Preempt, StopOn, decide
 from services.queue.domain.preemption import PREEMPTED
 from tests.support import builders
-from tests.support.builders import EPOCH, EX
-from tests.unit.test_gang_lifecycle import EPOCH as G_EPOCH
-from tests.unit.test_gang_lifecycle import W, fin, gang_job, running
+from tests.support.builders import EPOCH, EX, gang_job
+from tests.unit.test_gang_lifecycle import W, fin, running
 from tests.unit.test_lifecycle import LATER
 
 pytestmark = pytest.mark.unit
@@ -71,7 +70,7 @@ def test_a_job_already_stopping_is_not_asked_again():
 
 def test_a_running_gang_is_asked_to_checkpoint_and_stop_on_every_worker():
     t = decide(running(org="b"), FACT, LATER)
-    assert t.job.stop_requested == PREEMPTED and t.effects == (StopOn(W, G_EPOCH, PREEMPTED, checkpoint_first=True),)
+    assert t.job.stop_requested == PREEMPTED and t.effects == (StopOn(W, EPOCH, PREEMPTED, checkpoint_first=True),)
 
 
 def test_a_forming_gang_is_not_preempted():
@@ -93,8 +92,8 @@ def test_a_preempted_gang_is_queued_again_for_free_once_every_worker_has_ended(o
     assert t.job.attempts[PREEMPTED] == 1 and t.job.attempts.get("training_error", 0) == 0
     assert t.job.last_checkpoint == {"step": 40, "path": "/c/40"}
     (event,) = t.events
-    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED and event.epoch == G_EPOCH
-    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, G_EPOCH, W[0], reason=PREEMPTED),)
+    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED and event.epoch == EPOCH
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, W[0], reason=PREEMPTED),)
 
 
 def test_a_preempted_gang_that_succeeded_on_every_worker_first_is_a_success():
