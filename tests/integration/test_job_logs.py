@@ -33,6 +33,7 @@ from services.gateway.settings import GatewaySettings
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import client, queue_service
 from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -68,13 +69,10 @@ class Stack(SimpleNamespace):
         return resp.json()["id"]
 
     async def wait_state(self, job_id: str, state: str, timeout: float = 90.0) -> dict:
-        async def poll() -> dict:
-            while True:
-                job = (await self.http.get(f"/v1/jobs/{job_id}", headers=self.as_("operator"))).json()
-                if job["state"] == state:
-                    return job
-                await asyncio.sleep(0.2)
-        return await asyncio.wait_for(poll(), timeout)
+        async def reached() -> dict | None:
+            job = (await self.http.get(f"/v1/jobs/{job_id}", headers=self.as_("operator"))).json()
+            return job if job["state"] == state else None
+        return await eventually(reached, timeout, f"job {job_id} {state}", every=0.2)
 
 
 @contextlib.asynccontextmanager
