@@ -20,7 +20,8 @@ def test_a_heartbeat_without_usage_is_skipped():
 
 
 def test_a_heartbeat_with_a_usage_sample_is_read():
-    beat = builders.heartbeat(job_id="j1", epoch=1, usage=UsageSample(job_id="j1", epoch=1, seq=4, devices=2, wall_seconds=30))
+    usage = UsageSample(job_id="j1", epoch=1, seq=4, devices=2, wall_seconds=30)
+    beat = builders.heartbeat(job_id="j1", epoch=1, usage=usage)
     assert may_carry_usage(beat.encode())
 
 

@@ -57,7 +57,8 @@ async def test_a_message_over_the_max_payload_is_dropped_and_the_ones_behind_it_
     task = asyncio.create_task(pub.run())
     try:
         # The contracts now bound a path to 4 KiB; built unchecked, this stands for any message over the limit.
-        oversized = builders.checkpoint_report(5, path="/ckpt/a").model_copy(update={"path": "/ckpt/" + "x" * MAX_PAYLOAD})
+        oversized = builders.checkpoint_report(5, path="/ckpt/a").model_copy(
+            update={"path": "/ckpt/" + "x" * MAX_PAYLOAD})
         huge = pub.send("p.j1", oversized)
         finished = pub.send("p.j1", RunFinished(job_id="j1", epoch=1, executor_id="ex-1",
                                                 outcome=RunOutcome.SUCCEEDED, exit_code=0))

@@ -47,7 +47,8 @@ def expected(state: NodeState, fact, reboots: int) -> list[Action]:
                                                                            else ""))
 @pytest.mark.parametrize("state", list(NodeState), ids=str)
 def test_each_transition_asks_the_provisioner_what_the_rule_says(state, fact, reboots):
-    t = decide(node(state, reboots=reboots, held="group alert" if state is S.FAILED else None), fact, T0, Policy(max_reboots=1))
+    held = "group alert" if state is S.FAILED else None
+    t = decide(node(state, reboots=reboots, held=held), fact, T0, Policy(max_reboots=1))
     asked = requests_for(t, failed=FAILED_MATMUL, hostname="gpu-07", slurm_job_id="42") if isinstance(
         t, Transition) else []
     assert [r.action for r in asked] == expected(state, fact, reboots)

@@ -89,5 +89,6 @@ def test_a_job_asks_for_no_more_than_its_organisation_allows_per_run(asked, refu
 def test_a_job_gets_its_organisations_limit_for_each_it_leaves_unset():
     spec = with_org_limits(builders.spec(limits={"memory_mb": 512}), ORG_LIMITS)
     assert spec.limits == RunLimits(memory_mb=512, pids=256, disk_mb=None)
-    assert with_org_limits(builders.spec(limits={}), Target(True, True)) == builders.spec(limits={})  # an organisation without limits
+    no_limits = builders.spec(limits={})
+    assert with_org_limits(no_limits, Target(True, True)) == no_limits  # an organisation without limits
     assert with_org_limits(builders.spec(limits={"pids": 8}), None) == builders.spec(limits={"pids": 8})

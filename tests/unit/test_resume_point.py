@@ -31,7 +31,8 @@ def test_an_accepted_checkpoint_is_the_next_grants_resume_point_with_its_epoch()
 
 def test_a_checkpoint_reported_under_an_older_epoch_is_not_accepted():
     job = decide(builders.job(JobState.RUNNING), builders.checkpointed(95, at=LATER, sha256=SHA, bytes=9), LATER).job
-    late = decide(job, builders.checkpointed(100, epoch=EPOCH - 1, at=LATER, sha256=SHA, bytes=9), LATER)  # the fenced-out run's step 100
+    fenced_out = builders.checkpointed(100, epoch=EPOCH - 1, at=LATER, sha256=SHA, bytes=9)  # the old run's step 100
+    late = decide(job, fenced_out, LATER)
     assert not late.changed and late.job.last_checkpoint["step"] == 95
     assert resume_point(late.job.last_checkpoint).step == 95
 
