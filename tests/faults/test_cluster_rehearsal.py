@@ -162,15 +162,17 @@ async def _status_recovered(cluster: ClusterStack, service: str, name: str, kill
     problem of its own; the status then."""
     from datetime import datetime
 
-    deadline = time.monotonic() + timeout
-    st: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
-        st = await cluster.status()
-        if st is not None:
-            view = st["services"].get(service) or {}
-            replicas = {r["instance"]: r for r in view.get("replicas", [])}
-            fresh = name in replicas and datetime.fromisoformat(replicas[name]["started_at"]).timestamp() > killed_wall
-            if fresh and len(replicas) == REPLICAS and not any(p.startswith(f"{service}:") for p in st["problems"]):
-                return st
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"teto status never showed {name} back among {service}'s replicas: {st}")
+    last: dict[str, Any] = {}
+
+    async def recovered() -> dict[str, Any] | None:
+        st = last["status"] = await cluster.status()
+        if st is None:
+            return None
+        view = st["services"].get(service) or {}
+        replicas = {r["instance"]: r for r in view.get("replicas", [])}
+        fresh = name in replicas and datetime.fromisoformat(replicas[name]["started_at"]).timestamp() > killed_wall
+        ok = fresh and len(replicas) == REPLICAS and not any(p.startswith(f"{service}:") for p in st["problems"])
+        return st if ok else None
+
+    return await eventually(recovered, timeout, lambda: f"teto status to show {name} back among {service}'s "
+                            f"replicas (last status: {last.get('status')})", every=0.5)

@@ -18,15 +18,16 @@ from libs.runtime.bus import publish
 from services.budget.app import serve
 from services.budget.settings import BudgetSettings
 from tests.integration.helpers_hba import collect, eventually, jetstream, running
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def usage_beat(job: str, seq: int, *, epoch: int = 1, devices: int = 2, wall: float = 1.0,
                executor: str = "ex1") -> Heartbeat:
-    return Heartbeat(executor_id=executor, node_id="n1", group="g", job_id=job, epoch=epoch, phase=Phase.TRAINING,
-                     step=seq, sent_at=datetime.now(UTC), interval_seconds=1, progress_interval_seconds=1,
-                     usage=UsageSample(job_id=job, epoch=epoch, seq=seq, devices=devices, wall_seconds=wall))
+    return builders.heartbeat(executor, node_id="n1", job_id=job, epoch=epoch, phase=Phase.TRAINING, step=seq,
+                              sent_at=datetime.now(UTC), interval_seconds=1, progress_interval_seconds=1,
+                              usage=UsageSample(job_id=job, epoch=epoch, seq=seq, devices=devices, wall_seconds=wall))
 
 
 async def test_ledger_exhaustion_rpc_and_requeue(env):

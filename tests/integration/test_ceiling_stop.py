@@ -88,9 +88,7 @@ async def test_a_stop_that_arrives_while_the_process_is_being_started_still_stop
         # Hold the start until the agent has taken the stop (it writes the stop file first): the stop lands
         # while there is no process to signal yet.
         stop_file = Path(launch.env["TETO_STOP_FILE"])
-        deadline = time.monotonic() + 15
-        while not stop_file.exists() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await eventually(stop_file.exists, timeout=15, what="the agent to take the stop", every=0.02)
         return await real_start(launch, on_report, sandbox, **kw)
 
     monkeypatch.setattr(agent_module.Child, "start", staticmethod(start_after_the_stop))

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from agents.executor import checkpoints as ck
+from tests.support.services import eventually_blocking
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,11 +59,9 @@ def test_a_kill_during_a_background_write_leaves_the_previous_checkpoint_as_the_
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.close(w)
     try:
-        deadline = time.monotonic() + 30
-        while not marker.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the background write never started"
-            time.sleep(0.02)
+        eventually_blocking(lambda: marker.exists() or proc.poll() is not None, timeout=30,
+                            what="the background write to start", every=0.02)
+        assert proc.poll() is None, proc.stderr.read()
         assert proc.stdout.readline().strip() == "training goes on"  # the caller was not blocked by the write
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(10) == -signal.SIGKILL

@@ -17,12 +17,13 @@ from libs.contracts.tenancy import CohortSpec, OrgSpec, QuotaSpec
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
 from tests.integration.test_tenancy_queue import _first_run, _renew
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def gang(name: str) -> SubmitJob:
-    return SubmitJob(actor="bob", org="south", spec=JobSpec(name=name, workers=2, workload={"kind": "finetune"}))
+    return builders.submit(builders.spec(name=name, workers=2), actor="bob", org="south")
 
 
 async def _form(c, executors, cmd: SubmitJob) -> list:  # noqa: ANN001

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from agents.executor import guard
 from agents.executor.guard_client import GUARD, GUARD_LOST, Guard
+from tests.support.services import eventually_blocking
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,15 +34,6 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-def _wait(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 async def _run(g: Guard, argv: list[str], **kw) -> tuple[int, bytes, bytes, bytes]:
@@ -85,13 +76,14 @@ def test_a_grandchild_of_a_command_dies_when_the_agent_is_killed(tmp_path):
     agent = subprocess.Popen([sys.executable, "-c", STAND_IN_AGENT, str(pid_file)], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True)
     guard_pid = int(agent.stdout.readline())
-    assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
+    eventually_blocking(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the command to start",
+                        every=0.05)
     grandchild = int(pid_file.read_text())
     assert _alive(grandchild) and _alive(guard_pid)
     agent.send_signal(signal.SIGKILL)
     agent.wait()
-    assert _wait(lambda: not _alive(grandchild)), "the grandchild outlived its agent"
-    assert _wait(lambda: not _alive(guard_pid)), "the guard outlived its agent"
+    eventually_blocking(lambda: not _alive(grandchild), what="the grandchild to end with its agent", every=0.05)
+    eventually_blocking(lambda: not _alive(guard_pid), what="the guard to end with its agent", every=0.05)
 
 
 async def test_a_command_dies_with_its_guard_and_the_next_run_gets_a_new_guard(tmp_path):
@@ -104,7 +96,7 @@ async def test_a_command_dies_with_its_guard_and_the_next_run_gets_a_new_guard(t
         first = _guard_pid(g)
         os.kill(first, signal.SIGKILL)
         assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
-        assert _wait(lambda: not _alive(proc.pid)), "the command outlived its guard"
+        eventually_blocking(lambda: not _alive(proc.pid), what="the command to end with its guard", every=0.05)
         rc, out, _, _ = await _run(g, ["sh", "-c", "echo again"])
         assert (rc, out) == (0, b"again\n") and _guard_pid(g) != first
     finally:
@@ -162,7 +154,7 @@ async def test_one_guard_serves_every_run_and_closing_it_kills_what_still_runs()
         os.close(write_fd)
         os.close(read_fd)
         await g.close()
-    assert _wait(lambda: not _alive(proc.pid)), "a command outlived its closed guard"
+    eventually_blocking(lambda: not _alive(proc.pid), what="the command to end with its closed guard", every=0.05)
     assert not _alive(first)
 
 
@@ -225,7 +217,7 @@ async def test_a_run_in_a_sandbox_is_in_its_cgroup_and_its_leftovers_die(tmp_pat
     assert "cgroup.procs" not in text  # closed at exec: the command cannot move processes
     assert "0077" in text
     left = int(pid_file.read_text())
-    assert _wait(lambda: not _alive(left)), "the run's leftover outlived it"
+    eventually_blocking(lambda: not _alive(left), what="the run's leftover to end with it", every=0.05)
     assert not box.cgroup.path.exists()
 
 
@@ -238,12 +230,14 @@ async def test_a_guard_that_fails_kills_its_commands_groups_before_it_goes(tmp_p
     try:
         proc = await g.spawn(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"], {"PATH": os.environ["PATH"]},
                              report_fd=write_fd)
-        assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
+        eventually_blocking(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the command to start",
+                            every=0.05)
         grandchild = int(pid_file.read_text())
         assert g.sock is not None
         g.sock.sendall(guard.HEADER.pack(5) + b"{nope")  # not JSON
         assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
-        assert _wait(lambda: not _alive(grandchild)), "a command's grandchild outlived its failed guard"
+        eventually_blocking(lambda: not _alive(grandchild), what="the grandchild to end with its failed guard",
+                            every=0.05)
     finally:
         os.close(write_fd)
         os.close(read_fd)
@@ -276,7 +270,8 @@ async def test_a_command_is_born_in_its_runs_cgroup_without_a_write_to_cgroup_pr
     finally:
         os.close(procs)
         await g.close()
-        _wait(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        eventually_blocking(lambda: not (cgroup / "cgroup.procs").read_text().strip(), what="the cgroup to empty",
+                            every=0.05)
         cgroup.rmdir()
     assert rc == 0, err
     assert f"0::/{cgroup.relative_to(cgroup.parents[1])}" in out.decode() or out.decode().strip().endswith(
@@ -315,7 +310,8 @@ def test_where_clone3_is_refused_the_child_joins_after_a_fork_and_the_guard_stop
         out = subprocess.run([sys.executable, "-c", FORK_INTO, str(cgroup / "cgroup.procs"), how, str(ROOT)],
                              capture_output=True, text=True, timeout=30, check=True).stdout
     finally:
-        _wait(lambda: not (cgroup / "cgroup.procs").read_text().strip())
+        eventually_blocking(lambda: not (cgroup / "cgroup.procs").read_text().strip(), what="the cgroup to empty",
+                            every=0.05)
         cgroup.rmdir()
     *lines, last = out.strip().splitlines()
     assert json.loads(last) == {"born_in": born_in, "after": clone3_forgotten}

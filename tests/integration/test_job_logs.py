@@ -23,7 +23,6 @@ from agents.executor.logship import LogLimits
 from agents.executor.main import serve as agent_serve
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.logs import LogChunk, LogStream
 from libs.runtime import bus
 from libs.runtime.service import Runtime
@@ -33,6 +32,8 @@ from services.gateway.logs import JobLogs, Query
 from services.gateway.settings import GatewaySettings
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import client, queue_service
+from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -68,13 +69,10 @@ class Stack(SimpleNamespace):
         return resp.json()["id"]
 
     async def wait_state(self, job_id: str, state: str, timeout: float = 90.0) -> dict:
-        async def poll() -> dict:
-            while True:
-                job = (await self.http.get(f"/v1/jobs/{job_id}", headers=self.as_("operator"))).json()
-                if job["state"] == state:
-                    return job
-                await asyncio.sleep(0.2)
-        return await asyncio.wait_for(poll(), timeout)
+        async def reached() -> dict | None:
+            job = (await self.http.get(f"/v1/jobs/{job_id}", headers=self.as_("operator"))).json()
+            return job if job["state"] == state else None
+        return await eventually(reached, timeout, f"job {job_id} {state}", every=0.2)
 
 
 @contextlib.asynccontextmanager
@@ -166,8 +164,7 @@ async def test_a_jobs_output_reaches_its_owner_in_order_and_a_failed_job_carries
 
 
 def grant(job_id: str, executor_id: str, attempt: int = 1) -> RunJob:
-    return RunJob(job_id=job_id, epoch=1, executor_id=executor_id, attempt=attempt, lease_seconds=6,
-                  heartbeat_seconds=1, spec=JobSpec(workload=CommandWorkload(command=["true"])))
+    return builders.grant(job_id=job_id, executor_id=executor_id, attempt=attempt)
 
 
 async def test_the_run_limit_truncates_with_markers_and_an_ungranted_executors_chunks_are_not_shown(env):

@@ -22,6 +22,7 @@ from teto.cli_bus import write_deployment
 from teto.natscluster import ROUTE_USER, Node, write_cluster
 from teto.stack.embedded import nats_server_binary
 from teto.tls import make_tls
+from tests.support.services import eventually
 
 TETO = str(Path(sys.executable).parent / "teto")  # the CLI of this installation
 
@@ -29,20 +30,6 @@ TETO = str(Path(sys.executable).parent / "teto")  # the CLI of this installation
 def _get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback monitor endpoint
         return json.loads(resp.read())
-
-
-async def _until(check, timeout: float = 60.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            value = check()
-            if value:
-                return value
-        except OSError:
-            pass
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.2)
 
 
 @pytest.fixture
@@ -76,7 +63,8 @@ def cluster(tmp_path: Path):
 async def test_the_generated_node_configs_form_a_jetstream_cluster_with_r3_streams(cluster):
     nats_dir, nodes, monitors = cluster
     for monitor in monitors:  # every node routes to the two others
-        await _until(lambda m=monitor: _get(f"{m}/routez")["num_routes"] >= 2)
+        await eventually(lambda m=monitor: _get(f"{m}/routez")["num_routes"] >= 2, timeout=60.0,
+                         what=f"{monitor} to route to both other members", every=0.2, ignoring=(OSError,))
     url = ",".join(f"tls://127.0.0.1:{n.client_port}" for n in nodes)
     # What bus-init runs (deploy/compose.yml): the CLI, as the NATS admin; it asks again while no leader is elected.
     env = {**os.environ, "TETO_NATS_URL": url, "TETO_SUBJECT_PREFIX": "clu",

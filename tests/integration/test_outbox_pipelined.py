@@ -16,6 +16,7 @@ from libs.contracts.commands import SubmitJob
 from libs.runtime import db, outbox
 from libs.runtime.jsacks import AckPipe
 from libs.runtime.service import Runtime
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +139,7 @@ async def test_the_running_relay_reads_once_a_kick_when_the_batch_was_not_full_a
     task = asyncio.create_task(relay.run(idle_wait=60.0))  # no poll in this test: only kicks wake it
     try:
         s = rt.subjects
-        await _until(lambda: pool.fetches == 1)  # its first look: nothing
+        await eventually(lambda: pool.fetches == 1, timeout=30.0)  # its first look: nothing
         msgs = _msgs(7)
 
         async def commit(items) -> None:
@@ -147,12 +148,12 @@ async def test_the_running_relay_reads_once_a_kick_when_the_batch_was_not_full_a
             relay.kick()
 
         await commit([(s.job_event(f"a{i}", "queued"), m) for i, m in enumerate(msgs[:2])])
-        await _until(lambda: relay.published == 2)
+        await eventually(lambda: relay.published == 2, timeout=30.0)
         await asyncio.sleep(0.2)
         assert pool.fetches == 2 and pool.executes == 1  # one read, one mark; no second read of nothing
         # a full batch is read again at once (there may be more), the rest waits for nothing
         await commit([(s.job_event(f"b{i}", "queued"), m) for i, m in enumerate(msgs[2:])])
-        await _until(lambda: relay.published == 7)
+        await eventually(lambda: relay.published == 7, timeout=30.0)
         await asyncio.sleep(0.2)
         assert pool.fetches == 4 and pool.executes == 3  # 3 rows (full), then 2 (not full)
         ids = [m.id for m in msgs]
@@ -162,10 +163,3 @@ async def test_the_running_relay_reads_once_a_kick_when_the_batch_was_not_full_a
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await rt.close()
-
-
-async def _until(check, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)

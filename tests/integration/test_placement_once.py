@@ -19,6 +19,7 @@ from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
 from tests.integration.test_placement_statements import _executors, _submit
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -87,10 +88,8 @@ async def test_a_job_leaving_the_queue_while_the_budget_answers_is_not_granted_a
         recording = Recording(rt.pool)
         replica = Runtime(rt.name, settings, recording, budget, rt.js)  # type: ignore[arg-type]
         two = asyncio.create_task(Scheduler(replica, settings).place_once())
-        for _ in range(300):
-            if any(LOCK in q for q, _ in recording.calls):
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: any(LOCK in q for q, _ in recording.calls), timeout=15.0,
+                         what="the second replica to ask for the placement lock")
         await asyncio.sleep(0.3)
         # The second replica waits for the lock and has chosen nothing yet (no choice before the lock).
         assert not two.done() and not any(q.lstrip().startswith(CHOICE) for q, _ in recording.calls)

@@ -14,13 +14,14 @@ from libs.contracts.telemetry import RunOutcome
 from services.queue.settings import QueueSettings
 
 from tests.integration.helpers_queue import FakeExecutor, client, queue_service
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 TICK = 30.0  # placement's timer; every grant below must come from a wake, well before it
 
 
 def spec() -> JobSpec:
-    return JobSpec(workload={"kind": "finetune", "params": {"steps": 20}})
+    return builders.spec(workload={"kind": "finetune", "params": {"steps": 20}})
 
 
 async def test_a_submit_and_a_freed_executor_each_start_a_placement_pass_at_once(env):

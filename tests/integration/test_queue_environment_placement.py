@@ -18,6 +18,7 @@ from services.queue.runs import Runs
 from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,8 @@ ENV, OTHER = "/opt/teto/env", "/opt/conda/envs/x"
 
 
 def beat(executor: str, environments: list[str]) -> Heartbeat:
-    return Heartbeat(executor_id=executor, node_id=f"node-{executor}", group="default", sent_at=datetime.now(UTC),
-                     interval_seconds=30, progress_interval_seconds=5, environments=environments)
+    return builders.heartbeat(executor, group="default", sent_at=datetime.now(UTC), progress_interval_seconds=5,
+                              environments=environments)
 
 
 async def test_a_job_naming_an_environment_goes_only_to_an_executor_offering_it_and_waits_while_none_does(env):

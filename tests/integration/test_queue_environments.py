@@ -8,25 +8,24 @@ from datetime import UTC, datetime
 import pytest
 
 from libs.contracts.commands import SubmitJob
-from libs.contracts.jobs import JobSpec
 from libs.contracts.telemetry import Heartbeat
 from libs.runtime.service import Runtime
 from services.queue.commands import Commands
 from services.queue.runs import Runs
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def submit(environment: str | None) -> SubmitJob:
-    spec = {"workload": {"kind": "command", "command": ["python", "t.py"]}, "environment": environment}
-    return SubmitJob(actor="ann", spec=JobSpec.model_validate(spec))
+    return builders.submit(builders.command_spec("python", "t.py", environment=environment))
 
 
 def beat(executor: str, environments: list[str]) -> Heartbeat:
-    return Heartbeat(executor_id=executor, node_id=f"node-{executor}", group="default", sent_at=datetime.now(UTC),
-                     interval_seconds=30, progress_interval_seconds=5, environments=environments)
+    return builders.heartbeat(executor, group="default", sent_at=datetime.now(UTC), progress_interval_seconds=5,
+                              environments=environments)
 
 
 async def test_a_submit_naming_an_environment_no_executor_offers_is_refused(env):

@@ -26,12 +26,13 @@ from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
 
 from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def spec(**kw) -> JobSpec:
-    return JobSpec(workload={"kind": "finetune", "params": {"steps": 20}}, **kw)
+    return builders.spec(workload={"kind": "finetune", "params": {"steps": 20}}, **kw)
 
 
 async def test_a_job_runs_to_success_with_its_events_in_order(env):

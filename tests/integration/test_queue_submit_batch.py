@@ -12,7 +12,6 @@ import asyncpg
 import pytest
 
 from libs.contracts.commands import SetOrganisation, SubmitJob
-from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
 from libs.contracts.subjects import Subjects
 from libs.contracts.tenancy import OrgSpec
@@ -27,6 +26,7 @@ from services.queue.runs import Runs
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
 from services.queue.tenancy_edge import Tenancy
+from tests.support import builders
 from tests.support.countingdb import CountingPool
 from tests.support.edgefakes import FakeMsg, FakeReporter
 
@@ -34,8 +34,7 @@ pytestmark = pytest.mark.integration
 
 
 def submit(name: str, **kw) -> SubmitJob:
-    spec = {"workload": {"kind": "finetune"}, "name": name, **kw.pop("spec", {})}
-    return SubmitJob(actor="ann", spec=JobSpec.model_validate(spec), **kw)
+    return builders.submit(builders.spec(name=name, **kw.pop("spec", {})), **kw)
 
 
 async def outcome_rows(pool: asyncpg.Pool, settings: QueueSettings, command_id: str) -> list[dict]:

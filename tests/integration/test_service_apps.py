@@ -20,14 +20,14 @@ from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.edge_stream import EdgeSubscriber
 from libs.runtime.errors import PermanentError
 from libs.runtime.service import Runtime
+from tests.support import builders
 from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
 
 def beat(executor: str, step: int) -> Heartbeat:
-    return Heartbeat(executor_id=executor, node_id=f"n-{executor}", group="g", sent_at=utcnow(), step=step,
-                     interval_seconds=1, progress_interval_seconds=1)
+    return builders.heartbeat(executor, sent_at=utcnow(), step=step, interval_seconds=1, progress_interval_seconds=1)
 
 
 async def test_each_batch_reaches_its_handler_through_the_services_faststream_app(env):

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.stack import Stack, start_stack
+from tests.support.services import eventually_blocking
 
 from .browser import ensure_chromium
 
@@ -80,16 +81,19 @@ def open_as(chromium, stack: Stack, secret: str, locale: str):
 def visit(page, url: str, *, within: float = 60.0):
     """``page.goto`` that waits out a gateway being restarted by ``teto up``'s supervisor (on a loaded machine a
     part can fail its start-up and come back): connection refused is retried, anything else is not."""
-    import time
+    refused: list[Exception] = []
 
-    deadline = time.monotonic() + within
-    while True:
+    def load():  # noqa: ANN202 - playwright's Response
         try:
             return page.goto(url)
         except Exception as exc:  # noqa: BLE001 - playwright's Error; only a refused connection is retried
-            if "ERR_CONNECTION_REFUSED" not in str(exc) or time.monotonic() > deadline:
+            if "ERR_CONNECTION_REFUSED" not in str(exc):
                 raise
-            time.sleep(1)
+            refused.append(exc)
+            return None
+
+    return eventually_blocking(load, timeout=within, every=1,
+                               what=lambda: f"{url} to answer (last: {refused[-1] if refused else 'none'})")
 
 
 def shoot(page, name: str, locale: str) -> None:

@@ -19,6 +19,7 @@ import nats
 from nats.aio.client import Client
 
 from libs.runtime.bus import Credentials
+from tests.support.services import eventually
 
 
 @dataclass
@@ -40,12 +41,10 @@ class Probe:
     async def refused(self, kind: str, subject: str, timeout: float = 10.0) -> bool:
         """Wait for the server's permission error about ``subject`` (kind: publish or subscription)."""
         needle = f'permissions violation for {kind} to "{subject}"'.lower()  # nats-py lowercases the error
-        deadline = asyncio.get_running_loop().time() + timeout
-        while asyncio.get_running_loop().time() < deadline:
-            if any(needle in e.lower() for e in self.errors):
-                return True
-            await asyncio.sleep(0.02)
-        return False
+        try:
+            return await eventually(lambda: any(needle in e.lower() for e in self.errors), timeout, needle, every=0.02)
+        except AssertionError:  # not within the timeout: the caller decides (it asks again, or fails naming it)
+            return False
 
     async def close(self) -> None:
         await self.nc.close()

@@ -26,7 +26,7 @@ from libs.runtime import bus
 from tests.e2e.stack import Stack, start_stack
 from tests.support.faultstack import SERVICES, TIMINGS
 from tests.support.fleet import kill_orphaned_workloads
-from tests.support.services import eventually_blocking
+from tests.support.services import eventually, eventually_blocking
 from tests.support.stackclient import StackClient, Submitted
 
 # The problems of GET /v1/status that are the bus's (services/gateway/domain/status.py nats_view).
@@ -204,13 +204,14 @@ class ClusterStack(StackClient):
     async def replaced(self, name: str, timeout: float = 60) -> float:
         """Until teto up's supervisor runs ``name`` again in a new process (and, for a gateway, it answers);
         returns time.monotonic() then."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        async def running_again() -> float | None:
             pid = self.pid(name)
             if pid != self.killed[name] and Path(f"/proc/{pid}").exists() and await self._answers(name):
                 return time.monotonic()
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"{name} not running again after {timeout:.0f}s: {self.log_of(name, 1500)}")
+            return None
+
+        return await eventually(running_again, timeout, lambda: f"{name} running again: {self.log_of(name, 1500)}",
+                                every=0.1)
 
     async def get_from(self, url: str, path: str) -> httpx.Response:
         """GET through one gateway replica only (no fallback to the other)."""

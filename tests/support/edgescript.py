@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from tests.support.edgefakes import FakeMsg
+from tests.support.services import eventually
 
 
 class ScriptedSub:
@@ -37,16 +38,13 @@ def batches(*bodies: str) -> list[list[FakeMsg]]:
     return [[FakeMsg(b.encode(), seq=i) for i, b in enumerate(body.split(","))] for body in bodies]
 
 
-async def until(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
+# The scripted loop reacts within a few milliseconds: poll as often, so a test stops it as soon as it may.
+POLL = 0.005
 
 
 async def run_until(edge, condition) -> asyncio.Task:
     task = asyncio.create_task(edge.run())
-    await until(condition)
+    await eventually(condition, timeout=5.0, what="the loop to reach the condition", every=POLL)
     return task
 
 

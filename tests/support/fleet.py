@@ -30,7 +30,7 @@ from services.gateway.auth import create_token
 from services.gateway.settings import GatewaySettings
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
-from tests.support.services import eventually, running  # noqa: F401 - eventually re-exported for the tests
+from tests.support.services import eventually, running
 
 WORKLOAD = str(Path(__file__).with_name("fault_workload.py"))
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -50,11 +50,7 @@ def process_gone(pid: int) -> bool:
 
 async def death_of(pid: int, timeout: float) -> float:
     """Wall time (time.time()) at which ``pid`` was first seen gone, polled every 20 ms."""
-    deadline = time.monotonic() + timeout
-    while not process_gone(pid):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} still alive after {timeout:.0f}s")
-        await asyncio.sleep(0.02)
+    await eventually(lambda: process_gone(pid), timeout, f"process {pid} to end", every=0.02)
     return time.time()
 
 

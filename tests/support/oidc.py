@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from libs.runtime.ports import free_port_block
+from tests.support.services import eventually_blocking
 
 VERSION = "9.13.3"
 SCRIPT = Path(__file__).with_name("oidc_provider.mjs")
@@ -125,17 +125,19 @@ def start(env: dict[str, str], log: Path, issuer: str) -> subprocess.Popen:
     with open(log, "ab") as out:
         process = subprocess.Popen(["node", str(SCRIPT)], env=env, stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            raise RuntimeError(f"oidc-provider did not start: {log.read_text()[-3000:]}")
-        time.sleep(0.1)
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"oidc-provider exited: {log.read_text()[-3000:]}")
+        return httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200
+
+    try:
+        eventually_blocking(answers, timeout=30, what=lambda: f"oidc-provider to start: {log.read_text()[-3000:]}",
+                            every=0.1, ignoring=(httpx.HTTPError,))
+    except BaseException:
+        stop(process)
+        raise
+    return process
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -12,42 +12,58 @@ from typing import Any
 from libs.runtime.tasks import stop_tasks
 
 
-class _Wait:
-    """The rule both waiting helpers share: the deadline, and the failure naming what and the last value."""
+Failures = tuple[type[BaseException], ...]
 
-    def __init__(self, timeout: float, what: str) -> None:
+
+class _Wait:
+    """The rule both waiting helpers share: the deadline, the errors that count as "not yet", and the failure
+    naming what was awaited and the last value (or error) seen."""
+
+    def __init__(self, timeout: float, what: str | Callable[[], str], ignoring: Failures) -> None:
         self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.what = what
+        self.ignoring = ignoring
 
     def give_up_on(self, last: Any) -> None:
         if time.monotonic() >= self.deadline:
-            raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}; last value: {last!r}")
+            what = self.what() if callable(self.what) else self.what
+            raise AssertionError(f"timed out after {self.timeout:g}s waiting for {what}; last value: {last!r}")
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-                     every: float = 0.05) -> Any:
+async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str | Callable[[], str] = "condition",
+                     every: float = 0.05, ignoring: Failures = ()) -> Any:
     """Call ``check()`` (plain or async) until it returns something truthy (returned), or fail naming ``what``
-    and the last value. The one way tests wait: for a condition, never for a duration."""
-    wait = _Wait(timeout, what)
+    (a text, or a function giving it when the wait fails: a log's tail) and the last value. An error of a type in
+    ``ignoring`` (a server not listening yet) counts as a falsy value. The one way tests wait: for a condition,
+    never for a duration."""
+    wait = _Wait(timeout, what, ignoring)
     while True:
-        last = check()
-        if inspect.isawaitable(last):
-            last = await last
-        if last:
-            return last
+        try:
+            last = check()
+            if inspect.isawaitable(last):
+                last = await last
+        except ignoring as exc:
+            last = exc
+        else:
+            if last:
+                return last
         wait.give_up_on(last)
         await asyncio.sleep(every)
 
 
-def eventually_blocking(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-                        every: float = 0.25) -> Any:
+def eventually_blocking(check: Callable[[], Any], timeout: float = 10.0, what: str | Callable[[], str] = "condition",
+                        every: float = 0.25, ignoring: Failures = ()) -> Any:
     """``eventually`` for plain tests whose checks block (the end-to-end tests, which drive a whole stack)."""
-    wait = _Wait(timeout, what)
+    wait = _Wait(timeout, what, ignoring)
     while True:
-        last = check()
-        if last:
-            return last
+        try:
+            last = check()
+        except ignoring as exc:
+            last = exc
+        else:
+            if last:
+                return last
         wait.give_up_on(last)
         time.sleep(every)
 

@@ -12,15 +12,10 @@ import pytest
 from agents.executor.agent import Agent
 from agents.executor.run import Run
 from agents.executor.settings import ExecutorSettings
-from libs.contracts.jobs import CommandWorkload, JobSpec
-from libs.contracts.agents import RunJob
+from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
-
-
-def grant(job_id: str, epoch: int = 1) -> RunJob:
-    return RunJob(job_id=job_id, epoch=epoch, executor_id="ex-1", attempt=1, lease_seconds=6, heartbeat_seconds=1,
-                  spec=JobSpec(workload=CommandWorkload(command=["true"])))
 
 
 @pytest.fixture
@@ -49,38 +44,32 @@ def holding(agent: Agent, run: Run) -> asyncio.Event:
 
 
 async def test_a_grant_while_the_ended_runs_report_is_acknowledged_waits_for_it_then_runs(agent):
-    let_go = holding(agent, Run(grant("old"), ended=True))
-    agent.on_run(grant("new"))
+    let_go = holding(agent, Run(builders.grant(job_id="old"), ended=True))
+    agent.on_run(builders.grant(job_id="new"))
     await asyncio.sleep(0.05)
     assert agent.handed == [] and agent.served == [] and agent.run.grant.job_id == "old"
     let_go.set()
-    for _ in range(100):
-        if agent.served:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: agent.served, timeout=1.0, what="the new grant to be served", every=0.01)
     assert agent.served == ["new"] and agent.handed == [] and agent.run.grant.job_id == "new"
 
 
 async def test_a_grant_while_a_run_goes_on_is_handed_back_and_the_same_grant_again_is_ignored(agent):
-    let_go = holding(agent, Run(grant("old")))
-    agent.on_run(grant("old"))  # redelivered
-    agent.on_run(grant("new"))
+    let_go = holding(agent, Run(builders.grant(job_id="old")))
+    agent.on_run(builders.grant(job_id="old"))  # redelivered
+    agent.on_run(builders.grant(job_id="new"))
     await asyncio.sleep(0.05)
     assert agent.handed == [("new", "the executor is busy with job old")] and agent.served == []
-    ended = Run(grant("old"), ended=True)
+    ended = Run(builders.grant(job_id="old"), ended=True)
     agent.run = ended
-    agent.on_run(grant("old"))  # the ended run's own grant again: never run twice
+    agent.on_run(builders.grant(job_id="old"))  # the ended run's own grant again: never run twice
     let_go.set()
     await asyncio.sleep(0.05)
     assert agent.served == [] and len(agent.handed) == 1
 
 
 async def test_a_grant_waiting_for_an_ended_run_goes_back_when_the_agent_shuts_down(agent):
-    holding(agent, Run(grant("old"), ended=True))
-    agent.on_run(grant("new"))
+    holding(agent, Run(builders.grant(job_id="old"), ended=True))
+    agent.on_run(builders.grant(job_id="new"))
     agent.job_task.cancel()  # shutdown cancels the run's task
-    for _ in range(100):
-        if agent.handed:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: agent.handed, timeout=1.0, what="the waiting grant to be handed back", every=0.01)
     assert agent.handed == [("new", "the executor is shutting down")] and agent.served == []

@@ -13,9 +13,8 @@ from agents.executor.agent import Agent
 from agents.executor.lease import Contact
 from agents.executor.run import Prepared, Run
 from agents.executor.settings import ExecutorSettings
-from libs.contracts.agents import RunJob
-from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.leases import LeaseRenewReply
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -26,11 +25,6 @@ class Box:
 
     async def close(self) -> None:
         self.closed += 1
-
-
-def grant() -> RunJob:
-    return RunJob(job_id="j1", epoch=1, executor_id="ex-1", attempt=1, lease_seconds=6, heartbeat_seconds=1,
-                  spec=JobSpec(workload=CommandWorkload(command=["true"])))
 
 
 @pytest.fixture
@@ -69,7 +63,7 @@ def seen(monkeypatch, tmp_path):
 
 
 async def test_the_run_is_prepared_while_its_lease_is_confirmed_and_launched_with_it(seen):
-    await seen["agent"]._serve_grant(Run(grant()))
+    await seen["agent"]._serve_grant(Run(builders.grant()))
     assert seen["order"].index("preparing") < seen["order"].index("confirmed")
     assert seen["order"].index("prepared") < seen["order"].index("confirmed")  # overlapped, not in turn
     assert seen["launched"] == Prepared(None, [], seen["box"])
@@ -78,12 +72,12 @@ async def test_the_run_is_prepared_while_its_lease_is_confirmed_and_launched_wit
 
 async def test_a_grant_not_confirmed_starts_nothing_and_its_sandbox_is_closed(seen):
     seen["answer"] = LeaseRenewReply(ok=False, reason="stale epoch")
-    await seen["agent"]._serve_grant(Run(grant()))
+    await seen["agent"]._serve_grant(Run(builders.grant()))
     assert seen["launched"] is None and seen["box"].closed == 1
 
 
 async def test_an_agent_stopped_while_the_lease_is_confirmed_closes_the_sandbox(seen):
-    task = asyncio.create_task(seen["agent"]._serve_grant(Run(grant())))
+    task = asyncio.create_task(seen["agent"]._serve_grant(Run(builders.grant())))
     await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -100,5 +94,5 @@ async def test_a_preparation_that_failed_is_reported_once_and_leaves_nothing(see
     async def fail(run: Run, exc: Exception) -> None:
         failed.append(str(exc))
     seen["agent"]._prepare, seen["agent"]._fail = prepare, fail
-    await seen["agent"]._serve_grant(Run(grant()))
+    await seen["agent"]._serve_grant(Run(builders.grant()))
     assert failed == ["no uid free"] and seen["launched"] is None

@@ -17,9 +17,9 @@ from agents.executor.lease import LeaseLost
 from agents.executor.run import Run
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import AcceptedCheckpoint, RunJob, StopJob
-from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.leases import LeaseRenewReply
 from libs.contracts.telemetry import RunOutcome
+from tests.support import builders
 from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
@@ -29,9 +29,7 @@ HUGE = 60 * 2**30  # within the default 64 GiB quota: hashed (minutes of reading
 
 def grant(**kw) -> RunJob:
     # The queue accepted the huge checkpoint (ckpt_fence.py): it is the one to verify before the run resumes.
-    return RunJob(job_id="j1", epoch=1, executor_id="ex-1", attempt=2, lease_seconds=6, heartbeat_seconds=1,
-                  spec=JobSpec(workload=CommandWorkload(command=["true"])),
-                  resume_from=AcceptedCheckpoint(step=5, sha256="0" * 64), **kw)
+    return builders.grant(attempt=2, resume_from=AcceptedCheckpoint(step=5, sha256="0" * 64), **kw)
 
 
 @pytest.fixture

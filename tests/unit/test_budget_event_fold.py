@@ -4,17 +4,16 @@ PostgreSQL in tests/integration/test_budget_job_events_batch.py; these are the r
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from libs.contracts.jobs import JobEvent, JobSpec, JobState
 from services.budget.domain.events import Exhausted, JobRow, Warned, fold
-
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+from tests.support import builders
+from tests.support.builders import T0
 
 
 def spec(ceiling: float, every: int = 100, step: float = 0.01) -> JobSpec:
-    return JobSpec.model_validate({"workload": {"kind": "finetune"}, "gpu_ceiling_seconds": ceiling,
-                                   "checkpoint_every_steps": every, "estimated_step_seconds": step})
+    return builders.spec(gpu_ceiling_seconds=ceiling, checkpoint_every_steps=every, estimated_step_seconds=step)
 
 
 def spec_of(detail: dict) -> JobSpec | None:
@@ -22,21 +21,19 @@ def spec_of(detail: dict) -> JobSpec | None:
 
 
 def submitted(seq: int, ceiling: float, **kw) -> JobEvent:
-    return JobEvent(job_id="j", seq=seq, event="submitted", state=JobState.QUEUED, time=T0 + timedelta(seconds=seq),
-                    detail={"spec": spec(ceiling, **kw).model_dump(mode="json"), "owner": "alice"})
+    return builders.job_event(seq=seq, job_id="j",
+                              detail={"spec": spec(ceiling, **kw).model_dump(mode="json"), "owner": "alice"})
 
 
 def requeued(seq: int, ceiling: float | None) -> JobEvent:
     detail = {} if ceiling is None else {"gpu_ceiling_seconds": ceiling, "actor": "carol"}
-    return JobEvent(job_id="j", seq=seq, event="requeued", state=JobState.QUEUED, time=T0 + timedelta(seconds=seq),
-                    previous_state=JobState.INTERRUPTED, detail=detail)
+    return builders.job_event("requeued", seq=seq, job_id="j", previous_state=JobState.INTERRUPTED, detail=detail)
 
 
 def moved(seq: int, state: JobState, previous: JobState | None = None, epoch: int | None = None) -> JobEvent:
     kind = {JobState.RUNNING: "started", JobState.SUCCEEDED: "succeeded", JobState.FAILED: "failed",
             JobState.ADMITTING: "leased", JobState.INTERRUPTED: "interrupted"}[state]
-    return JobEvent(job_id="j", seq=seq, event=kind, state=state, previous_state=previous, epoch=epoch,
-                    time=T0 + timedelta(seconds=seq))
+    return builders.job_event(kind, state, seq=seq, job_id="j", previous_state=previous, epoch=epoch)
 
 
 def test_the_ceiling_in_force_is_the_latest_events_whatever_order_they_arrive_in():

@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.executor.heartbeat import UsageMeter
-from libs.contracts.jobs import JobSpec, JobState
+from libs.contracts.jobs import JobState
 from services.budget.domain.ledger import REQUEUE_MARGIN_SECONDS, Account, check_new_ceiling, on_ceiling, on_usage
 from services.queue.domain.lifecycle import Job, Refusal, Requeue, Transition, decide
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -23,9 +24,8 @@ seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=
 
 
 def interrupted(ceiling: float) -> Job:
-    spec = JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=ceiling)
-    return Job(id="j1", name="j", owner="ann", spec=spec, state=JobState.INTERRUPTED, created_at=T0, updated_at=T0,
-               reason="gpu_ceiling", ceiling_history=({"ceiling_seconds": ceiling, "actor": "ann"},))
+    return builders.job(JobState.INTERRUPTED, epoch=0, at=T0, spec=builders.spec(gpu_ceiling_seconds=ceiling),
+                        reason="gpu_ceiling", ceiling_history=({"ceiling_seconds": ceiling, "actor": "ann"},))
 
 
 @given(consumed=seconds, new=st.floats(min_value=1e-3, max_value=1e6, allow_nan=False))

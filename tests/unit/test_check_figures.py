@@ -9,6 +9,7 @@ import pytest
 
 from libs.contracts.nodes import CheckReport
 from agents.executor.checks.suite import sendable
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -22,8 +23,8 @@ def test_a_non_finite_figure_fails_the_test_with_the_reason_and_no_figures(value
     assert "tflops_float32" in out["error"] and "not finite" in out["error"]
     assert out["detail"]["n"] == 512 and "tflops_float32" in out["detail"]["refused_figures"]
     # What the agent sends from it is a report the bus can carry and the service can decode.
-    rep = CheckReport(run_id="r1", node_id="n1", executor_id="e1", test="matmul", status=out["status"],
-                      figures=out["figures"], detail=out["detail"], error=out["error"])
+    rep = builders.check_report(out["status"], "matmul", figures=out["figures"], detail=out["detail"],
+                                error=out["error"])
     assert CheckReport.decode(rep.encode()).status == "failed"
 
 

@@ -7,7 +7,7 @@ import pytest
 from agents.executor import distenv, launch
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import JobSpec
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -17,10 +17,8 @@ TORCHRUN = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR
 
 
 def _grant(rank: int = 0, world: int = 2, rendezvous: str | None = "10.0.0.5:29517") -> RunJob:
-    spec = JobSpec.model_validate({"workload": {"kind": "command", "command": ["python", "train.py"],
-                                                "env": {"RANK": "7", "MASTER_PORT": "1"}}, "workers": world})
-    return RunJob(job_id="j1", epoch=3, attempt=1, executor_id="e1", lease_seconds=6, heartbeat_seconds=1,
-                  spec=spec, rank=rank, world_size=world, rendezvous=rendezvous)
+    spec = builders.command_spec("python", "train.py", env={"RANK": "7", "MASTER_PORT": "1"}, workers=world)
+    return builders.grant(spec, epoch=3, executor_id="e1", rank=rank, world_size=world, rendezvous=rendezvous)
 
 
 @pytest.mark.parametrize(("rendezvous", "host", "port"), [

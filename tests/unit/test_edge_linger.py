@@ -11,7 +11,8 @@ import pytest
 
 from libs.runtime.edge import linger_before_next
 from tests.support.edgefakes import Recorder, loop
-from tests.support.edgescript import ScriptedSub, batches, run_until, stop, until
+from tests.support.edgescript import POLL, ScriptedSub, batches, run_until, stop
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ async def test_after_a_short_batch_the_next_fetch_waits_and_after_a_full_one_it_
     edge._sub = sub
     msgs = [m for b in sub.batches for m in b]
     task = await run_until(edge, lambda: all(m.settled for m in msgs))
-    await until(lambda: len(sub.asked) == 4)  # the fetch after the last batch (full: asked at once)
+    await eventually(lambda: len(sub.asked) == 4, every=POLL)  # the fetch after the last batch (full: asked at once)
     await stop(task)
     gaps = [b - a for a, b in zip(sub.asked, sub.asked[1:])]
     assert gaps[0] < 0.2  # after the full first batch: at once

@@ -11,7 +11,8 @@ import pytest
 
 from libs.runtime.errors import PermanentError
 from tests.support.edgefakes import decode, loop
-from tests.support.edgescript import ScriptedSub, batches, run_until, stop, until
+from tests.support.edgescript import POLL, ScriptedSub, batches, run_until, stop
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 
@@ -122,7 +123,7 @@ async def test_at_shutdown_the_batch_read_ahead_is_handed_back_and_the_one_in_it
     first, second = batches("a,b", "c,d")
     edge, _ = read_ahead_loop(journal, ScriptedSub(first, second), handle_delay=3600)
     task = await run_until(edge, lambda: ("read", "d") in journal)
-    await until(lambda: ("start", ["a", "b"]) in journal)
+    await eventually(lambda: ("start", ["a", "b"]) in journal, every=POLL)
     await stop(task)
     assert [m.settled for m in first] == [[], []]  # its handler never returned: redelivered after the ack wait
     assert [m.outcome for m in second] == ["nak", "nak"]  # back to the stream now, for another replica

@@ -4,12 +4,12 @@ directory is deleted without being waited for (``remove_detached``)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from teto.stack.embedded import EmbeddedPostgres, remove_detached
+from tests.support.services import eventually_blocking
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +30,5 @@ def test_a_throwaway_servers_directory_is_deleted_by_a_process_of_its_own(tmp_pa
     kept = tmp_path / "kept"
     kept.mkdir()
     remove_detached(doomed)
-    deadline = time.monotonic() + 10
-    while doomed.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not doomed.exists() and kept.exists()
+    eventually_blocking(lambda: not doomed.exists(), what="the detached removal", every=0.01)
+    assert kept.exists()

@@ -21,6 +21,7 @@ from libs.contracts.agents import RunJob
 from libs.contracts.envelope import ContractError
 from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.telemetry import CheckpointReport, RunFinished, RunOutcome
+from tests.support import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PAYLOAD = 1 << 20
@@ -42,10 +43,6 @@ class FakeJetStream:
         self.acked.append((subject, data))
 
 
-def _checkpoint(path: str) -> CheckpointReport:
-    return CheckpointReport(job_id="j1", epoch=1, executor_id="ex-1", step=5, path=path)
-
-
 @pytest.mark.parametrize("exc, never", [
     (MaxPayloadError(), True), (BadRequestError(), True), (ContractError("s/1", "bad"), True),
     (ValueError("cannot serialise"), True), (NatsTimeout(), False), (ConnectionError(), False),
@@ -60,7 +57,8 @@ async def test_a_message_over_the_max_payload_is_dropped_and_the_ones_behind_it_
     task = asyncio.create_task(pub.run())
     try:
         # The contracts now bound a path to 4 KiB; built unchecked, this stands for any message over the limit.
-        oversized = _checkpoint("/ckpt/a").model_copy(update={"path": "/ckpt/" + "x" * MAX_PAYLOAD})
+        oversized = builders.checkpoint_report(5, path="/ckpt/a").model_copy(
+            update={"path": "/ckpt/" + "x" * MAX_PAYLOAD})
         huge = pub.send("p.j1", oversized)
         finished = pub.send("p.j1", RunFinished(job_id="j1", epoch=1, executor_id="ex-1",
                                                 outcome=RunOutcome.SUCCEEDED, exit_code=0))
@@ -77,8 +75,8 @@ async def test_a_message_that_fails_for_now_is_retried_in_order_not_dropped():
     pub = Publisher(js, timeout=1.0, retry_seconds=0.01)
     task = asyncio.create_task(pub.run())
     try:
-        first = pub.send("p.j1", _checkpoint("/ckpt/a"))
-        second = pub.send("p.j1", _checkpoint("/ckpt/b"))
+        first = pub.send("p.j1", builders.checkpoint_report(5, path="/ckpt/a"))
+        second = pub.send("p.j1", builders.checkpoint_report(5, path="/ckpt/b"))
         assert await asyncio.wait_for(asyncio.gather(first, second), 5) == [True, True]
     finally:
         task.cancel()

@@ -11,9 +11,10 @@ from agents.executor.heartbeat import UsageMeter
 from agents.executor.lease import Contact
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import CommandWorkload, FinetuneWorkload, JobSpec
+from libs.contracts.jobs import CommandWorkload, FinetuneWorkload
 from libs.contracts.telemetry import GpuInfo
 from libs.runtime.settings import SettingsError
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -85,8 +86,7 @@ def _settings(tmp_path, **kw) -> ExecutorSettings:
 
 
 def _grant(workload, **kw) -> RunJob:
-    return RunJob(job_id="j1", epoch=3, executor_id="ex-1", attempt=2, lease_seconds=6, heartbeat_seconds=1,
-                  spec=JobSpec(workload=workload, checkpoint_every_steps=7, **kw))
+    return builders.grant(builders.spec(workload=workload, checkpoint_every_steps=7, **kw), epoch=3, attempt=2)
 
 
 def test_command_environment_tells_the_script_everything_and_cannot_be_overridden(tmp_path):

@@ -4,11 +4,11 @@ gang's end decided by what every worker's end says. Every (state, gang fact) pai
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobSpec, JobState
+from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import EXIT_PEER_LOST, RunOutcome
 from services.queue.domain.admission import Backoff
@@ -16,7 +16,6 @@ from services.queue.domain.lifecycle import (
     AdmissionDue,
     Cancel,
     Finished,
-    GangWorker,
     Granted,
     Job,
     LeaseExpired,
@@ -33,36 +32,20 @@ from services.queue.domain.lifecycle import (
     WorkerReady,
     decide,
 )
+from tests.support import builders
+from tests.support.builders import EPOCH, GANG, READY_WITHIN, T0, gang_job
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-EPOCH = 4
-W = ("w0", "w1", "w2")
-LEASE = T0 + timedelta(seconds=6)
-DEADLINE = T0 + timedelta(seconds=30)
+W = GANG
+LEASE = T0 + builders.LEASE
+DEADLINE = T0 + READY_WITHIN
 AFTER = DEADLINE + timedelta(seconds=1)
 BACKOFF = Backoff(n=1, base_delay_seconds=10.0, delay_seconds=10.5, jitter=0.5)
 
 
-def gang_job(state: JobState = JobState.ADMITTING, *, ready: int = 0, ended: dict[int, str] | None = None,
-             **kw) -> Job:
-    spec = JobSpec(workload={"kind": "finetune"}, workers=3, max_attempts=3, gpu_ceiling_seconds=600)
-    holds = state in (JobState.ADMITTING, JobState.RUNNING)
-    gang = tuple(GangWorker(e, LEASE, ready_at=T0 if i < ready else None, ended=(ended or {}).get(i))
-                 for i, e in enumerate(W)) if holds else ()
-    base = dict(id="g1", name="gang", owner="ann", spec=spec, state=state, created_at=T0, updated_at=T0,
-                lease_epoch=EPOCH, attempt_number=EPOCH, executor_id=W[0] if holds else None,
-                workers=W if holds else (), gang=gang, lease_expires_at=LEASE if holds else None,
-                rendezvous="127.0.0.1:29501" if holds else None,
-                ready_deadline=DEADLINE if state is JobState.ADMITTING else None, admitted_at=T0,
-                next_admission_at=DEADLINE if state is JobState.BACKOFF else None)
-    base.update(kw)
-    return Job(**base)
-
-
 def running(**kw) -> Job:
-    return gang_job(JobState.RUNNING, ready=3, **kw)
+    return gang_job(JobState.RUNNING, ready=len(W), **kw)
 
 
 def fin(executor: str, outcome: RunOutcome, code: int | None = None, epoch: int = EPOCH) -> Finished:

@@ -14,6 +14,7 @@ from libs.contracts.commands import CommandOutcome, SubmitJob
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge_stream import EdgeBroker
 from services.gateway.commands import BusUnavailable, Commands, Outcomes
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 S = Subjects()
@@ -87,14 +88,10 @@ def commands(fake: FakeBus, timeout: float = 5.0) -> Commands:
     return Commands(runtime, timeout)  # type: ignore[arg-type]
 
 
-def job() -> SubmitJob:
-    return SubmitJob(actor="ann", spec={"workload": {"kind": "finetune"}})
-
-
 async def test_many_concurrent_requests_share_one_subscription_and_each_gets_its_own_outcome():
     fake = FakeBus()
     gateway = commands(fake)
-    cmds = [job() for _ in range(20)]
+    cmds = [builders.submit() for _ in range(20)]
     sent = await asyncio.gather(*(gateway.send(c) for c in cmds))
     assert [s.outcome.command_id for s in sent] == [c.command_id for c in cmds]
     assert len(fake.subscriptions) == 1 and gateway.outcomes.waiting == {}
@@ -102,7 +99,7 @@ async def test_many_concurrent_requests_share_one_subscription_and_each_gets_its
 
 async def test_no_outcome_in_time_is_a_pending_answer_and_leaves_nothing_waiting():
     gateway = commands(FakeBus(silent=True), timeout=0.05)
-    cmd = job()
+    cmd = builders.submit()
     sent = await gateway.send(cmd)
     assert sent.command_id == cmd.command_id and sent.outcome is None and gateway.outcomes.waiting == {}
 
@@ -111,6 +108,6 @@ async def test_a_subscription_that_cannot_be_opened_is_a_bus_failure_and_the_nex
     fake = FakeBus(subscribe_fails=1)
     gateway = commands(fake)
     with pytest.raises(BusUnavailable):
-        await gateway.send(job())
-    assert (await gateway.send(job())).outcome.accepted and len(fake.subscriptions) == 1
+        await gateway.send(builders.submit())
+    assert (await gateway.send(builders.submit())).outcome.accepted and len(fake.subscriptions) == 1
     assert len((await gateway.runtime.faststream()).subscribers) == 1  # declared once, started again

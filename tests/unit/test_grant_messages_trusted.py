@@ -12,13 +12,14 @@ import pytest
 
 from libs.contracts.agents import RunJob
 from libs.contracts.envelope import Envelope, new_id
-from libs.contracts.jobs import JobEvent, JobEventKind, JobSpec, JobState
+from libs.contracts.jobs import JobEvent, JobEventKind, JobSpec
 from libs.contracts.leases import LeaseEvent
 from libs.contracts.subjects import Subjects
 from services.queue import store
-from services.queue.domain.lifecycle import Granted, Job, Transition, decide
+from services.queue.domain.lifecycle import Granted, Transition, decide
 from services.queue.effects import messages_for
 from services.queue.settings import QueueSettings
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -26,19 +27,14 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SETTINGS = QueueSettings.from_env(env={}, nats_url="nats://x", database_url="postgresql://x")
 
 
-def _job(workers: int) -> Job:
-    spec = JobSpec(workload={"kind": "command", "command": ["true"], "env": {"A": "1"}}, workers=workers,
-                   gpus_per_worker=2, gpu_ceiling_seconds=3600, priority=3)
-    return Job(id="j-1", name="demo", owner="ann", spec=spec, state=JobState.QUEUED, created_at=T0, updated_at=T0,
-               lease_epoch=2, attempt_number=2, org="acme", project="default", priority=3)
-
-
 def _granted(workers: int) -> Transition:
     names = tuple(f"ex-{i}" for i in range(workers))
     fact = (Granted(names, 3, T0 + timedelta(seconds=60)) if workers == 1 else
             Granted(names, 3, T0 + timedelta(seconds=60), rendezvous="10.0.0.1:29500",
                     ready_deadline=T0 + timedelta(seconds=120)))
-    t = decide(_job(workers), fact, T0)
+    spec = builders.command_spec(env={"A": "1"}, workers=workers, gpus_per_worker=2, gpu_ceiling_seconds=3600,
+                                  priority=3)
+    t = decide(builders.job(id="j-1", epoch=2, at=T0, spec=spec, org="acme", priority=3), fact, T0)
     assert isinstance(t, Transition)
     return t
 

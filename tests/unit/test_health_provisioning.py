@@ -11,10 +11,11 @@ import pytest
 from libs.contracts.nodes import NodeState
 from services.health import slurm
 from services.health.domain.nodes import (CheckRequested, ChecksDeferred, ChecksFailed, ChecksPassed, ChecksStarted,
-                                          Drain, Hold, Node, Policy, Registered, Release, Silent, Transition,
+                                          Drain, Hold, Policy, Registered, Release, Silent, Transition,
                                           Unaddressable, Undrain, decide)
 from services.health.domain.provisioning import Action, Request, requests_for
 from services.health.settings import HealthSettings
+from tests.support.builders import node
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -24,13 +25,6 @@ FACTS = [Registered("n1", "e1", "g", "b2"), ChecksStarted("r1"), CheckRequested(
          CheckRequested("r2", busy=True), ChecksPassed("r1"), ChecksFailed("r1", "matmul: wrong result"),
          ChecksFailed("r1", "matmul: wrong result", hold="group alert"), ChecksDeferred("r1"), Drain("disk swap"),
          Undrain(), Hold("group alert"), Release(), Unaddressable("bad id"), Silent(30.0)]
-
-
-def node(state: NodeState, **kw) -> Node:
-    base = dict(node_id="n1", group="g", executor_id="e1", state=state, run_id="r1" if state is S.CHECKING else None,
-                boot_id="b1", held="group alert" if state is S.FAILED else None)
-    base.update(kw)
-    return Node(**base)
 
 
 def expected(state: NodeState, fact, reboots: int) -> list[Action]:
@@ -53,7 +47,8 @@ def expected(state: NodeState, fact, reboots: int) -> list[Action]:
                                                                            else ""))
 @pytest.mark.parametrize("state", list(NodeState), ids=str)
 def test_each_transition_asks_the_provisioner_what_the_rule_says(state, fact, reboots):
-    t = decide(node(state, reboots=reboots), fact, T0, Policy(max_reboots=1))
+    held = "group alert" if state is S.FAILED else None
+    t = decide(node(state, reboots=reboots, held=held), fact, T0, Policy(max_reboots=1))
     asked = requests_for(t, failed=FAILED_MATMUL, hostname="gpu-07", slurm_job_id="42") if isinstance(
         t, Transition) else []
     assert [r.action for r in asked] == expected(state, fact, reboots)

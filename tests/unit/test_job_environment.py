@@ -11,17 +11,18 @@ import pytest
 from agents.executor import launch, pyenv
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import CommandWorkload, JobSpec
+from libs.contracts.jobs import JobSpec
 from libs.runtime.settings import SettingsError
 from services.queue.domain.lifecycle import Refusal
 from services.queue.domain.submits import Target, environment_refusal, environments_named, submit_refusal
 from teto.cli_env import EnvError, extras_requirements, pth_lines
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
 
 def command_spec(environment: str | None = None, command: list[str] | None = None) -> JobSpec:
-    return JobSpec(workload=CommandWorkload(command=command or ["python", "train.py"]), environment=environment)
+    return builders.command_spec(*(command or ["python", "train.py"]), environment=environment)
 
 
 # -- the spec field -------------------------------------------------------------------------------------------
@@ -108,8 +109,7 @@ def test_activation_puts_its_bin_first_and_names_the_prefix():
 
 
 def _grant(environment: str | None, command: list[str] | None = None) -> RunJob:
-    return RunJob(job_id="j1", epoch=1, executor_id="ex-1", attempt=1, lease_seconds=6, heartbeat_seconds=1,
-                  spec=command_spec(environment, command))
+    return builders.grant(command_spec(environment, command))
 
 
 def _venv(root) -> str:

@@ -9,19 +9,15 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from libs.contracts.jobs import JobSpec, JobState
+from libs.contracts.jobs import JobState
 from services.queue.domain.facts import GangWorker, Job, evolve, made
+from tests.support import builders
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def job() -> Job:
-    values = {f.name: None for f in dataclasses.fields(Job)}
-    values.update(id="j1", name="n", owner="ann", spec=JobSpec(workload={"kind": "command", "command": ["true"]}),
-                  state=JobState.QUEUED, attempts={}, attempt_number=0, lease_epoch=0, workers=(), event_seq=1,
-                  ceiling_history=(), gang=(), created_at=NOW, updated_at=NOW, backoff_count=0, org="o",
-                  project="p", priority=0, devices=0)
-    return Job(**values)
+# Never granted (a grant of epoch 1 is its first); frozen, so every test may start from it.
+NEW = builders.job(epoch=0, at=NOW, spec=builders.command_spec(), event_seq=1, org="o", project="p")
 
 
 CHANGES = st.fixed_dictionaries({}, optional={
@@ -34,7 +30,7 @@ CHANGES = st.fixed_dictionaries({}, optional={
 @settings(max_examples=200, deadline=None)
 @given(CHANGES)
 def test_evolve_is_replace(changes):
-    before = job()
+    before = NEW
     kept = dataclasses.replace(before)
     got = evolve(before, **changes)
     assert got == dataclasses.replace(before, **changes) and type(got) is Job
@@ -45,7 +41,7 @@ def test_evolve_is_replace(changes):
 
 def test_evolve_refuses_a_name_that_is_not_a_field():
     with pytest.raises(TypeError, match="no field"):
-        evolve(job(), stat=JobState.RUNNING)
+        evolve(NEW, stat=JobState.RUNNING)
 
 
 def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
@@ -56,7 +52,7 @@ def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
     from services.queue import store
     from services.queue.domain import lifecycle as lc
 
-    before = job()
+    before = NEW
     for workers, extra in ((("ex-1",), {}), (("ex-1", "ex-2"), {"rendezvous": "h:1", "ready_deadline": NOW})):
         t = lc.decide(before, lc.Granted(workers, 1, NOW + timedelta(seconds=30), **extra), NOW)
         assert isinstance(t, lc.Transition) and t.job.state is not JobState.QUEUED
@@ -71,7 +67,7 @@ def test_a_grant_changes_only_the_columns_a_placement_pass_writes():
 def test_made_is_the_constructor(changes):
     """``facts.made`` (a stored row read into a Job without the frozen ``__init__``): the job the constructor
     makes, fields in their order, still frozen; a missing or unknown name refused."""
-    values = {**job().__dict__, **changes}
+    values = {**NEW.__dict__, **changes}
     got = made(dict(values))
     assert got == Job(**values) and type(got) is Job and list(got.__dict__) == list(Job.__dataclass_fields__)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -13,6 +13,7 @@ import pytest
 from agents.executor.lease import LeaseKeeper
 from libs.contracts.envelope import utcnow
 from libs.contracts.leases import LeaseRenewReply
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 
@@ -31,13 +32,6 @@ class Queue:
 def keeper(queue: Queue, heartbeat: float) -> LeaseKeeper:
     return LeaseKeeper(queue, "t.rpc.lease.renew.ex", job_id="j1", epoch=1, executor_id="ex", lease_seconds=60.0,
                        heartbeat_seconds=heartbeat, stop_margin_seconds=5.0)
-
-
-async def _until(check, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
 
 
 async def test_the_acquiring_renewal_is_not_repeated_at_once_by_the_watch():
@@ -59,7 +53,7 @@ async def test_the_watch_renews_a_heartbeat_after_the_acquiring_renewal():
     await k.acquire()
     watch = asyncio.create_task(k.watch())
     try:
-        await _until(lambda: queue.requests >= 3)  # and every heartbeat after
+        await eventually(lambda: queue.requests >= 3, timeout=30.0)  # and every heartbeat after
         assert k.renewals >= 3 and not watch.done()
     finally:
         watch.cancel()
@@ -70,7 +64,7 @@ async def test_a_watch_without_an_acquired_lease_renews_at_once():
     k = keeper(queue, heartbeat=30.0)
     watch = asyncio.create_task(k.watch())
     try:
-        await _until(lambda: queue.requests == 1)
+        await eventually(lambda: queue.requests == 1, timeout=30.0)
         assert k.renewals == 1
     finally:
         watch.cancel()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -16,9 +16,7 @@ from services.queue.domain.lifecycle import (
     CheckpointSkipped,
     Checkpointed,
     Finished,
-    GangWorker,
     Granted,
-    Job,
     LeaseExpired,
     LeaseFact,
     Refusal,
@@ -35,29 +33,12 @@ from services.queue.domain.lifecycle import (
     Transition,
     decide,
 )
+from tests.support import builders
+from tests.support.builders import EPOCH, EX, T0
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(seconds=10)
-EPOCH = 3
-EX = "ex-1"
-
-
-def make_job(state: JobState = JobState.QUEUED, **kw) -> Job:
-    spec = kw.pop("spec", JobSpec(workload={"kind": "finetune"}, max_attempts=3, gpu_ceiling_seconds=600))
-    running = state is JobState.RUNNING
-    lease = T0 + timedelta(seconds=6)
-    base = dict(id="j1", name="demo", owner="ann", spec=spec, state=state, created_at=T0, updated_at=T0,
-                lease_epoch=EPOCH, attempt_number=EPOCH, executor_id=EX if running else None,
-                workers=(EX,) if running else (), lease_expires_at=lease if running else None)
-    if state is JobState.ADMITTING:  # only a gang is ever admitting (tests/unit/test_gang_lifecycle.py)
-        base.update(executor_id=EX, workers=(EX, "ex-2"), lease_expires_at=lease,
-                    gang=(GangWorker(EX, lease), GangWorker("ex-2", lease)), ready_deadline=T0 + timedelta(60),
-                    spec=spec.model_copy(update={"workers": 2}))
-    base.update(kw)
-    return Job(**base)
-
 
 FACTS = {
     "submitted": lambda: Submitted("j1", "demo", "ann", JobSpec(workload={"kind": "finetune"})),
@@ -131,7 +112,7 @@ PAIRS = [(s, f) for s in JobState for f in FACTS]
 
 @pytest.mark.parametrize(("state", "fact"), PAIRS, ids=[f"{s.name} => {f}" for s, f in PAIRS])
 def test_every_state_and_fact(state: JobState, fact: str):
-    job = make_job(state)
+    job = builders.job(state)
     result = decide(job, FACTS[fact](), LATER)
     want = expected(state, fact)
     if want == REFUSED:
@@ -153,7 +134,7 @@ STALE = [(s, f) for s in JobState for f in RUN_FACTS]
 
 @pytest.mark.parametrize(("state", "fact"), STALE, ids=[f"{s.name} => stale {f}" for s, f in STALE])
 def test_a_fact_from_an_older_epoch_changes_nothing(state: JobState, fact: str):
-    job = make_job(state)
+    job = builders.job(state)
     result = decide(job, replace(FACTS[fact](), epoch=EPOCH - 1), LATER)
     assert result == Transition.stale_epoch(job, EPOCH - 1) and result.stale and not result.changed
     assert "stale epoch" in result.ignored
@@ -179,7 +160,7 @@ def test_a_fact_about_an_unknown_job_is_refused():
 
 def test_grant_runs_the_job_under_the_next_epoch_and_tells_the_executor():
     expires = LATER + timedelta(seconds=6)
-    t = decide(make_job(JobState.QUEUED), Granted((EX,), EPOCH + 1, expires), LATER)
+    t = decide(builders.job(JobState.QUEUED), Granted((EX,), EPOCH + 1, expires), LATER)
     assert t.job.state is JobState.RUNNING and t.job.lease_epoch == EPOCH + 1
     assert t.job.attempt_number == EPOCH + 1 and t.job.executor_id == EX and t.job.lease_expires_at == expires
     assert [e.event for e in t.events] == [JobEventKind.LEASED]
@@ -188,11 +169,11 @@ def test_grant_runs_the_job_under_the_next_epoch_and_tells_the_executor():
 
 @pytest.mark.parametrize("epoch", [EPOCH, EPOCH + 2], ids=["same epoch", "skipped epoch"])
 def test_a_grant_with_any_epoch_but_the_next_is_refused(epoch):
-    assert isinstance(decide(make_job(), Granted((EX,), epoch, LATER), LATER), Refusal)
+    assert isinstance(decide(builders.job(), Granted((EX,), epoch, LATER), LATER), Refusal)
 
 
 def test_a_gang_grant_holds_every_worker():
-    t = decide(make_job(), Granted(("a", "b"), EPOCH + 1, LATER), LATER)
+    t = decide(builders.job(), Granted(("a", "b"), EPOCH + 1, LATER), LATER)
     assert t.job.workers == ("a", "b") and t.job.executor_id == "a" and t.effects[0].workers == ("a", "b")
     assert t.job.state is JobState.ADMITTING and [w.executor_id for w in t.job.gang] == ["a", "b"]
 
@@ -201,16 +182,16 @@ def test_a_gang_grant_holds_every_worker():
 
 def test_renewal_extends_the_lease_without_an_event():
     new_expiry = LATER + timedelta(seconds=6)
-    t = decide(make_job(JobState.RUNNING), Renew(EX, EPOCH, new_expiry), LATER)
+    t = decide(builders.job(JobState.RUNNING), Renew(EX, EPOCH, new_expiry), LATER)
     assert t.job.lease_expires_at == new_expiry and t.events == () and t.effects == ()
 
 
 @pytest.mark.parametrize(("job", "fact", "reason"), [
-    (make_job(JobState.RUNNING), Renew(EX, EPOCH - 1, LATER), "stale epoch"),
-    (make_job(JobState.RUNNING), Renew("ex-other", EPOCH, LATER), "another executor"),
-    (make_job(JobState.CANCELLED), Renew(EX, EPOCH, LATER), "job cancelled"),
-    (make_job(JobState.SUCCEEDED), Renew(EX, EPOCH, LATER), "job ended"),
-    (make_job(JobState.QUEUED), Renew(EX, EPOCH, LATER), "job ended"),
+    (builders.job(JobState.RUNNING), Renew(EX, EPOCH - 1, LATER), "stale epoch"),
+    (builders.job(JobState.RUNNING), Renew("ex-other", EPOCH, LATER), "another executor"),
+    (builders.job(JobState.CANCELLED), Renew(EX, EPOCH, LATER), "job cancelled"),
+    (builders.job(JobState.SUCCEEDED), Renew(EX, EPOCH, LATER), "job ended"),
+    (builders.job(JobState.QUEUED), Renew(EX, EPOCH, LATER), "job ended"),
 ], ids=["stale epoch", "other executor", "cancelled", "succeeded", "requeued"])
 def test_renewal_refusals_say_why(job, fact, reason):
     result = decide(job, fact, LATER)
@@ -220,14 +201,14 @@ def test_renewal_refusals_say_why(job, fact, reason):
 # -- progress ---------------------------------------------------------------------------------------------
 
 def test_started_records_where_the_run_resumed():
-    t = decide(make_job(JobState.RUNNING, last_step=40), Started(EPOCH, resumed_from_step=30, device="cuda"), LATER)
+    t = decide(builders.job(JobState.RUNNING, last_step=40), Started(EPOCH, resumed_from_step=30, device="cuda"), LATER)
     (ev,) = t.events
     assert ev.event is JobEventKind.STARTED and ev.detail["resumed_from_step"] == 30 and ev.detail["device"] == "cuda"
     assert t.job.last_step == 30
 
 
 def test_steps_update_the_job_without_events_and_keep_a_step_weighted_mean():
-    job = make_job(JobState.RUNNING)
+    job = builders.job(JobState.RUNNING)
     t1 = decide(job, StepReported(EPOCH, step=10, total_steps=100, step_seconds=1.0), LATER)
     t2 = decide(t1.job, StepReported(EPOCH, step=40, total_steps=100, step_seconds=2.0), LATER)
     assert t1.events == () and t2.events == ()
@@ -236,7 +217,7 @@ def test_steps_update_the_job_without_events_and_keep_a_step_weighted_mean():
 
 
 def test_checkpoint_is_recorded_on_the_job_and_announced():
-    t = decide(make_job(JobState.RUNNING), FACTS["checkpointed"](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS["checkpointed"](), LATER)
     assert t.job.last_checkpoint == {"step": 20, "path": "/c/step-20.pt", "sha256": "ab", "bytes": 9,
                                      "at": LATER.isoformat(), "epoch": EPOCH,  # the epoch it was accepted under
                                      "kind": "file"}
@@ -245,7 +226,7 @@ def test_checkpoint_is_recorded_on_the_job_and_announced():
 
 def test_a_directory_checkpoint_is_recorded_with_its_kind_size_and_files():
     fact = Checkpointed(EPOCH, 20, "/c/checkpoint-20", LATER, "ab", 900, "directory", 7)
-    t = decide(make_job(JobState.RUNNING), fact, LATER)
+    t = decide(builders.job(JobState.RUNNING), fact, LATER)
     assert {k: t.job.last_checkpoint[k] for k in ("kind", "bytes", "files", "path")} == {
         "kind": "directory", "bytes": 900, "files": 7, "path": "/c/checkpoint-20"}
     (ev,) = t.events
@@ -253,20 +234,20 @@ def test_a_directory_checkpoint_is_recorded_with_its_kind_size_and_files():
 
 
 def test_checkpoint_skipped_is_an_event_with_the_reason():
-    (ev,) = decide(make_job(JobState.RUNNING), FACTS["checkpoint_skipped"](), LATER).events
+    (ev,) = decide(builders.job(JobState.RUNNING), FACTS["checkpoint_skipped"](), LATER).events
     assert ev.event is JobEventKind.CHECKPOINT_SKIPPED and ev.reason == "sha256 mismatch"
 
 
 # -- the run ends -----------------------------------------------------------------------------------------
 
 def test_success_releases_the_lease():
-    t = decide(make_job(JobState.RUNNING), FACTS["finished_succeeded"](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS["finished_succeeded"](), LATER)
     assert t.job.state is JobState.SUCCEEDED and t.job.workers == () and t.job.executor_id == EX
     assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, EX, reason="succeeded"),)
 
 
 def test_training_failures_spend_attempts_until_the_job_fails_with_the_last_error():
-    job = make_job(JobState.RUNNING, lease_epoch=1)
+    job = builders.job(JobState.RUNNING, lease_epoch=1)
     for n in (1, 2):
         t = decide(job, Finished(job.lease_epoch, RunOutcome.FAILED, exit_code=1, error=f"err {n}"), LATER)
         assert t.job.state is JobState.QUEUED and t.job.attempts["training_error"] == n
@@ -279,20 +260,20 @@ def test_training_failures_spend_attempts_until_the_job_fails_with_the_last_erro
 
 
 def test_a_failure_without_error_text_names_the_exit_code():
-    t = decide(make_job(JobState.RUNNING), Finished(EPOCH, RunOutcome.FAILED, exit_code=3), LATER)
+    t = decide(builders.job(JobState.RUNNING), Finished(EPOCH, RunOutcome.FAILED, exit_code=3), LATER)
     assert t.job.error == "exit code 3"
 
 
 @pytest.mark.parametrize("fact", ["lease_expired", "finished_abandoned", "finished_stopped"])
 def test_losing_the_run_requeues_without_spending_a_training_attempt(fact):
-    t = decide(make_job(JobState.RUNNING), FACTS[fact](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS[fact](), LATER)
     assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.workers == ()
     assert t.job.attempts["transport_lost"] == 1 and t.job.attempts["training_error"] == 0
     assert t.events[-1].event is JobEventKind.REQUEUED and t.events[-1].reason == "transport_lost"
 
 
 def test_a_hand_back_requeues_free_and_counts_as_a_hand_back_never_as_a_transport_loss():
-    t = decide(make_job(JobState.RUNNING), FACTS["finished_handed_back"](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS["finished_handed_back"](), LATER)
     assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.workers == ()
     assert t.job.attempts["handed_back"] == 1
     assert t.job.attempts["transport_lost"] == 0 and t.job.attempts["training_error"] == 0
@@ -306,20 +287,20 @@ def test_a_hand_back_requeues_free_and_counts_as_a_hand_back_never_as_a_transpor
 
 def test_a_forced_health_check_stop_requeues_free_under_its_own_cause_never_as_a_transport_loss():
     """Issue 26: an operator's `teto nodes check --force` stopped a job, and its attempts said "transport loss"."""
-    t = decide(make_job(JobState.RUNNING), FACTS["finished_health_check"](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS["finished_health_check"](), LATER)
     assert t.job.state is JobState.QUEUED and t.job.executor_id is None and t.job.last_step == 40
     assert t.job.attempts["health_check"] == 1
     assert t.job.attempts["transport_lost"] == 0 and t.job.attempts["training_error"] == 0
     assert [e.event for e in t.events] == [JobEventKind.ABANDONED, JobEventKind.REQUEUED]
     assert t.events[0].reason == "health_check" and t.events[-1].reason == "health_check"
     assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, EX, reason="health_check"),)
-    other = decide(make_job(JobState.RUNNING), Finished(EPOCH, RunOutcome.STOPPED, stop_reason="something else"),
+    other = decide(builders.job(JobState.RUNNING), Finished(EPOCH, RunOutcome.STOPPED, stop_reason="something else"),
                    LATER)
     assert other.job.attempts["transport_lost"] == 1 and other.job.attempts["health_check"] == 0
 
 
 def test_lease_expiry_is_announced_then_requeued():
-    t = decide(make_job(JobState.RUNNING), LeaseExpired(EPOCH), LATER)
+    t = decide(builders.job(JobState.RUNNING), LeaseExpired(EPOCH), LATER)
     assert [e.event for e in t.events] == [JobEventKind.LEASE_EXPIRED, JobEventKind.REQUEUED]
     assert t.effects == (LeaseFact(LeaseEventKind.EXPIRED, EPOCH, EX, reason="lease expired"),)
 
@@ -327,7 +308,7 @@ def test_lease_expiry_is_announced_then_requeued():
 # -- GPU ceiling ------------------------------------------------------------------------------------------
 
 def test_ceiling_asks_a_running_job_to_checkpoint_and_stop_once():
-    t = decide(make_job(JobState.RUNNING), FACTS["stop_for_ceiling"](), LATER)
+    t = decide(builders.job(JobState.RUNNING), FACTS["stop_for_ceiling"](), LATER)
     assert t.job.state is JobState.RUNNING and t.job.stop_requested == CEILING_STOP
     assert t.effects == (StopOn((EX,), EPOCH, CEILING_STOP, checkpoint_first=True),)
     assert [e.event for e in t.events] == [JobEventKind.STOP_REQUESTED]
@@ -344,7 +325,7 @@ def test_ceiling_asks_a_running_job_to_checkpoint_and_stop_once():
 ], ids=["stopped", "failed", "abandoned", "handed-back", "lease-expired"])
 def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_job_labelled_as_it_ended(
         fact, label, spent):
-    job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
+    job = replace(builders.job(JobState.RUNNING), stop_requested=CEILING_STOP)
     t = decide(job, FACTS[fact](), LATER)
     assert t.job.state is JobState.INTERRUPTED and t.job.reason == label
     assert t.job.attempts["training_error"] == spent and t.job.attempts["transport_lost"] == 0
@@ -355,24 +336,24 @@ def test_after_a_ceiling_stop_the_run_ending_any_way_but_success_interrupts_the_
 
 
 def test_success_after_a_ceiling_stop_is_still_success():
-    job = replace(make_job(JobState.RUNNING), stop_requested=CEILING_STOP)
+    job = replace(builders.job(JobState.RUNNING), stop_requested=CEILING_STOP)
     assert decide(job, FACTS["finished_succeeded"](), LATER).job.state is JobState.SUCCEEDED
 
 
 def test_exhaustion_of_an_earlier_ceiling_is_old_news():
-    job = make_job(JobState.RUNNING, spec=JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=2000))
+    job = builders.job(JobState.RUNNING, spec=JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=2000))
     t = decide(job, StopForCeiling(ceiling_seconds=600, consumed_seconds=601), LATER)
     assert not t.changed and "earlier ceiling" in t.ignored
 
 
 def test_requeue_with_too_low_a_ceiling_is_refused_with_the_numbers():
-    result = decide(make_job(JobState.INTERRUPTED), Requeue(new_ceiling=650, consumed=601, actor="op"), LATER)
+    result = decide(builders.job(JobState.INTERRUPTED), Requeue(new_ceiling=650, consumed=601, actor="op"), LATER)
     assert isinstance(result, Refusal)
     assert result.detail == {"consumed_seconds": 601, "minimum_seconds": 661, "given_seconds": 650}
 
 
 def test_requeue_exactly_at_the_minimum_is_accepted_and_recorded():
-    job = make_job(JobState.INTERRUPTED, reason=CEILING_STOP, executor_id=EX)
+    job = builders.job(JobState.INTERRUPTED, reason=CEILING_STOP, executor_id=EX)
     t = decide(job, Requeue(new_ceiling=661, consumed=601, actor="op"), LATER)
     assert t.job.state is JobState.QUEUED and t.job.spec.gpu_ceiling_seconds == 661 and t.job.reason is None
     assert t.job.ceiling_history[-1] == {"ceiling_seconds": 661, "actor": "op", "at": LATER.isoformat()}
@@ -384,7 +365,7 @@ def test_requeue_exactly_at_the_minimum_is_accepted_and_recorded():
 # -- cancel -----------------------------------------------------------------------------------------------
 
 def test_cancel_of_a_running_job_is_immediate_and_stops_the_process():
-    t = decide(make_job(JobState.RUNNING), Cancel("enough", "ann"), LATER)
+    t = decide(builders.job(JobState.RUNNING), Cancel("enough", "ann"), LATER)
     assert t.job.state is JobState.CANCELLED and t.job.reason == "enough" and t.job.workers == ()
     assert StopOn((EX,), EPOCH, "cancelled", checkpoint_first=False) in t.effects
     assert t.events[0].detail == {"actor": "ann"}
@@ -393,19 +374,19 @@ def test_cancel_of_a_running_job_is_immediate_and_stops_the_process():
 @pytest.mark.parametrize("state", [s for s in NON_TERMINAL if s not in (JobState.RUNNING, JobState.ADMITTING)],
                          ids=str)
 def test_cancel_of_a_job_not_running_stops_nothing(state):
-    t = decide(make_job(state), Cancel("enough", "ann"), LATER)
+    t = decide(builders.job(state), Cancel("enough", "ann"), LATER)
     assert t.job.state is JobState.CANCELLED and t.effects == ()
 
 
 @pytest.mark.parametrize("state", sorted(TERMINAL_STATES), ids=str)
 def test_cancel_of_a_finished_job_says_it_is_over(state):
-    result = decide(make_job(state), Cancel("enough", "ann"), LATER)
+    result = decide(builders.job(state), Cancel("enough", "ann"), LATER)
     assert isinstance(result, Refusal) and result.reason == f"job already {state}"
 
 
 @pytest.mark.parametrize("state", [JobState.RUNNING, JobState.ADMITTING], ids=str)
 def test_an_undeliverable_job_that_runs_is_stopped_and_its_lease_released(state: JobState):
-    job = make_job(state)
+    job = builders.job(state)
     t = decide(job, FACTS["undeliverable"](), LATER)
     assert t.job.state is JobState.FAILED and "undeliverable" in (t.job.reason or "")
     assert any(isinstance(e, StopOn) for e in t.effects)
@@ -413,7 +394,7 @@ def test_an_undeliverable_job_that_runs_is_stopped_and_its_lease_released(state:
 
 
 def test_a_checkpoint_uploading_is_shown_never_accepted():
-    job = make_job(JobState.RUNNING, last_checkpoint={"step": 10, "epoch": EPOCH})
+    job = builders.job(JobState.RUNNING, last_checkpoint={"step": 10, "epoch": EPOCH})
     result = decide(job, FACTS["store_uploading"](), LATER)
     assert result.job.last_checkpoint == {"step": 10, "epoch": EPOCH}  # resume, cost and cadence stay on step 10
     (event,) = result.events
@@ -424,7 +405,7 @@ def test_a_checkpoint_uploading_is_shown_never_accepted():
 
 
 def test_a_stored_checkpoint_says_so_with_its_upload_time():
-    job = make_job(JobState.RUNNING)
+    job = builders.job(JobState.RUNNING)
     fact = Checkpointed(EPOCH, step=20, path="s3://b/j1/manifests/step-00000020-e3.json", at=LATER, sha256="ab",
                         bytes=9, upload_seconds=1.23456)
     result = decide(job, fact, LATER)

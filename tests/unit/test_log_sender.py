@@ -16,6 +16,7 @@ from libs.contracts.agents import RunJob
 from libs.contracts.jobs import CommandWorkload, JobSpec
 from libs.contracts.logs import LogStream
 from libs.contracts.subjects import Subjects
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
 
@@ -63,10 +64,7 @@ async def test_output_waits_at_most_the_flush_time():
     bus = Bus()
     run = RunLog(bus, Subjects("teto"), GRANT, "ex-a", limits(flush_seconds=0.1))
     run.write(LogStream.STDOUT, b"partial line without newline")
-    for _ in range(200):
-        if bus.sent:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: bus.sent, timeout=2.0, what="the partial line to be sent", every=0.01)
     assert bus.sent[0][1]["text"] == "partial line without newline"
     await run.close(exit_code=0, timeout=5)
 
@@ -94,17 +92,11 @@ async def test_a_refused_chunk_is_retried_then_dropped_and_the_next_one_says_so(
     run = RunLog(bus, Subjects("teto"), GRANT, "ex-a", limits(flush_seconds=0.01))
     bus.refuse = 1
     run.write(LogStream.STDOUT, b"first\n")  # refused once, then sent
-    for _ in range(300):
-        if bus.sent:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: bus.sent, timeout=3.0, what="the first chunk to be sent", every=0.01)
     assert bus.sent[-1][1]["text"] == "first\n"
     bus.refuse = 2
     run.write(LogStream.STDOUT, b"lost\n")  # refused twice: dropped
-    for _ in range(300):
-        if run.lost:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: run.lost, timeout=3.0, what="the refused chunk to be dropped", every=0.01)
     run.write(LogStream.STDOUT, b"after\n")
     assert await run.close(exit_code=0, timeout=5)
     after = next(b for _, b in bus.sent if b["text"] == "after\n")

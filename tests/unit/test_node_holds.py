@@ -8,20 +8,15 @@ from datetime import UTC, datetime
 import pytest
 
 from libs.contracts.nodes import NodeEventKind, NodeState
-from services.health.domain.nodes import (ChecksFailed, ChecksPassed, Hold, Node, Policy, Release, ScheduleChecks,
+from services.health.domain.nodes import (ChecksFailed, ChecksPassed, Hold, Policy, Release, ScheduleChecks,
                                           Transition, Unaddressable, decide)
+from tests.support.builders import node
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = NodeState
 ALL = list(NodeState)
 WHY = "systemic failure: n2 joined after n1 was replaced and failed matmul again"
-
-
-def node(state: NodeState, **kw) -> Node:
-    base = dict(node_id="n1", group="g", executor_id="e1", state=state, run_id="r1" if state is S.CHECKING else None)
-    base.update(kw)
-    return Node(**base)
 
 
 @pytest.mark.parametrize("state", ALL, ids=str)

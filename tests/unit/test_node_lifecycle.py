@@ -7,21 +7,15 @@ from datetime import UTC, datetime
 import pytest
 
 from libs.contracts.nodes import NodeEventKind, NodeState
-from services.health.domain.nodes import (CheckRequested, ChecksDeferred, ChecksFailed, ChecksPassed, ChecksStarted, Drain, Node,
+from services.health.domain.nodes import (CheckRequested, ChecksDeferred, ChecksFailed, ChecksPassed, ChecksStarted, Drain,
                                           Policy, Provision, Reboot, Refusal, Registered, ScheduleChecks,
                                           Transition, Undrain, decide, uncordon)
+from tests.support.builders import node
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = NodeState
 ALL = list(NodeState)
-
-
-def node(state: NodeState, **kw) -> Node:
-    base = dict(node_id="n1", group="g", executor_id="e1", state=state, run_id="r1" if state is S.CHECKING else None,
-                boot_id="b1")
-    base.update(kw)
-    return Node(**base)
 
 
 def reg(boot: str = "b2", executor: str = "e1") -> Registered:

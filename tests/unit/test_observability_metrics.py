@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.contracts.nodes import CheckReport, CheckStatus, CheckTest
+from libs.contracts.nodes import CheckStatus, CheckTest
 from libs.contracts.subjects import Subjects
 from libs.runtime import metrics
 from libs.runtime.edge import Consumer
@@ -26,6 +26,7 @@ from services.gateway.limits import JsonBodies
 from services.gateway.timing import RouteTimer
 from services.health.domain.observed import results_of
 from teto.stack.observe import MetricsPorts
+from tests.support import builders
 from tests.unit.test_edge_rules import FakeMsg, FakeReporter, decode
 
 pytestmark = pytest.mark.unit
@@ -139,7 +140,7 @@ def test_routes_are_timed_by_template_and_unmatched_paths_share_one_series():
 
 def test_check_results_are_reports_of_a_test_that_ended_with_their_figures():
     def report(status, test=CheckTest.MATMUL, **figures):
-        return CheckReport(run_id="r1", node_id="n1", executor_id="e1", test=test, status=status, figures=figures)
+        return builders.check_report(status, test, figures=figures)
 
     out = results_of([report(CheckStatus.RUNNING), report(CheckStatus.PASSED, gflops=12.5, err=0.0),
                       report(CheckStatus.FAILED, test=None), report("busy", test=None),

@@ -4,41 +4,31 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 
-from libs.contracts.jobs import JobEvent, JobEventKind, JobState
-from libs.contracts.telemetry import Heartbeat
+from libs.contracts.jobs import JobEventKind, JobState
 from libs.runtime.wake import Waker, channel, wakeable
 from services.queue.domain.wakes import FEWEST, PER_FREE, offers_an_executor, pass_size, queues_a_job, widen
+from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.unit
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
-
-
-def event(state: JobState, kind: JobEventKind) -> JobEvent:
-    return JobEvent(job_id="j1", seq=1, event=kind, state=state, time=NOW)
-
-
-def beat(*, accepting: bool, job_id: str | None) -> Heartbeat:
-    return Heartbeat(executor_id="ex-1", node_id="n1", group="g", sent_at=NOW, interval_seconds=30,
-                     progress_interval_seconds=30, accepting=accepting, job_id=job_id, epoch=1 if job_id else None)
 
 
 def test_a_queued_job_wakes_placement_and_other_events_do_not():
-    assert queues_a_job([event(JobState.QUEUED, JobEventKind.SUBMITTED)])
-    assert queues_a_job([event(JobState.RUNNING, JobEventKind.STARTED), event(JobState.QUEUED,
-                                                                              JobEventKind.REQUEUED)])
-    assert not queues_a_job([event(JobState.RUNNING, JobEventKind.STARTED)])
-    assert not queues_a_job([event(JobState.SUCCEEDED, JobEventKind.SUCCEEDED)])
+    assert queues_a_job([builders.job_event(JobEventKind.SUBMITTED, JobState.QUEUED)])
+    assert queues_a_job([builders.job_event(JobEventKind.STARTED, JobState.RUNNING),
+                         builders.job_event(JobEventKind.REQUEUED, JobState.QUEUED)])
+    assert not queues_a_job([builders.job_event(JobEventKind.STARTED, JobState.RUNNING)])
+    assert not queues_a_job([builders.job_event(JobEventKind.SUCCEEDED, JobState.SUCCEEDED)])
     assert not queues_a_job([])
 
 
 def test_only_an_idle_accepting_executor_wakes_placement():
-    assert offers_an_executor([beat(accepting=True, job_id=None)])
-    assert not offers_an_executor([beat(accepting=True, job_id="j1")])
-    assert not offers_an_executor([beat(accepting=False, job_id=None)])  # draining or checking
+    assert offers_an_executor([builders.heartbeat(accepting=True)])
+    assert not offers_an_executor([builders.heartbeat(accepting=True, job_id="j1", epoch=1)])
+    assert not offers_an_executor([builders.heartbeat(accepting=False)])  # draining or checking
     assert not offers_an_executor([])
 
 
@@ -59,13 +49,9 @@ async def test_a_wake_starts_the_next_pass_at_once_and_one_during_a_pass_is_not_
 
     task = asyncio.create_task(wakeable(place, 60.0, "placement", waker)())
     try:
-        while not passes:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: passes, what="the first placement pass", every=0.01)
         waker.set()  # long before the 60 s tick
-        for _ in range(300):
-            if len(passes) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(passes) >= 3, timeout=3.0, what="two passes after the wake", every=0.01)
         assert len(passes) == 3 and passes[2] - passes[0] < 30
         assert waker.woken == 2
     finally:

@@ -12,9 +12,10 @@ from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
 from services.queue.domain.lifecycle import Finished, LeaseExpired, LeaseFact, Preempt, StopOn, decide
 from services.queue.domain.preemption import PREEMPTED
-from tests.unit.test_gang_lifecycle import EPOCH as G_EPOCH
-from tests.unit.test_gang_lifecycle import W, fin, gang_job, running
-from tests.unit.test_lifecycle import EPOCH, EX, LATER, make_job
+from tests.support import builders
+from tests.support.builders import EPOCH, EX, gang_job
+from tests.unit.test_gang_lifecycle import W, fin, running
+from tests.unit.test_lifecycle import LATER
 
 pytestmark = pytest.mark.unit
 
@@ -22,7 +23,7 @@ FACT = Preempt("hospital-a", "a-job", "organisation b borrowed 1 device; hospita
 
 
 def test_a_running_job_is_asked_to_checkpoint_and_stop_saying_for_whom():
-    job = make_job(JobState.RUNNING, org="b", devices=1, node_group="default")
+    job = builders.job(JobState.RUNNING, org="b", devices=1, node_group="default")
     t = decide(job, FACT, LATER)
     assert t.job.state is JobState.RUNNING and t.job.stop_requested == PREEMPTED
     assert t.effects == (StopOn((EX,), EPOCH, PREEMPTED, checkpoint_first=True),)
@@ -33,7 +34,7 @@ def test_a_running_job_is_asked_to_checkpoint_and_stop_saying_for_whom():
 
 @pytest.mark.parametrize("outcome", [RunOutcome.STOPPED, RunOutcome.FAILED, RunOutcome.ABANDONED], ids=str)
 def test_the_end_of_a_preempted_run_requeues_it_spending_no_attempt(outcome):
-    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED, last_checkpoint={"step": 40, "path": "/c/40"})
+    job = builders.job(JobState.RUNNING, stop_requested=PREEMPTED, last_checkpoint={"step": 40, "path": "/c/40"})
     t = decide(job, Finished(EPOCH, outcome, last_step=47), LATER)
     assert t.job.state is JobState.QUEUED and t.job.executor_id is None
     assert t.job.attempts[PREEMPTED] == 1 and t.job.attempts["training_error"] == 0
@@ -44,12 +45,12 @@ def test_the_end_of_a_preempted_run_requeues_it_spending_no_attempt(outcome):
 
 
 def test_a_preempted_run_that_succeeded_first_is_a_success():
-    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED)
+    job = builders.job(JobState.RUNNING, stop_requested=PREEMPTED)
     assert decide(job, Finished(EPOCH, RunOutcome.SUCCEEDED, exit_code=0), LATER).job.state is JobState.SUCCEEDED
 
 
 def test_a_lost_lease_while_preempting_is_still_free():
-    job = make_job(JobState.RUNNING, stop_requested=PREEMPTED)
+    job = builders.job(JobState.RUNNING, stop_requested=PREEMPTED)
     t = decide(job, LeaseExpired(EPOCH), LATER)
     assert t.job.state is JobState.QUEUED and t.job.attempts["training_error"] == 0
 
@@ -57,19 +58,19 @@ def test_a_lost_lease_while_preempting_is_still_free():
 @pytest.mark.parametrize("state", [JobState.QUEUED, JobState.SUCCEEDED, JobState.INTERRUPTED, JobState.CANCELLED],
                          ids=str)
 def test_only_a_running_job_is_preempted(state):
-    job = make_job(state)
+    job = builders.job(state)
     assert decide(job, FACT, LATER).job == job
 
 
 def test_a_job_already_stopping_is_not_asked_again():
-    job = replace(make_job(JobState.RUNNING), stop_requested="gpu_ceiling")
+    job = replace(builders.job(JobState.RUNNING), stop_requested="gpu_ceiling")
     t = decide(job, FACT, LATER)
     assert t.job == job and t.effects == ()
 
 
 def test_a_running_gang_is_asked_to_checkpoint_and_stop_on_every_worker():
     t = decide(running(org="b"), FACT, LATER)
-    assert t.job.stop_requested == PREEMPTED and t.effects == (StopOn(W, G_EPOCH, PREEMPTED, checkpoint_first=True),)
+    assert t.job.stop_requested == PREEMPTED and t.effects == (StopOn(W, EPOCH, PREEMPTED, checkpoint_first=True),)
 
 
 def test_a_forming_gang_is_not_preempted():
@@ -91,8 +92,8 @@ def test_a_preempted_gang_is_queued_again_for_free_once_every_worker_has_ended(o
     assert t.job.attempts[PREEMPTED] == 1 and t.job.attempts.get("training_error", 0) == 0
     assert t.job.last_checkpoint == {"step": 40, "path": "/c/40"}
     (event,) = t.events
-    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED and event.epoch == G_EPOCH
-    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, G_EPOCH, W[0], reason=PREEMPTED),)
+    assert event.event is JobEventKind.REQUEUED and event.reason == PREEMPTED and event.epoch == EPOCH
+    assert t.effects == (LeaseFact(LeaseEventKind.RELEASED, EPOCH, W[0], reason=PREEMPTED),)
 
 
 def test_a_preempted_gang_that_succeeded_on_every_worker_first_is_a_success():

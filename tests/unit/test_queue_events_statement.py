@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from libs.contracts.jobs import JobEvent, JobEventKind, JobState
+from libs.contracts.jobs import JobEvent
 from services.queue import store
+from tests.support import builders
 
 pytestmark = pytest.mark.unit
 
@@ -17,8 +18,7 @@ NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 
 
 def _event(seq: int) -> JobEvent:
-    return JobEvent(job_id="j1", seq=seq, event=JobEventKind.SUBMITTED, state=JobState.QUEUED, previous_state=None,
-                    reason=None, epoch=None, executor_id=None, detail={"k": seq}, time=NOW)
+    return builders.job_event(seq=seq, detail={"k": seq}, time=NOW)
 
 
 ROWS = [("m1", "teto.a", b"1", "{}"), ("m2", "teto.b", b"2", "{}")]

@@ -10,27 +10,27 @@ import pytest
 
 from libs.contracts.jobs import JobState
 from services.queue.domain.lifecycle import ForeignReport, from_holder
-
-from tests.unit.test_lifecycle import EPOCH, EX, make_job
+from tests.support import builders
+from tests.support.builders import EPOCH, EX
 
 pytestmark = pytest.mark.unit
 
 
 def test_a_report_from_the_runs_executor_is_decided_as_before():
-    assert from_holder(make_job(JobState.RUNNING), EX, EPOCH) is None
+    assert from_holder(builders.job(JobState.RUNNING), EX, EPOCH) is None
 
 
 @pytest.mark.parametrize("state", [JobState.RUNNING, JobState.ADMITTING], ids=str)
 def test_a_report_on_the_current_run_from_another_executor_is_refused(state):
-    refusal = from_holder(make_job(state), "intruder", EPOCH)
+    refusal = from_holder(builders.job(state), "intruder", EPOCH)
     assert isinstance(refusal, ForeignReport) and refusal.detail["executor_id"] == "intruder"
 
 
 def test_a_gang_worker_other_than_rank_zero_may_report():
-    assert from_holder(make_job(JobState.ADMITTING), "ex-2", EPOCH) is None
+    assert from_holder(builders.job(JobState.ADMITTING), "ex-2", EPOCH) is None
 
 
 @pytest.mark.parametrize("epoch", [EPOCH - 1, EPOCH + 1])
 def test_another_epoch_or_an_unknown_job_is_left_to_the_lifecycle(epoch):
-    assert from_holder(make_job(JobState.RUNNING), "intruder", epoch) is None
+    assert from_holder(builders.job(JobState.RUNNING), "intruder", epoch) is None
     assert from_holder(None, "intruder", EPOCH) is None
