@@ -28,7 +28,7 @@ from libs.contracts.policies import NodeFailureStrategy
 from libs.contracts.telemetry import EXIT_PEER_LOST, RunOutcome
 
 from . import preemption
-from .admission import backoff_due, timed_out
+from .gang_admission import backoff_due, timed_out
 from .preemption import PREEMPTED
 from .facts import (
     AdmissionDue,
