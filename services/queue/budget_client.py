@@ -3,9 +3,10 @@
 The budget service is the single writer of consumption, and its reply's ``known`` says whether it has ever seen
 the job (a row of ``budget.jobs``, services/budget/store.py ``status``). A job it never saw was never charged:
 not known means **consumed 0.0**, an answer, not a guess. **No answer** (a timeout, no responder, a broken
-connection), a reply that cannot be read, or one about another job is **unknown: None**. Each caller decides what unknown means for it, never by guessing a number:
-a grant carries an unknown remainder (``remaining``), a requeue is refused as "budget service unavailable"
-(``commands``: its check "new ceiling >= consumed + 60 s" needs the number).
+connection), a reply that cannot be read, or one about another job is **unknown: None**. Each caller decides
+what unknown means for it, never by guessing a number: a grant carries an unknown remainder (``remaining``), a
+requeue is refused as "budget service unavailable" (``commands``: its check "new ceiling >= consumed + 60 s"
+needs the number).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Tenancy at the queue's edges: the organisations, projects and cohorts tables (single writer: the ``set_org``,
 ``set_project`` and ``set_cohort`` commands, audited like every command), the submit check (the job's
-organisation and project must exist, read for a whole batch), and what a placement pass needs of them: a ``tenancy.placement_types.Snapshot``
-of organisations, cohorts, schedulable nodes (free or busy) and the running jobs' devices per organisation and
-node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
+organisation and project must exist, read for a whole batch), and what a placement pass needs of them: a
+``tenancy.placement_types.Snapshot`` of organisations, cohorts, schedulable nodes (free or busy) and the running
+jobs' devices per organisation and node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from .placement_types import Admit, Node, Preempt, Wait, WaitCode, smallest
 
 
 def reclaim(state: PassState, decided: list[Pending], waiting: dict[str, Wait],
-             admitted: list[Admit]) -> tuple[list[Preempt], list[Admit]]:
+            admitted: list[Admit]) -> tuple[list[Preempt], list[Admit]]:
     """Preemptions for jobs waiting within their nominal share, and this pass's borrowing admissions taken back
     for them (a borrower admitted a moment ago gives its nodes back before any running job is stopped: it has
     lost nothing; otherwise a borrower could take the last free node a reclaim needed together with a victim's)."""
