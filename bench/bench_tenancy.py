@@ -2,7 +2,7 @@
 small jobs = 15,000 jobs, admitted with simulated executors; Kueue's reference is 15,000 workloads admitted in
 351 s. The figure is the wall time until every job was admitted; ratio = reference / figure (above 1: faster).
 
-What runs: the queue's tenancy planner (``services.queue.tenancy.admission.plan``: fair share, quotas with
+What runs: the queue's tenancy planner (``services.queue.tenancy.placement.plan``: fair share, quotas with
 borrowing in 3 cohorts of 10, budget reservations, a waiting reason for every job left queued, reclaim checks)
 in passes over a fleet of 300 simulated single-GPU executors. Each admitted job runs for 1-3 passes (its length
 drawn from a fixed seed), then its executor is free again and its budget reservation is settled with what it
@@ -20,7 +20,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from services.queue.tenancy import budget as budgets
-from services.queue.tenancy.admission import Node, Snapshot, plan
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Node, Snapshot
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Running
 
 KUEUE_SECONDS = 351.0

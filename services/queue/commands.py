@@ -5,20 +5,17 @@ answered again with the stored outcome."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Sequence
 
-from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.commands import CancelJob, Command, CommandOutcome, RequeueJob, SubmitJob
-from libs.contracts.envelope import ContractError
 from libs.runtime import commands as once
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 
-from . import org_budgets, store, submits
+from . import budget_client, org_budgets, store, submits
 from .domain.lifecycle import Cancel, Fact, Refusal, Requeue
 from .effects import answer_of, apply
 from .settings import QueueSettings
@@ -45,16 +42,17 @@ class Commands:
         return await self._decide(cmd, cmd.job_id, Cancel(cmd.reason, cmd.actor))
 
     async def requeue(self, cmd: RequeueJob) -> CommandOutcome:
-        """The consumed GPU-seconds come from the budget service, its single writer, and so does the
-        organisation's consumption this period the new ceiling is checked against (``org_budgets``). Asked
-        outside any transaction (never hold row locks across a network wait); with no answer the requeue is
-        refused rather than decided on a guess."""
+        """The consumed GPU-seconds come from the budget service, its single writer (``budget_client``: a job
+        it never saw consumed 0), and so does the organisation's consumption this period the new ceiling is
+        checked against (``org_budgets``). Asked outside any transaction (never hold row locks across a network
+        wait); with no answer the requeue is refused rather than decided on a guess."""
         async with self.runtime.pool.acquire() as conn:
             answered = await store.answered(conn, cmd.command_id) is not None
         if answered:  # no budget question for a command already decided: answered again below
             return await self._decide(cmd, cmd.job_id, Refusal("answered before"))
-        consumed = await self.consumed_seconds(cmd.job_id)
+        consumed = await budget_client.consumed(self.runtime, cmd.job_id, self.settings.budget_rpc_timeout_seconds)
         if consumed is None:
+            log.warning("requeue %s of %s: %s", cmd.command_id, cmd.job_id, BUDGET_UNAVAILABLE)
             return await self._decide(cmd, cmd.job_id, Refusal(BUDGET_UNAVAILABLE))
         # The new ceiling against the organisation's budget now, not only at the next admission.
         refused = await org_budgets.requeue_refusal(self.runtime, self.runtime.pool, cmd.job_id,
@@ -63,19 +61,6 @@ class Commands:
         if refused is not None:
             return await self._decide(cmd, cmd.job_id, refused)
         return await self._decide(cmd, cmd.job_id, Requeue(cmd.gpu_ceiling_seconds, consumed, cmd.actor))
-
-    async def consumed_seconds(self, job_id: str) -> float | None:
-        request = BudgetStatusRequest(job_id=job_id)
-        try:
-            msg = await self.runtime.nc.request(self.runtime.subjects.rpc_budget_status, request.encode(),
-                                                timeout=self.settings.budget_rpc_timeout_seconds)
-            return BudgetStatusReply.decode(msg.data).consumed_seconds
-        except (TimeoutError, asyncio.TimeoutError, ContractError) as exc:
-            log.warning("budget status for %s unavailable: %s", job_id, exc or type(exc).__name__)
-            return None
-        except Exception as exc:  # noqa: BLE001 - no responders, connection trouble: same answer, never a guess
-            log.warning("budget status for %s unavailable: %r", job_id, exc)
-            return None
 
     async def refuse_malformed(self, kind: str, body: bytes, reason: str) -> CommandOutcome | None:
         """A command that fails its contract is answered too, when its id can be read, so whoever sent it hears

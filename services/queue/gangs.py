@@ -18,8 +18,8 @@ from libs.runtime.service import Runtime
 from . import policy as policy_store
 from . import scans, store
 from .domain import lifecycle as lc
-from .domain.admission import PortRange, admissible, next_backoff, ready_deadline, rendezvous, rendezvous_port
-from .domain.placement import QueuedJob
+from .domain.gang_admission import (PortRange, QueuedJob, admissible, next_backoff, ready_deadline, rendezvous,
+                                    rendezvous_port)
 from .effects import messages_for
 from .settings import QueueSettings
 

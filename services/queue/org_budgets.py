@@ -21,7 +21,8 @@ from libs.contracts.jobs import JobState
 from libs.runtime.service import Runtime
 
 from . import store
-from .domain.lifecycle import REQUEUE_MARGIN_SECONDS, Refusal
+from .domain.ceiling import REQUEUE_MARGIN_SECONDS
+from .domain.lifecycle import Refusal
 from .tenancy import budget as budgets
 from .tenancy.model import Organisation
 from .tenancy_edge import organisations

@@ -1,22 +1,21 @@
 """The GPU-seconds a grant carries (``RunJob.remaining_gpu_seconds``): the job's ceiling less what the budget
 service, the single writer of consumption, says it consumed. A job never granted before has consumed nothing
 (usage is only charged while a granted process runs), so only a job placed again is asked about, over
-``teto.rpc.budget.status``, all at once, with a short timeout: no answer gives None (unknown, the executor then
-waits for the budget's stop as before). The placement pass asks about the candidates it has just chosen under its
-placement lock, before it locks any row (``ask``), so no row lock is held while the budget answers, and reads the
-answers once it has (``remaining_of``); a job placed again that was not asked carries None."""
+``teto.rpc.budget.status`` (``budget_client``: a job the budget never saw consumed 0), all at once, with a short
+timeout: no answer gives None (unknown, the executor then waits for the budget's stop as before). The placement
+pass asks about the candidates it has just chosen under its placement lock, before it locks any row (``ask``), so
+no row lock is held while the budget answers, and reads the answers once it has (``remaining_of``); a job placed
+again that was not asked carries None."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 
-from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.runtime.service import Runtime
 
+from .budget_client import consumed
 from .domain.facts import Job
 
-log = logging.getLogger(__name__)
 MAX_WAIT_SECONDS = 0.5  # placement waits at most this long for the budget's answers
 
 
@@ -30,17 +29,6 @@ def remaining_seconds(ceiling: float, consumed: float | None) -> float | None:
 def needs_asking(job: Job) -> bool:
     """Only a job granted before can have consumed anything."""
     return job.lease_epoch > 0
-
-
-async def consumed(runtime: Runtime, job_id: str, timeout: float) -> float | None:
-    try:
-        msg = await runtime.nc.request(runtime.subjects.rpc_budget_status,
-                                       BudgetStatusRequest(job_id=job_id).encode(), timeout=timeout)
-        reply = BudgetStatusReply.decode(msg.data)
-    except Exception as exc:  # noqa: BLE001 - no responders, timeout, a bad reply: unknown, never a guess
-        log.info("budget status for %s unavailable at grant time: %r", job_id, exc)
-        return None
-    return reply.consumed_seconds if reply.known else 0.0
 
 
 async def ask(runtime: Runtime, jobs: list[Job], timeout: float) -> dict[str, float | None]:

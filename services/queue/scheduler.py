@@ -24,12 +24,13 @@ from libs.runtime.service import Runtime
 
 from . import org_budgets, remaining, scans, store, tenancy_edge
 from .domain import lifecycle as lc
-from .domain.placement import QueuedJob
+from .domain.gang_admission import QueuedJob
 from .domain.wakes import pass_size, widen
 from .effects import messages_for
 from .gangs import GangGrants
 from .settings import QueueSettings
-from .tenancy.admission import Admit, Snapshot, Wait, WaitCode, plan
+from .tenancy.placement import plan
+from .tenancy.placement_types import Admit, Snapshot, Wait, WaitCode
 from .tenancy.beyond import beyond_due
 from .tenancy.model import Pending, checkpoint_quota
 

@@ -1,8 +1,8 @@
 """Tenancy at the queue's edges: the organisations, projects and cohorts tables (single writer: the ``set_org``,
 ``set_project`` and ``set_cohort`` commands, audited like every command), the submit check (the job's
-organisation and project must exist, read for a whole batch), and what a placement pass needs of them: a ``tenancy.admission.Snapshot``
-of organisations, cohorts, schedulable nodes (free or busy) and the running jobs' devices per organisation and
-node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
+organisation and project must exist, read for a whole batch), and what a placement pass needs of them: a
+``tenancy.placement_types.Snapshot`` of organisations, cohorts, schedulable nodes (free or busy) and the running
+jobs' devices per organisation and node group. The waiting reason of each queued job is written back by the pass. Budgets: ``org_budgets``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from libs.runtime.unit import Units
 from . import scans, store
 from .domain.preemption import PREEMPTED
 from .domain.submits import Target
-from .tenancy.admission import Node, Wait
+from .tenancy.placement_types import Node, Wait
 from .tenancy.beyond import beyond_pass
 from .tenancy.model import Cohort, GroupQuota, Organisation, Running
 from .tenancy.orgs import Organisations, read as read_organisations

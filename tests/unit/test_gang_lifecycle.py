@@ -11,7 +11,7 @@ import pytest
 from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import EXIT_PEER_LOST, RunOutcome
-from services.queue.domain.admission import Backoff
+from services.queue.domain.gang_admission import Backoff
 from services.queue.domain.lifecycle import (
     AdmissionDue,
     Cancel,

@@ -72,7 +72,7 @@ def test_every_state_signal_role_and_locale_has_its_words():
 def test_every_waiting_reason_attempt_cause_usage_grouping_and_outcome_has_its_words():
     from libs.contracts.jobs import AttemptCause
     from services.gateway.domain.usage import OUTCOMES, GroupBy
-    from services.queue.tenancy.admission import WaitCode
+    from services.queue.tenancy.placement_types import WaitCode
 
     for locale in i18n.LOCALES:
         keys = set(i18n.catalogue(locale))

@@ -68,9 +68,9 @@ def test_an_audit_refusal_is_said_in_portuguese(reason, said):
 
 def test_the_sentences_match_what_the_producers_write():
     """The patterns read the exact sentences of their producers (the same f-strings, filled)."""
-    from services.queue.domain import lifecycle
-    minimum = 3.5 + lifecycle.REQUEUE_MARGIN_SECONDS
-    queue = f"new ceiling {10.0:g}s is below consumed + {lifecycle.REQUEUE_MARGIN_SECONDS:g}s = {minimum:g}s"
+    from services.queue.domain import ceiling
+    minimum = 3.5 + ceiling.REQUEUE_MARGIN_SECONDS
+    queue = f"new ceiling {10.0:g}s is below consumed + {ceiling.REQUEUE_MARGIN_SECONDS:g}s = {minimum:g}s"
     auth = f"role {'submitter'!r} lacks permission {'finetune:manage'!r}"
     assert words.audit_reason(queue, PT).startswith("o novo teto de 10 s")
     role = i18n.translate(PT, "common.role_submitter")

@@ -16,7 +16,8 @@ from libs.contracts.tenancy import MAX_WEIGHT, MIN_WEIGHT, OrgSpec, QuotaSpec
 from libs.runtime.loophealth import CURRENT, FAILING_AFTER, LoopHealth
 from libs.runtime.singleton import periodic
 from services.gateway.domain.status import services_view
-from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Node, Snapshot, WaitCode
 from services.queue.tenancy.model import Pending
 from services.queue.tenancy.orgs import read as read_orgs
 from services.queue.tenancy_edge import organisation

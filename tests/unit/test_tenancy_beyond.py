@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.queue.tenancy.admission import WaitCode
+from services.queue.tenancy.placement_types import WaitCode
 from services.queue.tenancy.beyond import beyond_due, beyond_pass
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,8 @@ import pytest
 
 from services.gateway.panel import words
 from services.queue.tenancy import environments as envs
-from services.queue.tenancy.admission import Admit, Node, Snapshot, WaitCode, plan
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Admit, Node, Snapshot, WaitCode
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Running
 
 pytestmark = pytest.mark.unit

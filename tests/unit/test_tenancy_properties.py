@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from services.queue.tenancy import budget as budgets
 from services.queue.tenancy import quota as quotas
 from services.gateway.domain import usage as usages
-from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Node, Snapshot, WaitCode
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Preemption, Running
 
 pytestmark = pytest.mark.unit

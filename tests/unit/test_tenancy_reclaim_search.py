@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from services.queue.tenancy import admission
-from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
+from services.queue.tenancy import reclaim
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Node, Snapshot, WaitCode
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Preemption, Running
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -26,14 +27,14 @@ def _snapshot(b_devices: int, waiting: int) -> Snapshot:
 
 def _counting(monkeypatch) -> list[tuple]:
     calls: list[tuple] = []
-    real = admission._victims
+    real = reclaim._victims
 
     def counted(*args, **kw):
         result = real(*args, **kw)
         calls.append((args[2].job_id, result is not None))
         return result
 
-    monkeypatch.setattr(admission, "_victims", counted)
+    monkeypatch.setattr(reclaim, "_victims", counted)
     return calls
 
 

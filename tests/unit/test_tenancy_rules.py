@@ -8,7 +8,8 @@ import pytest
 
 from services.queue.tenancy import budget as budgets
 from services.queue.tenancy import quota as quotas
-from services.queue.tenancy.admission import Node, Snapshot, WaitCode, plan
+from services.queue.tenancy.placement import plan
+from services.queue.tenancy.placement_types import Node, Snapshot, WaitCode
 from services.queue.tenancy.fairshare import dominant_share
 from services.queue.tenancy.model import (
     Cohort, GroupQuota, Organisation, Pending, Preemption, Running, devices,

@@ -57,7 +57,7 @@ AUDIT_REASONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re
     (r"unknown or revoked token", "audit_unknown_token"),
 ))
 
-# The queue's waiting sentence (admission.py, quota.py): a pattern each; the code's words stay beside it.
+# The queue's waiting sentence (tenancy/placement_pass.py, quota.py): a pattern each; the code's words stay beside it.
 WAITING: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), k) for p, k in (
     (r"no ready node has (?P<gpus>\d+) GPUs", "wait_no_ready_node"),
     (r"no ready node offering the Python environment (?P<environment>.+) has (?P<gpus>\d+) GPUs",

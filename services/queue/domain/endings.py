@@ -14,7 +14,7 @@ from .facts import Finished, LeaseExpired
 
 # Labels of their own (the panel words them, job.json ``reason_<label>``), never a requeue's cause or an event's
 # free text, which the same catalogue lookup would word the same way.
-CEILING_STOP = "gpu_ceiling"  # stopped as asked, or by the executor's own clock
+CEILING_STOP = "gpu_ceiling"  # a stop for the GPU ceiling; stopped as asked, or by the executor's own clock
 LEASE_EXPIRED = "run_lost"  # the executor went silent for the whole lease
 ABANDONED = "run_abandoned"  # the executor gave the run up (it lost contact, or was shut down)
 HANDED_BACK = "run_never_started"  # the executor handed the grant back

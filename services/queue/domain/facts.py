@@ -11,7 +11,7 @@ from libs.contracts.jobs import AttemptCause, JobEventKind, JobSpec, JobState
 from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import RunOutcome
 
-from .admission import Backoff
+from .gang_admission import Backoff
 
 
 def no_attempts() -> dict[str, int]:

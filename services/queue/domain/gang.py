@@ -28,7 +28,8 @@ from libs.contracts.policies import NodeFailureStrategy
 from libs.contracts.telemetry import EXIT_PEER_LOST, RunOutcome
 
 from . import preemption
-from .admission import backoff_due, timed_out
+from .endings import CEILING_STOP
+from .gang_admission import backoff_due, timed_out
 from .preemption import PREEMPTED
 from .facts import (
     AdmissionDue,
@@ -54,7 +55,6 @@ from .facts import (
 PEER_LOST = "peer_lost"  # how a worker ended when its process exited with EXIT_PEER_LOST
 GANG_TIMEOUT = AttemptCause.GANG_TIMEOUT.value
 NODE_FAILURE = AttemptCause.NODE_FAILURE.value
-CEILING_STOP = "gpu_ceiling"  # as lifecycle.CEILING_STOP (not imported: lifecycle imports this module)
 
 
 def live(gang: tuple[GangWorker, ...]) -> tuple[str, ...]:

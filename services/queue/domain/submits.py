@@ -14,7 +14,7 @@ from typing import TypeVar
 from libs.contracts.jobs import JobSpec, RunLimits
 from libs.contracts.policies import GangPolicy
 
-from .admission import spec_refusal
+from .gang_admission import spec_refusal
 from .facts import Refusal
 
 C = TypeVar("C")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .admission import Wait, WaitCode
+from .placement_types import Wait, WaitCode
 
 
 def beyond_due(since_last: float | None, refresh_seconds: float) -> bool:

@@ -7,7 +7,7 @@ keyed by its organisation's weighted devices if it and the ones before it were a
 ``(held + devices of its jobs up to this one) / weight``; the N lowest keys are taken (ties: older, then id).
 So equal organisations holding nothing alternate, one holding more gets fewer places, one of weight 2 gets
 twice as many, and every organisation with queued jobs gets about ``N / organisations`` places at least. Fair
-share then orders the chosen ones (``fairshare``, ``admission``); this only decides who is seen.
+share then orders the chosen ones (``fairshare``, ``placement``); this only decides who is seen.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which nodes may take a job that names a Python environment (issue 27): only those whose executor offers it
 (``TETO_ENVIRONMENTS``, sent with every heartbeat and stored on its row); a job naming none goes anywhere. A
 worker granted to a node without its environment would fail the run and spend an attempt, so placement (the
-``admission`` pass) counts, for such a job, only the nodes that offer it: as ready capacity (a job no ready node
+``placement`` pass) counts, for such a job, only the nodes that offer it: as ready capacity (a job no ready node
 offers its environment to waits with ``no_environment``), as free nodes to grant (every worker of a gang), and as
 nodes a reclaim may free for it. Pure.
 """

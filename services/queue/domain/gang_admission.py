@@ -1,9 +1,9 @@
 """Gang admission, as pure arithmetic and rules: which gangs may be admitted in a placement pass, how long a
 gang may take to form, how long it waits after a timeout, and where its workers meet (the rendezvous port).
 
-A gang is a job with ``workers > 1``. Reserving its nodes all at once is ``placement.place``'s all-or-nothing
-rule; this module adds what only gangs need. Nothing here reads a clock or a random source: ``now`` and the
-jitter draw are arguments, so every sequence of back-offs is exact in tests.
+A gang is a job with ``workers > 1``. Reserving its nodes all at once is the placement's all-or-nothing rule
+(``tenancy/placement.py``); this module adds what only gangs need. Nothing here reads a clock or a random
+source: ``now`` and the jitter draw are arguments, so every sequence of back-offs is exact in tests.
 """
 
 from __future__ import annotations
@@ -16,9 +16,17 @@ from datetime import datetime, timedelta
 from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy
 
-from .placement import QueuedJob
-
 JITTER_FRACTION = 0.1  # a timed-out gang waits up to 10% longer than the formula, so gangs spread out
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A queued job as gang admission sees it: its arrival and its shape."""
+
+    job_id: str
+    created_at: datetime
+    workers: int = 1
+    gpus_per_worker: int = 0
 
 
 def is_gang(spec: JobSpec) -> bool:

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy, NodeFailureStrategy
-from services.queue.domain.admission import (
+from services.queue.domain.gang_admission import (
     JITTER_FRACTION,
     PortRange,
+    QueuedJob,
     admissible,
     backoff_due,
     capped_delay,
@@ -26,7 +27,6 @@ from services.queue.domain.admission import (
     spec_refusal,
     timed_out,
 )
-from services.queue.domain.placement import QueuedJob
 
 pytestmark = pytest.mark.unit
 
