@@ -17,9 +17,9 @@ import time
 
 
 def _record_passes(path: str) -> None:
-    from services.health import store
+    from services.health.evaluator import Evaluator
 
-    evaluate = store.evaluate
+    evaluate = Evaluator.evaluate
     out = open(path, "a", buffering=1)  # noqa: SIM115 - the process's lifetime
 
     async def timed(*args, **kwargs):
@@ -28,7 +28,7 @@ def _record_passes(path: str) -> None:
         out.write(f"{start:.6f} {time.time():.6f}\n")
         return result
 
-    store.evaluate = timed
+    Evaluator.evaluate = timed
 
 
 def stream_time(reply: str | None) -> float:

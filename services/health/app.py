@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from libs.runtime import metrics
 from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
@@ -15,6 +14,7 @@ from libs.runtime.wake import Waker, channel, wakeable
 
 from . import store
 from .checks import Checks
+from .evaluator import Evaluator
 from .handlers import Counters, consumers
 from .settings import HealthSettings
 
@@ -27,23 +27,18 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
     try:
         # Consumers share their durables with every replica; the evaluator and the relay run in one.
         relay = OutboxRelay(runtime.pool, store.SCHEMA, runtime.js, bury=runtime.bury)
-        checks = Checks(runtime, settings)
-        checks.kick = relay.kick
+        checks = Checks(runtime, settings, kick=relay.kick)
         # Heartbeat batches of 500 decoded messages, evaluator passes (libs/runtime/gctune.py); before the
         # consumers start, since its full collection holds the event loop (docs/performance.md, the eighth round).
         tune_for_batches()
         await runtime.consume(consumers(runtime, Counters(), checks))
 
-        async def evaluate() -> None:
-            result = await store.evaluate(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock.now())
-            for kind, signal in result.changes:  # committed
-                metrics.SIGNAL_CHANGES.labels(kind, signal).inc()
-
+        evaluator = Evaluator(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock)
         # A pass starts as soon as a heartbeat batch is stored (a notification from its transaction, whichever
         # replica stored it; passes take at most half the time while batches keep coming), and every evaluate
         # interval besides, for the silences and standing steps that no message announces.
         waker = Waker(settings.database_url, channel(settings.subject_prefix, store.EVALUATOR))
-        runtime.singleton("health-evaluator", wakeable(evaluate, settings.evaluate_interval_seconds,
+        runtime.singleton("health-evaluator", wakeable(evaluator.run_pass, settings.evaluate_interval_seconds,
                                                        "health evaluator", waker))
         runtime.singleton("health-checks", periodic(checks.tick, settings.check_interval_seconds, "check loop"))
         runtime.singleton("health-outbox", relay.run)

@@ -24,7 +24,7 @@ from libs.runtime.service import Runtime
 
 from . import slurm
 from .domain.provisioning import Action, Request
-from .nodes import SCHEMA
+from .store import SCHEMA
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Node registrations that name another executor than the node's own: found here, refused by the handler
-(the rule: domain/registration.py)."""
+(the rule: domain/registration.py; the bindings: store/nodes.py)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,14 @@ import asyncpg
 from libs.contracts.nodes import NodeRegistered
 
 from .domain.registration import foreign_executor
-
-_BOUND = """
-SELECT n.node_id, n.executor_id, GREATEST(e.last_heartbeat, e.registered_at) AS last_heard
-FROM health.nodes n LEFT JOIN health.executors e ON e.executor_id = n.executor_id
-WHERE n.node_id = ANY($1::text[])"""
+from .store import nodes
 
 
 async def split_foreign(conn: asyncpg.Connection, regs: list[NodeRegistered], now: datetime,
                         gone_after_seconds: float) -> tuple[list[NodeRegistered], list[tuple[NodeRegistered, str]]]:
     """The registrations to apply (in the order sent), and those refused with the reason; each is judged
     against the binding the ones before it left."""
-    bound = {r["node_id"]: (r["executor_id"], r["last_heard"])
-             for r in await conn.fetch(_BOUND, sorted({r.node_id for r in regs}))}
+    bound = await nodes.bindings(conn, sorted({r.node_id for r in regs}))
     kept: list[NodeRegistered] = []
     refused: list[tuple[NodeRegistered, str]] = []
     for reg in sorted(regs, key=lambda r: r.time):

@@ -1,5 +1,5 @@
-"""The health evaluator reads only the executors and jobs whose signal can have changed (services/health/store.py
-``_DUE_EXECUTORS``, ``_DUE_JOBS``), and never leaves out one whose verdict (``executor_signal``, ``job_signal``:
+"""The health evaluator reads only the executors and jobs whose signal can have changed (services/health/store/
+signals.py ``DUE_EXECUTORS``, ``DUE_JOBS``), and never leaves out one whose verdict (``executor_signal``, ``job_signal``:
 the pure rules) differs from its stored signal: checked over a grid of every stored signal, heartbeat age and
 step age around the thresholds (to the millisecond), phase, step, progress interval and, for jobs, state, against
 real PostgreSQL. A steady fleet is not read."""
@@ -13,7 +13,9 @@ import pytest
 
 from libs.runtime.service import Runtime
 from services.health import store
-from services.health.domain.signals import Thresholds
+from services.health.domain.signals import Thresholds, due_bounds, executor_signal
+from services.health.evaluator import reading_of, state_of
+from services.health.store import signals
 from services.health.settings import HealthSettings
 
 pytestmark = pytest.mark.integration
@@ -60,9 +62,9 @@ async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_
         every, due = await _stored_and_due(
             runtime, "executors", "executor_id",
             "executor_id, signal, last_heartbeat, step_changed_at, phase, step, progress_interval_seconds", rows,
-            store._DUE_EXECUTORS, *store.due_bounds(NOW, TH))  # noqa: SLF001
-        _check_read(every, due, "executor_id", lambda r: store._reading_of(  # noqa: SLF001
-            r, "last_heartbeat", None, NOW, TH, judge=store.executor_signal))
+            signals.DUE_EXECUTORS, *due_bounds(NOW, TH))
+        _check_read(every, due, "executor_id", lambda r: reading_of(
+            r, "last_heartbeat", None, NOW, TH, judge=executor_signal))
 
         # A steady fleet: fresh heartbeats, steps moving, signal ok. Nothing to read.
         async with runtime.pool.acquire() as conn:
@@ -71,7 +73,7 @@ async def test_every_executor_whose_verdict_changes_is_read_and_a_steady_one_is_
                 "INSERT INTO health.executors (executor_id, signal, last_heartbeat, step_changed_at, phase, step)"
                 " VALUES ($1, 'ok', $2, $2, 'training', 3)",
                 [(f"ex{i:05d}", NOW - timedelta(seconds=i % 30)) for i in range(2000)])
-            assert await conn.fetch(store._DUE_EXECUTORS, *store.due_bounds(NOW, TH)) == []  # noqa: SLF001
+            assert await conn.fetch(signals.DUE_EXECUTORS, *due_bounds(NOW, TH)) == []
     finally:
         await runtime.close()
 
@@ -89,10 +91,10 @@ async def test_every_job_whose_verdict_changes_is_read_and_a_steady_one_is_not(e
         every, due = await _stored_and_due(
             runtime, "jobs", "job_id",
             "job_id, state, signal, last_contact_at, step_changed_at, phase, step, progress_interval_seconds", rows,
-            store._DUE_JOBS, *store.due_bounds(NOW, TH), store._APPLIES)  # noqa: SLF001
+            signals.DUE_JOBS, *due_bounds(NOW, TH), signals.APPLIES)
         # Not the queued or finished jobs without a signal, nor the steady running ones.
-        _check_read(every, due, "job_id", lambda r: store._reading_of(  # noqa: SLF001
-            r, "last_contact_at", store._state(r["state"]), NOW, TH))  # noqa: SLF001
+        _check_read(every, due, "job_id", lambda r: reading_of(
+            r, "last_contact_at", state_of(r["state"]), NOW, TH))
 
         # A steady fleet's running jobs, and finished jobs without a signal: nothing to read.
         async with runtime.pool.acquire() as conn:
@@ -102,6 +104,6 @@ async def test_every_job_whose_verdict_changes_is_read_and_a_steady_one_is_not(e
                 " VALUES ($1, $2, $3, $4, $4, 'training', 3)",
                 [(f"j{i:05d}", "running" if i % 2 else "succeeded", "ok" if i % 2 else None,
                   NOW - timedelta(seconds=i % 30)) for i in range(2000)])
-            assert await conn.fetch(store._DUE_JOBS, *store.due_bounds(NOW, TH), store._APPLIES) == []  # noqa: SLF001
+            assert await conn.fetch(signals.DUE_JOBS, *due_bounds(NOW, TH), signals.APPLIES) == []
     finally:
         await runtime.close()

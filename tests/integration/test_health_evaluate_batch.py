@@ -1,4 +1,5 @@
-"""The health evaluator writes a pass's changed signals in one statement per table (services/health/store.py):
+"""The health evaluator writes a pass's changed signals in one statement per table (services/health/evaluator.py,
+store/signals.py):
 hundreds of executors going silent at once cost a fixed number of round trips, not one UPDATE each (a fleet's
 pass took tens of seconds that way, holding the rows its heartbeats needed), and a row whose inputs changed
 after it was read is still left for the next pass."""
@@ -14,6 +15,8 @@ import pytest
 
 from libs.runtime.service import Runtime
 from services.health import store
+from services.health.evaluator import Evaluator
+from services.health.store import signals
 from services.health.settings import HealthSettings
 
 pytestmark = pytest.mark.integration
@@ -47,8 +50,8 @@ async def test_hundreds_of_signal_changes_take_a_fixed_number_of_statements(env)
         conn = await asyncpg.connect(env.database_url)
         conn.add_query_logger(lambda q: statements.append(q.query))
         try:
-            result = await asyncio.wait_for(store.evaluate(OnePool(conn), settings.subjects, settings.thresholds,
-                                                           now), 60)
+            result = await asyncio.wait_for(Evaluator(OnePool(conn), settings.subjects,
+                                                             settings.thresholds).evaluate(now), 60)
         finally:
             await conn.close()
         assert result.executors_changed == 300
@@ -62,7 +65,7 @@ async def test_hundreds_of_signal_changes_take_a_fixed_number_of_statements(env)
 
         async def fetch_then_beat(self, query, *args, **kw):
             rows = await real_fetch(self, query, *args, **kw)
-            if query == store._DUE_EXECUTORS:  # noqa: SLF001 - the pass has read the executors
+            if query == signals.DUE_EXECUTORS:  # the pass has read the executors
                 async with runtime.pool.acquire() as other:
                     await other.execute("UPDATE health.executors SET last_heartbeat = $1 WHERE executor_id = 'ex000'",
                                         now)
@@ -70,8 +73,8 @@ async def test_hundreds_of_signal_changes_take_a_fixed_number_of_statements(env)
 
         asyncpg.Connection.fetch = fetch_then_beat
         try:
-            result = await asyncio.wait_for(store.evaluate(runtime.pool, settings.subjects, settings.thresholds,
-                                                           now), 60)
+            result = await asyncio.wait_for(Evaluator(runtime.pool, settings.subjects,
+                                                             settings.thresholds).evaluate(now), 60)
         finally:
             asyncpg.Connection.fetch = real_fetch
         assert result.executors_changed == 299

@@ -1,4 +1,4 @@
-"""Health writes a batch of heartbeats in one upsert per table and round (services/health/store.py ``rounds``)
+"""Health writes a batch of heartbeats in one upsert per table and round (services/health/store ``rounds``)
 and leaves every executor and job row exactly as one upsert per heartbeat, in send order, did. Random batches
 with flaps (checkpointing -> training), standing then moving steps, late and out-of-order heartbeats and stale
 epochs, against real PostgreSQL, from the same starting rows each time."""

@@ -1,4 +1,4 @@
-"""Health applies a batch of job events in one upsert per round (services/health/store.py ``apply_job_events``,
+"""Health applies a batch of job events in one upsert per round (services/health/store ``apply_job_events``,
 ``rounds``: as many as the most events of one job) and leaves every job row exactly as one upsert per event, in
 (job, sequence) order, did. Random batches with redeliveries,
 new and old epochs and executorless events, against real PostgreSQL, from rows heartbeats left."""

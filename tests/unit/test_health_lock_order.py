@@ -1,4 +1,4 @@
-"""How health writes a batch of heartbeats or job events (services/health/store.py): rows oldest first (stream
+"""How health writes a batch of heartbeats or job events (services/health/store): rows oldest first (stream
 order within one send time), split into rounds so that one upsert statement never touches a row twice and each
 row's updates land in order; the first round names every key, so it takes all the batch's row locks in key
 order (its ORDER BY), as the evaluator takes them (two writers locking in different orders deadlocked under

@@ -70,7 +70,7 @@ def test_unversioned_figures_still_compare_with_an_unversioned_report():
 def test_a_pass_merges_figures_of_the_same_suite_and_drops_those_of_another():
     import json
 
-    from services.health.nodes import figures_after_pass
+    from services.health.store.nodes import figures_after_pass
 
     node = {"figures": json.dumps({"matmul": {"tflops_float32": 1.0}, "membw": {"copy_gbps": 9.0}}),
             "figures_suite": "2"}

@@ -140,7 +140,7 @@ def test_settings_default_timeout_is_two_heartbeats_and_a_shorter_one_is_refused
 
 @given(ages, ages, phases, progress, thresholds)
 def test_an_executors_verdict_is_the_same_whatever_its_jobs_state(hb, step, phase, prog, th):
-    # The evaluator judges executors without reading their jobs (services/health/store.py evaluate): every job
+    # The evaluator judges executors without reading their jobs (services/health/evaluator.py): every job
     # state, and none at all, must give the same reading.
     args = (maybe_ago(hb), maybe_ago(step), phase, T0, th)
     readings = {executor_signal(state, *args, progress_interval_seconds=prog) for state in [None, *JobState]}

@@ -182,6 +182,11 @@ class Transition:
     def changed(self) -> bool:
         return bool(self.events)
 
+    @property
+    def schedules_checks(self) -> bool:
+        """The node is due for checks (its row's ``needs_check``: the check loop starts them)."""
+        return any(isinstance(e, ScheduleChecks) for e in self.effects)
+
     @classmethod
     def unchanged(cls, node: Node, why: str | None = None) -> Transition:
         return cls(node, ignored=why)

@@ -10,13 +10,17 @@ agent died, its report was refused as malformed, a figure the contract refuses) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
-from libs.contracts.nodes import CheckStatus
+from libs.contracts.nodes import CheckStatus, NodeState
 
+from . import breaker
+from .nodes import ChecksFailed, Node
 from .verdicts import FINAL, Verdict, node_outcome
 
 GROUP_TESTS = frozenset({"allreduce"})  # tests the nodes of a wave run together: a re-run is the whole wave's
@@ -77,10 +81,49 @@ def run_kind(reboots: Sequence[int]) -> str:
     return "recovery" if any(reboots) else "join"
 
 
+def due_groups(joining: Iterable[tuple[str, datetime]], now: datetime, batch_seconds: float) -> list[str]:
+    """The groups whose join run is due (``join_run_due`` over each group's joining nodes), in name order:
+    ``joining`` holds each joining node's (group, since)."""
+    since: dict[str, list[datetime]] = defaultdict(list)
+    for group, at in joining:
+        since[group].append(at)
+    return sorted(g for g, at in since.items() if join_run_due(at, now, batch_seconds))
+
+
+def rendezvous(rank0_address: str | None, collective_port: int | None, world_size: int) -> str | None:
+    """Where a wave's all-reduce meets: rank 0's host at its collective port; None for a wave of one (nothing to
+    reduce with) or a rank 0 without a collective port."""
+    if not collective_port or world_size <= 1:
+        return None
+    host = (rank0_address or "127.0.0.1:0").rpartition(":")[0]
+    return f"{host}:{collective_port}"
+
+
+def deadline_of(now: datetime, deadline_seconds: float) -> datetime:
+    """When a directive sent now must have been answered."""
+    return now + timedelta(seconds=deadline_seconds)
+
+
+def on_demand_targets(nodes: Iterable[Node]) -> tuple[list[Node], dict[str, str]]:
+    """The nodes an on-demand run checks (ready and not cordoned already), and why each other one is skipped."""
+    targets, skipped = [], {}
+    for n in nodes:
+        if n.state is NodeState.READY and not n.cordoned:
+            targets.append(n)
+        else:
+            skipped[n.node_id] = f"cordoned for run {n.run_id}" if n.cordoned else n.state.value
+    return targets, skipped
+
+
+def waits_for_job(executor_id: str | None, busy_executors: Container[str | None], *, force: bool) -> bool:
+    """A target whose executor runs a job is cordoned until the job ends, unless the run is forced (the agent
+    checkpoints and stops the job first)."""
+    return executor_id in busy_executors and not force
+
+
 def started(member: Member, wave: int, now: datetime, deadline_seconds: float) -> Member:
     """A directive went out: the report is due before the deadline (re-armed by every re-run)."""
-    return replace(member, status=MemberStatus.PENDING, wave=wave,
-                   deadline=now + timedelta(seconds=deadline_seconds))
+    return replace(member, status=MemberStatus.PENDING, wave=wave, deadline=deadline_of(now, deadline_seconds))
 
 
 # -- reports --------------------------------------------------------------------------------------------------
@@ -109,6 +152,26 @@ def stale_report(member: Member | None, result: Result | None, attempt: int) -> 
 
 
 # -- one member's facts: (member, result, fact, now) -> Step -----------------------------------------------
+
+def unjudged_fact(status: str, test: str | None, attempt: int) -> Progress | Busy | None:
+    """A report's fact where no verdict is needed: ``busy`` (the whole run), or a test started or still pending;
+    None for a final result (passed, failed, error), which is judged against the group first."""
+    if status == "busy":
+        return Busy()
+    if status in (CheckStatus.RUNNING, CheckStatus.PENDING):
+        return Progress(test or "", attempt, CheckStatus(status))
+    return None
+
+
+def judged_verdict(verdict: Verdict, attempt: int) -> dict[str, Any]:
+    """What a result keeps of its attempt's verdict (kept even when the test re-runs)."""
+    return {**verdict.detail(), "attempt": attempt, "rerun": verdict.rerun}
+
+
+def overdue_verdict(result: Result) -> dict[str, Any]:
+    """What a result failed at its deadline keeps as its verdict."""
+    return {"reason": result.reason, "attempt": result.attempt, "rerun": False, "overdue": True}
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -194,7 +257,7 @@ def decide(member: Member | None, result: Result | None, fact: Fact, now: dateti
     if verdict.rerun:
         # One noisy run does not fail a node: the test runs once more, its deadline re-armed.
         again = Result(result.test, CheckStatus.PENDING, fact.attempt + 1)
-        return Step(replace(member, deadline=now + timedelta(seconds=deadline_seconds)), (again,),
+        return Step(replace(member, deadline=deadline_of(now, deadline_seconds)), (again,),
                     (Rerun(result.test, fact.attempt + 1, result.test in GROUP_TESTS),))
     return Step(member, (Result(result.test, verdict.status, fact.attempt, verdict.reason),), (FinishWave(),))
 
@@ -231,3 +294,42 @@ def wave_outcomes(results: Mapping[str, Sequence[Result]]) -> dict[str, Outcome]
         else:
             out[node_id] = Outcome(CheckStatus.PASSED)
     return out
+
+
+def by_node(rows: Iterable[tuple[str, Result]]) -> dict[str, list[Result]]:
+    """A wave's results (node id, result) grouped per node, in the order given."""
+    out: dict[str, list[Result]] = defaultdict(list)
+    for node_id, result in rows:
+        out[node_id].append(result)
+    return out
+
+
+def failed_verdicts(rows: Iterable[tuple[str, Result, Mapping[str, Any]]]) -> dict[str, list[tuple[str, Any]]]:
+    """Each node's failed tests with their verdicts (the figures against the bar: what a drain's reason says)."""
+    out: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for node_id, result, verdict in rows:
+        if result.status is CheckStatus.FAILED:
+            out[node_id].append((result.test, verdict))
+    return out
+
+
+def run_finished(statuses: Iterable[MemberStatus]) -> bool:
+    """A run is done once every member passed or failed (a run whose last nodes could not start, too)."""
+    return all(s in DONE for s in statuses)
+
+
+# -- a node failed for good: the group's breaker first (breaker.py) -------------------------------------------
+
+def breaker_applies(node: Node | None, run_id: str) -> bool:
+    """Whether a failed outcome is news for the node: it is checking in this run (otherwise the lifecycle ignores
+    the failure, and the breaker must not count it)."""
+    return node is not None and node.state is NodeState.CHECKING and node.run_id == run_id
+
+
+def failed_fact(run_id: str, reason: str, decision: breaker.Decision | None) -> ChecksFailed:
+    """The lifecycle's fact for a node that failed for good, after its group's breaker (None: not asked): held
+    when the breaker holds the group (tripped now, or already), else the usual reboot/replace path."""
+    if decision is None or decision.verdict is breaker.Verdict.PROCEED:
+        return ChecksFailed(run_id, reason)
+    assert decision.guard.alert is not None
+    return ChecksFailed(run_id, reason, hold=decision.guard.alert.reason)

@@ -110,3 +110,13 @@ def executor_signal(
     state = job_state if job_state in SIGNAL_APPLIES else None
     return job_signal(state, last_heartbeat_at, last_step_change_at, phase, now, thresholds,
                       progress_interval_seconds=progress_interval_seconds)
+
+
+def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
+    """The instants the store's due queries (store/signals.py ``DUE_EXECUTORS``, ``DUE_JOBS``) compare with, each
+    1 ms wide the lenient way, so the rows they return are a superset of those ``job_signal`` would change (the
+    stuck threshold is the larger of ``stuck_after`` and two progress intervals: both must have passed)."""
+    slack, timeout, still = timedelta(milliseconds=1), timedelta(seconds=th.signal_timeout_seconds), \
+        timedelta(seconds=th.stuck_after_seconds)
+    return (now - timeout - slack, now - timeout + slack, now - still + slack, now + slack, now - still - slack,
+            now - slack)

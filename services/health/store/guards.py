@@ -1,5 +1,5 @@
-"""The replacement breaker's edge: a group's guard in and out of ``health.group_guards``, and a group held or
-released (every node's transition written with its events, in the caller's transaction).
+"""The replacement breaker's rows: a group's guard in and out of ``health.group_guards``, in the caller's
+transaction (a group held or released node by node: nodes.py ``apply_to_group``).
 
 The rules are in domain/breaker.py; nothing here decides. Locks: a verdict holds the failing node, then the
 guard row, then the group's other nodes by id; a clear takes the guard, then the nodes. The two can meet in a
@@ -10,18 +10,11 @@ message is redelivered, nothing half-applied.
 from __future__ import annotations
 
 import json
-import logging
 from datetime import datetime
 
 import asyncpg
 
-from libs.contracts.subjects import Subjects
-
-from . import nodes as store
-from .domain import breaker
-from .domain import nodes as lc
-
-log = logging.getLogger(__name__)
+from ..domain import breaker
 
 
 def _alert_of(value: str | None) -> breaker.Alert | None:
@@ -51,20 +44,3 @@ async def save(conn: asyncpg.Connection, guard: breaker.Guard, *, cleared_by: st
 
 async def alert(conn: asyncpg.Connection, group: str) -> breaker.Alert | None:
     return _alert_of(await conn.fetchval("SELECT alert FROM health.group_guards WHERE group_name = $1", group))
-
-
-async def apply_to_group(conn: asyncpg.Connection, subjects: Subjects, group: str, fact: lc.Hold | lc.Release,
-                         now: datetime, *, but: str | None = None) -> list[str]:
-    """Hold or release every node of the group (``but`` one the caller is moving itself); returns the nodes
-    that changed (their events are in the outbox, ``schedulable`` telling placement what to do)."""
-    changed = []
-    ids = [r["node_id"] for r in await conn.fetch("SELECT node_id FROM health.nodes WHERE group_name = $1"
-                                                  " AND node_id IS DISTINCT FROM $2 ORDER BY node_id", group, but)]
-    for node_id in ids:
-        node, row = await store.load(conn, node_id)
-        t = lc.decide(node, fact, now)
-        if isinstance(t, lc.Transition) and t.changed:
-            schedule = any(isinstance(e, lc.ScheduleChecks) for e in t.effects)
-            await store.save(conn, subjects, t, now, seq=row["event_seq"], needs_check=True if schedule else None)
-            changed.append(node_id)
-    return changed

@@ -1,5 +1,7 @@
-"""The node table's edge: nodes in and out of rows, and a transition written with its ``NodeEvent``s and the
-directives it causes (reboot) in the outbox, in the caller's transaction.
+"""The node rows: nodes in and out of ``health.nodes``, and a transition written with its ``NodeEvent``s and the
+directives it causes (reboot) in the outbox, in the caller's transaction; the reads that pick nodes (a group,
+its live peers, the samples of its median, an on-demand run's targets). The lifecycle decides
+(domain/nodes.py); the sweeps here (``mark_gone``, ``apply_to_group``) only apply its answer to each row.
 
 Every function takes a connection the caller holds inside a transaction; nothing here commits on its own.
 """
@@ -19,10 +21,10 @@ from libs.contracts.nodes import NodeEvent, NodeState, RebootNode
 from libs.contracts.subjects import Subjects
 from libs.runtime import outbox
 
-from .domain import liveness
-from .domain.nodes import Node, Reboot, Silent, Transition, Unaddressable, decide
+from . import SCHEMA
+from ..domain import liveness
+from ..domain.nodes import Hold, Node, Reboot, Release, Silent, Transition, Unaddressable, decide
 
-SCHEMA = "health"
 log = logging.getLogger(__name__)
 
 
@@ -146,3 +148,81 @@ async def flag_unaddressable(conn: asyncpg.Connection, subjects: Subjects, node_
     except Exception:  # noqa: BLE001 - its node id is no subject token either: keep the state, no event
         await conn.execute("UPDATE health.nodes SET state = 'failed', reason = $2, run_id = NULL, needs_check = false,"
                            " updated_at = now() WHERE node_id = $1", node_id, reason[:1500])
+
+
+async def apply_to_group(conn: asyncpg.Connection, subjects: Subjects, group: str, fact: Hold | Release,
+                         now: datetime, *, but: str | None = None) -> list[str]:
+    """Hold or release every node of the group (``but`` one the caller is moving itself); returns the nodes
+    that changed (their events are in the outbox, ``schedulable`` telling placement what to do)."""
+    changed = []
+    ids = [r["node_id"] for r in await conn.fetch("SELECT node_id FROM health.nodes WHERE group_name = $1"
+                                                  " AND node_id IS DISTINCT FROM $2 ORDER BY node_id", group, but)]
+    for node_id in ids:
+        node, row = await load(conn, node_id)
+        t = decide(node, fact, now)
+        if isinstance(t, Transition) and t.changed:
+            await save(conn, subjects, t, now, seq=row["event_seq"], needs_check=True if t.schedules_checks else None)
+            changed.append(node_id)
+    return changed
+
+
+async def group_exists(conn: asyncpg.Connection, group: str) -> bool:
+    return await conn.fetchval("SELECT EXISTS (SELECT 1 FROM health.nodes WHERE group_name = $1)", group)
+
+
+async def lock_group(conn: asyncpg.Connection, group: str) -> list[asyncpg.Record]:
+    """The group's nodes, locked, in id order (the lock order)."""
+    return await conn.fetch("SELECT * FROM health.nodes WHERE group_name = $1 ORDER BY node_id FOR UPDATE", group)
+
+
+async def lock_nodes(conn: asyncpg.Connection, node_ids: list[str]) -> list[asyncpg.Record]:
+    """The named nodes that exist, locked, in id order."""
+    return await conn.fetch("SELECT * FROM health.nodes WHERE node_id = ANY($1::text[]) ORDER BY node_id"
+                            " FOR UPDATE", node_ids)
+
+
+async def busy_executors(conn: asyncpg.Connection, executor_ids: list[str | None]) -> set[str]:
+    """Those of the executors that run a job, per their heartbeats."""
+    return {r["executor_id"] for r in await conn.fetch(
+        "SELECT executor_id FROM health.executors WHERE executor_id = ANY($1::text[]) AND job_id IS NOT NULL",
+        executor_ids)}
+
+
+async def owner(conn: asyncpg.Connection, node_id: str) -> str | None:
+    """The executor the node is bound to (None: no such node, or none yet)."""
+    return await conn.fetchval("SELECT executor_id FROM health.nodes WHERE node_id = $1", node_id)
+
+
+# Each node's executor and when that executor was last heard from (a registration, or a heartbeat).
+_BOUND = """
+SELECT n.node_id, n.executor_id, GREATEST(e.last_heartbeat, e.registered_at) AS last_heard
+FROM health.nodes n LEFT JOIN health.executors e ON e.executor_id = n.executor_id
+WHERE n.node_id = ANY($1::text[])"""
+
+
+async def bindings(conn: asyncpg.Connection, node_ids: list[str]) -> dict[str, tuple[str | None, datetime | None]]:
+    """Each existing node's executor and when it was last heard from."""
+    return {r["node_id"]: (r["executor_id"], r["last_heard"]) for r in await conn.fetch(_BOUND, node_ids)}
+
+
+async def node(conn: asyncpg.Connection, node_id: str) -> Node:
+    """The node as it stands (unlocked)."""
+    return node_of(await conn.fetchrow("SELECT * FROM health.nodes WHERE node_id = $1", node_id))
+
+
+async def joining(conn: asyncpg.Connection) -> list[tuple[str, datetime]]:
+    """Each joining node due for checks as (group, since), unlocked: locking every joining node each tick made
+    every registration wait for the check loop (issue 12)."""
+    return [(r["group_name"], r["since"]) for r in await conn.fetch(
+        "SELECT group_name, since FROM health.nodes WHERE needs_check AND state = 'joining'")]
+
+
+async def lock_joining(conn: asyncpg.Connection, group: str) -> list[asyncpg.Record]:
+    """The group's joining nodes due for checks, locked, in id order."""
+    return await conn.fetch("SELECT * FROM health.nodes WHERE needs_check AND state = 'joining' AND group_name = $1"
+                            " ORDER BY node_id FOR UPDATE", group)
+
+
+async def checks_scheduled(conn: asyncpg.Connection, node_ids: list[str]) -> None:
+    """The nodes are in a run now: no longer due for one."""
+    await conn.execute("UPDATE health.nodes SET needs_check = false WHERE node_id = ANY($1::text[])", node_ids)

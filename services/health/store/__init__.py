@@ -1,30 +1,27 @@
-"""The health service's tables (schema ``health``): executors and jobs as heartbeats, registrations and job
-events describe them, and the signals the evaluator derives, written with their events in one transaction."""
+"""The health service's store (schema ``health``), one package: this module holds the schema's name and the
+tables heartbeats, registrations and job events write (executors and jobs, as the handlers store them);
+``signals`` the evaluator's reads and writes of the same tables, ``nodes`` the node rows, ``guards`` the groups'
+replacement breakers, ``runs`` the check runs. Every function takes a connection the caller holds; nothing here
+decides (the rules are in ../domain/)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 
-from libs.contracts.jobs import JobEvent, JobState
-from libs.contracts.nodes import NodeRegistered, Signal, SignalChanged
-from libs.contracts.subjects import Subjects
-from libs.contracts.telemetry import Heartbeat, Phase
-from libs.runtime import outbox
+from libs.contracts.jobs import JobEvent
+from libs.contracts.nodes import NodeRegistered
+from libs.contracts.telemetry import Heartbeat
 from libs.runtime.fencing import StaleEpoch, is_stale
-
-from .domain.signals import SIGNAL_APPLIES, SignalReading, Thresholds, executor_signal, job_signal
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "health"
 EVALUATOR = "evaluator"  # the signal evaluator's wake channel name (libs/runtime/wake.py): stored heartbeats wake it
-_APPLIES = sorted(str(s) for s in SIGNAL_APPLIES)  # the job states a signal applies in
 
 # One heartbeat's upsert, for every row of a round at once (``rounds``): the heartbeat's send time becomes the
 # row's last contact, and restarts the stuck clock when the step, the phase, the job or its epoch changed. A
@@ -201,152 +198,3 @@ async def apply_job_events(conn: asyncpg.Connection, events: list[JobEvent]) -> 
     async with contextlib.nullcontext() if alone else conn.transaction():
         for part in parts:
             await conn.execute(_UPSERT_JOB_EVENTS, *_columns(part))
-
-
-# A pass writes every changed signal of a table in one statement, each row only if the inputs it was judged on
-# are still those in the table (a heartbeat that landed meanwhile is judged by the next pass). One UPDATE a row
-# held the pass's row locks for a round trip per change: with thousands of executors changing at once (a fleet
-# registering, a broker outage ending) a pass took tens of seconds and the heartbeat writes queued behind it.
-_SET_JOB_SIGNALS = """
-UPDATE health.jobs AS j SET signal = u.signal, signal_since = u.since, thresholds = u.thresholds::jsonb
-FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::timestamptz[], $6::timestamptz[],
-            $7::text[]) AS u(job_id, signal, since, thresholds, contact, step_changed_at, state)
-WHERE j.job_id = u.job_id AND j.last_contact_at IS NOT DISTINCT FROM u.contact
-  AND j.step_changed_at IS NOT DISTINCT FROM u.step_changed_at AND j.state IS NOT DISTINCT FROM u.state
-RETURNING j.job_id
-"""
-_SET_EXECUTOR_SIGNALS = """
-UPDATE health.executors AS e SET signal = u.signal, signal_since = u.since, thresholds = u.thresholds::jsonb
-FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::timestamptz[], $6::timestamptz[])
-     AS u(executor_id, signal, since, thresholds, contact, step_changed_at)
-WHERE e.executor_id = u.executor_id AND e.last_heartbeat IS NOT DISTINCT FROM u.contact
-  AND e.step_changed_at IS NOT DISTINCT FROM u.step_changed_at
-RETURNING e.executor_id
-"""
-
-
-# The rows whose verdict can differ from their stored signal (``job_signal``, judged in Python on what these
-# return): a superset, each bound taken 1 ms wide the lenient way, so PostgreSQL's interval arithmetic can never
-# leave out a row Python would change. A steady fleet returns nothing: a pass reads the executors and jobs going
-# silent, coming back or standing still, not all 10,000 of them, and judges only those. ``contact`` is the
-# row's last heartbeat (executors) or contact (jobs).
-def _liveness_due(a: str, contact: str) -> str:
-    standing = (f"{a}.phase = 'training' AND {a}.step IS NOT NULL AND {a}.step_changed_at < {{still}}::timestamptz"
-                f" AND ({a}.progress_interval_seconds IS NULL OR {a}.step_changed_at < {{now}}::timestamptz"
-                f" - {a}.progress_interval_seconds * interval '2 seconds')")
-    silent = f"{a}.{contact} IS NULL OR {a}.{contact} < $2::timestamptz"
-    return f"""CASE {a}.signal
-    WHEN 'no_signal' THEN {a}.{contact} >= $1::timestamptz
-    WHEN 'ok' THEN {silent} OR ({standing.format(still="$3", now="$4")})
-    WHEN 'stuck' THEN {silent} OR NOT coalesce({standing.format(still="$5", now="$6")}, false)
-    ELSE true END"""
-
-
-_DUE_EXECUTORS = f"SELECT * FROM health.executors e WHERE {_liveness_due('e', 'last_heartbeat')} ORDER BY e.executor_id"
-# A job's signal applies only while it runs (``SIGNAL_APPLIES``; a job no event has described yet is judged on
-# its contacts alone): any other job is due only while it still carries a signal, to clear it.
-_DUE_JOBS = f"""SELECT * FROM health.jobs j
-WHERE CASE WHEN j.state IS NULL OR j.state = ANY($7::text[]) THEN {_liveness_due('j', 'last_contact_at')}
-           ELSE j.signal IS NOT NULL END
-ORDER BY j.job_id"""
-
-
-def due_bounds(now: datetime, th: Thresholds) -> tuple[datetime, ...]:
-    """``_DUE_EXECUTORS``'s parameters: the instants its tests compare with, each 1 ms wide the lenient way (the
-    stuck threshold is the larger of ``stuck_after`` and two progress intervals: both must have passed)."""
-    slack, timeout, still = timedelta(milliseconds=1), timedelta(seconds=th.signal_timeout_seconds), \
-        timedelta(seconds=th.stuck_after_seconds)
-    return (now - timeout - slack, now - timeout + slack, now - still + slack, now + slack, now - still - slack,
-            now - slack)
-
-
-async def _set_signals(conn: asyncpg.Connection, table: str, key: str, update: str, rows: list[tuple]) -> set[str]:
-    """Write a pass's changed signals of one table (rows in key order, key first); the keys actually written.
-    The rows are locked first in key order, as the heartbeat writes take them (see ``rounds``): the
-    UPDATE's own join would lock them in whatever order its plan reads them."""
-    if not rows:
-        return set()
-    await conn.execute(f"SELECT 1 FROM health.{table} WHERE {key} = ANY($1::text[]) ORDER BY {key} FOR UPDATE",
-                       [r[0] for r in rows])
-    return {r[0] for r in await conn.fetch(update, *(list(column) for column in zip(*rows)))}
-
-
-@dataclass
-class Evaluation:
-    executors_changed: int = 0
-    jobs_changed: int = 0
-    changes: list[tuple[str, str]] = field(default_factory=list)  # (job | executor, new signal or "none")
-
-
-def _phase(value: str | None) -> Phase | None:
-    return Phase(value) if value in Phase.__members__.values() else None
-
-
-def _state(value: str | None) -> JobState | None:
-    return JobState(value) if value in JobState.__members__.values() else None
-
-
-def _reading_of(row: asyncpg.Record, contact: str, state: JobState | None, now: datetime, th: Thresholds,
-                judge=job_signal) -> SignalReading:
-    # A step that was never reported has no "last change": such a workload has no progress signal.
-    step_changed = row["step_changed_at"] if row["step"] is not None else None
-    return judge(state, row[contact], step_changed, _phase(row["phase"]), now, th,
-                 progress_interval_seconds=row["progress_interval_seconds"])
-
-
-async def evaluate(pool: asyncpg.Pool, subjects: Subjects, th: Thresholds, now: datetime) -> Evaluation:
-    """Re-derive every signal that can have changed (the jobs ``_DUE_JOBS`` and the executors ``_DUE_EXECUTORS``
-    return);
-    write the changed ones, with a SignalChanged event per job, in one transaction.
-
-    Each write is conditional on the inputs read (contact time, step time, state) being unchanged, so a
-    heartbeat that lands between the read and the write is never overwritten with a verdict made without it;
-    the next pass judges it.
-    """
-    result = Evaluation()
-    async with pool.acquire() as conn, conn.transaction():
-        bounds = due_bounds(now, th)
-        changed_jobs = []
-        for row in await conn.fetch(_DUE_JOBS, *bounds, _APPLIES):  # key order (lock order: see rounds)
-            reading = _reading_of(row, "last_contact_at", _state(row["state"]), now, th)
-            if reading.signal != _signal(row["signal"]):
-                changed_jobs.append((row, reading, reading.since or now))
-        written = await _set_signals(conn, "jobs", "job_id", _SET_JOB_SIGNALS, [
-            (row["job_id"], reading.signal and str(reading.signal), since, _thresholds(reading),
-             row["last_contact_at"], row["step_changed_at"], row["state"]) for row, reading, since in changed_jobs])
-        events = []
-        for row, reading, since in changed_jobs:
-            if row["job_id"] in written:
-                result.jobs_changed += 1
-                result.changes.append(("job", str(reading.signal or "none")))
-                events.append((subjects.job_event(row["job_id"], "signal"), SignalChanged(
-                    job_id=row["job_id"], executor_id=row["executor_id"], signal=reading.signal,
-                    previous=_signal(row["signal"]), since=since,
-                    seconds_since_heartbeat=reading.seconds_since_heartbeat,
-                    seconds_since_step_change=reading.seconds_since_step_change,
-                    no_signal_after_seconds=reading.no_signal_after, stuck_after_seconds=reading.stuck_after,
-                )))
-        await outbox.add(conn, SCHEMA, events)
-
-        changed_executors = []
-        for row in await conn.fetch(_DUE_EXECUTORS, *bounds):
-            # An executor's verdict does not depend on its job's state (``executor_signal``): its job is not read.
-            reading = _reading_of(row, "last_heartbeat", None, now, th, judge=executor_signal)
-            if reading.signal != _signal(row["signal"]):
-                changed_executors.append((row["executor_id"], reading.signal and str(reading.signal),
-                                          reading.since or now, _thresholds(reading), row["last_heartbeat"],
-                                          row["step_changed_at"]))
-        written = await _set_signals(conn, "executors", "executor_id", _SET_EXECUTOR_SIGNALS, changed_executors)
-        result.executors_changed = len(written)
-        result.changes += [("executor", str(signal or "none")) for key, signal, *_ in changed_executors
-                           if key in written]
-    return result
-
-
-def _signal(value: str | None) -> Signal | None:
-    return Signal(value) if value else None
-
-
-def _thresholds(reading: SignalReading) -> str:
-    return json.dumps({"no_signal_after_seconds": reading.no_signal_after,
-                       "stuck_after_seconds": reading.stuck_after})
