@@ -15,7 +15,7 @@ from libs.contracts.policies import GangPolicy
 
 from libs.runtime.service import Runtime
 
-from . import policy as policy_store
+from . import policy
 from . import scans, store
 from .domain import lifecycle as lc
 from .domain.gang_admission import (PortRange, QueuedJob, admissible, next_backoff, ready_deadline, rendezvous,
@@ -42,10 +42,10 @@ class GangScanner:
             now = await store.db_now(conn)  # ready deadlines are set on the database's clock at placement
             # 1. Gangs that did not form in time release their nodes and back off (or fail at the limit).
             late = await scans.ready_timeouts(conn, now)
-            policy = await policy_store.load(conn) if late else None
+            gang_policy = await policy.load(conn) if late else None
             for job in late:
-                assert policy is not None
-                backoff = next_backoff(policy, job.backoff_count, self.draw())
+                assert gang_policy is not None
+                backoff = next_backoff(gang_policy, job.backoff_count, self.draw())
                 n += await self._apply(conn, job, lc.ReadyTimedOut(job.lease_epoch, backoff), now)
                 self.timeouts += 1
                 not_ready = [w.executor_id for w in job.gang if w.ready_at is None]
@@ -80,7 +80,7 @@ class GangGrants:
 
     @classmethod
     async def snapshot(cls, conn, settings: QueueSettings) -> GangGrants:  # noqa: ANN001 - asyncpg types
-        return cls(settings, await policy_store.load(conn), await scans.rendezvous_in_use(conn), {})
+        return cls(settings, await policy.load(conn), await scans.rendezvous_in_use(conn), {})
 
     async def admissible(self, conn, wanted: Sequence[QueuedJob]) -> list[QueuedJob]:  # noqa: ANN001
         sequential = self.policy.sequential_admission

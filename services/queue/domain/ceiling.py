@@ -11,7 +11,7 @@ from datetime import datetime
 from libs.contracts.jobs import TERMINAL_STATES, JobEventKind, JobState
 from libs.contracts.leases import LeaseEventKind
 
-from . import gang as gang_rules
+from . import gang
 from .endings import CEILING_STOP
 from .facts import EventDraft, Job, LeaseFact, Refusal, Requeue, StopForCeiling, StopOn, Transition, evolve
 
@@ -51,13 +51,13 @@ def on_ceiling(job: Job, fact: StopForCeiling, now: datetime) -> Transition:
     numbers = {"ceiling_seconds": fact.ceiling_seconds, "consumed_seconds": fact.consumed_seconds}
     if job.state is JobState.ADMITTING:
         # A gang still forming has trained nothing yet: stop its workers and interrupt it at once.
-        new = gang_rules.leave(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
+        new = gang.leave(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
         return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, job.state, reason=CEILING_STOP,
                                            detail=numbers),),
                           (StopOn(job.workers, job.lease_epoch, CEILING_STOP, checkpoint_first=False),
                            _released(job)))
     if job.state is not JobState.RUNNING:
-        new = gang_rules.leave(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
+        new = gang.leave(job, JobState.INTERRUPTED, now, reason=CEILING_STOP)
         return Transition(new, (EventDraft(JobEventKind.INTERRUPTED, new.state, job.state, reason=CEILING_STOP,
                                            detail=numbers),))
     if job.stop_requested == CEILING_STOP:

@@ -18,7 +18,7 @@ from libs.contracts.leases import LeaseEventKind
 from libs.contracts.telemetry import HEALTH_CHECK_STOP, RunOutcome
 
 from . import endings
-from . import gang as gang_rules
+from . import gang
 from . import preemption
 from .ceiling import on_ceiling, on_requeue
 from .endings import CEILING_STOP
@@ -83,13 +83,13 @@ def decide(job: Job | None, fact: Fact, now: datetime) -> Transition | Refusal:
     if isinstance(fact, RUN_FACTS):
         return on_run_fact(job, fact, now)
     if isinstance(fact, WorkerReady):
-        return gang_rules.on_ready(job, fact, now)
+        return gang.on_ready(job, fact, now)
     if isinstance(fact, ReadyTimedOut):
-        return gang_rules.on_ready_timeout(job, fact, now)
+        return gang.on_ready_timeout(job, fact, now)
     if isinstance(fact, AdmissionDue):
-        return gang_rules.on_admission_due(job, fact, now)
+        return gang.on_admission_due(job, fact, now)
     if isinstance(fact, NodeFailed):
-        return gang_rules.on_node_failed(job, fact, now)
+        return gang.on_node_failed(job, fact, now)
     if isinstance(fact, Undeliverable):
         return on_undeliverable(job, fact, now)
     if isinstance(fact, preemption.Preempt):
@@ -116,7 +116,7 @@ def on_granted(job: Job, fact: Granted, now: datetime) -> Transition | Refusal:
         return Refusal("a grant must carry the next epoch and at least one executor",
                        {"epoch": fact.epoch, "expected": job.lease_epoch + 1})
     if len(fact.workers) > 1:
-        return gang_rules.on_granted(job, fact, now)
+        return gang.on_granted(job, fact, now)
     attempt = job.attempt_number + 1
     new = evolve(job, state=JobState.RUNNING, lease_epoch=fact.epoch, executor_id=fact.workers[0],
                   workers=fact.workers, lease_expires_at=fact.expires_at, attempt_number=attempt,
@@ -135,7 +135,7 @@ def on_renew(job: Job, fact: Renew, now: datetime) -> Transition | Refusal:
     if job.state not in (JobState.RUNNING, JobState.ADMITTING) or fact.epoch != job.lease_epoch:
         return Refusal("job cancelled" if job.state is JobState.CANCELLED else f"job ended: it is {job.state}")
     if job.gang:
-        return gang_rules.on_renew(job, fact)
+        return gang.on_renew(job, fact)
     if fact.executor_id not in job.workers:
         return Refusal("the lease is held by another executor")
     return Transition(evolve(job, lease_expires_at=fact.expires_at))
@@ -202,11 +202,11 @@ def on_run_fact(job: Job, fact: Started | StepReported | Checkpointed | Checkpoi
         # ceiling stop (the budget still reconciles, and its exhaustion then finds the job interrupted).
         job = evolve(job, stop_requested=CEILING_STOP)
     if job.gang and isinstance(fact, Finished):
-        return gang_rules.on_finished(job, fact, now, _attempt_failed,
+        return gang.on_finished(job, fact, now, _attempt_failed,
                                       lambda j, epoch, at, detail: _interrupt(j, epoch, at, detail,
                                                                               _released(j, CEILING_STOP)))
     if job.gang and isinstance(fact, LeaseExpired):
-        return gang_rules.on_lease_expired(job, fact, now)
+        return gang.on_lease_expired(job, fact, now)
     ex = job.executor_id
     if isinstance(fact, Started):
         detail = {"resumed_from_step": fact.resumed_from_step, "resumed_from": fact.resumed_from,
@@ -350,7 +350,7 @@ def _released(job: Job, why: str) -> LeaseFact:
 def _leave_run(job: Job, state: JobState, now: datetime, *, reason: str | None = None) -> Job:
     """The job stops holding executors (and, a gang, its reservations). A requeued job forgets its executor
     (it will get another); an ended one keeps it for the record."""
-    return gang_rules.leave(job, state, now, reason=reason)
+    return gang.leave(job, state, now, reason=reason)
 
 
 def _with_step(job: Job, fact: StepReported, now: datetime) -> Job:

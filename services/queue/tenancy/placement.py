@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 
-from . import quota as quotas
+from . import quota
 from .fairshare import dominant_share, explain_order, order_key
 from .model import Pending
 from .placement_pass import PassState
@@ -88,11 +88,11 @@ def plan(snap: Snapshot) -> Plan:
                 heapq.heappush(heap, (order_key(shares[name], borrowing), name))
     # 4. Reclaim borrowed capacity for jobs waiting within their nominal share (on a copy of the usage: what
     # it holds back for them is not yet held).
-    usage = quotas.copy(state.usage)
+    usage = quota.copy(state.usage)
     preempted, undone = reclaim(state, decided, waiting, admitted)
     state.usage = usage
     for a in undone:  # borrowers of this pass that give their nodes back to a reclaim: never started
-        quotas.add(state.usage, a.org, a.group, -a.devices)
+        quota.add(state.usage, a.org, a.group, -a.devices)
     admitted = [a for a in admitted if a not in undone]
     # 5. How many jobs are ahead of each one waiting for a node.
     for ahead, job in enumerate(decided):

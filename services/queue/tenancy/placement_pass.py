@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import bisect
 
-from . import budget as budgets
-from . import environments as envs
-from . import quota as quotas
+from . import budget
+from . import environments
+from . import quota
 from .fairshare import Share
 from .model import Organisation, Pending
 from .placement_types import Admit, Node, Snapshot, Wait, WaitCode, smallest
@@ -25,10 +25,10 @@ class PassState:
 
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
-        self.members = quotas.cohort_members(snap.orgs)
-        self.usage: dict[str, dict[str, int]] = quotas.Held(self.members)  # cohorts' pool use counted as it changes
+        self.members = quota.cohort_members(snap.orgs)
+        self.usage: dict[str, dict[str, int]] = quota.Held(self.members)  # cohorts' pool use counted as it changes
         for run in snap.running:
-            quotas.add(self.usage, run.org, run.group, run.devices)
+            quota.add(self.usage, run.org, run.group, run.devices)
         self.capacity: dict[str, int] = {}
         self.ready: dict[str, list[int]] = {}  # group -> gpus of each ready node
         self.free: dict[str, list[Node]] = {}  # group -> free nodes, smallest first
@@ -75,7 +75,7 @@ class PassState:
     def within_nominal(self, org: Organisation, job: Pending) -> bool:
         if not org.metered:
             return True
-        return any(need is not None and quotas.held(self.usage, org.name, g) + need <= org.quota(g).nominal
+        return any(need is not None and quota.held(self.usage, org.name, g) + need <= org.quota(g).nominal
                    for g in self.groups for need in (self.demand(g, job),))
 
     def shape_wait(self, job: Pending) -> Wait | None:
@@ -87,7 +87,7 @@ class PassState:
                                   for g in self.groups}
         fitting = self._fitting[key]
         if job.environment is not None and not self.ready_for(job.environment):
-            return Wait(job.job_id, WaitCode.NO_ENVIRONMENT, envs.missing_reason(job.environment))
+            return Wait(job.job_id, WaitCode.NO_ENVIRONMENT, environments.missing_reason(job.environment))
         if not any(fitting.values()):
             offering = "" if job.environment is None else f" offering the Python environment {job.environment}"
             return Wait(job.job_id, WaitCode.NO_READY_NODE,
@@ -109,7 +109,7 @@ class PassState:
             return shape
         account = self.budgets.get(org.name)
         if account is not None:
-            refused = budgets.refusal(account, job.needs_gpu_seconds)
+            refused = budget.refusal(account, job.needs_gpu_seconds)
             if refused is not None:
                 return Wait(job.job_id, WaitCode.BUDGET, refused.reason, refused.numbers)
         memo_key = (org.name, job.workers, job.gpus_per_worker, job.environment, within_nominal)
@@ -124,17 +124,17 @@ class PassState:
         return found
 
     def _place(self, org: Organisation, job: Pending, rank: int, share: Share,
-               account: budgets.BudgetAccount | None, within_nominal: bool) -> Admit | Wait:
-        refusals: list[quotas.QuotaCheck] = []
+               account: budget.BudgetAccount | None, within_nominal: bool) -> Admit | Wait:
+        refusals: list[quota.QuotaCheck] = []
         fitted_quota = False
         # Groups where the job stays within nominal first, so nobody borrows what is free in its own share.
         candidates = []
-        checked: dict[str, tuple[int, quotas.QuotaCheck]] = {}  # usage does not change before the second check
+        checked: dict[str, tuple[int, quota.QuotaCheck]] = {}  # usage does not change before the second check
         for group in self.groups:
             need = self.demand(group, job)
             if need is None:
                 continue
-            result = quotas.check(org, group, need, self.usage, self.snap.orgs, self.members)
+            result = quota.check(org, group, need, self.usage, self.snap.orgs, self.members)
             checked[group] = (need, result)
             if result.fits and not (within_nominal and result.borrowing):
                 candidates.append((result.borrowing, group))
@@ -147,28 +147,28 @@ class PassState:
             # those offering its environment where it names one.
             free = self.free.get(group, [])
             first = bisect.bisect_left(free, job.gpus_per_worker, key=_gpus)
-            picked = envs.pick(free, first, job.workers, job.environment)
+            picked = environments.pick(free, first, job.workers, job.environment)
             chosen = free[picked.start:picked.stop] if isinstance(picked, range) else [free[i] for i in picked]
             if len(chosen) < job.workers:
                 continue
             held = sum(max(1, n.gpus) for n in chosen)  # free nodes may be larger than the smallest ready ones
             need, result = checked[group]
             if held != need:  # larger free nodes than the smallest ready ones: the quota is asked again
-                result = quotas.check(org, group, held, self.usage, self.snap.orgs, self.members)
+                result = quota.check(org, group, held, self.usage, self.snap.orgs, self.members)
             if not result.fits or (within_nominal and result.borrowing):
                 refusals.append(result)
                 continue
-            envs.remove(free, picked)
-            quotas.add(self.usage, org.name, group, held)
+            environments.remove(free, picked)
+            quota.add(self.usage, org.name, group, held)
             if account is not None:
-                reserved = budgets.reserve(account, job.job_id, job.needs_gpu_seconds)
-                assert isinstance(reserved, budgets.BudgetAccount)  # refusal() said it fits
+                reserved = budget.reserve(account, job.job_id, job.needs_gpu_seconds)
+                assert isinstance(reserved, budget.BudgetAccount)  # refusal() said it fits
                 self.budgets[org.name] = reserved
             return Admit(job.job_id, org.name, group, tuple(n.executor_id for n in chosen), result.borrowing, rank,
                          share.explain(), job.needs_gpu_seconds, held)
         if fitted_quota or not refusals:
             return Wait(job.job_id, WaitCode.BEHIND, "", {"devices": job.devices})
         # A limit reached says more than a group the organisation has no share of.
-        refusal = ([r for r in refusals if r.verdict is not quotas.QuotaVerdict.NO_QUOTA] or refusals)[0]
-        code = WaitCode.NO_QUOTA if refusal.verdict is quotas.QuotaVerdict.NO_QUOTA else WaitCode.QUOTA
+        refusal = ([r for r in refusals if r.verdict is not quota.QuotaVerdict.NO_QUOTA] or refusals)[0]
+        code = WaitCode.NO_QUOTA if refusal.verdict is quota.QuotaVerdict.NO_QUOTA else WaitCode.QUOTA
         return Wait(job.job_id, code, refusal.reason, refusal.numbers)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import budget as budgets
-from . import environments as envs
-from . import quota as quotas
+from . import budget
+from . import environments
+from . import quota
 from .model import Organisation, Pending, Preemption, Running
 from .placement_pass import PassState
 from .placement_types import Admit, Node, Preempt, Wait, WaitCode, smallest
@@ -37,7 +37,7 @@ def reclaim(state: PassState, decided: list[Pending], waiting: dict[str, Wait],
     for run in snap.running:
         if run.stopping:
             gone.add(run.job_id)
-            quotas.add(state.usage, run.org, run.group, -run.devices)
+            quota.add(state.usage, run.org, run.group, -run.devices)
             spare.setdefault(run.group, []).extend(nodes[e] for e in run.executors if e in nodes)
     for group_spare in spare.values():
         group_spare.sort(key=smallest)
@@ -56,7 +56,7 @@ def reclaim(state: PassState, decided: list[Pending], waiting: dict[str, Wait],
             continue
         for group in state.groups:
             need = state.demand(group, job)
-            if need is None or quotas.held(state.usage, org.name, group) + need > org.quota(group).nominal:
+            if need is None or quota.held(state.usage, org.name, group) + need > org.quota(group).nominal:
                 continue  # reclaiming gives back a nominal share, never more
             key = (org.name, group, need, job.workers, job.gpus_per_worker, job.environment,
                    job.priority if policy is Preemption.BY_PRIORITY else None)
@@ -70,7 +70,7 @@ def reclaim(state: PassState, decided: list[Pending], waiting: dict[str, Wait],
             failed.clear()
             for run in victims:
                 gone.add(run.job_id)
-                quotas.add(state.usage, run.org, group, -run.devices)
+                quota.add(state.usage, run.org, group, -run.devices)
                 if run.job_id in fresh:
                     undone.append(fresh[run.job_id])
                     _release(state, run.org, run.job_id)
@@ -84,7 +84,7 @@ def reclaim(state: PassState, decided: list[Pending], waiting: dict[str, Wait],
                                    f"{group}; organisation {org.name} reclaims its nominal share for job "
                                    f"{job.job_id}"))
             stopped = sum(1 for run in victims if run.job_id not in fresh)
-            quotas.add(state.usage, org.name, group, need)  # held for it: later jobs see it taken
+            quota.add(state.usage, org.name, group, need)  # held for it: later jobs see it taken
             waiting[job.job_id] = Wait(job.job_id, WaitCode.RECLAIMING,
                                        f"reclaiming {need} devices of node group {group} by preemption of borrowed "
                                        f"capacity ({stopped} job(s) preempted for it)",
@@ -97,7 +97,7 @@ def _release(state: PassState, org: str, job_id: str) -> None:
     """A budget reservation made for an admission taken back: released, nothing used."""
     account = state.budgets.get(org)
     if account is not None and job_id in account.reservations:
-        state.budgets[org] = budgets.settle(account, job_id, 0.0)
+        state.budgets[org] = budget.settle(account, job_id, 0.0)
 
 
 def _take(spare: list[Node], job: Pending) -> list[Node] | None:
@@ -117,7 +117,7 @@ def _victims(state: PassState, org: Organisation, job: Pending, need: int, group
     started), then running ones, lowest priority and newest first; None if none do. On success ``spare`` loses
     the nodes the job will take and gains the rest of what its victims free."""
     snap = state.snap
-    usage = quotas.copy(state.usage)
+    usage = quota.copy(state.usage)
     pool = list(spare)
     candidates = [r for r in snap.running if r.group == group and r.job_id not in gone and r.org != org.name
                   and r.preemptible
@@ -129,22 +129,22 @@ def _victims(state: PassState, org: Organisation, job: Pending, need: int, group
                   and (policy is Preemption.RECLAIM_BORROWED or r.priority < job.priority)] + candidates
     if job.environment is not None and _take(pool, job) is None:  # nodes offering its environment are missing:
         # those that free one first (the others free only quota), each kind in the usual order
-        candidates.sort(key=lambda r: not any(envs.offers(nodes[e].environments, job.environment)
+        candidates.sort(key=lambda r: not any(environments.offers(nodes[e].environments, job.environment)
                                               for e in r.executors if e in nodes))
     chosen: list[Running] = []
 
     def enough() -> list[Node] | None:
-        if not quotas.check(org, group, need, usage, snap.orgs, state.members).fits:
+        if not quota.check(org, group, need, usage, snap.orgs, state.members).fits:
             return None
         return _take(pool, job)
 
     for run in candidates:
         if enough() is not None:
             break
-        if quotas.borrowed(snap.orgs[run.org], group, usage) <= 0:
+        if quota.borrowed(snap.orgs[run.org], group, usage) <= 0:
             continue  # that organisation is back within its nominal share: its jobs stay
         chosen.append(run)
-        quotas.add(usage, run.org, group, -run.devices)
+        quota.add(usage, run.org, group, -run.devices)
         pool.extend(nodes[e] for e in run.executors if e in nodes)
         pool.sort(key=smallest)
     rest = enough()
