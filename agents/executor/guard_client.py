@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import guard as protocol
-from .runner import F_SETPIPE_SZ, PIPE_BYTES
+from .process import F_SETPIPE_SZ, PIPE_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -197,7 +197,8 @@ async def test_a_run_in_a_sandbox_is_in_its_cgroup_and_its_leftovers_die(tmp_pat
     """runner.Child through the guard: the command joins the run's cgroup before it starts, never holds the
     agent's cgroup.procs, has the sandbox's umask, and what it left behind dies with the run."""
     from agents.executor import sandbox as sandboxes
-    from agents.executor.runner import Child, Launch
+    from agents.executor.process import Launch
+    from agents.executor.runner import Child
 
     root = sandboxes.find_cgroup_root()
     name = f"test-guard-{uuid.uuid4().hex[:8]}"
