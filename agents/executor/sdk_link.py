@@ -14,9 +14,7 @@ import threading
 import time
 from typing import Any
 
-from . import sdk_context as _context
-from . import sdk_steps as _steps
-from . import sdk_trace as _trace
+from . import sdk_context, sdk_steps, sdk_trace
 from .ckpt_async import BackgroundWriter
 from .sdk_context import Context
 
@@ -31,13 +29,13 @@ lock = threading.Lock()
 stop = {"set": False}
 state: dict[str, Any] = {"installed": False, "polled": False, "last_step_at": None, "fd": None}
 writer = BackgroundWriter()
-held_step = _steps.Held()  # the step report held back (sdk_steps.py), written under lock
+held_step = sdk_steps.Held()  # the step report held back (sdk_steps.py), written under lock
 
 
 def context() -> Context:
     """Where this process stands, read from the ``TETO_*`` environment the agent started it with."""
     install()
-    return _context.from_environ(os.environ)
+    return sdk_context.from_environ(os.environ)
 
 
 def on_sigterm(signum: int, frame: Any) -> None:
@@ -49,34 +47,34 @@ def install() -> None:
     if state["installed"]:
         return
     state["installed"] = True
-    _trace.start()
+    sdk_trace.start()
     if threading.current_thread() is threading.main_thread() and os.environ.get("TETO_JOB_ID"):
         signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def report_fd() -> int | None:
     if state["fd"] is None:
-        state["fd"] = _context.env_int(os.environ, "TETO_REPORT_FD", -1)
+        state["fd"] = sdk_context.env_int(os.environ, "TETO_REPORT_FD", -1)
     fd = state["fd"]
     return fd if fd is not None and fd >= 0 else None
 
 
 def send(record: dict[str, Any]) -> None:
-    _trace.start()  # the job's trace goes on in this process (sdk_trace.py)
+    sdk_trace.start()  # the job's trace goes on in this process (sdk_trace.py)
     if record.get("type") == "checkpoint":
-        _trace.event("checkpoint", step=record.get("step"))
+        sdk_trace.event("checkpoint", step=record.get("step"))
     fd = report_fd()
     if fd is None:
         return
     with lock:
         if record.get("type") == "step":
-            held = _steps.hold(held_step, record, time.monotonic())
+            held = sdk_steps.hold(held_step, record, time.monotonic())
             if held is None:
                 start_step_timer()
                 return
             write_line(fd, held)
         else:
-            held = _steps.take(held_step, time.monotonic())  # the step a checkpoint covers goes first
+            held = sdk_steps.take(held_step, time.monotonic())  # the step a checkpoint covers goes first
             if held is not None:
                 write_line(fd, held)
             write_line(fd, record)
@@ -104,15 +102,15 @@ def flush_steps() -> None:
     if fd is None:
         return
     with lock:
-        held = _steps.take(held_step, time.monotonic())
+        held = sdk_steps.take(held_step, time.monotonic())
         if held is not None:
             write_line(fd, held)
 
 
 def step_timer() -> None:
     while True:
-        time.sleep(_steps.EVERY / 2)
-        if _steps.due(held_step, time.monotonic()):
+        time.sleep(sdk_steps.EVERY / 2)
+        if sdk_steps.due(held_step, time.monotonic()):
             flush_steps()
 
 
