@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import isolation
-from . import limits as run_limits
+from . import limits
 from .cgroup import Cgroup, agent_cgroup, find_cgroup_root, run_controllers
 from .confine import shared as confinement
 from .uids import UidLease, remove_owned, sweep_uid
@@ -78,7 +78,7 @@ class Sandbox:
     cgroup: Cgroup | None = None
     dirs: list[Path] = field(default_factory=list)
     pgid: int | None = None
-    plan: run_limits.LimitPlan = field(default_factory=run_limits.LimitPlan)  # how the job's limits hold here
+    plan: limits.LimitPlan = field(default_factory=limits.LimitPlan)  # how the job's limits hold here
     oom_killed: bool = False  # the run's cgroup saw the kernel kill for its memory limit (read at close)
     _closing: asyncio.Task | None = None
 
@@ -133,7 +133,7 @@ class Sandbox:
 
 def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgroup: bool, cgroup_root: Path | None,
                  cgroup_name: Callable[[Path], Path], dirs: Iterable[Path], start: int,
-                 limits: dict[str, int | None] | None = None,
+                 job_limits: dict[str, int | None] | None = None,
                  controllers: Callable[[], set[str]] = set) -> Sandbox:
     """Take a uid (root only), make the run's directories its own, create its cgroup with the run's limits
     (``controllers``: those its cgroup gets; limits.py decides what holds how). On failure nothing is left
@@ -159,7 +159,7 @@ def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgro
                 box.cgroup = Cgroup.create(cgroup_name(cgroup_root))
             except OSError as exc:
                 log.debug("no cgroup for the run (%s): process group and uid sweep only", exc)
-        box.plan = run_limits.plan(limits or {}, controllers() if box.cgroup is not None else set(),
+        box.plan = limits.plan(job_limits or {}, controllers() if box.cgroup is not None else set(),
                                    per_run_uid=box.uid_lease is not None)
         if box.cgroup is not None and box.plan.cgroup_files:
             for failed in box.cgroup.limit(box.plan.cgroup_files):
@@ -208,7 +208,7 @@ def open_for(settings: Any, grant: Any, *, start: int) -> Sandbox:
         cgroup_root=find_cgroup_root() if settings.workload_cgroup else None,
         cgroup_name=lambda root: isolation.run_cgroup(root, settings.executor_id, grant.job_id, grant.epoch,
                                                       grant.rank),
-        dirs=launch.run_dirs(settings, grant), start=start, limits=grant.spec.limits.model_dump(),
+        dirs=launch.run_dirs(settings, grant), start=start, job_limits=grant.spec.limits.model_dump(),
         controllers=lambda: run_controllers(settings.executor_id))
     if box.uid is not None and (problems := reach_problems_for(launch.interpreter(settings))):
         _close_now(box)
@@ -273,7 +273,7 @@ def describe_limits(settings: Any) -> list[str]:
     lines = isolation.limits(is_root=os.geteuid() == 0, uid_range=settings.workload_uid_range,
                              workload_user=settings.workload_user, cgroup=settings.workload_cgroup,
                              cgroup_found=found)
-    lines += run_limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
+    lines += limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
     if os.geteuid() == 0 and (settings.workload_uid_range or settings.workload_user):
         from .launch import interpreter
 

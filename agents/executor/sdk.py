@@ -36,19 +36,14 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import checkpoints as _ckpt
-from . import ckpt_dir as _dir
-from . import ckpt_quota as _quota
-from . import sdk_ckpt as _sdk_ckpt
-from . import sdk_link
-from . import sdk_trace as _trace
+from . import checkpoints, ckpt_dir, ckpt_quota, sdk_ckpt, sdk_link, sdk_trace
 from .sdk_context import Context
 from .sdk_gang import exit_peer_lost, exit_stopped, init_distributed, report_ready
 from .sdk_link import EXIT_AGENT_GONE, EXIT_PEER_LOST, EXIT_STOPPED, context
 
-CheckpointRefused = _quota.CheckpointRefused
-CheckpointInvalid = _dir.Invalid
-Manifest = _dir.Manifest
+CheckpointRefused = ckpt_quota.CheckpointRefused
+CheckpointInvalid = ckpt_dir.Invalid
+Manifest = ckpt_dir.Manifest
 __all__ = ["EXIT_AGENT_GONE", "EXIT_PEER_LOST", "EXIT_STOPPED", "CheckpointInvalid", "CheckpointRefused", "Context",
            "Manifest", "checkpoint_on_stop", "context", "exit_peer_lost", "exit_stopped", "init_distributed",
            "report_checkpoint", "report_phase", "report_ready", "report_step", "resume_checkpoint", "save_checkpoint",
@@ -92,7 +87,7 @@ def sleep(seconds: float) -> bool:
 def trace_parent() -> str | None:
     """The W3C ``traceparent`` of the job's trace this process continues (None when the run is not traced): pass it
     on to anything the script calls that should join the trace."""
-    return _trace.trace_parent()
+    return sdk_trace.trace_parent()
 
 
 def _number(value: Any) -> float | None:
@@ -129,16 +124,16 @@ def report_checkpoint(step: int, path: str | os.PathLike[str]) -> None:
     sdk_link.install()
     path = Path(path)
     quota = sdk_link.context().checkpoint_quota
-    if _dir.holds_checkpoint(path):
-        ckpt = _sdk_ckpt.of(_seal(path, int(step)))
+    if ckpt_dir.holds_checkpoint(path):
+        ckpt = sdk_ckpt.of(_seal(path, int(step)))
     else:
         if quota is not None and (size := path.stat().st_size) > quota:
-            _refuse(_quota.CheckpointRefused(int(step), size, quota), path)
-        ckpt, _ = _ckpt.validate(path, quota=quota)
+            _refuse(ckpt_quota.CheckpointRefused(int(step), size, quota), path)
+        ckpt, _ = checkpoints.validate(path, quota=quota)
         if ckpt is None:
-            ckpt = _ckpt.write_sidecar(path, int(step))
-    sdk_link.send(_sdk_ckpt.record(ckpt))
-    if _sdk_ckpt.in_layout(path, sdk_link.context().checkpoint_dir):
+            ckpt = checkpoints.write_sidecar(path, int(step))
+    sdk_link.send(sdk_ckpt.record(ckpt))
+    if sdk_ckpt.in_layout(path, sdk_link.context().checkpoint_dir):
         _prune(int(step))
 
 
@@ -150,13 +145,13 @@ def seal_checkpoint(path: str | os.PathLike[str], step: int) -> Manifest:
     return _seal(Path(path), int(step)).manifest
 
 
-def _seal(path: Path, step: int) -> _dir.Sealed:
+def _seal(path: Path, step: int) -> ckpt_dir.Sealed:
     report_phase("checkpointing")  # hashing a large directory is no stuck step
     try:
-        return _sdk_ckpt.sealed(path, step, quota=sdk_link.context().checkpoint_quota)
-    except _quota.CheckpointRefused as exc:
+        return sdk_ckpt.sealed(path, step, quota=sdk_link.context().checkpoint_quota)
+    except ckpt_quota.CheckpointRefused as exc:
         _refuse(exc, path)
-    except _dir.Invalid as exc:
+    except ckpt_dir.Invalid as exc:
         sdk_link.send({"type": "checkpoint_invalid", "step": step, "path": str(path.resolve()), "reason": str(exc)})
         raise
     finally:
@@ -168,28 +163,28 @@ def report_phase(phase: str) -> None:
     sdk_link.send({"type": "phase", "phase": phase})
 
 
-def _refused(exc: _quota.CheckpointRefused, path: Path | None = None) -> None:
+def _refused(exc: ckpt_quota.CheckpointRefused, path: Path | None = None) -> None:
     """Tell the agent a checkpoint was refused for its size (the job shows a checkpoint_skipped event saying so)."""
-    where = path if path is not None else _ckpt.checkpoint_path(sdk_link.context().checkpoint_dir, exc.step or 0)
+    where = path if path is not None else checkpoints.checkpoint_path(sdk_link.context().checkpoint_dir, exc.step or 0)
     sdk_link.send({"type": "checkpoint_refused", "step": exc.step, "path": str(Path(where).resolve()), "bytes": exc.size,
            "quota": exc.quota})
 
 
-def _refuse(exc: _quota.CheckpointRefused, path: Path | None = None) -> NoReturn:
+def _refuse(exc: ckpt_quota.CheckpointRefused, path: Path | None = None) -> NoReturn:
     _refused(exc, path)
     raise exc
 
 
-def _report_saved(ckpt: _ckpt.Checkpoint) -> None:
-    sdk_link.send(_sdk_ckpt.record(ckpt))
+def _report_saved(ckpt: checkpoints.Checkpoint) -> None:
+    sdk_link.send(sdk_ckpt.record(ckpt))
 
 
 def _prune(step: int) -> None:
     """Retention once the checkpoint of ``step`` is complete (``sdk_ckpt.prune``); never raises."""
-    _sdk_ckpt.prune(sdk_link.context(), step, os.environ.get("TETO_CHECKPOINT_CONFIRMED"))
+    sdk_ckpt.prune(sdk_link.context(), step, os.environ.get("TETO_CHECKPOINT_CONFIRMED"))
 
 
-def _completed(ckpt: _ckpt.Checkpoint, *, report: bool) -> None:
+def _completed(ckpt: checkpoints.Checkpoint, *, report: bool) -> None:
     """A checkpoint is complete (renamed, sidecar written): report it, then make room, unless a stop was asked
     for: the stop's grace (the job's devices still held and charged) is not spent deleting files; the next run's
     first checkpoint deletes them."""
@@ -223,18 +218,18 @@ def save_checkpoint(state: Any, step: int, *, report: bool = True, background: b
         sdk_link.writer.submit(ctx.checkpoint_dir, step, state, fmt=fmt,
                        on_done=functools.partial(_completed, report=report), quota=ctx.checkpoint_quota,
                        on_refused=_refused)
-        return _ckpt.checkpoint_path(ctx.checkpoint_dir, step)
+        return checkpoints.checkpoint_path(ctx.checkpoint_dir, step)
     wait_checkpoints()
     report_phase("checkpointing")
     try:
         if fmt == "bytes":
-            ckpt = _ckpt.save_bytes(ctx.checkpoint_dir, step, bytes(state), quota=ctx.checkpoint_quota)
+            ckpt = checkpoints.save_bytes(ctx.checkpoint_dir, step, bytes(state), quota=ctx.checkpoint_quota)
         else:
             import torch
 
-            ckpt = _ckpt.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch",
+            ckpt = checkpoints.save(ctx.checkpoint_dir, step, lambda f: torch.save(state, f), fmt="torch",
                               quota=ctx.checkpoint_quota)
-    except _quota.CheckpointRefused as exc:
+    except ckpt_quota.CheckpointRefused as exc:
         _refuse(exc)
     finally:
         report_phase("training")
@@ -262,12 +257,12 @@ def resume_checkpoint() -> tuple[int, Path] | None:
     if ctx.in_teto:
         if ctx.resume_from is None:
             return None
-        step = _sdk_ckpt.resumed_step(ctx.resume_from)
+        step = sdk_ckpt.resumed_step(ctx.resume_from)
         if step is None:
-            ckpt, _ = _ckpt.validate(ctx.resume_from)
-            step = ckpt.step if ckpt is not None else _sdk_ckpt.step_of_resume(ctx.resume_from)
+            ckpt, _ = checkpoints.validate(ctx.resume_from)
+            step = ckpt.step if ckpt is not None else sdk_ckpt.step_of_resume(ctx.resume_from)
         return (step, ctx.resume_from) if step is not None else None
-    ckpt, _ = _ckpt.latest_valid(ctx.checkpoint_dir)
+    ckpt, _ = checkpoints.latest_valid(ctx.checkpoint_dir)
     return (ckpt.step, ckpt.path) if ckpt else None
 
 
