@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from . import checkpoints as _ckpt
+from . import checkpoints
 from .ckpt_quota import CheckpointRefused
 
 
@@ -119,7 +119,7 @@ class BackgroundWriter:
         return True
 
     def submit(self, directory: Path, step: int, state: Any, *, fmt: str,
-               on_done: Callable[[_ckpt.Checkpoint], None], quota: int | None = None,
+               on_done: Callable[[checkpoints.Checkpoint], None], quota: int | None = None,
                on_refused: Callable[[CheckpointRefused], None] | None = None) -> None:
         """Wait for the previous write, snapshot ``state`` on this thread, and write it on a worker thread. One
         over ``quota`` is removed, ``on_refused`` is told at once, and its error raised at the next save or wait."""
@@ -132,11 +132,11 @@ class BackgroundWriter:
         threading.Thread(target=self._run, args=(Path(directory), int(step), payload, fmt, on_done, quota, on_refused),
                          name=f"teto-checkpoint-{step}", daemon=False).start()
 
-    def _run(self, directory: Path, step: int, payload: Any, fmt: str, on_done: Callable[[_ckpt.Checkpoint], None],
+    def _run(self, directory: Path, step: int, payload: Any, fmt: str, on_done: Callable[[checkpoints.Checkpoint], None],
              quota: int | None = None, on_refused: Callable[[CheckpointRefused], None] | None = None) -> None:
         error: BaseException | None = None
         try:
-            ckpt = _ckpt.save(directory, step, lambda f: write_payload(f, payload), fmt=fmt, quota=quota)
+            ckpt = checkpoints.save(directory, step, lambda f: write_payload(f, payload), fmt=fmt, quota=quota)
             on_done(ckpt)  # only now, after the rename and the sidecar: the checkpoint is complete
         except CheckpointRefused as exc:
             error = exc

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import guard as protocol
-from .runner import F_SETPIPE_SZ, PIPE_BYTES
+from . import guard_protocol
+from .process import F_SETPIPE_SZ, PIPE_BYTES
 
 log = logging.getLogger(__name__)
 
-GUARD = Path(protocol.__file__).resolve()  # run as a file, with -I -S: no site, no user path (guard.py)
-GUARD_LOST = protocol.AGENT_GONE  # a command whose guard died was SIGKILLed with it (its parent-death signal)
+GUARD = Path(__file__).resolve().with_name("guard.py")  # run as a file, with -I -S: no site, no user path (guard.py)
+GUARD_LOST = guard_protocol.AGENT_GONE  # a command whose guard died was SIGKILLed with it (its parent-death signal)
 
 
 class GuardUnavailable(OSError):
@@ -79,7 +79,7 @@ def extension(pid: int, fence: Fence) -> bytes:
 
 def _framed(body: dict[str, Any]) -> bytes:
     data = json.dumps(body).encode()
-    return protocol.HEADER.pack(len(data)) + data
+    return guard_protocol.HEADER.pack(len(data)) + data
 
 
 @dataclass(frozen=True)

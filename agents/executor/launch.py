@@ -22,7 +22,7 @@ from libs.contracts.telemetry import GpuInfo
 from libs.runtime import tracing
 
 from . import ckpt_quota, distenv, isolation, pyenv
-from .runner import Launch
+from .process import Launch
 from .secrets import open_env
 from .settings import ExecutorSettings
 

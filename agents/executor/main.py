@@ -19,7 +19,8 @@ from typing import Any
 
 from libs.runtime import bus, logs, metrics, tracing
 
-from .agent import SHUTDOWN_GRACE_SECONDS, Agent
+from .agent import Agent
+from .supervision import SHUTDOWN_GRACE_SECONDS
 from .checks import reach
 from .checks.handler import Reboot
 from . import cgroup, pilot, sandbox

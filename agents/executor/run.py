@@ -19,7 +19,7 @@ from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import Phase, RunFinished, RunOutcome
 
 from . import ckpt_fence, ckpt_quota, sandbox
-from . import limits as run_limits
+from . import limits
 from .checkpoints import Checkpoint
 from .lease import LeaseLost
 from .logsender import RunLog
@@ -162,7 +162,7 @@ class Run:
         box = self.child.sandbox if self.child else None
         if self.over_limit is not None:
             status = f"{status}, {self.over_limit}"
-        elif box is not None and (why := run_limits.exit_reason(rc, box.plan, box.oom_killed)):
+        elif box is not None and (why := limits.exit_reason(rc, box.plan, box.oom_killed)):
             status = f"{status}, {why}"
         elif box is not None and box.plan.enforced:
             status = f"{status} (limits: {'; '.join(box.plan.lines())})"

@@ -24,10 +24,11 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from libs.contracts.logs import LogStream
+
+from .process import F_SETPIPE_SZ, PIPE_BYTES, Launch
 
 if TYPE_CHECKING:
     from .guard_client import Fence, Guard
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 STDERR_TAIL_BYTES = 4096
 EXIT_POLL_SECONDS = 0.05
 PR_SET_PDEATHSIG = 1
-F_SETPIPE_SZ = 1031
-PIPE_BYTES = 1 << 20  # room for a burst of output while the agent's loop is busy elsewhere
 READ_BYTES = 1 << 18  # per read of an output pipe: fewer, larger reads when a process writes fast
 
 Output = Callable[[LogStream, bytes], None]
@@ -72,15 +71,6 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
-
-
-@dataclass(frozen=True)
-class Launch:
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    cwd: Path | None = None
-    guarded: bool = False  # started by the agent's guard (guard.py), which outlives no agent and fences the run
 
 
 def preexec_of(parent_pid: int, sandbox_preexec: Callable[[int], Callable[[], None]] | None) -> Callable[[], None]:

@@ -3,7 +3,7 @@ process it starts, until the run ends and all of them are killed.
 
 Opened by the agent before the process starts, closed after the main process has exited or been stopped (exit,
 stop, lease lost, agent shutdown): ``close`` kills whatever is left (``cgroup.kill``; without a cgroup the
-process group, plus every process of the run's uid), hands the directories back to the agent, so nothing the
+process group, plus every process of the run's uid: uids.py), hands the directories back to the agent, so nothing the
 run left can be changed after the agent has judged it, and releases the uid. The rules are in ``isolation.py``.
 """
 
@@ -13,155 +13,32 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import fcntl
 import logging
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import isolation
-from . import limits as run_limits
+from . import limits
 from .cgroup import Cgroup, agent_cgroup, find_cgroup_root, run_controllers
 from .confine import shared as confinement
+from .uids import UidLease, remove_owned, sweep_uid
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
-SHARED_TMP = (Path("/tmp"), Path("/dev/shm"), Path("/var/tmp"))  # writable by every uid, a run's included
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
     with contextlib.suppress(OSError):
         # Loaded in the parent: a forked child must not load libraries before exec.
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-# -- uids ------------------------------------------------------------------------------------------------------
-
-def live_processes(proc: Path = Path("/proc")) -> list[tuple[int, int]]:
-    """(pid, real uid) of every process that runs (a zombie runs nothing: it only waits to be reaped, which in a
-    container whose init does not reap may be never).
-
-    Called twice per run that takes a uid (the uid taken, the uid swept), so it is kept cheap: one read of each
-    ``status`` through a bare descriptor (no file object) and only its State and Uid lines found (a full parse of
-    every line was most of an executor's CPU per trivial job: 77 ms against 18 ms for 180 processes; the file
-    objects and the split of every line were another 6 of 11 ms for 190 processes)."""
-    found = []
-    root = os.fspath(proc)
-    for name in os.listdir(root):
-        if name.isdigit():
-            try:
-                fd = os.open(f"{root}/{name}/status", os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                seen = state_and_uid(os.read(fd, 8192))
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-            if seen is not None and seen[0] not in (b"Z", b"X"):
-                found.append((int(name), seen[1]))
-    return found
-
-
-def state_and_uid(status: bytes) -> tuple[bytes, int] | None:
-    """(state letter, real uid) from a /proc/<pid>/status text, or None when it has not both, State first. The
-    lines are found, not split (a process's name in the first line is escaped: it holds no newline)."""
-    text = b"\n" + status
-    at = text.find(b"\nState:")
-    uid_at = text.find(b"\nUid:", at) if at >= 0 else -1
-    if uid_at < 0:
-        return None
-    state = (text[at + 7:text.find(b"\n", at + 7)].split() or [b"?"])[0]
-    end = text.find(b"\n", uid_at + 5)
-    uid = text[uid_at + 5:end if end >= 0 else len(text)].split()
-    if not uid or not uid[0].isdigit():
-        return None
-    return state, int(uid[0])
-
-
-def uids_with_processes(proc: Path = Path("/proc")) -> set[int]:
-    """Real uids that own a process now (a uid still running something is not free, whoever left it)."""
-    return {uid for _, uid in live_processes(proc)}
-
-
-@dataclass
-class UidLease:
-    """A uid held for one run: an exclusive flock on ``<lock_dir>/<uid>.lock``, so two agents on one machine
-    (and two runs of one agent) never hand out the same uid; released when the run's processes are all gone."""
-
-    uid: int
-    fd: int
-
-    @classmethod
-    def take(cls, uids: isolation.UidRange, lock_dir: Path, start: int) -> UidLease:
-        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        busy = uids_with_processes()
-        for uid in isolation.uid_candidates(uids, start):
-            if uid in busy:
-                continue
-            fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            return cls(uid, fd)
-        raise isolation.IsolationError(f"every workload uid in {uids.first}-{uids.last} is in use on this machine")
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = -1
-
-
-def sweep_uid(uid: int, proc: Path = Path("/proc"), rounds: int = 50) -> int:
-    """SIGKILL every process of ``uid`` until none is left (a process may fork while being swept). Only safe for a
-    uid no one else uses: a per-run uid."""
-    killed = 0
-    for _ in range(rounds):
-        pids = [pid for pid, owner in live_processes(proc) if owner == uid]
-        if not pids:
-            return killed
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-        time.sleep(0.02)
-    log.error("processes of uid %d still alive after %d sweeps", uid, rounds)
-    return killed
-
-
-def remove_owned(uid: int, roots: Iterable[Path] = SHARED_TMP) -> list[Path]:
-    """Remove what ``uid`` left in the world-writable directories (``/tmp``, ``/dev/shm``, ``/var/tmp``): the next
-    run that draws the same uid, another tenant's perhaps, must not find it. Only entries the uid owns at the
-    top level; ``rmtree`` never follows links."""
-    removed = []
-    for root in roots:
-        try:
-            entries = list(os.scandir(root))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
-                else:
-                    os.unlink(entry.path)
-                removed.append(Path(entry.path))
-            except OSError as exc:
-                log.warning("cannot remove %s left by uid %d: %s", entry.path, uid, exc)
-    return removed
 
 
 # -- directories -------------------------------------------------------------------------------------------------
@@ -201,7 +78,7 @@ class Sandbox:
     cgroup: Cgroup | None = None
     dirs: list[Path] = field(default_factory=list)
     pgid: int | None = None
-    plan: run_limits.LimitPlan = field(default_factory=run_limits.LimitPlan)  # how the job's limits hold here
+    plan: limits.LimitPlan = field(default_factory=limits.LimitPlan)  # how the job's limits hold here
     oom_killed: bool = False  # the run's cgroup saw the kernel kill for its memory limit (read at close)
     _closing: asyncio.Task | None = None
 
@@ -256,7 +133,7 @@ class Sandbox:
 
 def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgroup: bool, cgroup_root: Path | None,
                  cgroup_name: Callable[[Path], Path], dirs: Iterable[Path], start: int,
-                 limits: dict[str, int | None] | None = None,
+                 job_limits: dict[str, int | None] | None = None,
                  controllers: Callable[[], set[str]] = set) -> Sandbox:
     """Take a uid (root only), make the run's directories its own, create its cgroup with the run's limits
     (``controllers``: those its cgroup gets; limits.py decides what holds how). On failure nothing is left
@@ -282,7 +159,7 @@ def open_sandbox(*, uid_range: str, workload_user: str, lock_dir: Path, use_cgro
                 box.cgroup = Cgroup.create(cgroup_name(cgroup_root))
             except OSError as exc:
                 log.debug("no cgroup for the run (%s): process group and uid sweep only", exc)
-        box.plan = run_limits.plan(limits or {}, controllers() if box.cgroup is not None else set(),
+        box.plan = limits.plan(job_limits or {}, controllers() if box.cgroup is not None else set(),
                                    per_run_uid=box.uid_lease is not None)
         if box.cgroup is not None and box.plan.cgroup_files:
             for failed in box.cgroup.limit(box.plan.cgroup_files):
@@ -331,7 +208,7 @@ def open_for(settings: Any, grant: Any, *, start: int) -> Sandbox:
         cgroup_root=find_cgroup_root() if settings.workload_cgroup else None,
         cgroup_name=lambda root: isolation.run_cgroup(root, settings.executor_id, grant.job_id, grant.epoch,
                                                       grant.rank),
-        dirs=launch.run_dirs(settings, grant), start=start, limits=grant.spec.limits.model_dump(),
+        dirs=launch.run_dirs(settings, grant), start=start, job_limits=grant.spec.limits.model_dump(),
         controllers=lambda: run_controllers(settings.executor_id))
     if box.uid is not None and (problems := reach_problems_for(launch.interpreter(settings))):
         _close_now(box)
@@ -396,7 +273,7 @@ def describe_limits(settings: Any) -> list[str]:
     lines = isolation.limits(is_root=os.geteuid() == 0, uid_range=settings.workload_uid_range,
                              workload_user=settings.workload_user, cgroup=settings.workload_cgroup,
                              cgroup_found=found)
-    lines += run_limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
+    lines += limits.host_lines(confinement().filters, run_controllers(settings.executor_id) if found else set())
     if os.geteuid() == 0 and (settings.workload_uid_range or settings.workload_user):
         from .launch import interpreter
 

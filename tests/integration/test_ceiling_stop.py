@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import agent as agent_module
+from agents.executor.runner import Child
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import StopJob
 from libs.contracts.telemetry import RunOutcome
@@ -82,7 +82,7 @@ async def test_a_process_deaf_to_the_stop_is_killed_after_the_grace_and_charged_
 
 async def test_a_stop_that_arrives_while_the_process_is_being_started_still_stops_it(executor, monkeypatch):
     settings, js, queue = executor
-    real_start = agent_module.Child.start
+    real_start = Child.start
 
     async def start_after_the_stop(launch, on_report, sandbox=None, **kw):
         # Hold the start until the agent has taken the stop (it writes the stop file first): the stop lands
@@ -91,7 +91,7 @@ async def test_a_stop_that_arrives_while_the_process_is_being_started_still_stop
         await eventually(stop_file.exists, timeout=15, what="the agent to take the stop", every=0.02)
         return await real_start(launch, on_report, sandbox, **kw)
 
-    monkeypatch.setattr(agent_module.Child, "start", staticmethod(start_after_the_stop))
+    monkeypatch.setattr(Child, "start", staticmethod(start_after_the_stop))
     job = uuid.uuid4().hex
     await queue.grant(js, settings, job, command({}, sys.executable, "-c", DEAF))
     await eventually(lambda: queue.renewals, 10, "the grant to be confirmed")

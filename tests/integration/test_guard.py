@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import guard
+from agents.executor import guard, guard_child, guard_protocol
 from agents.executor.guard_client import GUARD, GUARD_LOST, Guard
 from tests.support.services import eventually_blocking
 
@@ -165,7 +165,7 @@ def test_a_guard_whose_parent_is_not_the_agent_named_serves_nothing():
     ours, theirs = socket.socketpair()
     res = subprocess.run([sys.executable, "-I", "-S", str(GUARD), "--parent", "1", "--socket", str(theirs.fileno())],
                          pass_fds=(theirs.fileno(),), timeout=30)
-    assert res.returncode == guard.AGENT_GONE
+    assert res.returncode == guard_protocol.AGENT_GONE
     theirs.close()
     assert ours.recv(10) == b""  # it closed its end without serving
     ours.close()
@@ -189,7 +189,8 @@ async def test_a_run_in_a_sandbox_is_in_its_cgroup_and_its_leftovers_die(tmp_pat
     """runner.Child through the guard: the command joins the run's cgroup before it starts, never holds the
     agent's cgroup.procs, has the sandbox's umask, and what it left behind dies with the run."""
     from agents.executor import sandbox as sandboxes
-    from agents.executor.runner import Child, Launch
+    from agents.executor.process import Launch
+    from agents.executor.runner import Child
 
     root = sandboxes.find_cgroup_root()
     name = f"test-guard-{uuid.uuid4().hex[:8]}"
@@ -234,7 +235,7 @@ async def test_a_guard_that_fails_kills_its_commands_groups_before_it_goes(tmp_p
                             every=0.05)
         grandchild = int(pid_file.read_text())
         assert g.sock is not None
-        g.sock.sendall(guard.HEADER.pack(5) + b"{nope")  # not JSON
+        g.sock.sendall(guard_protocol.HEADER.pack(5) + b"{nope")  # not JSON
         assert await asyncio.wait_for(proc.wait(), 10) == GUARD_LOST
         eventually_blocking(lambda: not _alive(grandchild), what="the grandchild to end with its failed guard",
                             every=0.05)
@@ -281,23 +282,23 @@ async def test_a_command_is_born_in_its_runs_cgroup_without_a_write_to_cgroup_pr
 FORK_INTO = textwrap.dedent("""
     import ctypes, errno, json, os, sys
     sys.path.insert(0, sys.argv[3])
-    from agents.executor import guard
+    from agents.executor import guard_child
 
     if sys.argv[2] == "no-clone3":
-        guard._CLONE3[:] = [None]
+        guard_child._CLONE3[:] = [None]
     elif sys.argv[2] == "enosys":
         def refused(dir_fd):
             return -1, errno.ENOSYS
-        guard._CLONE3[:] = [refused]
+        guard_child._CLONE3[:] = [refused]
     procs = os.open(sys.argv[1], os.O_WRONLY)
-    pid, born_in = guard.fork_into(procs)
+    pid, born_in = guard_child.fork_into(procs)
     if pid == 0:
         if not born_in:
             os.write(procs, b"0")
         os.write(1, open("/proc/self/cgroup").read().encode())
         os._exit(0)
     os.waitpid(pid, 0)
-    print(json.dumps({"born_in": born_in, "after": None if not guard._CLONE3 else guard._CLONE3[0] is None}))
+    print(json.dumps({"born_in": born_in, "after": None if not guard_child._CLONE3 else guard_child._CLONE3[0] is None}))
 """)
 
 
@@ -328,7 +329,7 @@ def test_a_procs_descriptor_that_is_not_a_cgroups_gets_no_clone3(tmp_path):
     for path in (fake, other):
         fd = os.open(path, os.O_RDONLY)
         try:
-            found = guard._cgroup_dir(fd)
+            found = guard_child.cgroup_dir(fd)
             if path == fake:  # the same file: its directory (clone3 then refuses a directory that is no cgroup)
                 assert found is not None and os.path.samestat(os.fstat(found), os.stat(fake.parent))
                 os.close(found)

@@ -207,7 +207,8 @@ async def test_the_run_limit_truncates_with_markers_and_an_ungranted_executors_c
 
 
 async def test_a_process_output_reaches_both_the_local_log_file_and_the_shipping(tmp_path):
-    from agents.executor.runner import Child, Launch
+    from agents.executor.process import Launch
+    from agents.executor.runner import Child
 
     got: list[tuple[LogStream, bytes]] = []
     code = "import sys\nfor i in range(3000): print('o' * 99)\nsys.stderr.write('bad\\n')\nsys.exit(2)"

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from agents.executor import agent as agent_module
+from agents.executor import supervision
 from agents.executor.agent import Agent
 from agents.executor.lease import Contact
 from agents.executor.run import Prepared, Run
@@ -45,7 +45,7 @@ def seen(monkeypatch, tmp_path):
 
         async def watch(self):
             await asyncio.sleep(3600)
-    monkeypatch.setattr(agent_module, "LeaseKeeper", Keeper)
+    monkeypatch.setattr(supervision, "LeaseKeeper", Keeper)
     agent = Agent(ExecutorSettings.from_env(env={}, data_dir=tmp_path, executor_id="ex-1"), None, None, [])
 
     async def prepare(run: Run) -> Prepared:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from agents.executor import agent as agent_module
+from agents.executor import supervision
 from agents.executor import checkpoints
 from agents.executor import run as run_module
 from agents.executor.agent import Agent
@@ -53,7 +53,7 @@ def seen(monkeypatch, tmp_path):
         seen["opened"] += 1
         raise AssertionError("a sandbox for a run stopped while verifying")
 
-    monkeypatch.setattr(agent_module, "LeaseKeeper", Keeper)
+    monkeypatch.setattr(supervision, "LeaseKeeper", Keeper)
     monkeypatch.setattr(run_module.sandbox, "open_for", open_for)
     agent = Agent(ExecutorSettings.from_env(env={}, data_dir=tmp_path, executor_id="ex-1"), None, None, [])
     path = checkpoints.checkpoint_path(agent.settings.effective_checkpoint_dir / "j1", 5)

@@ -49,7 +49,7 @@ def test_a_running_record_without_figures_passes_through():
 async def test_the_runner_sends_a_failure_not_an_infinite_figure(tmp_path, monkeypatch):
     """A suite child printing a throughput of Infinity (JSON's spelling): the agent gets a failed record."""
     from agents.executor.checks import runner
-    from agents.executor.checks.suite import Spec
+    from agents.executor.checks.spec import Spec
 
     child = tmp_path / "child"
     child.write_text('#!/bin/sh\ncat > /dev/null\n'

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agents.executor import checkpoints as ck
-from agents.executor import ckpt_async, sdk
+from agents.executor import ckpt_async, sdk, sdk_link
 
 pytestmark = pytest.mark.unit
 
@@ -121,12 +121,12 @@ def sdk_env(tmp_path, monkeypatch):
     for name in ("TETO_JOB_ID", "TETO_RANK", "TETO_REPORT_FD", "TETO_STOP_FILE", "TETO_CHECKPOINTS_KEPT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TETO_CHECKPOINT_DIR", str(tmp_path))
-    monkeypatch.setattr(sdk, "_writer", ckpt_async.BackgroundWriter())
-    monkeypatch.setitem(sdk._state, "atexit", True)  # no exit hook registered for the test process
+    monkeypatch.setattr(sdk_link, "writer", ckpt_async.BackgroundWriter())
+    monkeypatch.setitem(sdk_link.state, "atexit", True)  # no exit hook registered for the test process
     sent = []
-    monkeypatch.setattr(sdk, "_send", sent.append)
+    monkeypatch.setattr(sdk_link, "send", sent.append)
     yield sent
-    sdk._stop["set"] = False
+    sdk_link.stop["set"] = False
 
 
 def test_a_background_save_reports_after_the_write_and_keeps_the_saved_state(sdk_env, tmp_path, monkeypatch):
@@ -152,9 +152,9 @@ def test_a_synchronous_save_waits_for_the_background_one(sdk_env, monkeypatch):
 
 
 def test_after_a_stop_request_saves_are_synchronous(sdk_env, tmp_path):
-    sdk._stop["set"] = True
+    sdk_link.stop["set"] = True
     sdk.save_checkpoint({"w": torch.ones(2)}, 9, background=True)
-    assert not sdk._writer.busy and ck.validate(tmp_path / "step-00000009.pt")[0] is not None
+    assert not sdk_link.writer.busy and ck.validate(tmp_path / "step-00000009.pt")[0] is not None
     assert [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [9]
 
 
@@ -194,10 +194,10 @@ def test_a_background_checkpoint_removes_older_ones_only_once_it_is_complete(sdk
 def test_the_checkpoint_of_a_stop_deletes_nothing_and_the_next_runs_first_one_does(sdk_env, tmp_path, monkeypatch):
     monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "1")
     sdk.save_checkpoint(b"a", 1)
-    sdk._stop["set"] = True  # the stop's grace is the job's devices, still charged: no deletions in it
+    sdk_link.stop["set"] = True  # the stop's grace is the job's devices, still charged: no deletions in it
     sdk.save_checkpoint(b"b", 2)
     assert _steps(tmp_path) == [1, 2] and [m["step"] for m in sdk_env if m["type"] == "checkpoint"] == [1, 2]
-    sdk._stop["set"] = False  # the next run
+    sdk_link.stop["set"] = False  # the next run
     sdk.save_checkpoint(b"c", 3, background=True)
     sdk.wait_checkpoints()
     assert _steps(tmp_path) == [3]

@@ -12,7 +12,7 @@ import types
 import pytest
 from pydantic import ValidationError
 
-from agents.executor import checkpoints, ckpt_quota, sdk, sdk_context
+from agents.executor import checkpoints, ckpt_quota, sdk, sdk_context, sdk_link
 from agents.executor.ckpt_async import BackgroundWriter
 from agents.executor.ckpt_quota import CheckpointRefused, VerificationStopped
 from agents.executor.reports import Reports
@@ -198,7 +198,7 @@ def sdk_in_teto(tmp_path, monkeypatch):
     monkeypatch.setenv("TETO_REPORT_FD", str(write_fd))
     monkeypatch.setenv("TETO_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
     monkeypatch.setenv("TETO_CHECKPOINT_QUOTA_BYTES", "100")
-    monkeypatch.setitem(sdk._state, "fd", None)
+    monkeypatch.setitem(sdk_link.state, "fd", None)
 
     def records() -> list[dict]:
         os.close(write_fd)

@@ -179,12 +179,12 @@ class _Proc:
 def test_signalling_a_run_goes_to_its_process_group_and_never_polls(monkeypatch):
     import signal as sig
 
-    from agents.executor import runner
+    from agents.executor import process, runner
 
     sent = []
     monkeypatch.setattr(runner.os, "killpg", lambda pid, s: sent.append(("group", pid, s)))
     monkeypatch.setattr(runner.os, "kill", lambda pid, s: sent.append(("pid", pid, s)))
-    child = runner.Child(proc=_Proc(), launch=runner.Launch(argv=["x"], env={}, log_path=Path("/dev/null")))
+    child = runner.Child(proc=_Proc(), launch=process.Launch(argv=["x"], env={}, log_path=Path("/dev/null")))
     child.signal(sig.SIGKILL)
     assert sent == [("group", 4242, sig.SIGKILL)]
 

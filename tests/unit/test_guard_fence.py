@@ -1,4 +1,4 @@
-"""The run guard's own fence (guard.py ``fence_due``): past a run's deadline SIGTERM, past the grace after it
+"""The run guard's own fence (guard_protocol.py ``fence_due``): past a run's deadline SIGTERM, past the grace after it
 SIGKILL, each once, and the time until the next one is due; a deadline moved on starts over."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from agents.executor.guard import fence_due
+from agents.executor.guard_protocol import fence_due
 from agents.executor.guard_client import Fence, extension, request
 
 TERM, KILL = signal.SIGTERM, signal.SIGKILL

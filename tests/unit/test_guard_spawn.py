@@ -1,6 +1,6 @@
 """How the agent starts a run: a ``command`` run through its long-lived guard (the guard's options, where the
-descriptors it receives go, the request it reads, the status it reports: guard.py, guard_client.py), any other run
-as the agent's own child with a preexec (runner.preexec_of)."""
+descriptors it receives go, the request it reads, the status it reports: guard_protocol.py, guard_client.py), any
+other run as the agent's own child with a preexec (runner.preexec_of)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import guard, guard_client, launch
+from agents.executor import guard_client, guard_protocol, launch
 from agents.executor.runner import preexec_of
 
 
@@ -46,44 +46,44 @@ def test_a_command_run_is_the_command_itself_started_by_the_guard(tmp_path):
     (["--socket", "9", "--parent", "3"], (3, 9)),
 ])
 def test_the_guard_reads_its_options(argv, parsed):
-    assert guard.parse(argv) == parsed
+    assert guard_protocol.parse(argv) == parsed
 
 
 @pytest.mark.parametrize("argv", [[], ["--parent", "3"], ["--socket", "4"], ["--parent", "x", "--socket", "4"],
                                   ["--parent", "3", "--socket"], ["--parent", "3", "--socket", "4", "--", "true"]])
 def test_the_guard_refuses_options_it_cannot_read(argv):
     with pytest.raises(ValueError):
-        guard.parse(argv)
+        guard_protocol.parse(argv)
 
 
 @pytest.mark.parametrize(("count", "report", "cgroup", "moves", "procs"), [
     (2, False, False, ((1, 0), (2, 1)), None),
-    (3, True, False, ((1, 0), (2, 1), (guard.REPORT_FD, 2)), None),
-    (4, True, True, ((1, 0), (2, 1), (guard.REPORT_FD, 2)), 3),
+    (3, True, False, ((1, 0), (2, 1), (guard_protocol.REPORT_FD, 2)), None),
+    (4, True, True, ((1, 0), (2, 1), (guard_protocol.REPORT_FD, 2)), 3),
     (3, False, True, ((1, 0), (2, 1)), 2),
 ])
 def test_the_descriptors_received_go_to_stdout_stderr_the_report_pipe_and_the_cgroup(count, report, cgroup, moves,
                                                                                        procs):
-    assert guard.placement(list(range(10, 10 + count)), report, cgroup) == (moves, procs)
+    assert guard_protocol.placement(list(range(10, 10 + count)), report, cgroup) == (moves, procs)
 
 
 @pytest.mark.parametrize(("count", "report", "cgroup"), [(1, False, False), (3, False, False), (3, True, True)])
 def test_a_request_with_the_wrong_number_of_descriptors_is_refused(count, report, cgroup):
     with pytest.raises(ValueError):
-        guard.placement(list(range(count)), report, cgroup)
+        guard_protocol.placement(list(range(count)), report, cgroup)
 
 
 @pytest.mark.parametrize(("code", "status"), [(0, 0), (3, 3), (-signal.SIGTERM, 143), (-signal.SIGKILL, 137)])
 def test_a_command_killed_by_a_signal_reads_as_a_shell_reports_it(code, status):
-    assert guard.exit_status(code) == status
+    assert guard_protocol.exit_status(code) == status
 
 
 def test_a_request_is_its_length_then_what_the_guard_needs_to_start_the_command():
     data = guard_client.request(["sh", "-c", "x"], {"A": "1"}, cwd=Path("/w"), umask=0o077, uid=200001, gid=None,
                                 cgroup=True, rid=7)
-    (size,) = guard.HEADER.unpack(data[:guard.HEADER.size])
-    assert size == len(data) - guard.HEADER.size
-    assert json.loads(data[guard.HEADER.size:]) == {
+    (size,) = guard_protocol.HEADER.unpack(data[:guard_protocol.HEADER.size])
+    assert size == len(data) - guard_protocol.HEADER.size
+    assert json.loads(data[guard_protocol.HEADER.size:]) == {
         "id": 7, "argv": ["sh", "-c", "x"], "env": {"A": "1"}, "cwd": "/w", "umask": 0o077, "uid": 200001,
         "gid": None, "report": True, "cgroup": True, "confine": True, "rlimits": []}
 

@@ -1,11 +1,11 @@
-"""Which processes a uid still owns (agents/executor/sandbox.py): the scan behind taking and sweeping a run's
+"""Which processes a uid still owns (agents/executor/uids.py): the scan behind taking and sweeping a run's
 uid, read from /proc status files (a fake /proc here, and the real one)."""
 
 from __future__ import annotations
 
 import os
 
-from agents.executor.sandbox import live_processes, state_and_uid, uids_with_processes
+from agents.executor.uids import live_processes, state_and_uid, uids_with_processes
 
 STATUS = ("Name:\t{name}\nUmask:\t0022\nState:\t{state}\nTgid:\t{pid}\nNgid:\t0\nPid:\t{pid}\nPPid:\t1\n"
           "TracerPid:\t0\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{uid}\t{uid}\t{uid}\t{uid}\n")

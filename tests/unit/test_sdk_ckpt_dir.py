@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.executor import ckpt_dir as cd
-from agents.executor import sdk
+from agents.executor import sdk, sdk_link
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def pipe(tmp_path, monkeypatch):
     monkeypatch.setenv("TETO_REPORT_FD", str(w))
     monkeypatch.setenv("TETO_CHECKPOINT_DIR", str(ck))
     monkeypatch.setenv("TETO_CHECKPOINTS_KEPT", "2")
-    monkeypatch.setitem(sdk._state, "fd", None)
+    monkeypatch.setitem(sdk_link.state, "fd", None)
     buf = bytearray()
 
     def lines() -> list[dict]:
@@ -40,7 +40,7 @@ def pipe(tmp_path, monkeypatch):
         return [json.loads(x) for x in bytes(buf).splitlines()]
 
     yield ck, lines
-    sdk._state["fd"] = None
+    sdk_link.state["fd"] = None
     os.close(r)
     os.close(w)
 
@@ -124,7 +124,7 @@ def test_resume_returns_the_directory(pipe, monkeypatch):
     sdk.seal_checkpoint(d, 8)
     assert sdk.resume_checkpoint() == (8, d)  # outside Teto: the latest valid one in the directory
     monkeypatch.setenv("TETO_JOB_ID", "j")
-    monkeypatch.setattr(sdk, "_install", lambda: None)
+    monkeypatch.setattr(sdk_link, "install", lambda: None)
     monkeypatch.setenv("TETO_RESUME_FROM", str(d))
     assert sdk.resume_checkpoint() == (8, d)  # under Teto: the one the agent chose
     # ...and verified just before the run started: its step is read from the manifest, nothing is hashed again

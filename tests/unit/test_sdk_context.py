@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.executor import sdk
+from agents.executor import sdk, sdk_link
 from agents.executor.sdk_context import Context, from_environ
 
 
@@ -59,7 +59,7 @@ def test_empty_paths_read_as_unset() -> None:
 
 
 def test_the_sdk_reads_its_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sdk._state, "installed", True)  # no SIGTERM handler in the test process
+    monkeypatch.setitem(sdk_link.state, "installed", True)  # no SIGTERM handler in the test process
     monkeypatch.setenv("TETO_JOB_ID", "j-env")
     monkeypatch.setenv("TETO_RANK", "3")
     ctx = sdk.context()

@@ -95,17 +95,17 @@ def test_the_agent_weighs_a_line_by_the_steps_it_stands_for():
 def test_a_forked_child_starts_afresh_with_a_free_lock_and_nothing_held():
     import os
 
-    from agents.executor import sdk
+    from agents.executor import sdk_link
 
-    sdk._held.record, sdk._held.seconds_n = step(3), 1
-    sdk._lock.acquire()  # as if the timer thread held it when the process forked
+    sdk_link.held_step.record, sdk_link.held_step.seconds_n = step(3), 1
+    sdk_link.lock.acquire()  # as if the timer thread held it when the process forked
     try:
         pid = os.fork()
         if pid == 0:  # the child: exit 0 only if it can take the lock and holds nothing
-            ok = sdk._lock.acquire(timeout=2) and sdk._held.record is None and sdk._state["timer"] is False
+            ok = sdk_link.lock.acquire(timeout=2) and sdk_link.held_step.record is None and sdk_link.state["timer"] is False
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
-        sdk._lock.release()
-        sdk._held.record, sdk._held.seconds_n = None, 0
+        sdk_link.lock.release()
+        sdk_link.held_step.record, sdk_link.held_step.seconds_n = None, 0

@@ -20,17 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 # a thread is enough to see whether one ever blocks (the process exits whatever the thread does).
 SCRIPT = """
 import signal, sys, threading
-from agents.executor import sdk
+from agents.executor import sdk, sdk_link
 
 def tracer(frame, event, arg):
     if event == "line":
-        sdk._on_sigterm(signal.SIGTERM, None)  # the tracer itself is never traced: one level of nesting
+        sdk_link.on_sigterm(signal.SIGTERM, None)  # the tracer itself is never traced: one level of nesting
     return tracer
 
 def first():
     sys.settrace(tracer)
     try:
-        sdk._on_sigterm(signal.SIGTERM, None)
+        sdk_link.on_sigterm(signal.SIGTERM, None)
     finally:
         sys.settrace(None)
 

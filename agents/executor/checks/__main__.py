@@ -8,7 +8,8 @@ import sys
 import time
 import traceback
 
-from .suite import ORDER, TESTS, Spec, threads
+from .spec import Spec
+from .suite import ORDER, TESTS, threads
 
 
 def main() -> int:

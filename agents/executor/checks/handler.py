@@ -26,7 +26,8 @@ from ..publisher import Publisher
 from ..settings import ExecutorSettings
 from . import faults, reach
 from .runner import Record, run_suite
-from .suite import SUITE_VERSION, Spec
+from .spec import Spec
+from .suite import SUITE_VERSION
 
 log = logging.getLogger(__name__)
 FORCED_STOP_REASON = HEALTH_CHECK_STOP  # reported as the run's stop_reason: the queue counts it apart

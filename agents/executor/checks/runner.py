@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
-from .suite import Spec, sendable
+from .spec import Spec
+from .suite import sendable
 
 log = logging.getLogger(__name__)
 Record = dict[str, Any]

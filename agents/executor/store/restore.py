@@ -22,7 +22,7 @@ from libs.contracts.agents import AcceptedCheckpoint
 
 from .. import ckpt_quota
 from . import files
-from . import manifest as mf
+from . import manifest
 from .base import ObjectMissing, Stopped, Store, StoreRefused, url_of
 
 Skips = list[tuple[str, str]]  # (object or manifest address, why)
@@ -30,7 +30,7 @@ Skips = list[tuple[str, str]]  # (object or manifest address, why)
 
 def restore(store: Store, job_id: str, directory: Path, accepted: AcceptedCheckpoint | None, *,
             quota: int | None = None, stopped: Callable[[], bool] | None = None,
-            check: Callable[[Path], str | None] | None = None) -> tuple[mf.Manifest | None, Path | None, Skips]:
+            check: Callable[[Path], str | None] | None = None) -> tuple[manifest.Manifest | None, Path | None, Skips]:
     """The manifest and local path of the checkpoint to resume from (None: from scratch) and the checkpoints
     skipped, with the object at fault. ``check`` may refuse a restored checkpoint still (a file against its
     sidecar). The job's local directory is left holding that checkpoint only."""
@@ -39,19 +39,19 @@ def restore(store: Store, job_id: str, directory: Path, accepted: AcceptedCheckp
     if accepted is None:
         _clear(directory, keep=set())
         return None, None, skipped
-    found = mf.stored(job_id, (o.key for o in store.list(mf.job_prefix(job_id))))
+    found = manifest.stored(job_id, (o.key for o in store.list(manifest.job_prefix(job_id))))
     if accepted.epoch is None:
         line = sorted((f for f in found if f[0] == accepted.step), key=lambda f: f[1], reverse=True)
     else:
-        line = mf.of_run(found, accepted.step, accepted.epoch)
+        line = manifest.of_run(found, accepted.step, accepted.epoch)
     seen: set[int] = set()
     while line:
         parent = None
         for step, epoch in line:
-            key = mf.manifest_key(job_id, step, epoch)
+            key = manifest.manifest_key(job_id, step, epoch)
             try:
-                made = mf.load(store.get_bytes(key, mf.MANIFEST_LIMIT), job_id=job_id, step=step, epoch=epoch)
-            except (ObjectMissing, mf.ManifestError) as exc:
+                made = manifest.load(store.get_bytes(key, manifest.MANIFEST_LIMIT), job_id=job_id, step=step, epoch=epoch)
+            except (ObjectMissing, manifest.ManifestError) as exc:
                 skipped.append((url_of(store.location, key), f"unreadable manifest: {exc}"))
                 continue
             except StoreRefused as exc:
@@ -73,12 +73,12 @@ def restore(store: Store, job_id: str, directory: Path, accepted: AcceptedCheckp
                 return made, directory / made.path, skipped
             skipped.append(bad)
         seen.update(e for _, e in line)
-        line = [] if parent is None or parent[1] in seen else mf.of_run(found, *parent)
+        line = [] if parent is None or parent[1] in seen else manifest.of_run(found, *parent)
     _clear(directory, keep=set())
     return None, None, skipped
 
 
-def _fetch(store: Store, made: mf.Manifest, directory: Path,
+def _fetch(store: Store, made: manifest.Manifest, directory: Path,
            stopped: Callable[[], bool] | None) -> tuple[str, str] | None:
     """Download and verify every object of ``made``, then rename them into place; None when done, else the
     object at fault and why (nothing of a failed checkpoint is left in place)."""
@@ -112,7 +112,7 @@ def _fetch(store: Store, made: mf.Manifest, directory: Path,
                 tmp.unlink()
 
 
-def _already(final: Path, entry: mf.Entry) -> bool:
+def _already(final: Path, entry: manifest.Entry) -> bool:
     """The file is here already with the manifest's size and checksum (a resume on the node that wrote it)."""
     try:
         if os.lstat(final).st_size != entry.bytes:

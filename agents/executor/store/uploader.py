@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import files
-from . import manifest as mf
+from . import manifest
 from .base import Store, StoreError, StoreRefused
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class Skipped(Exception):
 
 
 class Uploader:
-    def __init__(self, store: Store, directory: Path, *, on_stored: Callable[[Upload, mf.Manifest, int | None], None],
+    def __init__(self, store: Store, directory: Path, *, on_stored: Callable[[Upload, manifest.Manifest, int | None], None],
                  on_skipped: Callable[[Upload, str, str], None], on_superseded: Callable[[Upload], None] | None = None,
                  on_retrying: Callable[[Upload, str], None] | None = None, keep: int = 0, concurrency: int = 4, backoff: Backoff = Backoff()) -> None:
         self.store = store
@@ -182,11 +182,11 @@ class Uploader:
                 continue
             self.stored.append(upload.step)
             listed = await self._listing(upload)
-            gone = mf.prunable(mf.stored(upload.job_id, [k for k, _ in listed]), (upload.step, upload.epoch),
+            gone = manifest.prunable(manifest.stored(upload.job_id, [k for k, _ in listed]), (upload.step, upload.epoch),
                                self.keep) if listed is not None else []
             # Reported before the older ones are deleted: the queue's accepted checkpoint is never one retention
             # already took; what the job holds is said as it will be once they are.
-            self.on_stored(upload, made, None if listed is None else mf.held_after(upload.job_id, listed, gone))
+            self.on_stored(upload, made, None if listed is None else manifest.held_after(upload.job_id, listed, gone))
             # Behind until reported (not when its manifest is stored: the listing above awaits): a drain that
             # ends a run must not report its end before its last checkpoint.
             self.in_flight = None
@@ -212,14 +212,14 @@ class Uploader:
                 log.info("checkpoint store unavailable (%s); retrying in %.1fs", self.last_error, delay)
                 await asyncio.sleep(delay)
 
-    async def _upload(self, upload: Upload) -> mf.Manifest:
+    async def _upload(self, upload: Upload) -> manifest.Manifest:
         try:
             rels = await self._thread(files.members, self.directory, upload.rel)
         except (files.NotACheckpoint, OSError) as exc:
             raise Skipped(upload.rel, str(exc)) from exc
         limit = asyncio.Semaphore(self.concurrency)
 
-        async def one(rel: str) -> mf.Entry:
+        async def one(rel: str) -> manifest.Entry:
             async with limit:
                 return await self._object(upload, rel)
 
@@ -228,16 +228,16 @@ class Uploader:
                 entries[0].sha256 != upload.sha256.lower():
             raise Skipped(upload.rel, f"changed since it was reported: sha256 {entries[0].sha256[:12]}..., "
                                       f"reported {upload.sha256[:12]}...")
-        made = mf.Manifest(job_id=upload.job_id, step=upload.step, epoch=upload.epoch, path=upload.rel,
+        made = manifest.Manifest(job_id=upload.job_id, step=upload.step, epoch=upload.epoch, path=upload.rel,
                            sha256=upload.sha256, objects=tuple(entries), written_at=upload.written_at,
                            stored_at="", parent=upload.parent)
         made = replace(made, stored_at=datetime.now(UTC).isoformat())
-        key = mf.manifest_key(upload.job_id, upload.step, upload.epoch)
+        key = manifest.manifest_key(upload.job_id, upload.step, upload.epoch)
         await self._retry(key, lambda: self.store.put_bytes(key, made.to_bytes()))  # last: the commit point
         return made
 
-    async def _object(self, upload: Upload, rel: str) -> mf.Entry:
-        key = mf.object_key(upload.job_id, upload.epoch, upload.step, rel)
+    async def _object(self, upload: Upload, rel: str) -> manifest.Entry:
+        key = manifest.object_key(upload.job_id, upload.epoch, upload.step, rel)
         path = self.directory / rel
         try:
             fd = await self._thread(files.open_regular, path)
@@ -259,12 +259,12 @@ class Uploader:
             sha, size = done[0]
         finally:
             os.close(fd)
-        return mf.Entry(path=rel, key=key, bytes=size, sha256=sha)
+        return manifest.Entry(path=rel, key=key, bytes=size, sha256=sha)
 
     async def _listing(self, upload: Upload) -> list[tuple[str, int]] | None:
         """The job's objects (key, size) in the store; None when it cannot be listed now (retention waits)."""
         try:
-            return [(o.key, o.bytes) for o in await self._thread(self.store.list, mf.job_prefix(upload.job_id))]
+            return [(o.key, o.bytes) for o in await self._thread(self.store.list, manifest.job_prefix(upload.job_id))]
         except StoreError as exc:
             log.info("job %s: the store's objects not listed: %s", upload.job_id, exc)
             return None
@@ -274,8 +274,8 @@ class Uploader:
         before its objects (half deleted, it no longer exists). Failures wait for the next stored checkpoint."""
         try:
             for step, epoch in gone:
-                prefix = mf.object_key(upload.job_id, epoch, step, "")
-                await self._thread(self.store.delete, [mf.manifest_key(upload.job_id, step, epoch)])
+                prefix = manifest.object_key(upload.job_id, epoch, step, "")
+                await self._thread(self.store.delete, [manifest.manifest_key(upload.job_id, step, epoch)])
                 await self._thread(self.store.delete, [k for k in keys if k.startswith(prefix)])
         except StoreError as exc:
             log.info("job %s: older checkpoints not deleted from the store yet: %s", upload.job_id, exc)
