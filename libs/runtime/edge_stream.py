@@ -216,14 +216,17 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
 def listen(broker: NatsBroker, subject: str, on_message: Callable[[Msg], Awaitable[Any]] | None, *, title: str,
            description: str, model: Any) -> Any:
     """Declare a plain core NATS subscription (every replica gets every message) on ``broker``: ``on_message`` gets
-    each nats-py message as it is (None: declared for the AsyncAPI document only)."""
+    each nats-py message as it is, and its dependencies from the broker's context (None: declared for the AsyncAPI
+    document only)."""
     sub = broker.subscriber(subject, parser=raw_parser, decoder=raw_decoder, no_reply=True,
                             ack_policy=AckPolicy.MANUAL, title=title,  # see ``raw_parser``
                             description=description)
 
+    call = injected(broker, on_message) if on_message is not None else None
+
     async def handle(message: Any) -> None:
-        if on_message is not None:
-            await on_message(message)
+        if call is not None:
+            await call(message)
 
     handle.__annotations__ = {"message": model}
     handle.__name__ = handle.__qualname__ = title.replace("-", "_")

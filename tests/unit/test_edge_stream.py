@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from faststream import AckPolicy
-from faststream._internal.endpoint.subscriber.utils import MultiLock
 
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.dead import DeadLetter
@@ -19,15 +18,7 @@ from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.edge_stream import EdgeBroker, EdgeSubscriber, declare_publishers, publishes, subscribe
 from libs.runtime.errors import PermanentError
-from tests.support.edgefakes import FakeMsg, FakeReporter, decode
-
-
-def started(broker: EdgeBroker, sub: EdgeSubscriber) -> EdgeSubscriber:
-    """What ``start`` prepares for handling, without subscribing (no server here)."""
-    broker._setup_logger()
-    sub._build_fastdepends_model()
-    sub.lock = MultiLock()
-    return sub
+from tests.support.edgefakes import FakeMsg, FakeReporter, decode, started
 
 
 def test_a_consumer_becomes_a_typed_batch_pull_subscriber_of_its_durable():
