@@ -32,7 +32,7 @@ from libs.contracts.nodes import NodeRegistered, RebootNode, RunChecks
 from libs.contracts.telemetry import (CheckpointSkipped, CheckpointStoreNote, GpuInfo, Heartbeat, Phase, RunFinished,
                                       RunOutcome, RunStarted, StoreState)
 from libs.runtime import logs, metrics, tracing
-from libs.runtime.edge_stream import EdgeBroker, provide, service_app
+from libs.runtime.edge_stream import EdgeBroker, service_app
 
 from . import directives  # the agent's FastStream app
 
@@ -135,9 +135,8 @@ class Agent:
         """Receive directives as the agent's FastStream app (directives.py) until cancelled."""
         broker = EdgeBroker(self.nc, description=f"Teto executor {self.id}")
         self.app = service_app("executor", broker)
-        provide(broker, agent=self)
         directives.declare(broker, self.subjects, self.subjects.agent_all_of(self.id), f"agent-{self.id}",
-                           directives.on_directive)
+                           directives.on_directive, agent=self)
         try:
             await broker.start()
             await asyncio.Event().wait()

@@ -25,7 +25,7 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.nodes import RebootNode, RunChecks
 from libs.contracts.subjects import Subjects
-from libs.runtime.edge_stream import injected, raw_decoder, raw_parser
+from libs.runtime.edge_stream import injected, provide, raw_decoder, raw_parser
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,11 @@ async def on_directive(msg: Msg, agent: Directed = Context()) -> None:
 
 
 def declare(broker: NatsBroker, subjects: Subjects, subject: str, durable: str,
-            on_directive: Callable[..., Awaitable[None]] | None) -> Any:
+            on_directive: Callable[..., Awaitable[None]] | None, **context: Any) -> Any:
     """The directive subscriber on ``broker`` (``on_directive`` None: declared for the AsyncAPI document only); the
-    handler gets its dependencies from the broker's context (libs/runtime/edge_stream.py)."""
+    handler gets its dependencies from the broker's context, where ``context`` is put (the agent: ``agent=``;
+    libs/runtime/edge_stream.py)."""
+    provide(broker, **context)
     stream = subjects.stream_name("AGENT")
     sub = broker.subscriber(subject, stream=JStream(stream, declare=False), durable=durable,
                             config=ConsumerConfig(ack_policy=JsAckPolicy.EXPLICIT, max_deliver=5, ack_wait=30.0),

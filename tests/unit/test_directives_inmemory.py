@@ -15,7 +15,7 @@ from agents.executor.agent import Agent
 from agents.executor.settings import ExecutorSettings
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.envelope import RejectedMessage
-from libs.runtime.edge_stream import EdgeBroker, provide
+from libs.runtime.edge_stream import EdgeBroker
 
 pytestmark = pytest.mark.unit
 
@@ -32,9 +32,8 @@ class RecordingStream:
 
 def directed(agent: Any) -> EdgeBroker:
     broker = EdgeBroker()
-    provide(broker, agent=agent)
     directives.declare(broker, agent.subjects, agent.subjects.agent_all_of(agent.id), f"agent-{agent.id}",
-                       directives.on_directive)
+                       directives.on_directive, agent=agent)  # as Agent.directives declares it
     return broker
 
 
