@@ -60,7 +60,7 @@ from libs.contracts.subjects import Subjects
 from . import natsfetch
 from .edge import Consumer, Reporter, contracts_of
 from .edge_reply import Responder, answerer
-from .edge_loop import ConsumerLoop, consumer_config
+from .edge_loop import consumer_config
 from .edge_settle import Settler
 
 log = logging.getLogger("libs.runtime.edge")
