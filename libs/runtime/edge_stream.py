@@ -21,9 +21,9 @@ The service's runtime puts its pool, clock, settings, subjects and its own objec
 broker's context (``broker.context``, ``Runtime.provide``) at start; ``injected`` resolves them from there on each
 call, with FastStream's injector (fast_depends, in-line rather than in worker threads) but without its casting: the
 edge decoded and validated each message against its contract already, so a batch of a thousand is never validated
-twice. (FastStream's own ``apply_types`` stays off: it
-would cast each batch with pydantic, and its model of the declared handler is what the AsyncAPI document is made
-from.) ``on_malformed`` hooks and responders' handlers are injected the same way.
+twice. (FastStream's own ``apply_types`` stays off: it would cast each batch with pydantic, and its model of the
+declared handler is what the AsyncAPI document is made from.) ``on_malformed`` hooks and responders' handlers are
+injected the same way.
 
 In tests, FastStream's ``TestNatsBroker`` runs the same declarations with no server: its publish hands an
 ``EdgeSubscriber`` the raw message, which the edge's rules read, settle and hand to the handler as on a real bus
@@ -170,7 +170,8 @@ def injected(broker: NatsBroker, call: Callable[..., Awaitable[Any]]) -> Callabl
     def twin(*args: Any, **kwargs: Any) -> Awaitable[Any]:
         return call(*args, **kwargs)
 
-    twin.__signature__ = signature.replace(parameters=params, return_annotation=inspect.Parameter.empty)  # type: ignore[attr-defined]
+    twin.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=inspect.Parameter.empty)
     model = build_call_model(twin, dependency_provider=broker.provider, serializer_cls=None)
     if not model.dependencies and not model.custom_fields and not model.extra_dependencies:
         return call
