@@ -161,7 +161,8 @@ def injected(broker: NatsBroker, call: Callable[..., Awaitable[Any]]) -> Callabl
     than FastStream's whole dispatch). Its synchronous path resolves the same declarations in-line, so the call
     model is built of a synchronous twin of ``call`` (same parameters) that returns ``call``'s coroutine: the
     dependencies are FastStream's, resolved by fast_depends, in this task. A ``Depends`` provider is therefore a
-    plain function (its own ``Context()`` parameters are resolved too), not a coroutine function."""
+    plain function (its own ``Context()`` parameters are resolved too); fast_depends refuses a coroutine function
+    there when the handler is declared ("cannot use async dependency")."""
     signature = inspect.signature(call)
     # Annotations do not matter here (nothing is cast; a ``Context()`` is found by name): left out, so a type only
     # imported for checking never has to be resolved.
