@@ -15,6 +15,8 @@ import dataclasses
 import sys
 import time
 
+from faststream import Context
+
 
 def _record_passes(path: str) -> None:
     from services.health.evaluator import Evaluator
@@ -50,9 +52,9 @@ def _timed(consumer, out):
         stored[(beat.executor_id, beat.sent_at.timestamp())] = stream_time(m.reply)
         return beat
 
-    async def handle(beats):
+    async def handle(beats, heartbeats=Context(), clock=Context()):  # what health's handler asks the context for
         start = time.time()
-        await consumer.handle(beats)
+        await consumer.handle(beats, heartbeats=heartbeats, clock=clock)
         end = time.time()
         out.write(f"{start:.6f} {end:.6f} " + " ".join(
             f"{b.executor_id}:{b.sent_at.timestamp():.6f}:{stored.pop((b.executor_id, b.sent_at.timestamp()), 0.0):.6f}"

@@ -7,8 +7,8 @@ libs/contracts/asyncapi.json (which the gateway serves at ``/asyncapi.json``); t
 that both are current, that every subject of libs/contracts/subjects.py is in it with its stream, and that every
 payload is the message's exported JSON Schema (docs/schemas).
 
-A service's declarations are functions of its runtime and collaborators (handlers close over them); here they are
-read with inert stand-ins (``_Inert``): declared, never run.
+A service's declarations are functions of its subjects and settings (its handlers take the rest from the broker's
+context at run time); here they are declared, never run.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from faststream import FastStream
 
 from libs.contracts.subjects import Subjects
+from libs.runtime.clock import Clock
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_reply import Responder
 from libs.runtime.edge_stream import EdgeBroker, declare_publishers, respond, service_app, subscribe
@@ -32,19 +33,6 @@ DESCRIPTION = ("Every subject of the Teto bus: what each service consumes (its d
                "(`teto contracts asyncapi`); the JSON Schema of each message is also in docs/schemas.")
 
 
-class _Inert:
-    """A service's runtime or collaborator while its declarations are read: any attribute or call is another."""
-
-    def __init__(self, **known: Any) -> None:
-        self.__dict__.update(known)
-
-    def __getattr__(self, name: str) -> _Inert:
-        return _Inert()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
-        return _Inert()
-
-
 def declarations(subjects: Subjects) -> dict[str, tuple[list[Consumer], list[Responder]]]:
     """Each service's consumers and responders, as its app.py declares them."""
     from services.audit import anchors, handlers as audit
@@ -54,19 +42,14 @@ def declarations(subjects: Subjects) -> dict[str, tuple[list[Consumer], list[Res
     from services.health import handlers as health
     from services.health.settings import HealthSettings
     from services.queue import handlers as queue
-    from services.queue.settings import QueueSettings
-
-    def runtime(settings: Any) -> _Inert:
-        return _Inert(subjects=subjects, settings=settings)
 
     env = dict(env={}, subject_prefix=subjects.prefix)
-    q, b = runtime(QueueSettings.from_env(**env)), BudgetSettings.from_env(**env)
-    h, a = runtime(HealthSettings.from_env(**env)), AuditSettings.from_env(**env)
+    b, h, a = (BudgetSettings.from_env(**env), HealthSettings.from_env(**env), AuditSettings.from_env(**env))
     return {
-        "queue": (queue.consumers(q, _Inert(), _Inert(), _Inert(), _Inert()), queue.responders(q, _Inert())),
-        "budget": (budget.consumers(runtime(b), b, _Inert(), _Inert()), budget.responders(runtime(b), b)),
-        "health": (health.consumers(h, _Inert(), _Inert()), []),
-        "audit": (audit.consumers(runtime(a), a, None), anchors.responders(runtime(a), None, a.verify_queue_group)),
+        "queue": (queue.consumers(subjects), queue.responders(subjects)),
+        "budget": (budget.consumers(subjects, b), budget.responders(subjects, b)),
+        "health": (health.consumers(subjects, h), []),
+        "audit": (audit.consumers(subjects, a, Clock()), anchors.responders(subjects, a.verify_queue_group)),
     }
 
 

@@ -128,7 +128,7 @@ class Agent(RunSupervision):
         broker = EdgeBroker(self.nc, description=f"Teto executor {self.id}")
         self.app = service_app("executor", broker)
         directives.declare(broker, self.subjects, self.subjects.agent_all_of(self.id), f"agent-{self.id}",
-                           self.on_directive)
+                           directives.on_directive, agent=self)
         try:
             await broker.start()
             await asyncio.Event().wait()

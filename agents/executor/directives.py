@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
-from faststream import AckPolicy
+from faststream import AckPolicy, Context
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.subscriber.usecases.stream_pull_subscriber import PullStreamSubscriber
 from nats.aio.msg import Msg
@@ -25,7 +25,7 @@ from nats.js.api import AckPolicy as JsAckPolicy, ConsumerConfig
 from libs.contracts.agents import RunJob, StopJob
 from libs.contracts.nodes import RebootNode, RunChecks
 from libs.contracts.subjects import Subjects
-from libs.runtime.edge_stream import raw_decoder, raw_parser
+from libs.runtime.edge_stream import injected, provide, raw_decoder, raw_parser
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,23 @@ class DirectiveSubscriber(PullStreamSubscriber):
                 await cb(msg)
 
 
+class Directed(Protocol):
+    """What takes the directives: the agent (``agent`` in its broker's context)."""
+
+    async def on_directive(self, msg: Msg) -> None: ...
+
+
+async def on_directive(msg: Msg, agent: Directed = Context()) -> None:
+    """The agent's directive handler: the agent it is addressed to comes from the broker's context."""
+    await agent.on_directive(msg)
+
+
 def declare(broker: NatsBroker, subjects: Subjects, subject: str, durable: str,
-            on_directive: Callable[[Msg], Awaitable[None]] | None) -> Any:
-    """The directive subscriber on ``broker`` (``on_directive`` None: declared for the AsyncAPI document only)."""
+            on_directive: Callable[..., Awaitable[None]] | None, **context: Any) -> Any:
+    """The directive subscriber on ``broker`` (``on_directive`` None: declared for the AsyncAPI document only); the
+    handler gets its dependencies from the broker's context, where ``context`` is put (the agent: ``agent=``;
+    libs/runtime/edge_stream.py)."""
+    provide(broker, **context)
     stream = subjects.stream_name("AGENT")
     sub = broker.subscriber(subject, stream=JStream(stream, declare=False), durable=durable,
                             config=ConsumerConfig(ack_policy=JsAckPolicy.EXPLICIT, max_deliver=5, ack_wait=30.0),
@@ -70,11 +84,13 @@ def declare(broker: NatsBroker, subjects: Subjects, subject: str, durable: str,
                                         "a time")
     sub.__class__ = DirectiveSubscriber  # FastStream's pull subscriber with the loop above (no new state)
 
+    call = injected(broker, on_directive) if on_directive is not None else None
+
     async def directive(msg: Any) -> None:
-        if on_directive is None:
+        if call is None:
             return
         try:
-            await on_directive(msg)
+            await call(msg)
         except Exception:  # noqa: BLE001 - one directive, however hostile, never stops the agent
             log.exception("directive on %s could not be handled; dropped", msg.subject)
             with contextlib.suppress(Exception):

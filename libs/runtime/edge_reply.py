@@ -48,11 +48,12 @@ async def serve_responder(nc: Client, responder: Responder[M], reporter: Reporte
     return await nc.subscribe(responder.subject, queue=responder.queue, cb=answerer(responder, reporter))
 
 
-def answerer(responder: Responder[M], reporter: Reporter) -> Callable[[Msg], Awaitable[None]]:
+def answerer(responder: Responder[M], reporter: Reporter) -> Callable[[Msg], Awaitable[bytes | None]]:
     """What answers one request: refuse it (with the malformed reply), or answer with the handler's reply, or
-    stay silent when the handler fails."""
+    stay silent when the handler fails. Returns the reply sent (None: none), which FastStream's ``TestNatsBroker``
+    hands its requester (on a real bus the reply goes to the request's inbox, here)."""
 
-    async def on_request(msg: Msg) -> None:
+    async def on_request(msg: Msg) -> bytes | None:
         try:
             request = responder.decode(msg.data)
             if responder.bind is not None:
@@ -67,9 +68,11 @@ def answerer(responder: Responder[M], reporter: Reporter) -> Callable[[Msg], Awa
                     reply = await responder.handle(request)
             except Exception as exc:  # noqa: BLE001 - no answer is the honest answer; the requester retries
                 log.warning("%s: request on %s failed: %s", reporter.name, msg.subject, reason_of(exc))
-                return
+                return None
+        body = reply.encode()
         if msg.reply:
             with contextlib.suppress(Exception):
-                await msg.respond(reply.encode())
+                await msg.respond(body)
+        return body
 
     return on_request

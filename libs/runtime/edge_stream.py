@@ -15,6 +15,20 @@ ran out, so a lone command would wait out the whole timeout before its handler s
 no outage hold. The pull fetch patch (``natsfetch.install()``) is installed wherever a broker is built, for any
 FastStream pull loop that does run (tests, tools).
 
+A handler declares what it needs as FastStream does, with ``Context()`` (or ``Depends``) parameters after its batch:
+``async def on_heartbeats(beats: list[Heartbeat], heartbeats: HeartbeatLog = Context(), clock: Clock = Context())``.
+The service's runtime puts its pool, clock, settings, subjects and its own objects (a store, counters) in the
+broker's context (``broker.context``, ``Runtime.provide``) at start; ``injected`` resolves them from there on each
+call, with FastStream's injector (fast_depends, in-line rather than in worker threads) but without its casting: the
+edge decoded and validated each message against its contract already, so a batch of a thousand is never validated
+twice. (FastStream's own ``apply_types`` stays off: it would cast each batch with pydantic, and its model of the
+declared handler is what the AsyncAPI document is made from.) ``on_malformed`` hooks and responders' handlers are
+injected the same way.
+
+In tests, FastStream's ``TestNatsBroker`` runs the same declarations with no server: its publish hands an
+``EdgeSubscriber`` the raw message, which the edge's rules read, settle and hand to the handler as on a real bus
+(``process_message``; ``edge_memory.py`` builds a service's broker for that tier).
+
 ``EdgeBroker`` shares the service's one NATS connection (``Runtime.nc``: its credentials, reconnect policy and
 JetStream domain as ``bus.connect`` set them); stopping the broker stops its subscribers and leaves the connection
 to the runtime.
@@ -23,14 +37,19 @@ to the runtime.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Union
 
+from fast_depends.core import build_call_model
 from faststream import AckPolicy, FastStream
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.message import NatsBatchMessage, NatsMessage
 from faststream.nats.subscriber.usecases.stream_pull_subscriber import BatchPullStreamSubscriber
+from faststream.response import ensure_response
 from faststream.specification import AsyncAPI
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -41,7 +60,8 @@ from libs.contracts.subjects import Subjects
 from . import natsfetch
 from .edge import Consumer, Reporter, contracts_of
 from .edge_reply import Responder, answerer
-from .edge_loop import ConsumerLoop, consumer_config
+from .edge_loop import consumer_config
+from .edge_settle import Settler
 
 log = logging.getLogger("libs.runtime.edge")
 
@@ -53,7 +73,7 @@ class EdgeSubscriber(BatchPullStreamSubscriber):
 
     __slots__ = ()
 
-    edge: ConsumerLoop[Any]
+    edge: Settler[Any]  # a ConsumerLoop on a real bus; a bare Settler under TestNatsBroker
 
     async def _create_subscription(self) -> None:
         """Bind the durable (retrying while JetStream is not ready), then start the edge's loop on it."""
@@ -78,7 +98,15 @@ class EdgeSubscriber(BatchPullStreamSubscriber):
     async def deliver(self, decoded: list[tuple[Msg, Any]]) -> Any:
         """A decoded batch through FastStream: middlewares, context and the declared handler. Raises what the
         handler raised, for the Settler to judge."""
-        return await self.process_message(decoded)
+        return await BatchPullStreamSubscriber.process_message(self, decoded)
+
+    async def process_message(self, msg: Any) -> Any:
+        """What FastStream's ``TestNatsBroker`` delivers (a list of raw messages, no server behind them) goes through
+        the edge's rules first, as a fetched batch does: read, refused if malformed, handed over, settled."""
+        if isinstance(msg, list) and not (msg and isinstance(msg[0], tuple)):
+            await self.edge.settle(msg)
+            return ensure_response(None)
+        return await BatchPullStreamSubscriber.process_message(self, msg)
 
 
 async def _parse(decoded: list[tuple[Msg, Any]]) -> NatsBatchMessage:
@@ -100,7 +128,8 @@ class EdgeBroker(NatsBroker):
                  url: str = "nats://localhost:4222") -> None:
         natsfetch.install()
         # apply_types=False: handlers get the decoded batch as it is (the edge validated each message against its
-        # contract); their annotations declare the message types for AsyncAPI.
+        # contract) and their dependencies from ``injected``, never cast; the registered wrapper's annotation
+        # declares the message types for AsyncAPI.
         super().__init__(url, logger=None, apply_types=False, description=description, graceful_timeout=None)
         self._shared = connection
 
@@ -122,10 +151,51 @@ def service_app(name: str, broker: NatsBroker, description: str | None = None) -
                                                      schema_version=ASYNCAPI_VERSION))
 
 
-def subscribe(broker: NatsBroker, subjects: Subjects, consumer: Consumer[Any], loop: ConsumerLoop[Any] | None,
+def injected(broker: NatsBroker, call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """``call`` with the parameters it declares with ``Context()`` or ``Depends`` filled from ``broker.context`` on
+    each call, the rest passed as they come (no casting: see the module docstring). A call that declares none is
+    called as it is.
+
+    fast_depends' own async path (``inject`` on a coroutine function) runs every synchronous resolver, each
+    ``Context()`` among them, in a worker thread: 0.6 ms a batch for three dependencies, whatever its size (more
+    than FastStream's whole dispatch). Its synchronous path resolves the same declarations in-line, so the call
+    model is built of a synchronous twin of ``call`` (same parameters) that returns ``call``'s coroutine: the
+    dependencies are FastStream's, resolved by fast_depends, in this task. A ``Depends`` provider is therefore a
+    plain function (its own ``Context()`` parameters are resolved too); fast_depends refuses a coroutine function
+    there when the handler is declared ("cannot use async dependency")."""
+    signature = inspect.signature(call)
+    # Annotations do not matter here (nothing is cast; a ``Context()`` is found by name): left out, so a type only
+    # imported for checking never has to be resolved.
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
+
+    def twin(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+        return call(*args, **kwargs)
+
+    twin.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params, return_annotation=inspect.Parameter.empty)
+    model = build_call_model(twin, dependency_provider=broker.provider, serializer_cls=None)
+    if not model.dependencies and not model.custom_fields and not model.extra_dependencies:
+        return call
+    context = broker.context
+
+    async def resolved(*args: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            return await model.solve(*args, stack=stack, cache_dependencies={}, context__=context)
+
+    return resolved
+
+
+def provide(broker: NatsBroker, **values: Any) -> None:
+    """Put ``values`` in ``broker``'s context under their names, for the handlers that ask for them."""
+    for name, value in values.items():
+        broker.context.set_global(name, value)
+
+
+def subscribe(broker: NatsBroker, subjects: Subjects, consumer: Consumer[Any], loop: Settler[Any] | None,
               *, service: str = "") -> EdgeSubscriber:
-    """Declare ``consumer`` on ``broker`` as a batch pull subscriber run by ``loop`` (None: declared for the
-    AsyncAPI document only)."""
+    """Declare ``consumer`` on ``broker`` as a batch pull subscriber whose batches ``loop`` settles (a ConsumerLoop
+    fetches them; a bare Settler gets them from ``TestNatsBroker``; None: declared for the AsyncAPI document only).
+    Its handler and ``on_malformed`` get their dependencies from the broker's context."""
     c = consumer
     stream = subjects.stream_name(c.stream)
     models = c.contracts or contracts_of(c.decode) or contracts_of(c.read) or _catalogue(subjects, c)
@@ -136,10 +206,12 @@ def subscribe(broker: NatsBroker, subjects: Subjects, consumer: Consumer[Any], l
                                         f"`{stream}`, batches of up to {c.batch}")
     # FastStream builds its own batch subscriber; ours is the same object with the edge's loop (no new state).
     sub.__class__ = EdgeSubscriber
-    sub(_handler(c, models))
+    sub(_handler(c, models, injected(broker, c.handle) if loop is not None else c.handle))
     if loop is not None:
         sub.edge = loop
         loop.deliver = sub.deliver
+        if c.on_malformed is not None:
+            loop.consumer = dataclasses.replace(c, on_malformed=injected(broker, c.on_malformed))
     return sub  # type: ignore[return-value]
 
 
@@ -160,11 +232,11 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
                             title=responder_title(service, responder),
                             description=f"{service}: answers requests on core NATS (request/reply, queue group "
                                         f"`{responder.queue}`), not stored in a stream")
-    answer = answerer(responder, reporter) if reporter is not None else None
+    answer = (answerer(dataclasses.replace(responder, handle=injected(broker, responder.handle)), reporter)
+              if reporter is not None else None)
 
-    async def handle(request: Any) -> None:
-        if answer is not None:
-            await answer(request)
+    async def handle(request: Any) -> bytes | None:
+        return await answer(request) if answer is not None else None
 
     handle.__annotations__ = {"request": model if model is not None else Envelope}
     handle.__name__ = handle.__qualname__ = f"{service}_rpc_{responder.queue}"
@@ -175,14 +247,17 @@ def respond(broker: NatsBroker, responder: Responder[Any], reporter: Reporter | 
 def listen(broker: NatsBroker, subject: str, on_message: Callable[[Msg], Awaitable[Any]] | None, *, title: str,
            description: str, model: Any) -> Any:
     """Declare a plain core NATS subscription (every replica gets every message) on ``broker``: ``on_message`` gets
-    each nats-py message as it is (None: declared for the AsyncAPI document only)."""
+    each nats-py message as it is, and its dependencies from the broker's context (None: declared for the AsyncAPI
+    document only)."""
     sub = broker.subscriber(subject, parser=raw_parser, decoder=raw_decoder, no_reply=True,
                             ack_policy=AckPolicy.MANUAL, title=title,  # see ``raw_parser``
                             description=description)
 
+    call = injected(broker, on_message) if on_message is not None else None
+
     async def handle(message: Any) -> None:
-        if on_message is not None:
-            await on_message(message)
+        if call is not None:
+            await call(message)
 
     handle.__annotations__ = {"message": model}
     handle.__name__ = handle.__qualname__ = title.replace("-", "_")
@@ -245,9 +320,9 @@ def address(pattern: str, subjects: Subjects) -> str:
     return subjects.prefix + pattern[len("teto"):].replace("<", "{").replace(">", "}")
 
 
-def _handler(c: Consumer[Any], models: Iterable[type[Envelope]]) -> Any:
+def _handler(c: Consumer[Any], models: Iterable[type[Envelope]], call: Callable[[Any], Awaitable[Any]]) -> Any:
     async def handle(batch: Any) -> Any:
-        return await c.handle(batch)
+        return await call(batch)
 
     types = tuple(models)
     # One NATS message is one of these (the handler gets a list of them): the AsyncAPI message payload.

@@ -12,6 +12,7 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 from faststream import FastStream
@@ -109,6 +110,12 @@ class Runtime:
         for subscriber in started:
             await subscriber.start()
 
+    async def provide(self, **values: Any) -> None:
+        """Put the service's own objects (its store, counters, collaborators) in its broker's context, where its
+        handlers' ``Context()`` parameters find them by name (libs/runtime/edge_stream.py), beside what every
+        service has (``faststream``). Before ``consume``."""
+        edge_stream.provide(await self.faststream(), **values)
+
     async def stop_consuming(self) -> None:
         """Stop the subscribers (a batch fetched ahead is handed back); the connection stays until ``close``."""
         if self.broker is not None:
@@ -118,11 +125,15 @@ class Runtime:
 
     async def faststream(self) -> edge_stream.EdgeBroker:
         """The service's FastStream broker and app (made once, on this runtime's connection), with a publisher
-        declared for each message the service sends."""
+        declared for each message the service sends and, in its context, what every service's handlers may ask
+        for: ``pool``, ``clock``, ``settings`` (the service's own), ``subjects`` and ``reporter`` (this runtime:
+        refusals and dead letters)."""
         if self.broker is None:
             self.broker = edge_stream.EdgeBroker(self.nc, description=f"Teto {self.name}")
             self.app = edge_stream.service_app(self.name, self.broker)
             edge_stream.declare_publishers(self.broker, self.subjects, self.name)
+            edge_stream.provide(self.broker, pool=self.pool, clock=self.clock, settings=self.settings,
+                                subjects=self.subjects, reporter=self)
             await self.broker.connect()
         return self.broker
 

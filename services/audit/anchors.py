@@ -15,11 +15,13 @@ import asyncio
 import logging
 from typing import Any
 
+from faststream import Context
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NotFoundError
 
 from libs.contracts.audit import AuditAnchor, AuditVerifyReply, AuditVerifyRequest
 from libs.contracts.envelope import ContractError
+from libs.contracts.subjects import Subjects
 from libs.runtime import bus
 from libs.runtime.edge_reply import Responder
 from libs.runtime.service import Runtime
@@ -142,13 +144,16 @@ async def verify_log(runtime: Runtime, key: bytes | None) -> AuditVerifyReply:
         head_seq=head_seq)
 
 
-def responders(runtime: Runtime, key: bytes | None, queue: str) -> list[Responder]:
-    async def on_verify(_: AuditVerifyRequest) -> AuditVerifyReply:
-        reply = await verify_log(runtime, key)
-        if not reply.ok:
-            log.error("audit verify: NOT OK at seq %s (anchor %s): %s", reply.first_bad_seq, reply.first_bad_anchor,
-                      reply.reason)
-        return reply
+async def on_verify(_: AuditVerifyRequest, anchorer: Anchorer = Context()) -> AuditVerifyReply:
+    """Answers ``teto.rpc.audit.verify`` with the service's anchorer (its runtime and key), from the broker's
+    context."""
+    reply = await verify_log(anchorer.runtime, anchorer.key)
+    if not reply.ok:
+        log.error("audit verify: NOT OK at seq %s (anchor %s): %s", reply.first_bad_seq, reply.first_bad_anchor,
+                  reply.reason)
+    return reply
 
-    return [Responder(runtime.subjects.rpc_audit_verify, queue, AuditVerifyRequest.decode, on_verify,
+
+def responders(subjects: Subjects, queue: str) -> list[Responder]:
+    return [Responder(subjects.rpc_audit_verify, queue, AuditVerifyRequest.decode, on_verify,
                       lambda reason: AuditVerifyReply(ok=False, reason=f"malformed verify request: {reason}"))]

@@ -14,7 +14,7 @@ from libs.runtime.tasks import stop_tasks
 
 from . import store
 from .anchors import Anchorer, responders
-from .handlers import consumers
+from .handlers import Chain, consumers
 from .keyfile import load_key
 from .settings import AuditSettings
 
@@ -37,8 +37,9 @@ async def serve(settings: AuditSettings | None = None, *, ready: asyncio.Event |
         # first batches (docs/performance.md, the eighth round).
         tune_for_batches()
         # Every replica consumes from the same durables; the advisory lock in store.append keeps one chain.
-        await runtime.consume(consumers(runtime, settings, role, key))
-        await runtime.respond(responders(runtime, key, settings.verify_queue_group))
+        await runtime.provide(chain=Chain(runtime.pool, role, key), anchorer=anchorer)
+        await runtime.consume(consumers(runtime.subjects, settings, runtime.clock))
+        await runtime.respond(responders(runtime.subjects, settings.verify_queue_group))
         runtime.singleton("audit-anchor", lambda: anchorer.loop(settings.anchor_seconds))
         if ready is not None:
             ready.set()

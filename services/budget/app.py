@@ -8,9 +8,10 @@ import asyncio
 from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
+from libs.runtime.unit import Units
 
 from . import store
-from .handlers import Counters, consumers, responders
+from .handlers import Counters, Ledger, consumers, responders
 from .settings import BudgetSettings
 
 
@@ -23,8 +24,13 @@ async def serve(settings: BudgetSettings | None = None, *, ready: asyncio.Event 
         # Batches of up to 500 decoded reports and their rows (libs/runtime/gctune.py); before the consumers start,
         # since its full collection holds the event loop (docs/performance.md, the eighth round).
         tune_for_batches()
-        await runtime.consume(consumers(runtime, settings, Counters(), relay))
-        await runtime.respond(responders(runtime, settings))
+        # The handlers' ledger and counters, beside the runtime's pool, clock and settings (edge_stream.py); the
+        # relay is kicked after each commit: a ceiling reached tells the queue without waiting for its poll.
+        counters = Counters()
+        units = Units(runtime.pool, store.SCHEMA, runtime.subjects, counters.stale, kick=relay.kick)
+        await runtime.provide(ledger=Ledger(units, runtime.subjects), counters=counters)
+        await runtime.consume(consumers(runtime.subjects, settings))
+        await runtime.respond(responders(runtime.subjects, settings))
         runtime.singleton("budget-outbox", relay.run)
         if ready is not None:
             ready.set()

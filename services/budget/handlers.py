@@ -3,12 +3,19 @@ step reports: all batched) and its status responder (core NATS request/reply in 
 
 Each batch is one transaction whose events go through the outbox; the edge (libs/runtime/edge.py) acknowledges
 it after the commit and isolates, redelivers or dead-letters what fails (redelivered samples are counted once
-by the ledger's key).
+by the ledger's key). The handlers get the ledger, the counters, the clock and the settings from the broker's
+context (libs/runtime/edge_stream.py), which the app fills at start.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from faststream import Context, Depends
 
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.envelope import schema_of
@@ -16,14 +23,16 @@ from libs.contracts.jobs import JobEvent
 from libs.contracts.nodes import SignalChanged
 from libs.contracts.telemetry import Heartbeat, StepReport
 from libs.contracts.usage import UsageReport
-from libs.runtime import metrics, outbox
-from libs.runtime.service import Runtime
+from libs.contracts.subjects import Subjects
+from libs.runtime import metrics
+from libs.runtime.clock import Clock
 from libs.runtime.unit import Units
 from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.edge_reply import Responder
 from libs.runtime.fencing import StaleCounter
 
 from . import jobevents, orgs, store
+from .domain.usage import Charge
 from .grants import Admission
 from .settings import BudgetSettings
 
@@ -51,50 +60,78 @@ class Counters:
         self.refused = 0  # usage records no lease grant allows: refused on teto.rejected.budget
 
 
-def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
-              relay: outbox.OutboxRelay | None = None) -> list[Consumer]:
-    s = runtime.subjects
+class Ledger:
+    """The budget's store as its handlers use it (``ledger`` in the broker's context): each call is one unit whose
+    events go through the outbox, kicked after the commit so a ceiling reached tells the queue at once."""
 
-    # The relay is kicked after each commit: a ceiling reached tells the queue without waiting for its poll.
-    units = Units(runtime.pool, store.SCHEMA, s, counters.stale, kick=relay.kick if relay is not None else None)
+    def __init__(self, units: Units, subjects: Subjects) -> None:
+        self.units = units
+        self.subjects = subjects
 
-    def admission() -> Admission:
-        return Admission(runtime.clock.now(), settings.usage_clock_slack_seconds)
+    async def record_usage(self, charges: list[Charge], admission: Admission) -> store.Effects:
+        return await self._commit(lambda conn: store.record_usage(conn, charges, self.subjects, admission))
 
-    async def commit(work) -> None:
-        async with units.begin() as unit:
+    async def apply_job_events(self, events: list[JobEvent], admission: Admission) -> store.Effects:
+        return await self._commit(lambda conn: jobevents.apply_job_events(conn, events, self.subjects, admission))
+
+    async def record_steps(self, reports: list[StepReport], now: datetime) -> store.Effects:
+        return await self._commit(lambda conn: store.record_steps(conn, reports, self.subjects, now))
+
+    async def _commit(self, work: Callable[[Any], Awaitable[store.Effects]]) -> store.Effects:
+        async with self.units.begin() as unit:
             effects = await work(unit.conn)
             unit.emit(*effects.events)
             for stale in effects.stale:
                 unit.stale(stale)
-        counters.late += effects.late
-        counters.held += effects.held
-        counters.refused += effects.refused
-        metrics.REJECTED.labels("budget").inc(effects.refused)
-        exhausted = sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
-        counters.exhausted += exhausted
-        # Committed: each GPU-second is counted by the replica whose transaction appended it.
-        metrics.GPU_SECONDS.inc(effects.charged)
-        metrics.OVERSHOOT.inc(effects.overshoot)
-        metrics.BUDGET_EXHAUSTED.inc(exhausted)
+        return effects
 
-    async def on_heartbeats(beats: list[Heartbeat]) -> None:
-        # Agents before usage reports carried usage here; same identity, so charged once either way.
-        charges = [store.charge_of(b.executor_id, b.usage) for b in beats if b.usage is not None]
-        if charges:
-            await commit(lambda conn: store.record_usage(conn, charges, s, admission()))
 
-    async def on_usage(reports: list[UsageReport]) -> None:
-        charges = store.charges_of(reports)
-        if charges:
-            await commit(lambda conn: store.record_usage(conn, charges, s, admission()))
+def admission(clock: Clock = Context(), settings: BudgetSettings = Context()) -> Admission:
+    """How usage is judged now: the budget's clock and the slack allowed between it and the queue's."""
+    return Admission(clock.now(), settings.usage_clock_slack_seconds)
 
-    async def on_job_events(events: list[JobEvent]) -> None:
-        await commit(lambda conn: jobevents.apply_job_events(conn, events, s, admission()))
 
-    async def on_steps(reports: list[StepReport]) -> None:
-        await commit(lambda conn: store.record_steps(conn, reports, s, runtime.clock.now()))
+def count(counters: Counters, effects: store.Effects) -> None:
+    """What a committed unit did, in the counters and the exported series."""
+    counters.late += effects.late
+    counters.held += effects.held
+    counters.refused += effects.refused
+    metrics.REJECTED.labels("budget").inc(effects.refused)
+    exhausted = sum(1 for subj, _ in effects.events if subj.endswith(".exhausted"))
+    counters.exhausted += exhausted
+    # Committed: each GPU-second is counted by the replica whose transaction appended it.
+    metrics.GPU_SECONDS.inc(effects.charged)
+    metrics.OVERSHOOT.inc(effects.overshoot)
+    metrics.BUDGET_EXHAUSTED.inc(exhausted)
 
+
+async def on_heartbeats(beats: list[Heartbeat], ledger: Ledger = Context(), counters: Counters = Context(),
+                        admitted: Admission = Depends(admission)) -> None:
+    # Agents before usage reports carried usage here; same identity, so charged once either way.
+    charges = [store.charge_of(b.executor_id, b.usage) for b in beats if b.usage is not None]
+    if charges:
+        count(counters, await ledger.record_usage(charges, admitted))
+
+
+async def on_usage(reports: list[UsageReport], ledger: Ledger = Context(), counters: Counters = Context(),
+                   admitted: Admission = Depends(admission)) -> None:
+    charges = store.charges_of(reports)
+    if charges:
+        count(counters, await ledger.record_usage(charges, admitted))
+
+
+async def on_job_events(events: list[JobEvent], ledger: Ledger = Context(), counters: Counters = Context(),
+                        admitted: Admission = Depends(admission)) -> None:
+    count(counters, await ledger.apply_job_events(events, admitted))
+
+
+async def on_steps(reports: list[StepReport], ledger: Ledger = Context(), counters: Counters = Context(),
+                   clock: Clock = Context()) -> None:
+    count(counters, await ledger.record_steps(reports, clock.now()))
+
+
+def consumers(subjects: Subjects, settings: BudgetSettings) -> list[Consumer]:
+    s = subjects
     return [
         # Read ahead: a batch of reports is decoded while the one before waits for its durable commit (the
         # commit's wait, not CPU, was most of a batch's time: docs/performance.md, item 3).
@@ -113,13 +150,13 @@ def consumers(runtime: Runtime, settings: BudgetSettings, counters: Counters,
     ]
 
 
-def responders(runtime: Runtime, settings: BudgetSettings) -> list[Responder]:
+async def status(req: BudgetStatusRequest, pool: asyncpg.Pool = Context()) -> BudgetStatusReply:
+    known, ceiling, consumed = await store.status(pool, req.job_id)
+    return BudgetStatusReply(job_id=req.job_id, known=known, ceiling_seconds=ceiling, consumed_seconds=consumed)
+
+
+def responders(subjects: Subjects, settings: BudgetSettings) -> list[Responder]:
     """Answer BudgetStatusRequest on ``teto.rpc.budget.status``; one replica of the queue group answers."""
-
-    async def status(req: BudgetStatusRequest) -> BudgetStatusReply:
-        known, ceiling, consumed = await store.status(runtime.pool, req.job_id)
-        return BudgetStatusReply(job_id=req.job_id, known=known, ceiling_seconds=ceiling, consumed_seconds=consumed)
-
-    return [Responder(runtime.subjects.rpc_budget_status, settings.rpc_queue_group, BudgetStatusRequest.decode,
+    return [Responder(subjects.rpc_budget_status, settings.rpc_queue_group, BudgetStatusRequest.decode,
                       status, lambda reason: BudgetStatusReply(job_id="", known=False)),
-            orgs.responder(runtime, settings)]
+            orgs.responder(subjects, settings)]

@@ -5,10 +5,11 @@ period; a charge counts when its stretch ended), and each named job's consumptio
 from __future__ import annotations
 
 import asyncpg
+from faststream import Context
 
 from libs.contracts.budget import OrgBudgetReply, OrgBudgetRequest
+from libs.contracts.subjects import Subjects
 from libs.runtime.edge_reply import Responder
-from libs.runtime.service import Runtime
 
 from .settings import BudgetSettings
 
@@ -25,9 +26,10 @@ async def org_status(pool: asyncpg.Pool, req: OrgBudgetRequest) -> OrgBudgetRepl
                           job_consumed={r["job_id"]: float(r["consumed_seconds"]) for r in jobs})
 
 
-def responder(runtime: Runtime, settings: BudgetSettings) -> Responder:
-    async def answer(req: OrgBudgetRequest) -> OrgBudgetReply:
-        return await org_status(runtime.pool, req)
+async def answer(req: OrgBudgetRequest, pool: asyncpg.Pool = Context()) -> OrgBudgetReply:
+    return await org_status(pool, req)
 
-    return Responder(runtime.subjects.rpc_budget_orgs, settings.rpc_queue_group, OrgBudgetRequest.decode, answer,
+
+def responder(subjects: Subjects, settings: BudgetSettings) -> Responder:
+    return Responder(subjects.rpc_budget_orgs, settings.rpc_queue_group, OrgBudgetRequest.decode, answer,
                      lambda reason: OrgBudgetReply())

@@ -21,6 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from faststream import Context
+from nats.aio.msg import Msg
+
 from libs.contracts.bounds import ID_PATTERN, defuse
 from libs.contracts.commands import Command, CommandOutcome
 from libs.contracts.envelope import ContractError, new_id
@@ -72,6 +75,11 @@ class Outcomes:
             log.warning("ignoring a malformed outcome: %s", exc.reason)
 
 
+async def on_outcome(msg: Msg, outcomes: Outcomes = Context()) -> None:
+    """Each outcome heard: the request waiting for it gets it (``outcomes`` from the broker's context)."""
+    outcomes.arrived(msg.subject, msg.data)
+
+
 def outcome_listener(broker: Any, subjects: Subjects, on_outcome: Any) -> Any:
     """The gateway's outcome subscription declared on ``broker`` (``on_outcome`` None: for the AsyncAPI document)."""
     return edge_stream.listen(broker, subjects.outcome_all, on_outcome, title="gateway-outcomes", model=CommandOutcome,
@@ -90,21 +98,21 @@ class Commands:
     async def listen(self) -> None:
         """Open the one outcome subscription (once; concurrent first requests share the opening)."""
         if self._listening is None:
-            async def on_outcome(msg: Any) -> None:
-                self.outcomes.arrived(msg.subject, msg.data)
-
-            self._listening = asyncio.ensure_future(self._subscribe(on_outcome))
+            self._listening = asyncio.ensure_future(self._subscribe())
         try:
             await asyncio.shield(self._listening)
         except Exception:
             self._listening = None  # not subscribed (connection trouble): the next request tries again
             raise
 
-    async def _subscribe(self, on_outcome: Any) -> Any:
+    async def _subscribe(self) -> Any:
         """The outcome subscription, a subscriber of the gateway's FastStream app (every replica hears all),
-        declared once; a start that failed is tried again by the next request."""
+        declared once, its handler finding this gateway's waiting requests in the broker's context; a start that
+        failed is tried again by the next request."""
         if self._subscriber is None:
-            self._subscriber = outcome_listener(await self.runtime.faststream(), self.runtime.subjects, on_outcome)
+            broker = await self.runtime.faststream()
+            edge_stream.provide(broker, outcomes=self.outcomes)
+            self._subscriber = outcome_listener(broker, self.runtime.subjects, on_outcome)
         await self._subscriber.start()
         return self._subscriber
 

@@ -10,12 +10,13 @@ from libs.runtime.gctune import tune_for_batches
 from libs.runtime.outbox import OutboxRelay
 from libs.runtime.service import Runtime, wait_forever
 from libs.runtime.singleton import periodic
+from libs.runtime.unit import Units
 from libs.runtime.wake import Waker, channel, wakeable
 
 from . import store
 from .checks import Checks
 from .evaluator import Evaluator
-from .handlers import Counters, consumers
+from .handlers import Counters, HeartbeatLog, consumers
 from .settings import HealthSettings
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,10 @@ async def serve(settings: HealthSettings | None = None, *, ready: asyncio.Event 
         # Heartbeat batches of 500 decoded messages, evaluator passes (libs/runtime/gctune.py); before the
         # consumers start, since its full collection holds the event loop (docs/performance.md, the eighth round).
         tune_for_batches()
-        await runtime.consume(consumers(runtime, Counters(), checks))
+        counters = Counters()
+        units = Units(runtime.pool, store.SCHEMA, runtime.subjects, counters.stale)
+        await runtime.provide(heartbeats=HeartbeatLog(units, runtime.subjects), checks=checks, counters=counters)
+        await runtime.consume(consumers(runtime.subjects, settings))
 
         evaluator = Evaluator(runtime.pool, runtime.subjects, settings.thresholds, runtime.clock)
         # A pass starts as soon as a heartbeat batch is stored (a notification from its transaction, whichever

@@ -52,8 +52,10 @@ async def serve(settings: QueueSettings | None = None, *, ready: asyncio.Event |
         # (libs/runtime/gctune.py; docs/performance.md, placement's sixth round). Before the consumers start: its
         # full collection holds the event loop (the eighth round).
         tune_for_batches()
-        await runtime.consume(consumers(runtime, commands, runs, Policies(runtime, units), Tenancy(runtime, units)))
-        await runtime.respond(responders(runtime, runs))
+        await runtime.provide(commands=commands, runs=runs, policies=Policies(runtime, units),
+                              tenancy=Tenancy(runtime, units))
+        await runtime.consume(consumers(runtime.subjects))
+        await runtime.respond(responders(runtime.subjects))
         runtime.singleton(f"{NAME}-outbox", relay.run)
         # Placement runs when a job is queued or an executor offers itself (a notification from the committing
         # transaction, whichever replica), and every schedule interval besides.

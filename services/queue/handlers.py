@@ -8,6 +8,10 @@ time by the edge); cancel and requeue one command per transaction. Run reports (
 finished) are applied a fetched batch per transaction too (``Runs.progress_all``), each in arrival order, so a
 job's reports keep their order (a checkpoint before the finish that follows it); a batch that fails is applied
 one report at a time by the edge.
+
+The handlers are this module's functions; each names what it uses (``commands``, ``runs``, ``policies``,
+``tenancy``) as a ``Context()`` parameter, found in the broker's context that the app fills at start
+(libs/runtime/edge_stream.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from faststream import Context
 
 from libs.contracts import senders
 from libs.contracts.budget import BudgetEvent
@@ -26,9 +32,9 @@ from libs.contracts.leases import LeaseRenewReply, LeaseRenewRequest
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat, ProgressBase
 from libs.runtime import tracing
-from libs.runtime.edge import Consumer, from_sender, stamped
+from libs.contracts.subjects import Subjects
+from libs.runtime.edge import Consumer, Stamped, from_sender, stamped
 from libs.runtime.edge_reply import Responder
-from libs.runtime.service import Runtime
 
 from .commands import Commands
 from .policy import Policies
@@ -38,64 +44,105 @@ from .tenancy_edge import Tenancy
 log = logging.getLogger(__name__)
 
 
-def consumers(runtime: Runtime, commands: Commands, runs: Runs, policies: Policies | None = None,
-              tenancy: Tenancy | None = None) -> list[Consumer]:
-    s = runtime.subjects
+async def each(cmds: list[Any], kind: str, act: Callable[[Any], Awaitable[Any]]) -> None:
+    """Each command its own transaction, decided once per command id, in its sender's trace."""
+    for cmd in cmds:
+        with tracing.continued(tracing.of(cmd), f"queue {kind}", command_id=cmd.command_id):
+            await act(cmd)
 
-    def command(model: type[Command], act: Callable[[Any], Awaitable[Any]],
-                batch: Callable[[list[Any]], Awaitable[Any]] | None = None) -> Consumer:
-        async def handle(cmds: list[Command]) -> None:
-            if batch is not None:  # the whole batch in one transaction, each command in its sender's trace
-                await batch(cmds)
-                return
-            for cmd in cmds:  # each its own transaction, decided once per command id, in the sender's trace
-                with tracing.continued(tracing.of(cmd), f"queue {model.KIND}", command_id=cmd.command_id):
-                    await act(cmd)
 
-        async def malformed(body: bytes, reason: str) -> None:
-            await commands.refuse_malformed(model.KIND, body, reason)
+async def on_submits(cmds: list[SubmitJob], commands: Commands = Context()) -> None:
+    await commands.submit_all(cmds)  # the whole batch in one transaction, each command in its sender's trace
 
+
+async def on_cancels(cmds: list[CancelJob], commands: Commands = Context()) -> None:
+    await each(cmds, CancelJob.KIND, commands.cancel)
+
+
+async def on_requeues(cmds: list[RequeueJob], commands: Commands = Context()) -> None:
+    await each(cmds, RequeueJob.KIND, commands.requeue)
+
+
+async def on_gang_policies(cmds: list[SetGangPolicy], policies: Policies = Context()) -> None:
+    await each(cmds, SetGangPolicy.KIND, policies.set)
+
+
+async def on_organisations(cmds: list[SetOrganisation], tenancy: Tenancy = Context()) -> None:
+    await each(cmds, SetOrganisation.KIND, tenancy.set_org)
+
+
+async def on_projects(cmds: list[SetProject], tenancy: Tenancy = Context()) -> None:
+    await each(cmds, SetProject.KIND, tenancy.set_project)
+
+
+async def on_cohorts(cmds: list[SetCohort], tenancy: Tenancy = Context()) -> None:
+    await each(cmds, SetCohort.KIND, tenancy.set_cohort)
+
+
+def refusal(kind: str) -> Callable[..., Awaitable[Any]]:
+    """Answers a malformed ``kind`` command (a refused outcome, when it names its command id)."""
+
+    async def malformed(body: bytes, reason: str, commands: Commands = Context()) -> None:
+        await commands.refuse_malformed(kind, body, reason)
+
+    return malformed
+
+
+async def on_progress(reports: list[ProgressBase], runs: Runs = Context()) -> None:
+    await runs.progress_all(reports)  # one transaction, each report in its run's trace and in order
+
+
+async def on_budget(events: list[BudgetEvent], runs: Runs = Context()) -> None:
+    for event in events:
+        await runs.budget(event)
+
+
+async def on_heartbeats(beats: list[Stamped[Heartbeat]], runs: Runs = Context()) -> None:
+    await runs.heartbeats(beats)
+
+
+async def on_node_events(events: list[NodeEvent], runs: Runs = Context()) -> None:
+    for event in events:
+        await runs.node_event(event)
+
+
+def node_events_only(body: bytes) -> bool:
+    """The node stream also carries registrations and check reports, which are not for the queue."""
+    return schema_of(body) == NodeEvent.SCHEMA
+
+
+def consumers(subjects: Subjects) -> list[Consumer]:
+    s = subjects
+
+    def command(model: type[Command], handle: Callable[[list[Any]], Awaitable[Any]]) -> Consumer:
         return Consumer(s.cmd(model.KIND), "CMD", f"queue-{model.KIND}", model.decode, handle, batch=50,
-                        on_malformed=malformed)
+                        on_malformed=refusal(model.KIND))
 
-    async def on_progress(reports: list[ProgressBase]) -> None:
-        await runs.progress_all(reports)  # one transaction, each report in its run's trace and in order
-
-    async def on_budget(events: list[BudgetEvent]) -> None:
-        for event in events:
-            await runs.budget(event)
-
-    async def on_node_events(events: list[NodeEvent]) -> None:
-        for event in events:
-            await runs.node_event(event)
-
-    # The node stream also carries registrations and check reports, which are not for the queue.
-    def node_events_only(body: bytes) -> bool:
-        return schema_of(body) == NodeEvent.SCHEMA
-
-    declared = [
-        command(SubmitJob, commands.submit, batch=commands.submit_all),  # submits: a batch per transaction
-        command(CancelJob, commands.cancel),
-        command(RequeueJob, commands.requeue),
+    return [
+        command(SubmitJob, on_submits),  # submits: a batch per transaction
+        command(CancelJob, on_cancels),
+        command(RequeueJob, on_requeues),
         Consumer(s.progress_all, "PROGRESS", "queue-progress", None, on_progress, batch=200,
                  read=from_sender(decode_progress)),
         Consumer(s.budget_all, "BUDGET", "queue-budget", BudgetEvent.decode, on_budget, batch=50),
         # Placement needs only each executor's newest heartbeat: one upsert per batch.
-        Consumer(s.heartbeat_all, "HB", "queue-heartbeats", None, runs.heartbeats, batch=500,
+        Consumer(s.heartbeat_all, "HB", "queue-heartbeats", None, on_heartbeats, batch=500,
                  read=stamped(from_sender(Heartbeat.decode))),
         Consumer(s.node_all, "NODE", "queue-nodes", NodeEvent.decode, on_node_events, batch=100,
                  accepts=node_events_only),
+        command(SetGangPolicy, on_gang_policies),
+        command(SetOrganisation, on_organisations),
+        command(SetProject, on_projects),
+        command(SetCohort, on_cohorts),
     ]
-    if policies is not None:
-        declared.append(command(SetGangPolicy, policies.set))
-    if tenancy is not None:
-        declared += [command(SetOrganisation, tenancy.set_org), command(SetProject, tenancy.set_project),
-                     command(SetCohort, tenancy.set_cohort)]
-    return declared
 
 
-def responders(runtime: Runtime, runs: Runs) -> list[Responder]:
-    return [Responder(runtime.subjects.rpc_lease_renew, "queue", LeaseRenewRequest.decode, runs.renew,
+async def renew(req: LeaseRenewRequest, runs: Runs = Context()) -> LeaseRenewReply:
+    return await runs.renew(req)
+
+
+def responders(subjects: Subjects) -> list[Responder]:
+    return [Responder(subjects.rpc_lease_renew, "queue", LeaseRenewRequest.decode, renew,
                       lambda reason: LeaseRenewReply(ok=False, reason=f"malformed renewal request: {reason}"),
                       bind=lambda subject, req: senders.check_sender(subject, req.executor_id, req.SCHEMA))]
 

@@ -6,7 +6,9 @@ registering made health's heartbeat batches take seconds). The executors are now
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 import pytest
@@ -14,9 +16,10 @@ import pytest
 from libs.contracts.nodes import NodeRegistered
 from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime.service import Runtime
+from libs.runtime.unit import Units
 from services.health import store
 from services.health.checks import Checks
-from services.health.handlers import Counters, consumers
+from services.health.handlers import Counters, HeartbeatLog, on_heartbeats, on_registrations
 from services.health.settings import HealthSettings
 from tests.support.services import eventually
 
@@ -28,6 +31,15 @@ def registration(boot: str) -> NodeRegistered:
                           agent_version="t", boot_id=boot)
 
 
+def handlers(runtime: Runtime, checks: Checks) -> dict[str, Any]:
+    """The registration and heartbeat handlers, given what the app puts in its broker's context."""
+    units = Units(runtime.pool, store.SCHEMA, runtime.subjects, Counters().stale)
+    return {"health-nodes": functools.partial(on_registrations, pool=runtime.pool, clock=runtime.clock,
+                                              checks=checks, reporter=runtime, subjects=runtime.subjects),
+            "health-heartbeats": functools.partial(on_heartbeats, heartbeats=HeartbeatLog(units, runtime.subjects),
+                                                   clock=runtime.clock)}
+
+
 async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_heartbeats(env):
     settings = env.settings(HealthSettings)
     runtime = await Runtime.open("health", settings, schema=store.SCHEMA, package="services.health")
@@ -36,7 +48,7 @@ async def test_a_registration_waiting_for_its_nodes_lock_does_not_hold_up_the_he
     # the holder's (open) transaction it would show forever what it showed first (CI: 0, for 10 s).
     watcher = await asyncpg.connect(env.database_url)
     try:
-        handle = {c.durable: c.handle for c in consumers(runtime, Counters(), Checks(runtime, settings))}
+        handle = handlers(runtime, Checks(runtime, settings))
         await handle["health-nodes"]([registration("b1")])
         hold = holder.transaction()
         await hold.start()
@@ -68,7 +80,7 @@ async def test_the_check_loop_locks_no_joining_node_before_its_join_run_is_due(e
     holder = await asyncpg.connect(env.database_url)
     try:
         checks = Checks(runtime, settings)
-        handle = {c.durable: c.handle for c in consumers(runtime, Counters(), checks)}
+        handle = handlers(runtime, checks)
         await handle["health-nodes"]([registration("b1")])
         assert await holder.fetchval("SELECT state FROM health.nodes WHERE node_id = 'node-ex1'") == "joining"
         async with holder.transaction():

@@ -16,19 +16,19 @@ from libs.contracts.policies import GangPolicy
 from libs.contracts.subjects import Subjects
 from libs.contracts.tenancy import OrgSpec
 from libs.runtime.edge_loop import ConsumerLoop
+from libs.runtime.edge_stream import EdgeBroker, provide, subscribe
 from libs.runtime.fencing import StaleCounter
 from libs.runtime.service import Runtime
 from libs.runtime.unit import Units
 from services.queue import policy, submits
 from services.queue.commands import Commands
 from services.queue.handlers import consumers
-from services.queue.runs import Runs
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
 from services.queue.tenancy_edge import Tenancy
 from tests.support import builders
 from tests.support.countingdb import CountingPool
-from tests.support.edgefakes import FakeMsg, FakeReporter
+from tests.support.edgefakes import FakeMsg, FakeReporter, started
 
 pytestmark = pytest.mark.integration
 
@@ -117,10 +117,12 @@ async def test_a_batch_whose_transaction_fails_is_decided_one_by_one_and_the_poi
             await write(conn, subjects, staged, **kw)
 
         monkeypatch.setattr(submits.store, "write_staged", poisoned)
-        consumer = next(c for c in consumers(runtime, commands, Runs(runtime, settings))
-                        if c.durable == "queue-submit")
+        consumer = next(c for c in consumers(runtime.subjects) if c.durable == "queue-submit")
         reporter = FakeReporter()
         edge = ConsumerLoop(js=None, subjects=Subjects(), consumer=consumer, reporter=reporter)  # type: ignore[arg-type]
+        broker = EdgeBroker()  # declared as the runtime declares it: the handler finds ``commands`` in its context
+        started(broker, subscribe(broker, runtime.subjects, consumer, edge))
+        provide(broker, commands=commands)
         batch = [submit("good-1"), submit("poison"), submit("good-2")]
         msgs = [FakeMsg(c.encode(), subject=settings.subjects.cmd("submit"), seq=i) for i, c in enumerate(batch, 1)]
         await edge.settle(msgs)

@@ -92,3 +92,14 @@ class Recorder:
         for item in items:
             if item in self.fail_on:
                 raise self.fail_on[item]
+
+
+def started(broker, sub):
+    """What FastStream's ``start`` prepares for handling a declared subscriber of ``broker``, without subscribing (no
+    server here): its handler then runs through ``process_message`` with the broker's context."""
+    from faststream._internal.endpoint.subscriber.utils import MultiLock
+
+    broker._setup_logger()
+    sub._build_fastdepends_model()
+    sub.lock = MultiLock()
+    return sub

@@ -3,19 +3,16 @@ waits for its commit), the others keep the plain fetch-ahead (services/budget/ha
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from libs.contracts.subjects import Subjects
-from services.budget.handlers import Counters, consumers
+from services.budget.handlers import consumers
 from services.budget.settings import BudgetSettings
 
 pytestmark = pytest.mark.unit
 
 
 def test_only_the_usage_reports_are_read_ahead():
-    runtime = SimpleNamespace(subjects=Subjects("teto"), pool=None)
-    declared = {c.durable: c.read_ahead for c in consumers(runtime, BudgetSettings.from_env(env={}), Counters())}
+    declared = {c.durable: c.read_ahead for c in consumers(Subjects("teto"), BudgetSettings.from_env(env={}))}
     assert declared.pop("budget-usage-reports") is True
     assert declared and not any(declared.values()), declared

@@ -5,16 +5,15 @@ someone waits on, nor the ones that carry usage or heartbeats (ceilings and sign
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from libs.contracts.subjects import Subjects
+from libs.runtime.clock import Clock
 from services.audit.handlers import consumers as audit_consumers
 from services.audit.settings import AuditSettings
-from services.budget.handlers import Counters as BudgetCounters, consumers as budget_consumers
+from services.budget.handlers import consumers as budget_consumers
 from services.budget.settings import BudgetSettings
-from services.health.handlers import Counters as HealthCounters, consumers as health_consumers
+from services.health.handlers import consumers as health_consumers
 from services.health.settings import HealthSettings
 
 pytestmark = pytest.mark.unit
@@ -34,11 +33,9 @@ def test_the_consumers_nobody_waits_on_linger_as_configured(env):
     expected = {"audit": {"audit-commands", "audit-outcomes", "audit-rejected"},
                 "budget": {"budget-job-events", "budget-progress"}, "health": {"health-job-events"}}
     found = {
-        "audit": _lingering(audit_consumers(SimpleNamespace(subjects=subjects, pool=None, clock=None), audit, None)),
-        "budget": _lingering(budget_consumers(SimpleNamespace(subjects=subjects, pool=None), budget,
-                                              BudgetCounters())),
-        "health": _lingering(health_consumers(SimpleNamespace(subjects=subjects, pool=None, settings=health),
-                                              HealthCounters(), None)),
+        "audit": _lingering(audit_consumers(subjects, audit, Clock())),
+        "budget": _lingering(budget_consumers(subjects, budget)),
+        "health": _lingering(health_consumers(subjects, health)),
     }
     for service, durables in expected.items():
         assert found[service] == ({d: linger for d in durables} if linger else {}), service
@@ -46,12 +43,6 @@ def test_the_consumers_nobody_waits_on_linger_as_configured(env):
 
 def test_the_queue_never_lingers():
     from services.queue.handlers import consumers
-    from services.queue.settings import QueueSettings
 
-    class Anything:  # the queue's handlers, never called here
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-
-    runtime = SimpleNamespace(subjects=Subjects("teto"), pool=None, settings=QueueSettings.from_env(env={}))
-    declared = consumers(runtime, Anything(), Anything(), Anything(), Anything())  # type: ignore[arg-type]
+    declared = consumers(Subjects("teto"))
     assert declared and not _lingering(declared)

@@ -19,10 +19,11 @@ from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_loop import ConsumerLoop
 from libs.runtime.edge_reply import Responder, serve_responder
+from libs.runtime.edge_stream import EdgeBroker, provide, subscribe
 from libs.runtime.errors import PermanentError, is_permanent
 from services.queue.handlers import consumers as queue_consumers
 from services.queue.handlers import decode_progress
-from tests.support.edgefakes import FakeMsg, FakeReporter, Recorder, decode, loop
+from tests.support.edgefakes import FakeMsg, FakeReporter, Recorder, decode, loop, started
 
 pytestmark = pytest.mark.unit
 
@@ -220,10 +221,13 @@ class QueueRecorder:
 
 
 async def test_a_malformed_command_is_answered_and_the_next_one_still_served():
-    commands, runs = QueueRecorder(), QueueRecorder()
-    runtime = SimpleNamespace(subjects=Subjects())
-    submit = next(c for c in queue_consumers(runtime, commands, runs) if c.durable == "queue-submit")
+    commands = QueueRecorder()
+    submit = next(c for c in queue_consumers(Subjects()) if c.durable == "queue-submit")
     edge = ConsumerLoop(js=None, subjects=Subjects(), consumer=submit, reporter=FakeReporter())  # type: ignore[arg-type]
+    # Declared on a broker as the runtime does: the handler and its refusal find ``commands`` in its context.
+    broker = EdgeBroker()
+    started(broker, subscribe(broker, Subjects(), submit, edge))
+    provide(broker, commands=commands)
     good = SubmitJob(actor="ann", spec={"workload": {"kind": "finetune"}})
     msgs = [FakeMsg(b'{"schema": "teto.cmd.submit/1", "command_id": "c1", "actor": 7}', subject="teto.cmd.submit"),
             FakeMsg(good.encode(), subject="teto.cmd.submit")]

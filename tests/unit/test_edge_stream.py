@@ -5,9 +5,10 @@ through FastStream's process_message to the handler, and what the handler raises
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from faststream import AckPolicy
-from faststream._internal.endpoint.subscriber.utils import MultiLock
+from faststream import AckPolicy, Context, Depends
 
 from libs.contracts.commands import CommandOutcome
 from libs.contracts.dead import DeadLetter
@@ -17,17 +18,10 @@ from libs.contracts.telemetry import Heartbeat
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer, from_sender
 from libs.runtime.edge_loop import ConsumerLoop
-from libs.runtime.edge_stream import EdgeBroker, EdgeSubscriber, declare_publishers, publishes, subscribe
+from libs.runtime.edge_stream import (EdgeBroker, EdgeSubscriber, declare_publishers, injected, provide, publishes,
+                                      subscribe)
 from libs.runtime.errors import PermanentError
-from tests.support.edgefakes import FakeMsg, FakeReporter, decode
-
-
-def started(broker: EdgeBroker, sub: EdgeSubscriber) -> EdgeSubscriber:
-    """What ``start`` prepares for handling, without subscribing (no server here)."""
-    broker._setup_logger()
-    sub._build_fastdepends_model()
-    sub.lock = MultiLock()
-    return sub
+from tests.support.edgefakes import FakeMsg, FakeReporter, decode, started
 
 
 def test_a_consumer_becomes_a_typed_batch_pull_subscriber_of_its_durable():
@@ -131,3 +125,36 @@ async def test_a_responder_answers_each_request_once_and_a_listener_publishes_no
     await listening.process_message(Msg(_client=client, subject="teto.outcome.submit.c1", reply="_INBOX.q.2",
                                         data=b"{}"))
     assert heard == ["teto.outcome.submit.c1"] and client.published == []
+
+
+# -- dependencies from the broker's context (edge_stream.injected) ------------------------------------------------
+
+async def test_a_handlers_dependencies_come_from_the_context_in_line_and_its_batch_is_never_cast():
+    threads: list[int] = []
+
+    def stamp(clock: str = Context()) -> str:  # a provider with a dependency of its own, as budget's ``admission``
+        threads.append(threading.get_ident())
+        return f"at {clock}"
+
+    got: list[tuple] = []
+
+    async def handle(beats: list[Heartbeat], store: dict = Context(), stamped: str = Depends(stamp)) -> None:
+        got.append((beats, store, stamped))
+
+    broker = EdgeBroker()
+    provide(broker, store={"rows": 1}, clock="T0")
+    call = injected(broker, handle)
+    batch = [{"not": "a heartbeat"}]  # the edge validated the batch already: passed as it is, never cast
+    await call(batch)
+    provide(broker, clock="T1")  # looked up on each call, not when declared
+    await call(batch)
+    assert got == [(batch, {"rows": 1}, "at T0"), (batch, {"rows": 1}, "at T1")] and got[0][0] is batch
+    # Resolved in this thread: fast_depends' async path would run each resolver in a worker thread (0.6 ms a batch).
+    assert threads == [threading.get_ident()] * 2
+
+
+async def test_a_handler_that_declares_nothing_is_called_as_it_is():
+    async def handle(items: list[str]) -> None:
+        return None
+
+    assert injected(EdgeBroker(), handle) is handle
