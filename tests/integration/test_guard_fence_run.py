@@ -15,7 +15,8 @@ import time
 import pytest
 
 from agents.executor.guard_client import Fence, Guard
-from tests.integration.test_guard import ROOT, _alive, _wait
+from tests.integration.test_guard import ROOT, _alive
+from tests.support.services import eventually_blocking
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +46,12 @@ def test_a_frozen_agents_run_is_ended_by_its_guard_at_the_deadline_the_agent_sto
                              text=True)
     try:
         guard_pid, command = (int(v) for v in agent.stdout.readline().split())
-        assert _wait(lambda: pid_file.exists() and pid_file.read_text().strip()), "the command did not start"
+        eventually_blocking(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the command to start",
+                            every=0.05)
         grandchild = int(pid_file.read_text())
         agent.send_signal(signal.SIGSTOP)  # alive, holding its socket: only the guard's own deadline can act
-        assert _wait(lambda: not _alive(grandchild) and not _alive(command), timeout=30), "the run outlived its lease"
+        eventually_blocking(lambda: not _alive(grandchild) and not _alive(command), timeout=30,
+                            what="the run to end with its lease", every=0.05)
         assert _alive(guard_pid)  # the guard itself serves on: the agent may yet wake and start another run
     finally:
         agent.send_signal(signal.SIGCONT)
