@@ -41,10 +41,11 @@ class BudgetStatusRequest(Envelope):
 class BudgetStatusReply(Envelope):
     SCHEMA = "teto.rpc.budget.status.reply/1"
 
-    job_id: Id
+    job_id: Id | None = Field(None, description="The job asked about; none when the request could not be read")
     known: bool
     ceiling_seconds: GpuSeconds | None = None
     consumed_seconds: GpuSeconds = 0.0
+    reason: Reason | None = Field(None, description="Why the request was refused (it could not be read)")
 
 
 class OrgBudgetRequest(Envelope):

@@ -158,5 +158,5 @@ async def status(req: BudgetStatusRequest, pool: asyncpg.Pool = Context()) -> Bu
 def responders(subjects: Subjects, settings: BudgetSettings) -> list[Responder]:
     """Answer BudgetStatusRequest on ``teto.rpc.budget.status``; one replica of the queue group answers."""
     return [Responder(subjects.rpc_budget_status, settings.rpc_queue_group, BudgetStatusRequest.decode,
-                      status, lambda reason: BudgetStatusReply(job_id="", known=False)),
+                      status, lambda reason: BudgetStatusReply(known=False, reason=f"malformed status request: {reason}")),
             orgs.responder(subjects, settings)]

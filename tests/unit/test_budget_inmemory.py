@@ -94,3 +94,18 @@ async def test_a_report_under_another_executors_name_is_refused_before_the_ledge
     assert ledger.admissions == [] and ledger.accounts[JOB].consumed == 0.0
     ((subject, _, reason),) = reporter.rejected
     assert subject == S.usage("ex2") and "ex1" in reason
+
+
+async def test_a_malformed_status_request_is_answered_refused_with_its_reason_and_the_client_reads_unknown():
+    """Before, the refusal's reply itself broke its contract (an empty job id), so no answer went out and the
+    requester waited out its timeout."""
+    from libs.contracts.budget import BudgetStatusReply
+    from services.queue.budget_client import consumed_of
+
+    clock, ledger, counters = FakeClock(T0), MemoryLedger(ceiling=100.0), Counters()
+    async with budget(clock, ledger, counters) as (bus, reporter):
+        answer = await bus.request(b'{"schema": "teto.rpc.budget.status/1", "job_id": ""}', S.rpc_budget_status)
+    reply = BudgetStatusReply.decode(answer.body)
+    assert not reply.known and reply.job_id is None and reply.reason.startswith("malformed status request")
+    assert consumed_of(reply, JOB) is None  # about no job: unknown, never "consumed nothing"
+    assert [subject for subject, _, _ in reporter.rejected] == [S.rpc_budget_status]
