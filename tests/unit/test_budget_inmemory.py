@@ -6,7 +6,9 @@ announced once; a report sent under another executor's name never reaches the le
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -20,6 +22,7 @@ from services.budget.grants import Admission
 from services.budget.handlers import Counters, consumers, responders
 from services.budget.settings import BudgetSettings
 from tests.support.inmemory import T0, FakeClock, in_memory
+from tests.support.memory_pool import MemoryPool
 
 pytestmark = pytest.mark.unit
 
@@ -109,3 +112,95 @@ async def test_a_malformed_status_request_is_answered_refused_with_its_reason_an
     assert not reply.known and reply.job_id is None and reply.reason.startswith("malformed status request")
     assert consumed_of(reply, JOB) is None  # about no job: unknown, never "consumed nothing"
     assert [subject for subject, _, _ in reporter.rejected] == [S.rpc_budget_status]
+
+
+# -- the status and orgs responders, on a pool-less double of the budget's tables ----------------------------------
+
+ORG_SINCE = T0 - timedelta(days=1)
+
+
+@dataclass
+class MemoryBudgetTables:
+    """``budget.jobs`` (org, ceiling, consumed) and ``budget.ledger`` (job, GPU-seconds, when the stretch ended)
+    without PostgreSQL, answering the two responders' queries (store.status, orgs.org_status) as the SQL does."""
+
+    jobs: dict[str, tuple[str, float | None, float]]
+    ledger: list[tuple[str, float, datetime]] = field(default_factory=list)
+
+    def answer(self, method: str, query: str, args: tuple):
+        if method == "fetchrow" and "FROM budget.jobs WHERE job_id = $1" in query:
+            (job_id,) = args
+            if job_id not in self.jobs:
+                return None
+            _, ceiling, consumed = self.jobs[job_id]
+            return {"ceiling_seconds": ceiling, "consumed_seconds": consumed}
+        if method == "fetch" and "sum(l.gpu_seconds)" in query:
+            orgs, since = args
+            sums: dict[str, float] = {}
+            for job_id, gpu_seconds, ended in self.ledger:
+                org = self.jobs[job_id][0]
+                if org in orgs and ended >= since:
+                    sums[org] = sums.get(org, 0.0) + gpu_seconds
+            return [{"org": org, "consumed": Decimal(str(total))} for org, total in sums.items()]
+        if method == "fetch" and "consumed_seconds FROM budget.jobs WHERE job_id = ANY" in query:
+            (job_ids,) = args
+            return [{"job_id": j, "consumed_seconds": self.jobs[j][2]} for j in job_ids if j in self.jobs]
+        raise AssertionError(f"a query the responders do not make: {method} {query}")
+
+
+def tables() -> MemoryBudgetTables:
+    return MemoryBudgetTables(
+        jobs={"job-a1": ("org-a", 100.0, 40.0), "job-a2": ("org-a", None, 25.0), "job-b1": ("org-b", 50.0, 50.0),
+              "job-c1": ("org-c", 10.0, 3.0)},
+        ledger=[("job-a1", 30.0, T0), ("job-a1", 10.0, ORG_SINCE - timedelta(seconds=1)),  # before the period
+                ("job-a2", 25.0, ORG_SINCE), ("job-b1", 50.0, T0), ("job-c1", 3.0, T0)])
+
+
+def budget_rpc(db: MemoryBudgetTables):
+    settings = BudgetSettings.from_env(env={})
+    return in_memory("budget", S, (), responders(S, settings), pool=MemoryPool(db.answer))
+
+
+@pytest.mark.parametrize(("job_id", "known", "ceiling", "consumed"),
+                         [("job-a1", True, 100.0, 40.0), ("job-a2", True, None, 25.0), ("job-zz", False, None, 0.0)],
+                         ids=["known, with a ceiling", "known, no ceiling", "not known"])
+async def test_the_status_responder_answers_a_jobs_ceiling_and_consumption_and_whether_it_is_known(
+        job_id, known, ceiling, consumed):
+    from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
+
+    async with budget_rpc(tables()) as (bus, reporter):
+        answer = await bus.request(BudgetStatusRequest(job_id=job_id).encode(), S.rpc_budget_status)
+    reply = BudgetStatusReply.decode(answer.body)
+    assert (reply.job_id, reply.known, reply.ceiling_seconds, reply.consumed_seconds, reply.reason) == (
+        job_id, known, ceiling, consumed, None)
+    assert not reporter.rejected
+
+
+async def test_the_orgs_responder_answers_each_asked_orgs_consumption_since_its_period_and_each_named_job():
+    from libs.contracts.budget import OrgBudgetReply, OrgBudgetRequest
+
+    db = tables()
+    async with budget_rpc(db) as (bus, reporter):
+        answer = await bus.request(OrgBudgetRequest(orgs=["org-a", "org-b", "org-quiet"], since=ORG_SINCE,
+                                                    jobs=["job-a1", "job-b1", "job-zz"]).encode(), S.rpc_budget_orgs)
+    reply = OrgBudgetReply.decode(answer.body)
+    # org-a: 30 s in the period, 25 s at its very start, not the 10 s before it; org-c was not asked; an org with
+    # no charge in the period is absent (nothing consumed), as is a job the budget does not know.
+    assert reply.org_consumed == {"org-a": 55.0, "org-b": 50.0}
+    assert reply.job_consumed == {"job-a1": 40.0, "job-b1": 50.0}
+    assert not reporter.rejected
+
+
+async def test_a_malformed_orgs_request_is_refused_visibly_and_answered_with_an_empty_reply():
+    from libs.contracts.budget import OrgBudgetReply
+
+    db = tables()
+    pool = MemoryPool(db.answer)
+    settings = BudgetSettings.from_env(env={})
+    async with in_memory("budget", S, (), responders(S, settings), pool=pool) as (bus, reporter):
+        answer = await bus.request(b'{"schema": "teto.rpc.budget.orgs/1", "orgs": ["org-a"]}', S.rpc_budget_orgs)
+    reply = OrgBudgetReply.decode(answer.body)
+    assert reply.org_consumed == {} and reply.job_consumed == {}
+    ((subject, _, reason),) = reporter.rejected
+    assert subject == S.rpc_budget_orgs and "since" in reason
+    assert pool.conn.calls == []  # never reached the tables
