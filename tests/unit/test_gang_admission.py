@@ -50,8 +50,8 @@ def test_policy_refuses_a_cap_below_the_base():
     (None, 120, 120), (30, 120, 30), (120, 120, 120), (200, 120, 120),
 ], ids=["policy's", "shorter asked", "equal", "policy shortened since submit"])
 def test_ready_timeout_is_the_shorter_of_job_and_policy(asked, policy, effective):
-    assert ready_timeout(spec(workers=3, ready_timeout_seconds=asked), GangPolicy(ready_timeout_seconds=policy)) == effective
     gang = spec(workers=3, ready_timeout_seconds=asked)
+    assert ready_timeout(gang, GangPolicy(ready_timeout_seconds=policy)) == effective
     assert ready_deadline(T0, gang, GangPolicy(ready_timeout_seconds=policy)) == T0 + timedelta(seconds=effective)
 
 
@@ -130,7 +130,8 @@ def test_backoff_is_due_at_its_time():
 # -- sequential admission ---------------------------------------------------------------------------------
 
 def test_sequential_admission_considers_only_the_first_gang_and_every_single_worker_job():
-    jobs = [queued_job("g2", at=120, workers=3), queued_job("s1", at=60, workers=1), queued_job("g1", at=0, workers=3), queued_job("s3", at=180, workers=1)]
+    jobs = [queued_job("g2", at=120, workers=3), queued_job("s1", at=60, workers=1),
+            queued_job("g1", at=0, workers=3), queued_job("s3", at=180, workers=1)]
     assert [j.job_id for j in admissible(jobs, admitting_now=0, sequential=True)] == ["g1", "s1", "s3"]
 
 
