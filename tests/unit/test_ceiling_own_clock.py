@@ -23,7 +23,6 @@ from tests.support.builders import T0, job
 pytestmark = pytest.mark.unit
 
 
-
 # -- the rule -------------------------------------------------------------------------------------------------
 
 def test_unknown_remaining_never_stops():

@@ -20,7 +20,6 @@ from tests.support.builders import ORG, executor_node, pending, snapshot
 pytestmark = pytest.mark.unit
 
 
-
 def place(jobs: list[Pending], nodes: list[Node]) -> Plan:
     return plan(snapshot(nodes=nodes, pending=jobs))
 

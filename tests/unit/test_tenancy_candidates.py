@@ -18,7 +18,6 @@ from tests.support.builders import candidate
 pytestmark = pytest.mark.unit
 
 
-
 def test_a_small_organisations_jobs_behind_a_big_ones_many_are_considered():
     big = [candidate(f"b{i}", "big", at=i) for i in range(1000)]
     small = [candidate(f"s{i}", "small", at=5000 + i) for i in range(3)]
