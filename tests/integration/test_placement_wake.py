@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from libs.contracts.commands import SubmitJob
 from libs.contracts.jobs import JobSpec
 from libs.contracts.telemetry import RunOutcome
 from services.queue.settings import QueueSettings
@@ -31,7 +30,7 @@ async def test_a_submit_and_a_freed_executor_each_start_a_placement_pass_at_once
         try:
             await asyncio.sleep(1.0)  # the executor is known and idle; the loop's first pass is long over
             loop = asyncio.get_running_loop()
-            first, second = SubmitJob(actor="ann", spec=spec()), SubmitJob(actor="ann", spec=spec())
+            first, second = builders.submit(spec()), builders.submit(spec())
             t0 = loop.time()
             assert (await c.command(first)).accepted
             run = await ex.take(timeout=TICK / 3)

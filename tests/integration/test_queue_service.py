@@ -12,10 +12,10 @@ import pytest
 
 from libs.contracts.nodes import NodeEvent
 from libs.contracts.budget import BudgetEvent, BudgetEventKind, BudgetStatusReply, BudgetStatusRequest
-from libs.contracts.commands import CancelJob, RequeueJob, SubmitJob
+from libs.contracts.commands import CancelJob, RequeueJob
 from libs.contracts.jobs import JobSpec
 from libs.contracts.envelope import utcnow
-from libs.contracts.telemetry import CheckpointReport, Heartbeat, RunOutcome, RunStarted, StepReport
+from libs.contracts.telemetry import CheckpointReport, RunOutcome, RunStarted, StepReport
 from libs.runtime import bus
 from libs.runtime.gctune import BATCH_GEN0_THRESHOLD
 from libs.runtime.service import Runtime
@@ -40,7 +40,7 @@ async def test_a_job_runs_to_success_with_its_events_in_order(env):
     async with queue_service(settings), client(settings) as c:
         ex = await FakeExecutor(c, "ex-a").start()
         try:
-            submit = SubmitJob(actor="ann", spec=spec(name="demo"))
+            submit = builders.submit(spec(name="demo"))
             outcome = await c.command(submit)
             assert outcome.accepted and outcome.job_id == submit.job_id and outcome.by == "queue"
             job_id = submit.job_id
@@ -79,7 +79,7 @@ async def test_lease_expiry_requeues_under_a_new_epoch_and_the_old_executor_is_f
     async with queue_service(settings), client(settings) as c:
         zombie = await FakeExecutor(c, "ex-zombie").start()
         try:
-            submit = SubmitJob(actor="ann", spec=spec())
+            submit = builders.submit(spec())
             assert (await c.command(submit)).accepted
             run = await zombie.take()
             assert run.epoch == 1
@@ -119,7 +119,7 @@ async def test_training_failures_spend_attempts_until_the_job_fails_with_the_las
     async with queue_service(settings), client(settings) as c:
         ex = await FakeExecutor(c, "ex-f").start()
         try:
-            submit = SubmitJob(actor="ann", spec=spec(max_attempts=2))
+            submit = builders.submit(spec(max_attempts=2))
             assert (await c.command(submit)).accepted
             for n in (1, 2):
                 run = await ex.take()
@@ -139,7 +139,7 @@ async def test_cancel_stops_a_running_job_at_once_and_is_refused_afterwards(env)
     async with queue_service(settings), client(settings) as c:
         ex = await FakeExecutor(c, "ex-c").start()
         try:
-            submit = SubmitJob(actor="ann", spec=spec())
+            submit = builders.submit(spec())
             assert (await c.command(submit)).accepted
             await ex.take()
             outcome = await c.command(CancelJob(actor="op", job_id=submit.job_id, reason="wrong data"))
@@ -162,7 +162,7 @@ async def test_cancel_stops_a_running_job_at_once_and_is_refused_afterwards(env)
 async def test_a_redelivered_command_acts_once_and_is_answered_again(env):
     settings = env.settings(QueueSettings)
     async with queue_service(settings), client(settings) as c:
-        submit = SubmitJob(actor="ann", spec=spec())
+        submit = builders.submit(spec())
         sub = await c.nc.subscribe(c.s.outcome_of(submit.command_id))
         # Two deliveries of one command (as after a crash before the ack): distinct stream message ids.
         for n in range(2):
@@ -188,7 +188,7 @@ async def test_ceiling_stop_interrupts_and_requeue_needs_room_above_consumption(
                                                 consumed_seconds=103).encode())
 
         try:
-            submit = SubmitJob(actor="ann", spec=spec(gpu_ceiling_seconds=100))
+            submit = builders.submit(spec(gpu_ceiling_seconds=100))
             assert (await c.command(submit)).accepted
             refused = await c.command(RequeueJob(actor="op", job_id=submit.job_id, gpu_ceiling_seconds=500))
             assert not refused.accepted and refused.reason == "budget service unavailable"
@@ -234,7 +234,7 @@ async def test_a_malformed_command_is_refused_visibly_and_answered_when_its_id_i
         (note,) = await rejected.fetch(1, timeout=5)
         assert b"spec" in note.data
         # The service is still serving: a good command right after is accepted.
-        assert (await c.command(SubmitJob(actor="ann", spec=spec()))).accepted
+        assert (await c.command(builders.submit(spec()))).accepted
 
 
 async def test_two_replicas_placing_at_the_same_moment_never_place_twice(env):
@@ -246,9 +246,9 @@ async def test_two_replicas_placing_at_the_same_moment_never_place_twice(env):
     try:
         commands, runs = Commands(replicas[0], settings), Runs(replicas[0], settings)
         for i in range(5):
-            assert (await commands.submit(SubmitJob(actor="ann", job_id=f"job-{i}", spec=spec()))).accepted
-        beats = [Heartbeat(executor_id=f"ex-{i}", node_id=f"n{i}", group="g", sent_at=utcnow(), interval_seconds=1,
-                           progress_interval_seconds=1) for i in range(3)]
+            assert (await commands.submit(builders.submit(spec(), job_id=f"job-{i}"))).accepted
+        beats = [builders.heartbeat(f"ex-{i}", node_id=f"n{i}", sent_at=utcnow(), interval_seconds=1,
+                                    progress_interval_seconds=1) for i in range(3)]
         await runs.heartbeats(beats)
         for i in range(3):  # their nodes passed their checks (the health service says so)
             await runs.node_event(NodeEvent(node_id=f"n{i}", seq=1, event="ready", state="ready",

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from libs.contracts.commands import SubmitJob
 from libs.contracts.jobs import JobSpec
 from services.queue.settings import QueueSettings
 from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
 from tests.integration.test_gateway import gateway
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def spec() -> JobSpec:
-    return JobSpec(workload={"kind": "finetune", "params": {"steps": 10}})
+    return builders.spec(workload={"kind": "finetune", "params": {"steps": 10}})
 
 
 async def test_a_tiny_weight_is_refused_and_stored_bad_data_stops_only_its_own_organisation(env):
@@ -36,9 +36,9 @@ async def test_a_tiny_weight_is_refused_and_stored_bad_data_stops_only_its_own_o
 
         ex = await FakeExecutor(c, "ex-a").start()
         try:
-            tiny = SubmitJob(actor="ann", org="tiny", spec=spec())
+            tiny = builders.submit(spec(), org="tiny")
             assert (await c.command(tiny)).accepted
-            lab = SubmitJob(actor="bob", org="lab", spec=spec())
+            lab = builders.submit(spec(), actor="bob", org="lab")
             assert (await c.command(lab)).accepted
             run = await ex.take(timeout=15)  # placed, whatever tiny's settings hold
             assert run.job_id == lab.job_id
@@ -59,7 +59,7 @@ async def test_a_placement_loop_that_keeps_raising_is_a_problem_in_the_status_un
             return [p for p in resp.json()["problems"] if "loop placement" in p]
 
         assert await problems() == []
-        queued = SubmitJob(actor="ann", spec=spec())  # no executor yet: it waits for the next pass
+        queued = builders.submit(spec())  # no executor yet: it waits for the next pass
         assert (await c.command(queued)).accepted
         # Every pass reads the organisations first: without their table, each one raises.
         await c.db.execute("ALTER TABLE queue.orgs RENAME TO orgs_away")

@@ -11,19 +11,20 @@ import contextlib
 import pytest
 
 from libs.contracts.agents import StopJob
-from libs.contracts.commands import SetCohort, SetOrganisation, SetProject, SubmitJob
+from libs.contracts.commands import SetCohort, SetOrganisation, SetProject
 from libs.contracts.jobs import JobSpec
 from libs.contracts.telemetry import CheckpointReport, RunOutcome, RunStarted
 from libs.contracts.tenancy import CohortSpec, OrgSpec, QuotaSpec
 from services.queue.settings import QueueSettings
 
 from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.support import builders
 
 pytestmark = pytest.mark.integration
 
 
 def spec(**kw) -> JobSpec:
-    return JobSpec(workload={"kind": "finetune", "params": {"steps": 100}}, **kw)
+    return builders.spec(workload={"kind": "finetune", "params": {"steps": 100}}, **kw)
 
 
 def org(nominal: int) -> OrgSpec:
@@ -41,11 +42,11 @@ async def test_an_organisation_gets_its_share_back_from_a_borrower_by_preemption
                         SetOrganisation(actor="admin", name="south", spec=org(2)),
                         SetProject(actor="admin", org="south", name="radiology")):
                 assert (await c.command(cmd)).accepted, cmd
-            refused = await c.command(SubmitJob(actor="bob", org="south", spec=spec(project="nope")))
+            refused = await c.command(builders.submit(spec(project="nope"), actor="bob", org="south"))
             assert not refused.accepted and "project nope does not exist" in refused.reason
 
             # 1. south borrows north's idle share: its four jobs run on the four executors.
-            south = [SubmitJob(actor="bob", org="south", spec=spec(name=f"s{i}", project="radiology"))
+            south = [builders.submit(spec(name=f"s{i}", project="radiology"), actor="bob", org="south")
                      for i in range(4)]
             for cmd in south:
                 assert (await c.command(cmd)).accepted
@@ -60,7 +61,7 @@ async def test_an_organisation_gets_its_share_back_from_a_borrower_by_preemption
                 assert job["org"] == "south" and job["project"] == "radiology" and job["devices"] == 1
 
             # 2. north submits: nothing is free, and north is under its nominal share: a borrowed job is preempted.
-            ann = SubmitJob(actor="ann", org="north", spec=spec(name="n0"))
+            ann = builders.submit(spec(name="n0"), org="north")
             assert (await c.command(ann)).accepted
             stops = {}
             for job_id, ex in runs.items():
@@ -140,7 +141,7 @@ async def test_an_organisation_budget_reserves_remaining_ceilings_and_releases_t
         try:
             spec_ = OrgSpec(budget_gpu_seconds=100.0)
             assert (await c.command(SetOrganisation(actor="admin", name="lab", spec=spec_))).accepted
-            first, second = (SubmitJob(actor="ann", org="lab", spec=spec(name=n, gpu_ceiling_seconds=60))
+            first, second = (builders.submit(spec(name=n, gpu_ceiling_seconds=60), org="lab")
                              for n in ("first", "second"))
             assert (await c.command(first)).accepted
             taker = await _first_run([ex, other])

@@ -1,5 +1,7 @@
 """Builders for the objects tests make over and over (Kueue's testing wrappers, as keyword functions): job specs,
-the queue's job record and the facts that happen to it, the contracts executors and nodes send, and health's node.
+the queue's job record and the facts that happen to it, the contracts executors and nodes send, health's node,
+check-run rows and evaluator readings, and the placement's inputs (organisations, pending and running jobs,
+executor nodes, the snapshot, candidates, gang admission's view).
 
 Each builder returns a valid object with defaults any test may rely on, and takes the object's own field names as
 overrides (``job(JobState.RUNNING, last_step=40)``, ``heartbeat("ex-2", accepting=False)``). The defaults name one
@@ -19,7 +21,13 @@ from libs.contracts.nodes import CheckReport, CheckStatus, CheckTest, NodeRegist
 from libs.contracts.telemetry import (CheckpointReport, Heartbeat, RunFinished, RunOutcome, RunStarted,
                                       StepReport)
 from services.health.domain.nodes import Node
+from services.health.domain.runs import Member, MemberStatus, Result
 from services.queue.domain.facts import Checkpointed, Finished, GangWorker, Granted, Job, Started, StepReported
+from services.queue.domain.gang_admission import QueuedJob
+from services.queue.tenancy import placement_types
+from services.queue.tenancy.candidates import Candidate
+from services.queue.tenancy.model import GroupQuota, Organisation, Pending, Running
+from services.queue.tenancy.placement_types import Snapshot
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 JOB = "j1"
@@ -30,6 +38,7 @@ LEASE = timedelta(seconds=6)
 GROUP = "g"
 GANG = ("w0", "w1", "w2")  # a gang's executors, rank order
 READY_WITHIN = timedelta(seconds=30)  # an admitting gang's workers must be ready by admission + this
+ORG = "o"  # the placement's one organisation, unmetered unless a test gives it quotas
 
 
 # -- jobs ---------------------------------------------------------------------------------------------------
@@ -172,3 +181,89 @@ def check_report(status: CheckStatus | str = CheckStatus.PASSED, test: CheckTest
     """Node ``n1``'s (executor ``e1``) report of ``test`` in check run ``r1``."""
     return CheckReport(**{"run_id": "r1", "node_id": "n1", "executor_id": "e1", "test": test, "status": status,
                           **overrides})
+
+
+# -- health's check runs and signal evaluator -------------------------------------------------------------------
+
+def member(status: MemberStatus = MemberStatus.WAITING, **overrides: Any) -> Member:
+    """Node ``n1``'s place in check run ``r1``: waiting has no wave nor deadline; a started member is in wave 1
+    with a deadline ``T0 + 60 s``."""
+    started = status is not MemberStatus.WAITING
+    return Member(**{"run_id": "r1", "node_id": "n1", "status": status, "wave": 1 if started else None,
+                     "deadline": T0 + timedelta(seconds=60) if started else None, **overrides})
+
+
+def result(status: CheckStatus | str = CheckStatus.PASSED, test: str = "matmul", **overrides: Any) -> Result:
+    """A check run's result of ``test`` at its first attempt, with no reason."""
+    return Result(**{"test": test, "status": CheckStatus(status), **overrides})
+
+
+def executor_reading(*, now: datetime = T0, heard: float | None = 5.0, still: float | None = 5.0,
+                     **overrides: Any) -> dict[str, Any]:
+    """The health evaluator's stored row of executor ``ex-1`` (no signal yet), training at step 10: its last
+    heartbeat ``heard`` seconds before ``now``, its step unchanged for ``still`` seconds (None: never)."""
+    return {"executor_id": EX, "signal": None, "last_heartbeat": _ago(now, heard), "step": 10,
+            "step_changed_at": _ago(now, still), "phase": "training", "progress_interval_seconds": None, **overrides}
+
+
+def job_reading(*, now: datetime = T0, heard: float | None = 5.0, still: float | None = 5.0,
+                **overrides: Any) -> dict[str, Any]:
+    """The health evaluator's stored row of running job ``j1`` on ``ex-1`` (no signal yet), training at step 10:
+    last heard of ``heard`` seconds before ``now``, its step unchanged for ``still`` seconds (None: never)."""
+    return {"job_id": JOB, "executor_id": EX, "signal": None, "state": "running", "last_contact_at": _ago(now, heard),
+            "step": 10, "step_changed_at": _ago(now, still), "phase": "training", "progress_interval_seconds": None,
+            **overrides}
+
+
+def _ago(now: datetime, seconds: float | None) -> datetime | None:
+    return None if seconds is None else now - timedelta(seconds=seconds)
+
+
+# -- the placement --------------------------------------------------------------------------------------------
+
+def organisation(name: str = ORG, *, nominal: int | None = None, borrow: int | None = None, lend: int | None = None,
+                 group: str = GROUP, **overrides: Any) -> Organisation:
+    """Organisation ``name``: unmetered, or with a ``nominal`` share of ``group`` (borrowing and lending limits
+    ``borrow`` and ``lend``; None: any). Any other field of ``Organisation`` is an override."""
+    quotas = None if nominal is None else {group: GroupQuota(nominal, borrow, lend)}
+    return Organisation(**{"name": name, "quotas": quotas, **overrides})
+
+
+def pending(job_id: str = JOB, org: str = ORG, *, at: float = 0, since: datetime = T0, **overrides: Any) -> Pending:
+    """Queued job ``job_id`` of ``org`` as the placement sees it, submitted ``at`` seconds after ``since``: one
+    CPU-only worker, priority 0, no environment named. Any other field of ``Pending`` is an override."""
+    return Pending(**{"job_id": job_id, "org": org, "created_at": since + timedelta(seconds=at), **overrides})
+
+
+def executor_node(executor_id: str = EX, *offered: str, gpus: int = 0, group: str = GROUP,
+                  free: bool = True) -> placement_types.Node:
+    """The placement's view of a schedulable executor: free, ``gpus`` GPUs, offering the environments
+    ``offered``."""
+    return placement_types.Node(executor_id, group, gpus, free, frozenset(offered))
+
+
+def running(job_id: str = JOB, org: str = ORG, *, executors: tuple[str, ...] = (EX,), group: str = GROUP,
+            **overrides: Any) -> Running:
+    """Job ``job_id`` of ``org`` running on ``executors`` of ``group``, one device each, preemptible, admitted
+    at T0. Any other field of ``Running`` is an override."""
+    return Running(**{"job_id": job_id, "org": org, "group": group, "devices": len(executors), "admitted_at": T0,
+                      "executors": executors, **overrides})
+
+
+def snapshot(*orgs: Organisation, nodes: Any = (), pending: Any = (), **overrides: Any) -> Snapshot:
+    """A placement pass's snapshot of ``nodes`` and ``pending`` jobs for ``orgs`` (the unmetered organisation
+    ``o`` when none is given); ``running``, ``cohorts``, ``budgets``, ``broken`` are overrides."""
+    by_name = {o.name: o for o in orgs} if orgs else {ORG: organisation()}
+    return Snapshot(**{"orgs": by_name, "nodes": list(nodes), "pending": list(pending), **overrides})
+
+
+def candidate(job_id: str = JOB, org: str = ORG, *, at: float = 0, since: datetime = T0,
+              **overrides: Any) -> Candidate:
+    """Job ``job_id`` of ``org`` as candidate selection sees it: submitted ``at`` seconds after ``since``, one
+    device, priority 0."""
+    return Candidate(**{"job_id": job_id, "org": org, "created_at": since + timedelta(seconds=at), **overrides})
+
+
+def queued_job(job_id: str = JOB, *, at: float = 0, since: datetime = T0, **overrides: Any) -> QueuedJob:
+    """Job ``job_id`` as gang admission sees it: submitted ``at`` seconds after ``since``, one CPU-only worker."""
+    return QueuedJob(**{"job_id": job_id, "created_at": since + timedelta(seconds=at), **overrides})

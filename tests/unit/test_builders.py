@@ -81,3 +81,34 @@ def test_a_gang_job_holds_its_workers_only_while_admitting_or_running(state):
     assert (gang.ready_deadline is not None) is (state is JobState.ADMITTING)
     assert (gang.next_admission_at is not None) is (state is JobState.BACKOFF)
     assert b.gang_job(workers=("a", "b"), backoff_count=2).spec.workers == 2
+
+
+def test_placement_builders_make_a_snapshot_the_placement_plans():
+    from services.queue.tenancy.placement import plan
+    snap = b.snapshot(nodes=[b.executor_node("e1"), b.executor_node("e2", gpus=8, free=False)],
+                      pending=[b.pending("a"), b.pending("b", at=1, gpus_per_worker=8)])
+    assert list(snap.orgs) == [b.ORG] and snap.orgs[b.ORG].quotas is None
+    made = plan(snap)
+    assert [(a.job_id, a.workers) for a in made.admitted] == [("a", ("e1",))] and set(made.waiting) == {"b"}
+    assert b.pending("b", at=1).created_at == b.T0 + timedelta(seconds=1) and b.pending(priority=3).priority == 3
+    assert b.executor_node("e3", "/env", gpus=2).environments == frozenset({"/env"})
+    quota = b.organisation("x", nominal=2, borrow=1, cohort="c").quotas[b.GROUP]
+    assert (quota.nominal, quota.borrowing_limit, quota.lending_limit) == (2, 1, None)
+    assert b.snapshot(b.organisation("x"), b.organisation("y")).orgs.keys() == {"x", "y"}
+    assert b.running(executors=("e1", "e2")).devices == 2 and not b.running(preemptible=False).preemptible
+    assert b.candidate("c", "big", at=5, devices=4).created_at == b.T0 + timedelta(seconds=5)
+    assert (b.queued_job(at=60, workers=3).workers, b.queued_job().gpus_per_worker) == (3, 0)
+
+
+def test_health_run_and_evaluator_builders():
+    from libs.contracts.nodes import Signal
+    from services.health.domain.runs import MemberStatus
+    from services.health.domain.signals import Thresholds
+    from services.health.evaluator import reading_of
+    assert (b.member().wave, b.member().deadline) == (None, None)
+    assert b.member(MemberStatus.RUNNING).deadline == b.T0 + timedelta(seconds=60)
+    assert b.result("failed", "nccl", attempt=2).status is CheckStatus.FAILED and b.result().attempt == 1
+    th = Thresholds(signal_timeout_seconds=60.0, stuck_after_seconds=120.0)
+    assert reading_of(b.executor_reading(), "last_heartbeat", None, b.T0, th).signal is Signal.OK
+    assert reading_of(b.executor_reading(heard=90.0), "last_heartbeat", None, b.T0, th).signal is Signal.NO_SIGNAL
+    assert b.job_reading(state="queued", job_id="j2")["job_id"] == "j2"

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from agents.executor.ceiling import CEILING_STOP, seconds_left, stop_now, watch
 from libs.contracts.agents import RunJob
-from libs.contracts.jobs import JobEventKind, JobSpec, JobState
+from libs.contracts.jobs import JobEventKind, JobState
 from libs.contracts.telemetry import RunFinished, RunOutcome
 from services.queue.domain import lifecycle as lc
-from services.queue.domain.facts import Job
 from services.queue.effects import messages_for
 from services.queue.remaining import needs_asking, remaining_seconds
 from services.queue.runs import fact_of
 from services.queue.settings import QueueSettings
+from tests.support.builders import T0, job
 
 pytestmark = pytest.mark.unit
-
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 # -- the rule -------------------------------------------------------------------------------------------------
@@ -74,14 +72,6 @@ async def test_the_watch_does_nothing_when_remaining_is_unknown():
 
 # -- the queue's side --------------------------------------------------------------------------------------------
 
-def job(state: JobState, epoch: int, **kw) -> Job:
-    spec = JobSpec(workload={"kind": "finetune"}, gpu_ceiling_seconds=600)
-    running = state is JobState.RUNNING
-    return Job(id="j1", name="demo", owner="ann", spec=spec, state=state, created_at=T0, updated_at=T0,
-               lease_epoch=epoch, attempt_number=epoch, executor_id="ex-1" if running else None,
-               workers=("ex-1",) if running else (), lease_expires_at=T0 + timedelta(60) if running else None, **kw)
-
-
 def test_remaining_is_the_ceiling_less_consumed_never_negative_and_unknown_without_an_answer():
     assert remaining_seconds(600, 0.0) == 600
     assert remaining_seconds(600, 450.5) == pytest.approx(149.5)
@@ -90,12 +80,12 @@ def test_remaining_is_the_ceiling_less_consumed_never_negative_and_unknown_witho
 
 
 def test_only_a_job_granted_before_needs_the_budget_asked():
-    assert not needs_asking(job(JobState.QUEUED, 0))
-    assert needs_asking(job(JobState.QUEUED, 2))
+    assert not needs_asking(job(JobState.QUEUED, epoch=0))
+    assert needs_asking(job(JobState.QUEUED, epoch=2))
 
 
 def test_a_grant_carries_the_remaining_gpu_seconds_and_none_by_default():
-    t = lc.decide(job(JobState.QUEUED, 0), lc.Granted(("ex-1",), 1, T0 + timedelta(60)), T0)
+    t = lc.decide(job(JobState.QUEUED, epoch=0), lc.Granted(("ex-1",), 1, T0 + timedelta(60)), T0)
     settings = QueueSettings()
     (_, run), *_ = [m for m in messages_for(t.job, t, settings, 123.5) if isinstance(m[1], RunJob)]
     assert run.remaining_gpu_seconds == 123.5
@@ -105,7 +95,7 @@ def test_a_grant_carries_the_remaining_gpu_seconds_and_none_by_default():
 
 
 def test_a_run_the_executor_stopped_at_its_ceiling_interrupts_the_job_before_the_budget_says_so():
-    running = job(JobState.RUNNING, 3)
+    running = job(JobState.RUNNING, epoch=3)
     report = RunFinished(job_id="j1", epoch=3, executor_id="ex-1", outcome=RunOutcome.STOPPED, exit_code=0,
                          stop_reason=CEILING_STOP)
     t = lc.decide(running, fact_of(RunFinished.decode(report.encode())), T0)
@@ -117,7 +107,7 @@ def test_a_run_the_executor_stopped_at_its_ceiling_interrupts_the_job_before_the
 
 
 def test_a_run_stopped_for_another_reason_is_not_taken_for_the_ceiling():
-    running = job(JobState.RUNNING, 3)
+    running = job(JobState.RUNNING, epoch=3)
     t = lc.decide(running, lc.Finished(3, RunOutcome.STOPPED, stop_reason="test"), T0)
     assert t.job.state is not JobState.INTERRUPTED
 
@@ -140,7 +130,7 @@ async def test_placement_asks_the_budget_only_for_jobs_placed_again_and_gets_non
         return SimpleNamespace(data=reply.encode())
 
     runtime = SimpleNamespace(nc=SimpleNamespace(request=request), subjects=Subjects("teto"))
-    fresh, again = replace(job(JobState.QUEUED, 0), id="fresh"), job(JobState.QUEUED, 2)
+    fresh, again = replace(job(JobState.QUEUED, epoch=0), id="fresh"), job(JobState.QUEUED, epoch=2)
     silent = replace(again, id="silent")
     left = await remaining_for(runtime, [fresh, again, silent], timeout=5.0)
     # Never granted: the whole ceiling, unasked; placed again: ceiling - consumed; no answer: unknown.
@@ -151,7 +141,7 @@ async def test_placement_asks_the_budget_only_for_jobs_placed_again_and_gets_non
 def test_a_job_placed_again_that_was_not_asked_before_the_pass_carries_an_unknown_remainder():
     from services.queue.remaining import remaining_of
 
-    fresh, again = replace(job(JobState.QUEUED, 0), id="fresh"), job(JobState.QUEUED, 2)
+    fresh, again = replace(job(JobState.QUEUED, epoch=0), id="fresh"), job(JobState.QUEUED, epoch=2)
     late = replace(again, id="late")  # queued again between the budget's question and the placement pass
     assert remaining_of([fresh, again, late], {"j1": 450.0}) == {"fresh": 600.0, "j1": 150.0, "late": None}
     assert remaining_of([again], {"j1": None}) == {"j1": None}  # asked, no answer: unknown, never a guess

@@ -17,6 +17,7 @@ from services.health.domain.runs import (DONE, Busy, MemberStatus, Progress, Res
                                          on_demand_targets, overdue_verdict, rendezvous, run_finished,
                                          unjudged_fact, waits_for_job)
 from services.health.domain.verdicts import Verdict
+from tests.support.builders import node
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -110,14 +111,10 @@ def test_a_run_is_done_once_every_member_passed_or_failed(statuses):
 
 # -- on-demand runs ----------------------------------------------------------------------------------------------
 
-def node(node_id: str, state: NodeState, *, cordoned: bool = False, run_id: str | None = None) -> Node:
-    return Node(node_id, "g", f"ex-{node_id}", state, run_id=run_id, cordoned=cordoned)
-
-
 @pytest.mark.parametrize("state", list(NodeState), ids=str)
 @pytest.mark.parametrize("cordoned", [False, True], ids=["free", "cordoned"])
 def test_an_on_demand_run_takes_ready_uncordoned_nodes_and_says_why_it_skips_the_others(state, cordoned):
-    n = node("n1", state, cordoned=cordoned, run_id="r0" if cordoned else None)
+    n = node(state, cordoned=cordoned, run_id="r0" if cordoned else None)
     targets, skipped = on_demand_targets([n])
     if state is S.READY and not cordoned:
         assert (targets, skipped) == ([n], {})
@@ -127,7 +124,7 @@ def test_an_on_demand_run_takes_ready_uncordoned_nodes_and_says_why_it_skips_the
 
 
 def test_targets_keep_the_order_given():
-    ns = [node("a", S.READY), node("b", S.FAILED), node("c", S.READY)]
+    ns = [node(S.READY, node_id="a"), node(S.FAILED, node_id="b"), node(S.READY, node_id="c")]
     assert [n.node_id for n in on_demand_targets(ns)[0]] == ["a", "c"]
 
 

@@ -4,18 +4,16 @@ random source and clock, sequential admission, and rendezvous ports."""
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from libs.contracts.jobs import JobSpec
 from libs.contracts.policies import GangPolicy, NodeFailureStrategy
 from services.queue.domain.gang_admission import (
     JITTER_FRACTION,
     PortRange,
-    QueuedJob,
     admissible,
     backoff_due,
     capped_delay,
@@ -27,14 +25,9 @@ from services.queue.domain.gang_admission import (
     spec_refusal,
     timed_out,
 )
+from tests.support.builders import T0, queued_job, spec
 
 pytestmark = pytest.mark.unit
-
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-def spec(workers: int = 3, timeout: float | None = None) -> JobSpec:
-    return JobSpec(workload={"kind": "finetune"}, workers=workers, ready_timeout_seconds=timeout)
 
 
 # -- policy -----------------------------------------------------------------------------------------------
@@ -57,16 +50,16 @@ def test_policy_refuses_a_cap_below_the_base():
     (None, 120, 120), (30, 120, 30), (120, 120, 120), (200, 120, 120),
 ], ids=["policy's", "shorter asked", "equal", "policy shortened since submit"])
 def test_ready_timeout_is_the_shorter_of_job_and_policy(asked, policy, effective):
-    assert ready_timeout(spec(timeout=asked), GangPolicy(ready_timeout_seconds=policy)) == effective
-    assert ready_deadline(T0, spec(timeout=asked), GangPolicy(ready_timeout_seconds=policy)) == \
-        T0 + timedelta(seconds=effective)
+    gang = spec(workers=3, ready_timeout_seconds=asked)
+    assert ready_timeout(gang, GangPolicy(ready_timeout_seconds=policy)) == effective
+    assert ready_deadline(T0, gang, GangPolicy(ready_timeout_seconds=policy)) == T0 + timedelta(seconds=effective)
 
 
 def test_a_job_asking_a_longer_ready_timeout_than_the_policy_is_refused_with_the_numbers():
-    reason, numbers = spec_refusal(spec(timeout=300), GangPolicy(ready_timeout_seconds=120))
+    reason, numbers = spec_refusal(spec(workers=3, ready_timeout_seconds=300), GangPolicy(ready_timeout_seconds=120))
     assert "shorter" in reason and numbers == {"ready_timeout_seconds": 300, "policy_ready_timeout_seconds": 120}
-    assert spec_refusal(spec(timeout=120), GangPolicy(ready_timeout_seconds=120)) is None
-    assert spec_refusal(spec(timeout=None), GangPolicy()) is None
+    assert spec_refusal(spec(workers=3, ready_timeout_seconds=120), GangPolicy(ready_timeout_seconds=120)) is None
+    assert spec_refusal(spec(workers=3, ready_timeout_seconds=None), GangPolicy()) is None
 
 
 @pytest.mark.parametrize(("offset", "over"), [(-0.001, False), (0.0, True), (5.0, True)],
@@ -136,22 +129,19 @@ def test_backoff_is_due_at_its_time():
 
 # -- sequential admission ---------------------------------------------------------------------------------
 
-def q(job_id: str, minute: int, workers: int) -> QueuedJob:
-    return QueuedJob(job_id, T0 + timedelta(minutes=minute), workers)
-
-
 def test_sequential_admission_considers_only_the_first_gang_and_every_single_worker_job():
-    jobs = [q("g2", 2, 3), q("s1", 1, 1), q("g1", 0, 3), q("s3", 3, 1)]
+    jobs = [queued_job("g2", at=120, workers=3), queued_job("s1", at=60, workers=1),
+            queued_job("g1", at=0, workers=3), queued_job("s3", at=180, workers=1)]
     assert [j.job_id for j in admissible(jobs, admitting_now=0, sequential=True)] == ["g1", "s1", "s3"]
 
 
 def test_sequential_admission_holds_every_gang_while_one_is_admitting():
-    jobs = [q("g1", 0, 3), q("s1", 1, 1)]
+    jobs = [queued_job("g1", at=0, workers=3), queued_job("s1", at=60, workers=1)]
     assert [j.job_id for j in admissible(jobs, admitting_now=1, sequential=True)] == ["s1"]
 
 
 def test_without_sequential_admission_every_gang_is_considered_in_arrival_order():
-    jobs = [q("g2", 2, 3), q("g1", 0, 2)]
+    jobs = [queued_job("g2", at=120, workers=3), queued_job("g1", at=0, workers=2)]
     assert [j.job_id for j in admissible(jobs, admitting_now=1, sequential=False)] == ["g1", "g2"]
 
 

@@ -16,6 +16,7 @@ from libs.contracts.telemetry import Phase
 from services.health.domain.signals import Thresholds, due_bounds, executor_signal, job_signal
 from services.health.evaluator import (executor_changes, job_changes, job_writes, phase_of, reading_of,
                                        signal_changed, signal_of, state_of, thresholds_of)
+from tests.support.builders import EX, JOB, executor_reading, job_reading
 
 pytestmark = pytest.mark.unit
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -25,16 +26,6 @@ STORED = [None, "ok", "no_signal", "stuck"]
 
 def ago(seconds: float | None) -> datetime | None:
     return None if seconds is None else NOW - timedelta(seconds=seconds)
-
-
-def executor(signal=None, heard=5.0, step=10, still=5.0, phase="training", progress=None, executor_id="ex1"):
-    return {"executor_id": executor_id, "signal": signal, "last_heartbeat": ago(heard), "step": step,
-            "step_changed_at": ago(still), "phase": phase, "progress_interval_seconds": progress}
-
-
-def job(signal=None, state="running", heard=5.0, step=10, still=5.0, phase="training", job_id="j1"):
-    return {"job_id": job_id, "executor_id": "ex1", "signal": signal, "state": state, "last_contact_at": ago(heard),
-            "step": step, "step_changed_at": ago(still), "phase": phase, "progress_interval_seconds": None}
 
 
 # -- stored values ----------------------------------------------------------------------------------------------
@@ -53,14 +44,15 @@ def test_the_thresholds_kept_with_a_signal_are_those_it_was_judged_with():
 # -- one row's reading ------------------------------------------------------------------------------------------
 
 def test_a_step_never_reported_has_no_progress_signal_however_old_its_change_time():
-    assert reading_of(executor(step=None, still=1000), "last_heartbeat", None, NOW, TH).signal is Signal.OK
-    assert reading_of(executor(step=3, still=1000), "last_heartbeat", None, NOW, TH).signal is Signal.STUCK
+    never_stepped, stepped = (executor_reading(step=step, still=1000, now=NOW) for step in (None, 3))
+    assert reading_of(never_stepped, "last_heartbeat", None, NOW, TH).signal is Signal.OK
+    assert reading_of(stepped, "last_heartbeat", None, NOW, TH).signal is Signal.STUCK
 
 
 @pytest.mark.parametrize(("heard", "still", "phase"), list(itertools.product(
     [None, 5.0, 59.999, 60.001, 500.0], [None, 5.0, 119.999, 120.001, 500.0], ["training", "idle", None])))
 def test_a_rows_reading_is_the_pure_rules_on_its_columns(heard, still, phase):
-    row = executor(heard=heard, still=still, phase=phase)
+    row = executor_reading(heard=heard, still=still, phase=phase, now=NOW)
     expected = executor_signal(None, ago(heard), ago(still), phase_of(phase), NOW, TH)
     assert reading_of(row, "last_heartbeat", None, NOW, TH, judge=executor_signal) == expected
 
@@ -71,14 +63,14 @@ def test_a_rows_reading_is_the_pure_rules_on_its_columns(heard, still, phase):
 @pytest.mark.parametrize("heard", [5.0, 500.0, None], ids=["heard", "silent", "never"])
 @pytest.mark.parametrize("still", [5.0, 500.0], ids=["moving", "standing"])
 def test_an_executor_is_written_only_when_its_verdict_differs_from_its_stored_signal(stored, heard, still):
-    row = executor(stored, heard=heard, still=still)
+    row = executor_reading(signal=stored, heard=heard, still=still, now=NOW)
     verdict = executor_signal(None, ago(heard), ago(still), Phase.TRAINING, NOW, TH)
     writes = executor_changes([row], NOW, TH)
     if str(verdict.signal) == stored:
         assert writes == []
     else:
         # The inputs it was judged on go with it: the store writes it only if they are still those in the table.
-        assert writes == [("ex1", str(verdict.signal), verdict.since or NOW, thresholds_of(verdict),
+        assert writes == [(EX, str(verdict.signal), verdict.since or NOW, thresholds_of(verdict),
                            row["last_heartbeat"], row["step_changed_at"])]
 
 
@@ -86,7 +78,7 @@ def test_an_executor_is_written_only_when_its_verdict_differs_from_its_stored_si
 @pytest.mark.parametrize("state", [None, *JobState], ids=str)
 @pytest.mark.parametrize("heard", [5.0, 500.0], ids=["heard", "silent"])
 def test_a_job_is_written_only_when_its_verdict_differs_and_loses_its_signal_once_not_running(stored, state, heard):
-    row = job(stored, state=state and str(state), heard=heard)
+    row = job_reading(signal=stored, state=state and str(state), heard=heard, now=NOW)
     verdict = job_signal(state, ago(heard), ago(5.0), Phase.TRAINING, NOW, TH)
     changes = job_changes([row], NOW, TH)
     if (verdict.signal and str(verdict.signal)) == stored:
@@ -96,20 +88,20 @@ def test_a_job_is_written_only_when_its_verdict_differs_and_loses_its_signal_onc
     if state is not None and state is not JobState.RUNNING:
         assert verdict.signal is None  # a signal applies only while an executor runs the job
     (write,) = job_writes(changes)
-    assert write == ("j1", verdict.signal and str(verdict.signal), verdict.since or NOW, thresholds_of(verdict),
+    assert write == (JOB, verdict.signal and str(verdict.signal), verdict.since or NOW, thresholds_of(verdict),
                      row["last_contact_at"], row["step_changed_at"], row["state"])
 
 
 def test_a_pass_keeps_the_rows_order_the_lock_order():
-    rows = [executor(None, executor_id=f"ex{i}") for i in (1, 2, 3)]
+    rows = [executor_reading(executor_id=f"ex{i}", now=NOW) for i in (1, 2, 3)]
     assert [w[0] for w in executor_changes(rows, NOW, TH)] == ["ex1", "ex2", "ex3"]
 
 
 def test_a_jobs_event_says_what_changed_and_the_numbers_behind_it():
-    row = job("ok", heard=90.0)
+    row = job_reading(signal="ok", heard=90.0, now=NOW)
     ((_, reading, since),) = job_changes([row], NOW, TH)
     ev = signal_changed(row, reading, since)
-    assert (ev.job_id, ev.executor_id, ev.signal, ev.previous) == ("j1", "ex1", Signal.NO_SIGNAL, Signal.OK)
+    assert (ev.job_id, ev.executor_id, ev.signal, ev.previous) == (JOB, EX, Signal.NO_SIGNAL, Signal.OK)
     assert ev.since == NOW - timedelta(seconds=30)  # silent since the timeout passed, not since the pass
     assert ev.seconds_since_heartbeat == pytest.approx(90.0)
     assert (ev.no_signal_after_seconds, ev.stuck_after_seconds) == (60.0, 120.0)

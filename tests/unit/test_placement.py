@@ -8,32 +8,20 @@ fleet to itself. Executors gone silent never reach the planner: the snapshot que
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.queue.tenancy.model import Organisation, Pending
+from services.queue.tenancy.model import Pending
 from services.queue.tenancy.placement import plan
-from services.queue.tenancy.placement_types import Admit, Node, Plan, Snapshot, WaitCode, smallest
+from services.queue.tenancy.placement_types import Admit, Node, Plan, WaitCode, smallest
+from tests.support.builders import ORG, executor_node, pending, snapshot
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-ORG = "o"
-
-
-def job(job_id: str, at: int = 0, workers: int = 1, gpus: int = 0, priority: int = 0) -> Pending:
-    return Pending(job_id, ORG, T0 + timedelta(seconds=at), workers, gpus, priority)
-
-
-def node(executor_id: str, gpus: int = 0, group: str = "g", free: bool = True) -> Node:
-    return Node(executor_id, group, gpus, free)
-
 
 def place(jobs: list[Pending], nodes: list[Node]) -> Plan:
-    return plan(Snapshot({ORG: Organisation(ORG)}, nodes, jobs))
+    return plan(snapshot(nodes=nodes, pending=jobs))
 
 
 def granted(result: Plan) -> dict[str, tuple[str, ...]]:
@@ -44,7 +32,7 @@ def granted(result: Plan) -> dict[str, tuple[str, ...]]:
     (0, 0, True), (0, 8, True), (1, 0, False), (1, 1, True), (4, 2, False), (4, 8, True),
 ], ids=lambda v: str(v))
 def test_an_executor_fits_when_it_has_enough_gpus(need, have, fit):
-    result = place([job("j", gpus=need)], [node("e", gpus=have)])
+    result = place([pending("j", gpus_per_worker=need)], [executor_node("e", gpus=have)])
     if fit:
         assert granted(result) == {"j": ("e",)} and not result.waiting
     else:
@@ -54,70 +42,75 @@ def test_an_executor_fits_when_it_has_enough_gpus(need, have, fit):
 
 
 def test_first_come_first_served_among_jobs_of_equal_priority():
-    assert granted(place([job("late", at=5), job("early", at=1)], [node("e")])) == {"early": ("e",)}
+    assert granted(place([pending("late", at=5), pending("early", at=1)], [executor_node("e")])) == {"early": ("e",)}
 
 
 def test_priority_comes_before_age_and_the_id_breaks_a_tie():
-    assert granted(place([job("old", at=1), job("urgent", at=5, priority=3)], [node("e")])) == {"urgent": ("e",)}
-    assert granted(place([job("b"), job("a")], [node("e")])) == {"a": ("e",)}
+    assert granted(place([pending("old", at=1), pending("urgent", at=5, priority=3)],
+                         [executor_node("e")])) == {"urgent": ("e",)}
+    assert granted(place([pending("b"), pending("a")], [executor_node("e")])) == {"a": ("e",)}
 
 
 def test_every_free_executor_is_granted_once():
-    result = place([job("a", 1), job("b", 2), job("c", 3)], [node("e1"), node("e2")])
+    result = place([pending("a", at=1), pending("b", at=2), pending("c", at=3)],
+                   [executor_node("e1"), executor_node("e2")])
     assert [a.job_id for a in result.admitted] == ["a", "b"]
     assert len({w for a in result.admitted for w in a.workers}) == 2
     assert result.waiting["c"].code is WaitCode.BEHIND and result.waiting["c"].numbers["ahead"] == 2
 
 
 def test_a_busy_executor_is_never_granted_but_counts_as_capacity():
-    result = place([job("j", gpus=1)], [node("busy", gpus=1, free=False)])
+    result = place([pending("j", gpus_per_worker=1)], [executor_node("busy", gpus=1, free=False)])
     assert not result.admitted and result.waiting["j"].code is WaitCode.BEHIND
 
 
 def test_a_gang_gets_distinct_executors_or_none():
-    result = place([job("g", workers=3)], [node("e1"), node("e2")])
+    result = place([pending("g", workers=3)], [executor_node("e1"), executor_node("e2")])
     assert not result.admitted and result.waiting["g"].code is WaitCode.GANG_CANNOT_FIT
     assert result.waiting["g"].numbers == {"workers": 3, "fitting_nodes": 2}
-    (a,) = place([job("g", workers=2)], [node("e1"), node("e2"), node("e3")]).admitted
+    (a,) = place([pending("g", workers=2)], [executor_node("e1"), executor_node("e2"), executor_node("e3")]).admitted
     assert len(set(a.workers)) == 2 and a.workers == ("e1", "e2")
 
 
 def test_a_gang_is_placed_in_one_node_group():
-    one_each = [node("a1", group="a"), node("b1", group="b")]
-    assert place([job("g", workers=2)], one_each).waiting["g"].code is WaitCode.GANG_CANNOT_FIT
-    (a,) = place([job("g", workers=2)], [*one_each, node("b2", group="b")]).admitted
+    one_each = [executor_node("a1", group="a"), executor_node("b1", group="b")]
+    assert place([pending("g", workers=2)], one_each).waiting["g"].code is WaitCode.GANG_CANNOT_FIT
+    (a,) = place([pending("g", workers=2)], [*one_each, executor_node("b2", group="b")]).admitted
     assert a.group == "b" and a.workers == ("b1", "b2")
 
 
 def test_a_gang_that_cannot_fit_holds_nothing_back_from_later_jobs():
-    result = place([job("g", 1, workers=3), job("small", 2)], [node("e1"), node("e2")])
+    result = place([pending("g", at=1, workers=3), pending("small", at=2)], [executor_node("e1"), executor_node("e2")])
     assert granted(result) == {"small": ("e1",)}
 
 
 def test_a_gang_waiting_for_busy_nodes_is_passed_by_a_job_that_fits_now():
-    nodes = [node("e1"), node("e2", free=False)]
-    result = place([job("g", 1, workers=2), job("small", 2)], nodes)
+    nodes = [executor_node("e1"), executor_node("e2", free=False)]
+    result = place([pending("g", at=1, workers=2), pending("small", at=2)], nodes)
     assert granted(result) == {"small": ("e1",)} and result.waiting["g"].code is WaitCode.BEHIND
 
 
 def test_the_smallest_fitting_executor_is_taken_so_big_nodes_stay_for_big_jobs():
-    result = place([job("cpu", 1, gpus=0), job("gpu", 2, gpus=4)], [node("big", gpus=8), node("cpu-node", gpus=0)])
+    result = place([pending("cpu", at=1, gpus_per_worker=0), pending("gpu", at=2, gpus_per_worker=4)],
+                   [executor_node("big", gpus=8), executor_node("cpu-node", gpus=0)])
     assert granted(result) == {"cpu": ("cpu-node",), "gpu": ("big",)}
 
 
 def test_among_nodes_of_one_size_the_id_decides():
-    assert granted(place([job("j", gpus=2)], [node("z", 2), node("a", 2), node("m", 4)])) == {"j": ("a",)}
+    fleet = [executor_node("z", gpus=2), executor_node("a", gpus=2), executor_node("m", gpus=4)]
+    assert granted(place([pending("j", gpus_per_worker=2)], fleet)) == {"j": ("a",)}
 
 
 def test_a_worker_holds_its_whole_node_and_a_cpu_only_one_counts_as_one_device():
-    result = place([job("j", gpus=1), job("c", at=1)], [node("n8", gpus=8), node("n0", gpus=0)])
+    result = place([pending("j", gpus_per_worker=1), pending("c", at=1)],
+                   [executor_node("n8", gpus=8), executor_node("n0", gpus=0)])
     devices = {a.job_id: a.devices for a in result.admitted}
     assert devices == {"j": 8, "c": 1}
 
 
 def test_nothing_to_place():
-    assert place([], [node("e")]).admitted == []
-    empty = place([job("j")], [])
+    assert place([], [executor_node("e")]).admitted == []
+    empty = place([pending("j")], [])
     assert empty.admitted == [] and empty.waiting["j"].code is WaitCode.NO_READY_NODE
 
 
@@ -129,8 +122,8 @@ queues = st.lists(st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 2, 4, 8]),
 
 
 def _snapshot(fleet, queue) -> tuple[list[Node], list[Pending]]:
-    nodes = [node(f"n{i}", gpus, group, free) for i, (gpus, group, free) in enumerate(fleet)]
-    jobs = [job(f"j{i:02d}", at=i, workers=w, gpus=g, priority=p) for i, (w, g, p) in enumerate(queue)]
+    nodes = [executor_node(f"n{i}", gpus=gpus, group=group, free=free) for i, (gpus, group, free) in enumerate(fleet)]
+    jobs = [pending(f"j{i:02d}", at=i, workers=w, gpus_per_worker=g, priority=p) for i, (w, g, p) in enumerate(queue)]
     return nodes, jobs
 
 
@@ -172,5 +165,5 @@ def test_no_job_waits_for_a_node_that_is_left_free_and_grants_take_the_smallest(
 
 
 def test_an_admission_says_where_and_in_what_order():
-    (a,) = place([job("j", gpus=1)], [node("e", 1)]).admitted
+    (a,) = place([pending("j", gpus_per_worker=1)], [executor_node("e", gpus=1)]).admitted
     assert a == Admit("j", ORG, "g", ("e",), 0, 1, a.why, 0.0, 1)

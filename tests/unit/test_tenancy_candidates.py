@@ -4,7 +4,6 @@ pass builds from the budget service's answers, asked before it locks any row (se
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -12,21 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.queue.org_budgets import Consumption, build_accounts
-from services.queue.tenancy.candidates import Candidate, choose
+from services.queue.tenancy.candidates import choose
 from services.queue.tenancy.model import Organisation
+from tests.support.builders import candidate
 
 pytestmark = pytest.mark.unit
 
-T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-
-
-def job(job_id: str, org: str, at: float, priority: int = 0, devices: int = 1) -> Candidate:
-    return Candidate(job_id, org, T0 + timedelta(seconds=at), priority, devices)
-
 
 def test_a_small_organisations_jobs_behind_a_big_ones_many_are_considered():
-    big = [job(f"b{i}", "big", i) for i in range(1000)]
-    small = [job(f"s{i}", "small", 5000 + i) for i in range(3)]
+    big = [candidate(f"b{i}", "big", at=i) for i in range(1000)]
+    small = [candidate(f"s{i}", "small", at=5000 + i) for i in range(3)]
     chosen = choose(big + small, 10)
     assert len(chosen) == 10 and {"s0", "s1", "s2"} <= set(chosen)
     # the oldest N alone (what a pass took before) would have been big's only
@@ -34,14 +28,14 @@ def test_a_small_organisations_jobs_behind_a_big_ones_many_are_considered():
 
 
 def test_equal_organisations_holding_nothing_alternate_oldest_first():
-    a = [job(f"a{i}", "a", i) for i in range(5)]
-    b = [job(f"b{i}", "b", 100 + i) for i in range(5)]
+    a = [candidate(f"a{i}", "a", at=i) for i in range(5)]
+    b = [candidate(f"b{i}", "b", at=100 + i) for i in range(5)]
     assert choose(a + b, 4) == ["a0", "b0", "a1", "b1"]
 
 
 def test_an_organisation_holding_devices_gets_fewer_places_and_weight_gives_more():
-    a = [job(f"a{i}", "a", i) for i in range(10)]
-    b = [job(f"b{i}", "b", i + 0.5) for i in range(10)]
+    a = [candidate(f"a{i}", "a", at=i) for i in range(10)]
+    b = [candidate(f"b{i}", "b", at=i + 0.5) for i in range(10)]
     held = choose(a + b, 6, held={"a": 2})
     assert sum(j.startswith("a") for j in held) == 2 and sum(j.startswith("b") for j in held) == 4
     weighted = choose(a + b, 6, weights={"b": 2.0})
@@ -49,17 +43,18 @@ def test_an_organisation_holding_devices_gets_fewer_places_and_weight_gives_more
 
 
 def test_within_an_organisation_higher_priority_then_older_first():
-    jobs = [job("old", "a", 0), job("urgent", "a", 10, priority=5), job("new", "a", 20)]
+    jobs = [candidate("old", "a", at=0), candidate("urgent", "a", at=10, priority=5), candidate("new", "a", at=20)]
     assert choose(jobs, 2) == ["urgent", "old"]
 
 
 def test_a_big_job_counts_for_its_devices():
-    jobs = [job("gang", "a", 0, devices=8), job("a1", "a", 1), job("b0", "b", 5), job("b1", "b", 6)]
+    jobs = [candidate("gang", "a", at=0, devices=8), candidate("a1", "a", at=1), candidate("b0", "b", at=5),
+            candidate("b1", "b", at=6)]
     assert choose(jobs, 3) == ["b0", "b1", "gang"]
 
 
 def test_all_when_fewer_than_the_limit_and_none_for_no_places():
-    jobs = [job("a", "x", 0), job("b", "y", 1)]
+    jobs = [candidate("a", "x", at=0), candidate("b", "y", at=1)]
     assert sorted(choose(jobs, 5)) == ["a", "b"] and choose(jobs, 0) == []
 
 
@@ -70,7 +65,7 @@ queues = st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 1000), st.i
 @settings(max_examples=200, deadline=None)
 @given(queues, st.integers(1, 40))
 def test_every_organisation_with_queued_jobs_gets_its_fair_part_of_the_places(rows, limit):
-    jobs = [job(f"j{i}", org, at, prio, 1) for i, (org, at, prio, _) in enumerate(rows)]
+    jobs = [candidate(f"j{i}", org, at=at, priority=prio, devices=1) for i, (org, at, prio, _) in enumerate(rows)]
     chosen = choose(jobs, limit)
     assert len(chosen) == len(set(chosen)) == min(limit, len(jobs))
     orgs = {j.org for j in jobs}

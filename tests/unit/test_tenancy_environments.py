@@ -4,7 +4,7 @@ none goes anywhere. The rule (tenancy/environments.py) and the admission pass th
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,6 +13,7 @@ from services.queue.tenancy import environments as envs
 from services.queue.tenancy.placement import plan
 from services.queue.tenancy.placement_types import Admit, Node, Snapshot, WaitCode
 from services.queue.tenancy.model import Cohort, GroupQuota, Organisation, Pending, Running
+from tests.support.builders import executor_node, pending
 
 pytestmark = pytest.mark.unit
 
@@ -21,13 +22,14 @@ ENV, OTHER = "/opt/teto/env", "/opt/conda/envs/x"
 A = Organisation("a")  # unmetered: only the nodes decide
 
 
-def job(job_id: str, environment: str | None = ENV, at: int = 0, workers: int = 1, gpus: int = 1,
-        org: str = "a", priority: int = 0) -> Pending:
-    return Pending(job_id, org, T0 + timedelta(seconds=at), workers, gpus, priority, environment=environment)
+def job(job_id: str, environment: str | None = ENV, gpus: int = 1, org: str = "a", **overrides) -> Pending:
+    """This file's job: one worker of one GPU in organisation ``a``, naming ``ENV``."""
+    return pending(job_id, org, since=T0, environment=environment, gpus_per_worker=gpus, **overrides)
 
 
-def node(executor: str, *offered: str, gpus: int = 1, group: str = "g", free: bool = True) -> Node:
-    return Node(executor, group, gpus, free, frozenset(offered))
+def node(executor: str, *offered: str, gpus: int = 1, **overrides) -> Node:
+    """This file's node: one GPU."""
+    return executor_node(executor, *offered, gpus=gpus, **overrides)
 
 
 def placed(snap: Snapshot) -> dict[str, tuple[str, ...]]:

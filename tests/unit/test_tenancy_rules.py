@@ -14,6 +14,7 @@ from services.queue.tenancy.fairshare import dominant_share
 from services.queue.tenancy.model import (
     Cohort, GroupQuota, Organisation, Pending, Preemption, Running, devices,
 )
+from tests.support.builders import executor_node, organisation, pending
 
 pytestmark = pytest.mark.unit
 
@@ -23,17 +24,21 @@ G = "a100"
 
 def org(name: str, nominal: int = 2, borrow: int | None = None, lend: int | None = None, cohort: str | None = "c",
         weight: float = 1.0, budget: float | None = None) -> Organisation:
-    return Organisation(name, cohort=cohort, weight=weight, budget_gpu_seconds=budget,
-                        quotas={G: GroupQuota(nominal, borrow, lend)})
+    """This file's organisation: a share of ``a100`` in cohort ``c``."""
+    return organisation(name, nominal=nominal, borrow=borrow, lend=lend, group=G, cohort=cohort, weight=weight,
+                        budget_gpu_seconds=budget)
 
 
 def job(job_id: str, org_name: str, at: int = 0, workers: int = 1, gpus: int = 1, priority: int = 0,
         needs: float = 0.0) -> Pending:
-    return Pending(job_id, org_name, T0 + timedelta(seconds=at), workers, gpus, priority, needs_gpu_seconds=needs)
+    """This file's job: one GPU a worker, reserving ``needs`` GPU-seconds."""
+    return pending(job_id, org_name, at=at, since=T0, workers=workers, gpus_per_worker=gpus, priority=priority,
+                   needs_gpu_seconds=needs)
 
 
 def nodes(n: int, gpus: int = 1, group: str = G, busy: int = 0) -> list[Node]:
-    return [Node(f"{group}-{i}", group, gpus, free=i >= busy) for i in range(n)]
+    """``n`` nodes of ``group``, the first ``busy`` of them busy."""
+    return [executor_node(f"{group}-{i}", gpus=gpus, group=group, free=i >= busy) for i in range(n)]
 
 
 def orgs(*items: Organisation) -> dict[str, Organisation]:
