@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -46,10 +47,14 @@ async def test_the_readme_curl_example_submits_a_job(env, tmp_path, with_header)
         (tmp_path / ".teto").mkdir()
         (tmp_path / ".teto" / "stack.json").write_text(json.dumps({"admin_token": gw.tokens["admin"]}))
         async with running(serve, env.settings(GatewaySettings, http_port=port, command_timeout_seconds=5.0)):
+            # curl as written waits for ever; its own config file (read from $HOME) bounds it, so a gateway that
+            # never answers fails here with curl's error instead of hanging the run (seen once in a full run).
+            (tmp_path / ".curlrc").write_text("connect-timeout = 10\nmax-time = 60\nshow-error\n")
             proc = await asyncio.create_subprocess_exec("bash", "-e", "-c", script, cwd=tmp_path,
+                                                        env={**os.environ, "HOME": str(tmp_path)},
                                                         stdout=asyncio.subprocess.PIPE,
                                                         stderr=asyncio.subprocess.PIPE)
             out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode == 0, f"curl exited {proc.returncode} against port {port}: {err.decode()}"
     job = json.loads(out)
     assert job["state"] == "queued" and job["owner"] == "admin-actor" and job["spec"]["workload"]["kind"] == "finetune"
