@@ -143,17 +143,3 @@ def test_quick_smoke_of_the_executor_cpu_benchmark(tmp_path):
     assert row["figure"] > row["reference"] > 0 and row["unit"] == "CPU ms/job"
     assert "run guard + job" in row["note"] and "agent.*.run" in row["note"] and "progress" in row["note"]
 
-
-def test_quick_smoke_of_the_edge_loop_benchmark(tmp_path):
-    """FastStream's own batch loop against the edge's (docs/edge.md says why the services keep the edge's): both
-    rows measured on a real nats-server, every lone message delivered by both loops; no timing asserted."""
-    out = tmp_path / "bench-results.json"
-    proc = _teto("edge_loop", "--quick", "--json", str(out), cwd=REPO, timeout=240)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = json.loads(out.read_text())["results"]
-    assert [r["name"] for r in rows] == ["edge loop: a lone message, publish to handler (p50 ms)",
-                                         "edge loop: a backlog drained by FastStream's own loop"]
-    for r in rows:
-        assert set(benchrun.KEYS) <= set(r)
-        assert r["figure"] > 0 and r["reference"] > 0, r
-    assert "FastStream's own loop" in rows[0]["note"] and "5000 stored messages" in rows[1]["note"]
