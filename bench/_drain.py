@@ -74,3 +74,15 @@ async def service_rate(serve, settings, js, durables: list[tuple[str, str]], tim
             await task
         except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
             pass
+
+
+class NullReporter:
+    """What the edge reports to (refusals, dead letters), for benchmarks that measure the loop and not the reports."""
+
+    name = "bench"
+
+    async def reject(self, subject: str, body: bytes, reason: str) -> None:
+        return None
+
+    async def bury(self, letter: object) -> None:
+        return None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from faststream import Context
 from faststream._internal.endpoint.subscriber.utils import MultiLock
 
-from bench._drain import row
+from bench._drain import NullReporter, row
 from libs.contracts.subjects import Subjects
 from libs.runtime.edge import Consumer
 from libs.runtime.edge_loop import ConsumerLoop
@@ -40,16 +40,6 @@ class _Msg:
         return None
 
 
-class _Reporter:
-    name = "bench"
-
-    async def reject(self, subject: str, body: bytes, reason: str) -> None:
-        return None
-
-    async def bury(self, letter: object) -> None:
-        return None
-
-
 async def run(batches: int, size: int) -> dict:
     # Three dependencies from the broker's context, as the services' handlers declare theirs (a store, counters, a
     # clock): the FastStream path resolves them each batch; called directly, the handler keeps its defaults.
@@ -58,7 +48,7 @@ async def run(batches: int, size: int) -> dict:
         return None
 
     consumer = Consumer("bench.hb.*", "HB", "bench-dispatch", bytes, handle, batch=size)
-    loop = ConsumerLoop(js=None, subjects=Subjects("bench"), consumer=consumer, reporter=_Reporter())
+    loop = ConsumerLoop(js=None, subjects=Subjects("bench"), consumer=consumer, reporter=NullReporter())
     broker = EdgeBroker()
     sub = subscribe(broker, Subjects("bench"), consumer, loop)
     provide(broker, store=object(), counters=object(), clock=object())

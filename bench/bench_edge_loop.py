@@ -29,7 +29,7 @@ import nats
 from faststream.nats import JStream, NatsBroker, PullSub
 from nats.js.api import ConsumerConfig
 
-from bench._drain import row
+from bench._drain import NullReporter, row
 from bench._servers import servers
 from libs.contracts.subjects import Subjects
 from libs.runtime import natsfetch
@@ -41,16 +41,6 @@ BATCH = 500  # the heartbeat consumers' batch
 WAIT = 0.5  # the edge's default fetch wait (``Consumer.wait_seconds``), FastStream's ``PullSub.timeout`` here
 GAP = 0.3  # between lone messages: longer than any fetch, so each arrives on an idle consumer
 SUBJECTS = Subjects("benchloop")
-
-
-class _Reporter:
-    name = "bench"
-
-    async def reject(self, subject: str, body: bytes, reason: str) -> None:
-        return None
-
-    async def bury(self, letter: object) -> None:
-        return None
 
 
 async def _stream(js: Any, kind: str) -> tuple[str, str]:
@@ -78,7 +68,7 @@ async def _edge(nc: Any, stream: str, subject: str, on_batch: Callable[[list[byt
     short = stream.split("_", 1)[1]
     consumer = Consumer(subject, short, f"{stream}-edge", bytes, handle, batch=BATCH, wait_seconds=WAIT)
     broker = EdgeBroker(nc)
-    loop = ConsumerLoop(nc.jetstream(), SUBJECTS, consumer, _Reporter())
+    loop = ConsumerLoop(nc.jetstream(), SUBJECTS, consumer, NullReporter())
     sub = subscribe(broker, SUBJECTS, consumer, loop)
     await broker.connect()
     await sub.start()
