@@ -30,6 +30,8 @@ monotonic clock every process of the machine shares, and a ``grace``), which the
 When the deadline passes without one, the guard sends SIGTERM to the run's process group, and SIGKILL to the group
 (and ``cgroup.kill`` of its cgroup) ``grace`` seconds later: an agent frozen (SIGSTOP, a deadlock, a swap storm)
 is alive, so no parent-death signal fires, but its run still ends before the queue can give the job to another.
+A run's exit message says whether the guard signalled it (``"fenced": true``), even when an extension the agent
+sent late moved its deadline on after the signal: the agent then reads the run as abandoned, not as a failure.
 
 Here is the guard's loop; what it reads and its pure rules are in guard_protocol.py, the forked child on its way to
 the command in guard_child.py (both imported beside this file: no package when run as ``python -I -S``).
@@ -62,6 +64,7 @@ class Guard:
         self.sock = sock
         self.live: set = set()
         self.fences: dict = {}  # pid -> (until, grace, signals sent): ``fence_due``
+        self.fenced: set = set()  # runs this guard has signalled, whatever deadline came after: told at their exit
         self.cgroups: dict = {}  # pid -> its cgroup's directory (an open descriptor), for ``cgroup.kill``
         self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         self.wake_r, self.wake_w = os.pipe()
@@ -101,6 +104,7 @@ class Guard:
         for pid, sig in due:
             until, grace, sent = self.fences[pid]
             self.fences[pid] = (until, grace, sent + 1)
+            self.fenced.add(pid)
             try:
                 os.killpg(pid, sig)
                 os.write(2, f"guard: run {pid} fenced ({signal.Signals(sig).name}): its deadline passed without a "
@@ -120,6 +124,7 @@ class Guard:
 
     def forget(self, pid: int) -> None:
         self.fences.pop(pid, None)
+        self.fenced.discard(pid)
         if pid in self.cgroups:
             os.close(self.cgroups.pop(pid))
 
@@ -165,8 +170,12 @@ class Guard:
                 return
             if pid in self.live:
                 self.live.discard(pid)
+                # Whether the guard ended it: only the guard knows (an extension the agent sent after the signal
+                # moves the deadline on, not what was already sent).
+                fenced = pid in self.fenced
                 self.forget(pid)
-                self.send({"exited": pid, "status": guard_protocol.exit_status(os.waitstatus_to_exitcode(status))})
+                self.send({"exited": pid, "status": guard_protocol.exit_status(os.waitstatus_to_exitcode(status)),
+                           "fenced": fenced})
 
     def spawn(self, request: dict, fds: list) -> None:
         try:

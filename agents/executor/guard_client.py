@@ -43,6 +43,7 @@ class GuardedProcess:
 
     pid: int = 0
     returncode: int | None = None
+    fenced: bool = False  # the guard signalled it past a deadline (its exit says so: guard.py ``reap``)
     stdout: asyncio.StreamReader | None = None
     stderr: asyncio.StreamReader | None = None
     _exited: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
@@ -211,6 +212,7 @@ class Guard:
         if "exited" in reply:
             proc = self._live.pop(reply["exited"], None)
             if proc is not None:
+                proc.fenced = bool(reply.get("fenced"))
                 proc.exited(int(reply["status"]))
             return
         proc, started = self._pending.pop(reply.get("id"), (None, None))

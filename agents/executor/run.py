@@ -132,9 +132,6 @@ class Run:
     verify_stop: threading.Event = field(default_factory=threading.Event)
     metered_from: float | None = None  # monotonic: its devices are charged from here (verification or process start)
     over_limit: str | None = None  # a limit the agent ended it for (diskwatch.py): its error says so
-    # The deadlines the run guard was given, each with when it was handed over (monotonic): (given_at, until).
-    fences: list[tuple[float, float]] = field(default_factory=list)
-    exited_at: float | None = None  # monotonic: when its process's exit was seen
     confirmed_file: Path | None = None  # where the last checkpoint step the bus took is written for the run
     retention: tuple[Path, int] | None = None  # its checkpoint directory and how many to keep (rank 0; keep > 0)
     uploader: Uploader | None = None  # its checkpoints on their way to the store (rank 0, with a store)
@@ -167,17 +164,6 @@ class Run:
         elif box is not None and box.plan.enforced:
             status = f"{status} (limits: {'; '.join(box.plan.lines())})"
         return (f"{status}: {tail}" if tail else status)[-8000:]
-
-
-def fenced_at(fences: list[tuple[float, float]], exited_at: float | None) -> bool:
-    """Whether the run guard's deadline had passed when the process's exit was seen: the deadline in force then is
-    the last one handed over before it. Such a run was ended by the guard (the agent's renewals came too late), so
-    it is abandoned, never a training failure, even when a renewal acknowledged just after moved the agent's own
-    deadline on. Pure."""
-    if exited_at is None:
-        return False
-    given = [until for at, until in fences if at <= exited_at]
-    return bool(given) and exited_at >= given[-1]
 
 
 def unreadable_grant(data: bytes, executor_id: str, subjects: Subjects, reason: str) -> tuple[str, RunFinished] | None:

@@ -95,6 +95,11 @@ class Child:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def fenced(self) -> bool:
+        """Whether its guard signalled it past its deadline (a guarded run's exit says so; never an unguarded one)."""
+        return bool(getattr(self.proc, "fenced", False))
+
     @classmethod
     async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
                     sandbox: Sandbox | None = None, on_output: Output | None = None,

@@ -34,7 +34,7 @@ from .lease import LeaseKeeper, LeaseLost
 from .logsender import RunLog
 from .publisher import Publisher
 from .reports import Reports
-from .run import Prepared, Run, discard, fenced_at, prepare, resuming, verified
+from .run import Prepared, Run, discard, prepare, resuming, verified
 from .runner import Child
 from .settings import ExecutorSettings
 from .store import hooks
@@ -114,12 +114,15 @@ class RunSupervision:
             keeper.on_extended = lambda until: self._extend(run, until)
             if not await self._launch(run, made, keeper.contact.deadline):
                 return
+            # A renewal acknowledged while the process was being started found no process to move the guard's
+            # deadline for: hand the guard the lease's deadline now, or it would hold the one from before the start.
+            await self._extend(run, keeper.contact.deadline)
             spent = spent or self._watch_ceiling(run)
             disk = self._watch_disk(run)
-            exited = asyncio.create_task(self._exit_of(run), name=f"wait-{grant.job_id}")
+            exited = asyncio.create_task(run.child.wait(), name=f"wait-{grant.job_id}")
             await asyncio.wait({watch, exited}, return_when=asyncio.FIRST_COMPLETED)
             if exited.done() and run.lost is None and (
-                    keeper.contact.lost(time.monotonic()) or fenced_at(run.fences, run.exited_at)):
+                    keeper.contact.lost(time.monotonic()) or run.child.fenced):
                 # Past the lease's deadline the run guard ended it (this agent too slow or frozen to): abandoned,
                 # never a training failure of the job's.
                 run.lost = LeaseLost(f"{FENCED}: no renewal acknowledged within lease - stop margin", refused=False)
@@ -195,15 +198,7 @@ class RunSupervision:
 
     async def _extend(self, run: Run, until: float) -> None:
         if run.child is not None and run.child.launch.guarded and run.child.proc.returncode is None:
-            if await self.guard.extend(run.child.pid, self._fence(until)):
-                run.fences.append((time.monotonic(), until))
-
-    async def _exit_of(self, run: Run) -> int:
-        """The run's exit status, with the moment it was seen (``fenced_at`` compares it with the guard's deadline
-        then: a renewal acknowledged late moves the agent's own deadline on after the guard has already acted)."""
-        rc = await run.child.wait()
-        run.exited_at = time.monotonic()
-        return rc
+            await self.guard.extend(run.child.pid, self._fence(until))
 
     async def _launch(self, run: Run, prepared: Prepared, deadline: float) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first
@@ -237,7 +232,6 @@ class RunSupervision:
                     concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.stored)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
                                           on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
-            run.fences = [(time.monotonic(), deadline)]
         except BaseException:
             await box.close()
             raise

@@ -93,3 +93,41 @@ async def test_a_run_that_ignores_sigterm_is_killed_when_the_grace_after_its_dea
         assert await asyncio.wait_for(proc.wait(), 30) == 128 + signal.SIGKILL
     finally:
         await g.close()
+
+
+async def test_a_run_the_guard_signalled_reads_fenced_even_when_an_extension_came_after_the_signal(tmp_path):
+    """The race behind a preempted job's "exit status 143" counted as a training error: the guard sends SIGTERM at
+    the deadline, the agent's renewal is acknowledged just after and moves the deadline on, the process exits a
+    moment later. Only the guard knows it acted: its exit message says so."""
+    go = tmp_path / "go"
+    # Says when it is up and when SIGTERM came, and exits 143 only once ``go`` exists: the extension lands between.
+    script = ("import os, signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
+              "print('up', flush=True)\n"
+              "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n"
+              "sys.exit(143)\n")
+    g = Guard(sys.executable)
+    try:
+        read_fd, write_fd = os.pipe()
+        proc = await g.spawn([sys.executable, "-c", script, str(go)], {"PATH": os.environ["PATH"]},
+                             report_fd=write_fd, fence=Fence(time.monotonic() + 0.3, 30.0))
+        os.close(write_fd)
+        os.close(read_fd)
+        assert await proc.stdout.readline() == b"up\n"
+        assert await asyncio.wait_for(proc.stdout.readline(), 30) == b"term\n"  # the guard acted
+        assert await g.extend(proc.pid, Fence(time.monotonic() + 300, 30.0))  # a renewal acknowledged too late
+        go.touch()
+        assert await asyncio.wait_for(proc.wait(), 30) == 143
+        assert proc.fenced is True
+
+        # Extended in time, never signalled: its exit is its own, not the guard's.
+        read_fd, write_fd = os.pipe()
+        quiet = await g.spawn(["sh", "-c", "sleep 0.6; exit 143"], {"PATH": os.environ["PATH"]}, report_fd=write_fd,
+                              fence=Fence(time.monotonic() + 0.3, 30.0))
+        os.close(write_fd)
+        os.close(read_fd)
+        assert await g.extend(quiet.pid, Fence(time.monotonic() + 300, 30.0))
+        assert await asyncio.wait_for(quiet.wait(), 30) == 143
+        assert quiet.fenced is False
+    finally:
+        await g.close()

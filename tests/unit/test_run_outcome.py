@@ -57,17 +57,3 @@ def test_the_error_without_stderr_or_process_is_the_status_alone_and_a_long_tail
     long = "x" * 9000 + "the cause"
     error = _run(False, False, long).error(1)
     assert len(error) == 8000 and error.endswith("the cause")
-
-
-@pytest.mark.parametrize(("fences", "exited_at", "fenced"), [
-    ([], 10.0, False),  # never guarded
-    ([(0.0, 5.0)], None, False),  # not exited
-    ([(0.0, 5.0)], 4.9, False),  # ended before its deadline: its own end
-    ([(0.0, 5.0)], 5.2, True),  # ended past it: the guard's fence
-    ([(0.0, 5.0), (4.0, 9.0)], 5.2, False),  # moved on before: the guard held 9
-    ([(0.0, 5.0), (5.5, 10.5)], 5.2, True),  # a late renewal moved it on after the guard had acted
-], ids=["unguarded", "running", "before", "past", "extended in time", "extended too late"])
-def test_a_run_ended_past_the_deadline_its_guard_held_then_was_fenced(fences, exited_at, fenced):
-    from agents.executor.run import fenced_at
-
-    assert fenced_at(fences, exited_at) is fenced
