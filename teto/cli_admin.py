@@ -65,6 +65,7 @@ def _create_in_database(args: argparse.Namespace) -> int:
     from services.gateway.identity import DbIdentity
     from services.gateway.settings import GatewaySettings
 
+    from libs.runtime import db
     from libs.runtime.settings import SettingsError
 
     if not args.actor:
@@ -81,7 +82,7 @@ def _create_in_database(args: argparse.Namespace) -> int:
                                                 description=args.description or "made in the gateway's database",
                                                 created_by="teto tokens create --in-database")
         finally:
-            await pool.close()
+            await db.close_pool(pool)
 
     try:
         made = asyncio.run(issue())

@@ -47,6 +47,21 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, attemp
     raise ConnectionError(f"cannot connect to PostgreSQL: {last}")
 
 
+async def close_pool(pool: asyncpg.Pool, *, timeout: float = 10.0) -> bool:
+    """Close ``pool`` gracefully, waiting at most ``timeout`` seconds for its borrowed connections to come back, then
+    terminate it (asyncpg's ``close`` waits for ever on a connection that is never released: a shutdown that never
+    ends). True when it closed gracefully."""
+    try:
+        await asyncio.wait_for(asyncio.shield(pool.close()), timeout)
+        return True
+    except (asyncio.TimeoutError, OSError, asyncpg.PostgresError) as exc:
+        held = pool.get_size() - pool.get_idle_size()
+        log.warning("PostgreSQL pool not closed within %gs (%d connection(s) still borrowed, %r): terminated",
+                    timeout, held, exc)
+        pool.terminate()
+        return False
+
+
 def lock_key(name: str) -> int:
     """A stable signed 64-bit advisory-lock key for a name."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)

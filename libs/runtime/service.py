@@ -35,6 +35,8 @@ from .tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
+STOP_SECONDS = 15.0  # the most a stopping service waits for its subscribers, then for its pool's connections
+
 
 @dataclass
 class Runtime:
@@ -119,8 +121,12 @@ class Runtime:
     async def stop_consuming(self) -> None:
         """Stop the subscribers (a batch fetched ahead is handed back); the connection stays until ``close``."""
         if self.broker is not None:
-            with contextlib.suppress(Exception):
-                await self.broker.stop()
+            try:  # bounded: a stop that never ends would keep the service (and ``teto up``) from ever exiting
+                await asyncio.wait_for(self.broker.stop(), STOP_SECONDS)
+            except asyncio.TimeoutError:
+                log.warning("%s: subscribers not stopped within %gs: closing anyway", self.name, STOP_SECONDS)
+            except Exception:  # noqa: BLE001 - stopping: whatever the broker says, the connection closes next
+                log.exception("%s: stopping the subscribers failed", self.name)
             self.broker = self.app = None
 
     async def faststream(self) -> edge_stream.EdgeBroker:
@@ -158,7 +164,7 @@ class Runtime:
         with contextlib.suppress(Exception):
             await self.nc.drain()
         with contextlib.suppress(Exception):
-            await self.pool.close()
+            await db.close_pool(self.pool, timeout=STOP_SECONDS)
 
     async def reject(self, subject: str, body: bytes, reason: str) -> None:
         """Log a refused message and publish it on ``teto.rejected.<service>`` where the audit log and operators

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
 from libs.contracts.commands import SubmitJob
 from libs.contracts.envelope import ContractError, RejectedMessage
 from libs.runtime import db, outbox
 from libs.runtime.service import Runtime
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +104,23 @@ async def test_a_unit_writes_its_events_with_its_change_counts_stale_facts_and_k
         assert units.counter.count == 1 and units.counter.by_executor == {"ex1": 1} and kicks == [1]
     finally:
         await rt.close()
+
+
+async def test_a_pool_with_a_connection_never_given_back_still_closes_within_its_bound(env):
+    """asyncpg's ``Pool.close`` waits for ever on a borrowed connection that is never released: a service (or a
+    test's gateway) whose shutdown never ends. ``close_pool`` waits its bound, then terminates the pool."""
+    pool = await db.create_pool(env.settings().database_url, max_size=2)
+    held = await pool.acquire()  # as a handler cancelled mid-query that never got to release it
+    backend = held.get_server_pid()
+    assert await asyncio.wait_for(db.close_pool(pool, timeout=0.5), 10) is False
+    watcher = await asyncpg.connect(env.settings().database_url)
+    try:  # terminated: its server process ends too
+        await eventually(lambda: watcher.fetchval("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1", backend),
+                         10, "the held connection's backend to end")
+    finally:
+        await watcher.close()
+
+    pool = await db.create_pool(env.settings().database_url, max_size=2)
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT 1")
+    assert await asyncio.wait_for(db.close_pool(pool, timeout=5), 10) is True  # all given back: a graceful close

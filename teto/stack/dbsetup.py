@@ -69,7 +69,7 @@ async def provision(admin_url: str, secrets: dict[str, str], *, own_cluster: boo
         async with pool.acquire() as conn:
             await dbroles.grant_reads(conn, roles)
     finally:
-        await pool.close()
+        await db.close_pool(pool)
     urls = {s: dbroles.login_url(admin_url, roles.login(s), secrets[s]) for s in dbroles.SERVICES}
     return DatabaseLogins(admin_url, urls, roles)
 

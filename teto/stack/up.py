@@ -74,7 +74,7 @@ def _prepare_schema(nats_url: str, database_url: str, prefix: str, *, migrate: b
                 for name in SERVICE_ORDER:
                     await db.migrate(pool, name, f"services.{name}")
             finally:
-                await pool.close()
+                await db.close_pool(pool)
         nc = await bus.connect(nats_url, "teto-up", credentials_file=nats_credentials)
         try:
             await bus.ensure_streams(nc.jetstream(), Subjects(prefix), replicas=stream_replicas)
