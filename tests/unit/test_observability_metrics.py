@@ -170,6 +170,16 @@ def test_teto_up_gives_each_process_its_own_port_kept_across_restarts(tmp_path):
     assert listed["queue"] == f"http://127.0.0.1:{queue['TETO_METRICS_PORT']}/metrics" and "executor-1" in listed
 
 
+def test_a_metrics_port_is_never_one_the_gateway_will_bind(tmp_path, monkeypatch):
+    # The gateway binds its --http-port after the first parts are given their metrics ports: free then, it must
+    # not be handed out (seen as a restarted stack's gateway URL answering with a /metrics page).
+    offered = iter([8080, 8081, 8080, 9000, 9001])
+    monkeypatch.setattr("teto.stack.observe.free_port", lambda: next(offered))
+    ports = MetricsPorts(tmp_path, environ={}, reserved=[8080, 8081])
+    assert ports.env("queue", {})["TETO_METRICS_PORT"] == "9000"
+    assert ports.env("budget", {})["TETO_METRICS_PORT"] == "9001"
+
+
 def test_metrics_port_zero_turns_every_endpoint_off(tmp_path):
     ports = MetricsPorts(tmp_path, environ={"TETO_METRICS_PORT": "0"})
     assert ports.env("queue", {})["TETO_METRICS_PORT"] == "0"

@@ -5,21 +5,26 @@
 The ports are taken below the kernel's ephemeral range (``free_port``): a port from inside it, free when
 chosen, could be handed to any process's outgoing connection (to NATS, to PostgreSQL) in the seconds before the
 part starts and binds it, and it is kept across restarts. A part that still finds its port taken runs on without
-``/metrics`` and says so (libs/runtime/metrics.py ``Endpoint``)."""
+``/metrics`` and says so (libs/runtime/metrics.py ``Endpoint``). Nor is a metrics port ever one of the stack's own
+ports that are bound later (``reserved``: the gateway replicas' ``--http-port`` and the ports after it): free when
+a metrics port is chosen, taken by a part's ``/metrics`` it would leave the gateway unable to start, and anyone
+reading the gateway's URL would get metrics instead of the API."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from libs.runtime.ports import free_port
 
 
 class MetricsPorts:
-    def __init__(self, data_dir: Path, environ: Mapping[str, str] | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, data_dir: Path, environ: Mapping[str, str] | None = None, host: str = "127.0.0.1",
+                 reserved: Iterable[int] = ()) -> None:
         environ = os.environ if environ is None else environ
+        self.reserved = frozenset(reserved)
         self.path = data_dir / "metrics.json"
         self.host = environ.get("TETO_METRICS_HOST") or host
         self.off = environ.get("TETO_METRICS_PORT", "").strip() == "0"
@@ -35,8 +40,8 @@ class MetricsPorts:
         return {**env, "TETO_METRICS_PORT": str(self.ports[part]), "TETO_METRICS_HOST": self.host}
 
     def _free(self) -> int:
-        """A free port below the ephemeral range that no other part of this stack has."""
-        while (port := free_port()) in self.ports.values():
+        """A free port below the ephemeral range that no other part of this stack has or will bind."""
+        while (port := free_port()) in self.ports.values() or port in self.reserved:
             pass
         return port
 

@@ -182,7 +182,8 @@ def up(opts: UpOptions) -> int:
 
     nats = pg = None
     sup = Supervisor(data_dir)
-    metrics_ports = MetricsPorts(data_dir)  # a /metrics port per process (docs/observability.md)
+    # A /metrics port per process (docs/observability.md), never one the gateway replicas will bind.
+    metrics_ports = MetricsPorts(data_dir, reserved=cluster.gateway_ports(opts.http_port, opts.replicas))
     started = time.monotonic()
     try:
         nats_url = os.environ.get("TETO_NATS_URL")
