@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,9 +132,11 @@ class Guard:
     async def spawn(self, argv: list[str], env: Mapping[str, str], *, report_fd: int, cwd: Path | None = None,
                     umask: int = -1, uid: int | None = None, gid: int | None = None,
                     cgroup_fd: int | None = None, rlimits: Sequence[tuple[int, int]] = (),
-                    fence: Fence | None = None) -> GuardedProcess:
+                    fence: Fence | Callable[[], Fence] | None = None) -> GuardedProcess:
         """Start ``argv`` through the guard; its output is read from the returned process's streams. With a
-        ``fence`` the guard ends it by itself once that deadline passes unless ``extend`` moves it on."""
+        ``fence`` the guard ends it by itself once that deadline passes unless ``extend`` moves it on. A function
+        giving the fence is read once the guard is up, just before the request: a guard started for this run
+        (a new interpreter, seconds on a loaded node) never gets the deadline from before its start."""
         loop = asyncio.get_running_loop()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -148,7 +150,7 @@ class Guard:
                 proc, started = GuardedProcess(), loop.create_future()
                 self._pending[rid] = (proc, started)
                 data = request(argv, env, cwd=cwd, umask=umask, uid=uid, gid=gid, cgroup=cgroup_fd is not None,
-                               rid=rid, rlimits=rlimits, fence=fence)
+                               rid=rid, rlimits=rlimits, fence=fence() if callable(fence) else fence)
                 fds = [out_w, err_w, report_fd] + ([cgroup_fd] if cgroup_fd is not None else [])
                 try:
                     await self._send(data, fds)

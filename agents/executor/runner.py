@@ -103,9 +103,10 @@ class Child:
     @classmethod
     async def start(cls, launch: Launch, on_report: Callable[[dict[str, Any]], None],
                     sandbox: Sandbox | None = None, on_output: Output | None = None,
-                    guard: Guard | None = None, fence: Fence | None = None) -> Child:
+                    guard: Guard | None = None, fence: Fence | Callable[[], Fence] | None = None) -> Child:
         """Start a launch: a guarded one through ``guard`` (required then), any other as the agent's child. A
-        guarded run with a ``fence`` is ended by the guard itself once that deadline passes (guard.py)."""
+        guarded run with a ``fence`` (or a function giving it, read as the guard spawns the run) is ended by the
+        guard itself once that deadline passes (guard.py)."""
         if launch.guarded and guard is None:
             raise ValueError("a guarded launch needs the agent's guard")
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)

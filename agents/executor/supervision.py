@@ -112,10 +112,12 @@ class RunSupervision:
                 await self._unstarted(run)
                 return
             keeper.on_extended = lambda until: self._extend(run, until)
-            if not await self._launch(run, made, keeper.contact.deadline):
+            # The guard is given the lease's deadline as it stands when the process is spawned, not when the launch
+            # began (a base model built, a checkpoint handed over: seconds on a loaded node, renewals meanwhile).
+            if not await self._launch(run, made, lambda: keeper.contact.deadline):
                 return
-            # A renewal acknowledged while the process was being started found no process to move the guard's
-            # deadline for: hand the guard the lease's deadline now, or it would hold the one from before the start.
+            # A renewal acknowledged while the process was being spawned found no process to move the guard's
+            # deadline for: hand the guard the lease's deadline now.
             await self._extend(run, keeper.contact.deadline)
             spent = spent or self._watch_ceiling(run)
             disk = self._watch_disk(run)
@@ -200,9 +202,10 @@ class RunSupervision:
         if run.child is not None and run.child.launch.guarded and run.child.proc.returncode is None:
             await self.guard.extend(run.child.pid, self._fence(until))
 
-    async def _launch(self, run: Run, prepared: Prepared, deadline: float) -> bool:
+    async def _launch(self, run: Run, prepared: Prepared, deadline: Callable[[], float]) -> bool:
         """Start the training process of a confirmed grant, and report it started; False when a stop came first
-        (the run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it)."""
+        (the run is finished then). Raises whatever keeps the process from starting (``_fail`` reports it).
+        ``deadline``: the lease's deadline now, read for the run guard as the process is spawned."""
         grant = run.grant
         s = self.settings
         ckpt, skipped, box = prepared
@@ -231,7 +234,7 @@ class RunSupervision:
                     run, self.store, launch.absolute(s.effective_checkpoint_dir) / grant.job_id, keep=kept,
                     concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.stored)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write, guard=self.guard, fence=self._fence(deadline))
+                                          on_output=run.log.write, guard=self.guard, fence=lambda: self._fence(deadline()))
         except BaseException:
             await box.close()
             raise

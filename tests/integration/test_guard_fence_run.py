@@ -131,3 +131,23 @@ async def test_a_run_the_guard_signalled_reads_fenced_even_when_an_extension_cam
         assert quiet.fenced is False
     finally:
         await g.close()
+
+
+async def test_a_fence_given_as_a_function_is_read_once_the_guard_is_up():
+    """The first run of an agent starts its guard (a new interpreter: seconds on a loaded node, renewals
+    acknowledged meanwhile): the deadline handed over is read after that, not before."""
+    g = Guard(sys.executable)
+    read_at: list[bool] = []
+
+    def fence() -> Fence:
+        read_at.append(g.running)
+        return Fence(time.monotonic() + 300, 5.0)
+    try:
+        read_fd, write_fd = os.pipe()
+        proc = await g.spawn(["true"], {"PATH": os.environ["PATH"]}, report_fd=write_fd, fence=fence)
+        os.close(write_fd)
+        os.close(read_fd)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert read_at == [True]  # once, with the guard already running
+    finally:
+        await g.close()

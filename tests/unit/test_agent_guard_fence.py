@@ -74,7 +74,7 @@ def _agent(monkeypatch, tmp_path, child: Child) -> tuple[Agent, dict]:
         return Prepared(None, [], None)
 
     async def launch(run: Run, prepared: Prepared, deadline: float) -> bool:
-        seen["launch_deadline"] = deadline
+        seen["launch_deadline"] = deadline()
         # A renewal acknowledged while the process is being started: no process yet to move the fence for.
         keeper = seen["keeper"]
         keeper.contact.acknowledged(seen["t0"] + 20.0)  # deadline t0 + 70
