@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from libs.contracts.telemetry import LEAVING_STOP
 from libs.slurm import commands, rules
 from libs.slurm.pilot import PILOT_FLAG, PilotError, time_limit_seconds
 
 log = logging.getLogger(__name__)
-LEAVING = "slurm_allocation_ending"  # RunFinished.stop_reason: requeued free, like a transport loss
+LEAVING = LEAVING_STOP  # RunFinished.stop_reason: requeued free, like a transport loss; no more work for it
 LEAD_VARIABLE = "TETO_SLURM_SIGNAL_LEAD_SECONDS"
 
 

@@ -145,6 +145,11 @@ class RunOutcome(StrEnum):
 HEALTH_CHECK_STOP = "health_check"
 
 
+# RunFinished.stop_reason of a run stopped because its executor leaves (a Slurm pilot's allocation ends): the job
+# is requeued free, like a transport loss, and the queue gives that executor no more work.
+LEAVING_STOP = "slurm_allocation_ending"
+
+
 class RunFinished(ProgressBase):
     SCHEMA = "teto.progress.finished/1"
     kind: Literal["finished"] = "finished"

@@ -44,18 +44,20 @@ async def offered_environments(conn: asyncpg.Connection, wanted: Sequence[str]) 
     return frozenset(r["x"] for r in rows)
 
 
-async def free_ended(conn: asyncpg.Connection, ended: Sequence[tuple[str, str, int, datetime]]) -> int:
+async def free_ended(conn: asyncpg.Connection, ended: Sequence[tuple[str, str, int, datetime, bool]]) -> int:
     """Executors that reported the end of the run their latest heartbeat names ((executor, job, epoch, report
     time) each) are idle and accepting from that report's time: the agent takes no new work until its report is
     acknowledged, and a grant that reaches it before it saw the acknowledgement waits for it (the agent's
     ``on_run``). Otherwise an executor whose heartbeat named a run stayed busy to placement until its next
     heartbeat, up to a whole interval (30 s by default) after its run ended. A heartbeat sent before the report
-    (arriving late) does not overwrite this; a later one does. Returns how many were freed."""
+    (arriving late) does not overwrite this; a later one does. An executor whose report says it is leaving (the
+    last element, true: its Slurm allocation ends) is idle but not accepting: no grant can reach an agent on its
+    way out (it would hand it back). Returns how many were freed."""
     if not ended:
         return 0
     cols = list(zip(*ended, strict=True))
     return int((await conn.execute(
-        f"UPDATE {T}.executors e SET job_id = NULL, epoch = NULL, accepting = true, phase = $5, sent_at = r.t"
-        " FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[]) AS r(ex, j, ep, t)"
+        f"UPDATE {T}.executors e SET job_id = NULL, epoch = NULL, accepting = NOT r.leaving, phase = $6, sent_at = r.t"
+        " FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::bool[]) AS r(ex, j, ep, t, leaving)"
         " WHERE e.executor_id = r.ex AND e.job_id = r.j AND e.epoch = r.ep AND e.sent_at <= r.t",
         *(list(c) for c in cols), Phase.IDLE.value)).split()[-1])

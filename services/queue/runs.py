@@ -18,6 +18,7 @@ from libs.contracts.telemetry import (
     CheckpointSkipped,
     CheckpointStoreNote,
     Heartbeat,
+    LEAVING_STOP,
     ProgressBase,
     RunFinished,
     RunOutcome,
@@ -123,8 +124,10 @@ class Runs:
                         msg.executor_id, msg.job_id, msg.epoch, result.job.lease_epoch, "report")), now)
             await store.write_staged(unit.conn, self.settings.subjects, staged)
             await store.record_steps(unit.conn, steps)
-            # Runs whose executors reported their end: those executors are free now, and placement runs at once.
-            ended = [(m.executor_id, m.job_id, m.epoch, m.time) for m, r in zip(reports, results, strict=True)
+            # Runs whose executors reported their end: those executors are free now, and placement runs at once;
+            # one that stopped its run to leave (its allocation ends) is not, or it would be granted the next job.
+            ended = [(m.executor_id, m.job_id, m.epoch, m.time, m.stop_reason == LEAVING_STOP)
+                     for m, r in zip(reports, results, strict=True)
                      if isinstance(m, RunFinished) and isinstance(r, lc.Transition)]
             if ended:
                 await executors.free_ended(unit.conn, ended)
