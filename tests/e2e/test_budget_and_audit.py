@@ -25,8 +25,9 @@ import pytest
 from libs.contracts.budget import BudgetStatusReply, BudgetStatusRequest
 from libs.contracts.subjects import Subjects
 from libs.runtime.bus import Credentials
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
-from .stack import JOB_PYTHON, Stack, eventually, start_stack
+from .stack import JOB_PYTHON, Stack, start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from .stack import JOB_PYTHON, eventually, start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
+
+from .stack import JOB_PYTHON, start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .stack import Stack, eventually, start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
+
+from .stack import Stack, start_stack
 
 # A whole `teto up`, two checked nodes and a fine-tune: minutes on 2 shared cores, past the suite's 300 s default.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

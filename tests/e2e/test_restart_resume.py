@@ -19,7 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .stack import Stack, _clean_env, eventually, start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
+
+from .stack import Stack, _clean_env, start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,9 @@ import pytest
 
 from agents.executor.store import manifest as mf
 from tests.support.seaweed import own_seaweed
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
-from .stack import eventually, start_stack
+from .stack import start_stack
 
 pytestmark = pytest.mark.e2e
 

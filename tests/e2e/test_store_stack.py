@@ -15,8 +15,9 @@ import pytest
 
 from agents.executor.store import manifest as mf
 from teto.stack.seaweed import EmbeddedSeaweed
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
-from .stack import JOB_PYTHON, eventually, start_stack
+from .stack import JOB_PYTHON, start_stack
 
 pytestmark = pytest.mark.e2e
 

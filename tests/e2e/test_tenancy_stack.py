@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .stack import eventually, start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
+
+from .stack import start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.environments import shared_environment
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
-from .stack import Stack, eventually, start_stack
+from .stack import Stack, start_stack
 
 pytestmark = pytest.mark.e2e
 

@@ -28,7 +28,7 @@ from libs.runtime import bus
 from services.budget.domain.ledger import gpu_seconds
 from tests.support.faultstack import PREFIX
 from tests.support.stackclient import StackClient
-from tests.support.fleet import eventually
+from tests.support.services import eventually
 
 # Heartbeats flow all the time: a consumer checked at an instant may hold a few in flight. A poison message
 # shows as num_redelivered > 0 that never clears; a wedged consumer as a backlog that only grows.

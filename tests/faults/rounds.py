@@ -17,8 +17,8 @@ from typing import Any
 
 from tests.faults.invariants import settle
 from tests.support.faultstack import remove_root, stack_root
-from tests.support.fleet import eventually
 from tests.support.stackclient import StackClient
+from tests.support.services import eventually
 
 BACKGROUND_STEPS = 60  # x 0.05 s: long enough to be mid-run when the fault lands, short on 2 cores
 Inject = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]  # returns the heal, if the fault has one

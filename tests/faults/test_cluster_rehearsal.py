@@ -29,7 +29,7 @@ from tests.faults.invariants import durable_consumers
 from tests.faults.rounds import round_of, stack_place, write_report
 from tests.support.clusterstack import EXECUTORS, MEMBERS, REPLICAS, ClusterStack, behind
 from tests.support.faultstack import SERVICES
-from tests.support.fleet import eventually
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.faults
 

@@ -22,8 +22,8 @@ from tests.faults.invariants import settle, stream_counts
 from tests.faults.rounds import round_of as _round
 from tests.faults.rounds import running as _running
 from tests.support.faultstack import PREFIX, SERVICES, FaultStack
-from tests.support.fleet import eventually
 from tests.support.hostile import hostile_messages
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.faults
 

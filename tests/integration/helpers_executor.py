@@ -20,7 +20,7 @@ from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import PROGRESS_TYPES, Heartbeat
 from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime import bus
-from tests.support.services import eventually  # noqa: F401 - re-exported for the tests
+from tests.support.services import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = str(ROOT / "examples" / "train_script.py")

@@ -1,5 +1,5 @@
-"""Helpers for the health, budget and audit integration tests: wait on a condition, run a service's serve()
-as a task, and collect what arrives on a subject."""
+"""Helpers for the health, budget and audit integration tests: collect what arrives on a subject, and a
+JetStream context on a server. (Waiting and serving: ``tests.support.services``, ``eventually`` and ``running``.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from typing import Any
 
 import nats
 from nats.aio.msg import Msg
-
-from tests.support.services import eventually, running  # noqa: F401 - re-exported for the tests
 
 
 class Collector:

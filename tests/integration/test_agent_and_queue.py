@@ -21,7 +21,8 @@ from libs.runtime import bus
 from services.queue.settings import QueueSettings
 
 from tests.integration.helpers_executor import TRAIN_SCRIPT
-from tests.integration.helpers_queue import client, eventually, queue_service
+from tests.integration.helpers_queue import client, queue_service
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

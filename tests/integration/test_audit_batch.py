@@ -21,7 +21,8 @@ from services.audit.domain import entries
 from services.audit.domain.entries import Entry, Outcome
 from services.audit.keyfile import create_key_file, load_key
 from services.audit.settings import AuditSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

@@ -22,7 +22,8 @@ from services.audit.app import serve
 from services.audit.domain import entries
 from services.audit.keyfile import create_key_file, load_key
 from services.audit.settings import AuditSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 BATCH, COMMANDS = 100, 700

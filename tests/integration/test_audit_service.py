@@ -15,7 +15,8 @@ from libs.runtime.bus import publish
 from services.audit import store
 from services.audit.app import serve
 from services.audit.settings import AuditSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from services.budget.app import serve as budget
 from services.budget.settings import BudgetSettings
 from services.health.app import serve as health
 from services.health.settings import HealthSettings
-from tests.integration.helpers_hba import running
+from tests.support.services import running
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,9 @@ from libs.contracts.usage import UsageRecord
 from libs.runtime.bus import publish
 from services.budget.app import serve
 from services.budget.settings import BudgetSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
 from tests.integration.test_usage_ledger import T0, leased, record, report, submitted
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

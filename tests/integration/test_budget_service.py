@@ -17,8 +17,9 @@ from libs.contracts.telemetry import Heartbeat, Phase, StepReport, UsageSample
 from libs.runtime.bus import publish
 from services.budget.app import serve
 from services.budget.settings import BudgetSettings
-from tests.integration.helpers_hba import collect, eventually, jetstream, running
+from tests.integration.helpers_hba import collect, jetstream
 from tests.support import builders
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

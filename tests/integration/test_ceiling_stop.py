@@ -19,7 +19,8 @@ from libs.contracts.agents import StopJob
 from libs.contracts.telemetry import RunOutcome
 from libs.runtime import bus
 
-from tests.integration.helpers_executor import agent_with_fake_queue, command, eventually
+from tests.integration.helpers_executor import agent_with_fake_queue, command
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,8 @@ from libs.contracts.nodes import NodeRegistered
 from libs.contracts.telemetry import Phase, RunOutcome
 from libs.runtime import bus
 
-from tests.integration.helpers_executor import FakeQueue, agent_with_fake_queue, command, eventually, finetune, process_gone
+from tests.integration.helpers_executor import FakeQueue, agent_with_fake_queue, command, finetune, process_gone
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ import time
 
 import pytest
 
-from tests.support.fleet import at, death_of, eventually, fleet, process_gone
+from tests.support.fleet import at, death_of, fleet, process_gone
 from tests.support.proxy import TcpProxy
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from tests.support.fleet import at, death_of, eventually, fleet
+from tests.support.fleet import at, death_of, fleet
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

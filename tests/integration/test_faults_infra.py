@@ -20,7 +20,8 @@ from libs.runtime.db import lock_key
 from services.queue.settings import QueueSettings
 from teto.stack.embedded import EmbeddedNats
 from tests.integration.helpers_queue import FakeExecutor, client
-from tests.support.fleet import at, eventually, fleet
+from tests.support.fleet import at, fleet
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

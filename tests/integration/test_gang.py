@@ -25,7 +25,8 @@ from agents.executor.workloads.model import TinyLM, ensure_base
 from libs.contracts.usage import UsageReport
 from services.queue.domain.gang_admission import JITTER_FRACTION
 from tests.integration.helpers_queue import Client_, FakeExecutor
-from tests.support.fleet import Fleet, eventually, fleet
+from tests.support.fleet import Fleet, fleet
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

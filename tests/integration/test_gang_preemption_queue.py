@@ -15,9 +15,10 @@ from libs.contracts.jobs import JobSpec
 from libs.contracts.telemetry import CheckpointReport, RunOutcome, WorkerReady
 from libs.contracts.tenancy import CohortSpec, OrgSpec, QuotaSpec
 from services.queue.settings import QueueSettings
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
 from tests.integration.test_tenancy_queue import _first_run, _renew
 from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from libs.runtime.bus import publish
 from services.audit.app import serve as audit_serve
 from services.audit.settings import AuditSettings
 from services.queue.settings import QueueSettings
-from tests.integration.helpers_hba import running
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from libs.runtime.bus import publish
 from services.health.app import serve
 from services.health.settings import HealthSettings
 
-from tests.integration.helpers_hba import collect, eventually, jetstream, running
+from tests.integration.helpers_hba import collect, jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

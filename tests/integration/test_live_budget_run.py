@@ -11,8 +11,8 @@ import pytest
 
 from services.budget.app import serve as budget_serve
 from services.budget.settings import BudgetSettings
-from tests.support.fleet import eventually, fleet
-from tests.support.services import running
+from tests.support.fleet import fleet
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

@@ -27,8 +27,9 @@ from services.health.app import serve as health_serve
 from services.health.settings import HealthSettings
 from services.queue.settings import QueueSettings
 
-from tests.integration.helpers_hba import collect, running
-from tests.integration.helpers_queue import client, eventually, queue_service
+from tests.integration.helpers_hba import collect
+from tests.integration.helpers_queue import client, queue_service
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 GROUP = "g"

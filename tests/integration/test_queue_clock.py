@@ -23,8 +23,8 @@ from services.queue.runs import Runs
 from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
+from tests.support.services import eventually
 
-from tests.integration.helpers_queue import eventually
 
 pytestmark = pytest.mark.integration
 

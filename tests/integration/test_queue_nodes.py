@@ -9,7 +9,8 @@ from libs.contracts.commands import SubmitJob
 from libs.contracts.jobs import FinetuneWorkload, JobSpec
 from services.queue.settings import QueueSettings
 
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,9 @@ from services.queue.scheduler import Scheduler
 from services.queue.settings import QueueSettings
 from services.queue.store import SCHEMA
 
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
 from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

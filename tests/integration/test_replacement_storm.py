@@ -24,8 +24,9 @@ from services.audit.settings import AuditSettings
 from services.health.app import serve as health_serve
 from services.health.settings import HealthSettings
 
-from tests.integration.helpers_hba import collect, eventually, running
+from tests.integration.helpers_hba import collect
 from tests.integration.test_gateway import gateway
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 GROUP = "g"

@@ -16,8 +16,8 @@ from services.budget.app import serve as serve_budget
 from services.budget.settings import BudgetSettings
 from services.gateway.domain.outcomes import status_for
 from services.queue.settings import QueueSettings
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
-from tests.support.services import running
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 

@@ -28,9 +28,10 @@ from services.queue.settings import QueueSettings
 from teto.slurm import cli as slurm_cli
 from tests.e2e.stack import shared_base_dir
 from tests.integration.helpers_executor import finetune
-from tests.integration.helpers_hba import collect, running
-from tests.integration.helpers_queue import client, eventually, queue_service
+from tests.integration.helpers_hba import collect
+from tests.integration.helpers_queue import client, queue_service
 from tests.support.slurm import GPUS_PER_NODE, PARTITION, SlurmCluster, slurm_cluster
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 GROUP = "slurm"

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from libs.runtime.ports import free_port
 from tests.support.faultstack import SERVICES, FaultStack, remove_root, stack_root
-from tests.support.fleet import eventually
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.fleet import eventually, fleet
+from tests.support.fleet import fleet
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

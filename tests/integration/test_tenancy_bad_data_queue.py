@@ -10,9 +10,10 @@ import pytest
 
 from libs.contracts.jobs import JobSpec
 from services.queue.settings import QueueSettings
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
 from tests.integration.test_gateway import gateway
 from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

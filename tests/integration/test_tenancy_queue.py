@@ -17,8 +17,9 @@ from libs.contracts.telemetry import CheckpointReport, RunOutcome, RunStarted
 from libs.contracts.tenancy import CohortSpec, OrgSpec, QuotaSpec
 from services.queue.settings import QueueSettings
 
-from tests.integration.helpers_queue import FakeExecutor, client, eventually, queue_service
+from tests.integration.helpers_queue import FakeExecutor, client, queue_service
 from tests.support import builders
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.integration
 

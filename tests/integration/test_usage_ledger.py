@@ -22,7 +22,8 @@ from libs.runtime.bus import publish
 from services.budget import store
 from services.budget.app import serve
 from services.budget.settings import BudgetSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
@@ -238,7 +239,6 @@ async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_o
     is charged in full, once, next to the new run's usage; each job's total reconciles with its ledger."""
     from services.budget.app import serve as budget_serve
     from tests.support.fleet import death_of, fleet
-    from tests.support.fleet import eventually as wait
     from tests.support.proxy import TcpProxy
 
     async with fleet(env, tmp_path / "fleet") as f, running(budget_serve, env.settings(BudgetSettings)):
@@ -251,7 +251,7 @@ async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_o
                              "running on the executor behind the proxy")
             f.start_executor("spare")
             await f.wait_executors("spare")
-            await wait(lambda: _rows(f.db, job_id, "cut"), 15, "some usage of the first run charged")
+            await eventually(lambda: _rows(f.db, job_id, "cut"), 15, "some usage of the first run charged")
             (first,) = f.started(job_id)
             cut_at = datetime.now(UTC)
             assert proxy.cut() >= 1
@@ -266,7 +266,7 @@ async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_o
                 rows = await _rows(f.db, job_id, "cut")
                 return rows if rows and rows[-1]["ended_at"] >= died_at - timedelta(seconds=1) else None
 
-            rows = await wait(first_run_complete, 20, "the cut-off run's usage up to its process's death")
+            rows = await eventually(first_run_complete, 20, "the cut-off run's usage up to its process's death")
             # Time used while cut off was held back, then charged: records ending after the cut, at epoch 1.
             assert {r["epoch"] for r in rows} == {1} and len(rows) > len(charged_before_heal)
             assert rows[-1]["ended_at"] > cut_at + timedelta(seconds=2)
@@ -275,7 +275,7 @@ async def test_an_executor_cut_off_is_charged_for_every_second_its_process_ran_o
             span = (rows[-1]["ended_at"] - rows[0]["started_at"]).total_seconds()
             assert sum(r["wall_seconds"] for r in rows) == pytest.approx(span, abs=1e-3)
             # Both runs are closed (each one's record cut at its process's exit arrived) and have no gap.
-            rec = await wait(lambda: _closed(f.db, job_id), 15, "the second run's last usage record")
+            rec = await eventually(lambda: _closed(f.db, job_id), 15, "the second run's last usage record")
             assert rec.ok and rec.missing == 0 and rec.rows > len(rows)
         finally:
             proxy.close()

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.e2e.stack import eventually
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 from .conftest import open_as, shoot, stack_for_module, submit, token_for, untranslated, visit
 from .test_panel_signals import TRAIN_SCRIPT, command, words

@@ -19,7 +19,7 @@ from libs.contracts.dead import DeadCause, dead_letter
 from libs.contracts.subjects import Subjects
 from libs.runtime import bus
 from services.gateway.panel import i18n
-from tests.e2e.stack import eventually
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 from .conftest import Dialogs, open_as, shoot, stack_for_module, token_for, untranslated
 from .test_panel_signals import HANG_SCRIPT, TRAIN_SCRIPT, command, signal_of, submit, words

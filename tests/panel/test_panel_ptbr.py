@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from services.gateway.panel import i18n
-from tests.e2e.stack import JOB_PYTHON, eventually
+from tests.e2e.stack import JOB_PYTHON
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 from .conftest import open_as, shoot, stack_for_module, submit, token_for, untranslated, visit
 

@@ -44,7 +44,7 @@ def rows(page) -> list[str]:
 
 @pytest.mark.timeout(420)
 def test_the_job_page_shows_loss_learning_rate_and_directory_checkpoints(stack, chromium, environment):
-    from tests.e2e.stack import eventually
+    from tests.support.services import eventually_blocking as eventually
 
     eventually(lambda: any(n["state"] == "ready" for n in stack.get("/v1/nodes").json()), 240, "the node ready")
     refused = httpx.post(f"{stack.url}/v1/jobs", json=spec("/opt/nowhere"), headers=stack.headers, timeout=60)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.stack import JOB_PYTHON, eventually
+from tests.e2e.stack import JOB_PYTHON
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 from .conftest import visit, open_as, submit, shoot, stack_for_module, token_for, untranslated
 

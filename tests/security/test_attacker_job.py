@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.stack import JOB_PYTHON, eventually, start_stack
+from tests.e2e.stack import JOB_PYTHON, start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 pytestmark = pytest.mark.e2e
 

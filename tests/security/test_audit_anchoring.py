@@ -20,7 +20,8 @@ from services.audit.app import serve
 from services.audit.domain import anchoring, chain
 from services.audit.keyfile import create_key_file
 from services.audit.settings import AuditSettings
-from tests.integration.helpers_hba import eventually, jetstream, running
+from tests.integration.helpers_hba import jetstream
+from tests.support.services import eventually, running
 
 pytestmark = pytest.mark.security
 

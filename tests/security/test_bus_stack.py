@@ -17,7 +17,8 @@ from libs.contracts.envelope import RejectedMessage
 from libs.contracts.subjects import Subjects
 from libs.contracts.telemetry import RunFinished, RunOutcome
 from libs.runtime import bus
-from tests.e2e.stack import eventually, start_stack
+from tests.e2e.stack import start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 from .busprobe import Probe, publish_is_refused
 

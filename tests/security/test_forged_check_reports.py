@@ -10,8 +10,9 @@ from libs.contracts.envelope import RejectedMessage
 from libs.contracts.nodes import CheckReport, RunChecks
 from libs.runtime.bus import publish
 from services.health.app import serve
-from tests.integration.helpers_hba import collect, eventually, jetstream, running
+from tests.integration.helpers_hba import collect, jetstream
 from tests.integration.test_check_deadlines import registration, settings_for
+from tests.support.services import eventually, running
 
 
 async def test_an_executor_cannot_fail_another_executors_node(env):

@@ -19,8 +19,9 @@ from libs.contracts.telemetry import Heartbeat, Phase
 from libs.runtime.bus import publish
 from services.health.app import serve
 from services.health.settings import HealthSettings
-from tests.integration.helpers_hba import collect, eventually, jetstream, running
+from tests.integration.helpers_hba import collect, jetstream
 from tests.integration.test_check_deadlines import registration
+from tests.support.services import eventually, running
 
 
 async def test_a_registration_re_binding_a_live_node_to_a_made_up_executor_is_refused(env):

@@ -13,7 +13,8 @@ from pathlib import Path
 from libs.contracts.subjects import Subjects
 from libs.contracts.usage import UsageRecord, UsageReport
 from libs.runtime import bus
-from tests.e2e.stack import eventually, start_stack
+from tests.e2e.stack import start_stack
+from tests.support.services import eventually_blocking as eventually  # these tests are synchronous
 
 
 async def _forge(nats_url: str, executor_creds: Path, executor_id: str, job_id: str) -> None:

@@ -24,8 +24,8 @@ from agents.executor.settings import ExecutorSettings
 from libs.contracts.telemetry import RunOutcome
 from services.gateway.auth import create_token
 from teto.stack.isolation import harden_data_dir, workload_python
-from tests.integration.helpers_executor import (TRAIN_SCRIPT, agent_with_fake_queue, command, eventually, finetune,
-                                                process_gone)
+from tests.integration.helpers_executor import TRAIN_SCRIPT, agent_with_fake_queue, command, finetune, process_gone
+from tests.support.services import eventually
 
 pytestmark = pytest.mark.security
 

@@ -27,9 +27,10 @@ from pathlib import Path
 from libs.runtime.ports import free_port_block
 from services.gateway.auth import create_token
 from teto.stack.embedded import EmbeddedNats, EmbeddedPostgres
-from tests.support.fleet import eventually, kill_orphaned_workloads, stop_processes
+from tests.support.fleet import kill_orphaned_workloads, stop_processes
 from tests.support.proxy import TcpProxy
 from tests.support.stackclient import StackClient, Submitted
+from tests.support.services import eventually
 
 SERVICES = ("audit", "budget", "health", "queue", "gateway")  # consumers of commands first, gateway last
 PREFIX = "teto"

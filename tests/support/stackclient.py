@@ -22,7 +22,8 @@ import httpx
 from nats.aio.client import Client
 
 from libs.runtime import bus
-from tests.support.fleet import WORKLOAD, eventually, read_runs
+from tests.support.fleet import WORKLOAD, read_runs
+from tests.support.services import eventually
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
