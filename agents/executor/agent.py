@@ -116,7 +116,7 @@ class Agent(RunSupervision):
                              step=run.step if run else None, sent_at=utcnow(),
                              interval_seconds=s.heartbeat_seconds,
                              progress_interval_seconds=s.progress_interval_seconds, address=self.host,
-                             environments=s.environment_list)
+                             environments=s.environment_list, boot_id=self.boot_id)
             await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
             metrics.EXECUTOR_HEARTBEATS.inc()
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))

@@ -110,6 +110,8 @@ class NodeEvent(Envelope):
     run_id: Id | None = None
     reboots: Count = 0
     detail: JsonObject = Field(default_factory=dict)
+    boot_id: Id | None = Field(None, description="The agent start (NodeRegistered.boot_id) this state is about: "
+                               "placement trusts a ready node only for the executor's heartbeats of that start")
 
 
 # -- deep checks ----------------------------------------------------------------------------------------------

@@ -62,6 +62,9 @@ class Heartbeat(Envelope):
     environments: list[Path] = Field(
         default_factory=list, max_length=64,
         description="Python environments prepared on this node that a job may name (TETO_ENVIRONMENTS)")
+    boot_id: Id | None = Field(
+        None, description="This agent start (NodeRegistered.boot_id): a node judged ready for an earlier start "
+                          "takes no work until it has passed its checks again")
 
 
 class ProgressBase(Envelope):

@@ -15,21 +15,22 @@ from .store import T
 
 async def upsert_executors(conn: asyncpg.Connection, rows: Sequence[tuple]) -> None:
     """rows: (executor_id, node_id, group, gpus, accepting, job_id, epoch, phase, sent_at, last_seen, address,
-    environments joined by newlines), at most one per executor. A heartbeat older than the one stored (redelivered, reordered) does not overwrite it."""
+    environments joined by newlines, boot_id), at most one per executor. A heartbeat older than the one stored
+    (redelivered, reordered) does not overwrite it."""
     if not rows:
         return
     # One statement for the batch (a row per executor: the caller keeps each executor's newest heartbeat only).
     cols = list(zip(*rows, strict=True))
     await conn.execute(
         f"INSERT INTO {T}.executors AS e (executor_id, node_id, group_name, gpus, accepting, job_id, epoch, phase,"
-        " sent_at, last_seen, address, environments) SELECT u.e, u.n, u.g, u.gp, u.a, u.j, u.ep, u.ph, u.s, u.l,"
-        " u.ad, string_to_array(u.envs, E'\\n') FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
+        " sent_at, last_seen, address, environments, boot_id) SELECT u.e, u.n, u.g, u.gp, u.a, u.j, u.ep, u.ph, u.s,"
+        " u.l, u.ad, string_to_array(u.envs, E'\\n'), u.b FROM unnest($1::text[], $2::text[], $3::text[], $4::int[],"
         " $5::bool[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::timestamptz[], $11::text[],"
-        " $12::text[]) AS u(e, n, g, gp, a, j, ep, ph, s, l, ad, envs)"
+        " $12::text[], $13::text[]) AS u(e, n, g, gp, a, j, ep, ph, s, l, ad, envs, b)"
         " ON CONFLICT (executor_id) DO UPDATE SET node_id = EXCLUDED.node_id, group_name = EXCLUDED.group_name,"
         " gpus = EXCLUDED.gpus, accepting = EXCLUDED.accepting, job_id = EXCLUDED.job_id, epoch = EXCLUDED.epoch,"
         " phase = EXCLUDED.phase, sent_at = EXCLUDED.sent_at, last_seen = EXCLUDED.last_seen,"
-        " address = EXCLUDED.address, environments = EXCLUDED.environments"
+        " address = EXCLUDED.address, environments = EXCLUDED.environments, boot_id = EXCLUDED.boot_id"
         " WHERE e.sent_at <= EXCLUDED.sent_at",
         *(list(c) for c in cols),
     )

@@ -185,7 +185,7 @@ class Runs:
         async with self.units.begin() as unit:
             conn = unit.conn
             await store.apply_node_event(conn, event.node_id, event.executor_id, event.group, event.state.value,
-                                         event.schedulable, event.reason, event.seq)
+                                         event.schedulable, event.reason, event.seq, boot_id=event.boot_id)
             # A failed node under a running gang is a node failure of that gang (its strategy applies now,
             # not a lease later).
             if event.executor_id and event.state in NODE_LOST_STATES:
@@ -208,7 +208,8 @@ class Runs:
         async with self.runtime.pool.acquire() as conn, conn.transaction():
             now = await store.db_now(conn)  # last seen on the clock placement judges freshness by
             rows = [(hb.executor_id, hb.node_id, hb.group, len(hb.gpus), hb.accepting, hb.job_id, hb.epoch,
-                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address, "\n".join(hb.environments))
+                     hb.phase.value, hb.sent_at, seen_at(now, beat.stored_at), hb.address, "\n".join(hb.environments),
+                     hb.boot_id)
                     for beat in latest.values() for hb in [beat.value]]
             await executors.upsert_executors(conn, rows)
             if offers_an_executor([beat.value for beat in latest.values()]):  # perhaps free since the last pass: place now

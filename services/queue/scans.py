@@ -60,12 +60,16 @@ async def jobs_by_id(conn: asyncpg.Connection, ids: Sequence[str]) -> dict[str, 
                                                                list(ids))}
 
 
-# Only nodes that passed their checks (health's node events): ready and not cordoned. Without that requirement
-# ($2 true) a node not yet judged (joining, checking) may take work too, but never one the health service or an
-# operator has ruled out ($3: those states). Executor alias ``e``.
+# Only nodes that passed their checks (health's node events): ready and not cordoned, and judged for the agent
+# start the executor's heartbeats are from (an executor restarted with its stable id, by `teto up` or a reboot, is
+# checked again before it takes work: its node's "ready" was about its previous start, and the "joining" that
+# says so may arrive after its first heartbeat). A row without a boot id (a release before it) is not compared.
+# Without that requirement ($2 true) a node not yet judged (joining, checking) may take work too, but never one
+# the health service or an operator has ruled out ($3: those states). Executor alias ``e``.
 SCHEDULABLE_NODE = (
     f"(EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id AND n.schedulable"
-    "   AND n.executor_id = e.executor_id)"
+    "   AND n.executor_id = e.executor_id"
+    "   AND (n.boot_id IS NULL OR e.boot_id IS NULL OR n.boot_id = e.boot_id))"
     f"  OR ($2 AND NOT EXISTS (SELECT 1 FROM {T}.nodes n WHERE n.node_id = e.node_id"
     "   AND n.state = ANY($3::text[]))))")
 

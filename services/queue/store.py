@@ -313,14 +313,16 @@ async def db_now(conn: asyncpg.Connection) -> datetime:
 # -- nodes (the health service's node events) ---------------------------------------------------------------
 
 async def apply_node_event(conn: asyncpg.Connection, node_id: str, executor_id: str | None, group: str, state: str,
-                           schedulable: bool, reason: str | None, seq: int) -> None:
-    """Keep the latest node event per node (an older, redelivered one does not overwrite a newer one)."""
+                           schedulable: bool, reason: str | None, seq: int, *, boot_id: str | None = None) -> None:
+    """Keep the latest node event per node (an older, redelivered one does not overwrite a newer one), with the
+    agent start it is about (``boot_id``: placement's ``SCHEDULABLE_NODE`` matches it with the heartbeats')."""
     await conn.execute(
-        f"INSERT INTO {T}.nodes AS n (node_id, executor_id, group_name, state, schedulable, reason, seq)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node_id) DO UPDATE SET executor_id = EXCLUDED.executor_id,"
-        " group_name = EXCLUDED.group_name, state = EXCLUDED.state, schedulable = EXCLUDED.schedulable,"
-        " reason = EXCLUDED.reason, seq = EXCLUDED.seq, updated_at = now() WHERE n.seq < EXCLUDED.seq",
-        node_id, executor_id, group, state, schedulable, reason, seq)
+        f"INSERT INTO {T}.nodes AS n (node_id, executor_id, group_name, state, schedulable, reason, seq, boot_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (node_id) DO UPDATE SET"
+        " executor_id = EXCLUDED.executor_id, group_name = EXCLUDED.group_name, state = EXCLUDED.state,"
+        " schedulable = EXCLUDED.schedulable, reason = EXCLUDED.reason, seq = EXCLUDED.seq,"
+        " boot_id = EXCLUDED.boot_id, updated_at = now() WHERE n.seq < EXCLUDED.seq",
+        node_id, executor_id, group, state, schedulable, reason, seq, boot_id)
 
 
 # -- gangs and steps ----------------------------------------------------------------------------------------

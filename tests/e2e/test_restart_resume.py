@@ -76,7 +76,9 @@ def _resumes_after_restart(data_dir: Path, job_id: str, checkpointed: int, nodes
             nodes_before = set(nodes) - dead
             assert len(nodes_before) == 2, sorted(nodes)
         # The job may end on the first node back before the other has finished its own checks.
-        nodes = eventually(lambda: _ready_or_why(_nodes(stack), nodes_before), 120, "every node back and ready")
+        nodes = eventually(lambda: _ready_or_why(_nodes(stack), nodes_before), 120,
+                           lambda: f"every node back and ready\n{_nodes(stack)}\n"
+                                   f"{stack.get('/v1/node-groups').json()}\n{stack.log_tail(6000)}")
         assert set(nodes) == nodes_before | dead, (nodes_before, dead, sorted(nodes))  # re-attached, not grown
         live = {k: v for k, v in nodes.items() if k in nodes_before}
         assert all(n["state"] == "ready" and n["schedulable"] and n["reboots"] == 0 for n in live.values()), live

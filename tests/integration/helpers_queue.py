@@ -112,6 +112,7 @@ class FakeExecutor:
         self.job_id: str | None = None
         self.epoch: int | None = None
         self.beating = True
+        self.boot_id: str | None = None  # this start's (NodeRegistered.boot_id), in its heartbeats when set
         self._tasks: list[asyncio.Task] = []
         self.directives: asyncio.Queue[Envelope] = asyncio.Queue()
 
@@ -123,11 +124,12 @@ class FakeExecutor:
         await self.node_ready()
         return self
 
-    async def node_ready(self, schedulable: bool = True, seq: int = 1) -> None:
-        """Play the health service: this executor's node passed its checks (placement needs that)."""
+    async def node_ready(self, schedulable: bool = True, seq: int = 1, boot_id: str | None = None) -> None:
+        """Play the health service: this executor's node passed its checks (placement needs that), for the agent
+        start ``boot_id`` (None: this one's, ``self.boot_id``)."""
         event = NodeEvent(node_id=f"node-{self.id}", seq=seq, event="ready" if schedulable else "drained",
                           state="ready" if schedulable else "drained", executor_id=self.id, group=self.group,
-                          schedulable=schedulable)
+                          schedulable=schedulable, boot_id=boot_id or self.boot_id)
         await bus.publish(self.c.js, self.c.s.node(event.node_id, event.event.value), event)
 
     async def stop(self) -> None:
@@ -139,7 +141,8 @@ class FakeExecutor:
                        gpus=[{"index": i, "name": "fake"} for i in range(self.gpus)],
                        accepting=self.job_id is None, job_id=self.job_id, epoch=self.epoch,
                        phase=Phase.TRAINING if self.job_id else Phase.IDLE, sent_at=utcnow(),
-                       interval_seconds=self.c.settings.heartbeat_seconds, progress_interval_seconds=1.0)
+                       interval_seconds=self.c.settings.heartbeat_seconds, progress_interval_seconds=1.0,
+                       boot_id=self.boot_id)
         await bus.publish(self.c.js, self.c.s.heartbeat(self.id), hb)
 
     async def _heartbeat(self) -> None:

@@ -24,7 +24,7 @@ T0 = datetime(2026, 12, 2, 1, 0, tzinfo=UTC)
 
 
 def beat(job: str | None, epoch: int | None, at: datetime) -> tuple:
-    return ("ex-1", "node-ex-1", "g", 0, job is None, job, epoch, "training" if job else "idle", at, at, None, "")
+    return ("ex-1", "node-ex-1", "g", 0, job is None, job, epoch, "training" if job else "idle", at, at, None, "", None)
 
 
 async def test_a_reported_end_frees_the_executor_its_heartbeat_named_and_an_older_heartbeat_does_not_undo_it(env):

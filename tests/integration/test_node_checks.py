@@ -144,6 +144,10 @@ async def test_nodes_prove_themselves_recover_are_replaced_and_are_checked_on_de
             bad = [e.event.value for e in events if e.node_id == "node-bad"]
             assert bad == ["joining", "checking", "failed", "recovering", "joining", "checking", "failed",
                            "replaced"], bad
+            # Each event names the agent start it is about: the reboot came back as a new one (placement trusts a
+            # "ready" only for the heartbeats of its start: scans.SCHEDULABLE_NODE).
+            boots = [e.boot_id for e in events if e.node_id == "node-bad"]
+            assert None not in boots and len({*boots[:4]}) == 1 and len({*boots[4:]}) == 1 and boots[0] != boots[4], boots
             failed = next(e for e in events if e.node_id == "node-bad" and e.event == "failed")
             assert "matmul" in (failed.reason or "") and not failed.schedulable
             await eventually(lambda: asyncio.sleep(0, (provision_dir / "node-bad").exists()), timeout=20)

@@ -49,7 +49,7 @@ async def save(conn: asyncpg.Connection, subjects: Subjects, t: Transition, now:
     events = [NodeEvent(node_id=n.node_id, seq=seq + i + 1, event=e.kind, state=e.state, previous_state=e.previous,
                         executor_id=n.executor_id, group=n.group, schedulable=n.schedulable,
                         reason=e.reason or n.why_not_schedulable, run_id=n.run_id or e.detail.get("run_id"),
-                        reboots=n.reboots, detail=e.detail, time=now)
+                        reboots=n.reboots, detail=e.detail, boot_id=n.boot_id, time=now)
               for i, e in enumerate(t.events)]
     cols: dict[str, Any] = {"group_name": n.group, "executor_id": n.executor_id, "state": n.state.value,
                             "reason": n.reason, "reboots": n.reboots, "run_id": n.run_id, "cordoned": n.cordoned,
