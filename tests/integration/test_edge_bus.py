@@ -183,7 +183,8 @@ async def test_a_poison_heartbeat_never_keeps_other_executors_heartbeats_out(env
     or dead-lettered if it got past its contract) and the others' heartbeats are ingested."""
     from services.health.app import serve as health
     from services.health.settings import HealthSettings
-    from tests.integration.helpers_hba import jetstream, running
+    from tests.integration.helpers_hba import jetstream
+    from tests.support.services import running
 
     settings = env.settings(HealthSettings)
     s = settings.subjects
