@@ -129,12 +129,17 @@ class Agent(RunSupervision):
         self.app = service_app("executor", broker)
         directives.declare(broker, self.subjects, self.subjects.agent_all_of(self.id), f"agent-{self.id}",
                            directives.on_directive, agent=self)
+        closed = False
         try:
             await broker.start()
             await asyncio.Event().wait()
+        except GeneratorExit:  # closed without being cancelled (its loop is gone): nothing can be awaited now
+            closed = True
+            raise
         finally:
-            with contextlib.suppress(Exception):
-                await broker.stop()
+            if not closed:
+                with contextlib.suppress(Exception):
+                    await broker.stop()
 
     async def on_directive(self, msg: Msg) -> None:
         kind = msg.subject.rsplit(".", 1)[-1]
