@@ -105,21 +105,33 @@ class Agent(RunSupervision):
         log.info("executor %s registered node %s in group %s with %d GPU(s)", self.id, self.settings.node_id,
                  self.settings.group, len(self.gpus))
 
+    def heartbeat(self) -> Heartbeat:
+        s, run = self.settings, self.run
+        return Heartbeat(executor_id=self.id, node_id=s.node_id, group=s.group, gpus=self.gpus,
+                         accepting=self.accepting, job_id=run.grant.job_id if run else None,
+                         epoch=run.grant.epoch if run else None, phase=self.phase,
+                         step=run.step if run else None, sent_at=utcnow(), interval_seconds=s.heartbeat_seconds,
+                         progress_interval_seconds=s.progress_interval_seconds, address=self.host,
+                         environments=s.environment_list, boot_id=self.boot_id)
+
     async def heartbeats(self) -> None:
         s = self.settings
         while True:
             started = time.monotonic()
-            run = self.run
-            beat = Heartbeat(executor_id=self.id, node_id=s.node_id, group=s.group, gpus=self.gpus,
-                             accepting=self.accepting, job_id=run.grant.job_id if run else None,
-                             epoch=run.grant.epoch if run else None, phase=self.phase,
-                             step=run.step if run else None, sent_at=utcnow(),
-                             interval_seconds=s.heartbeat_seconds,
-                             progress_interval_seconds=s.progress_interval_seconds, address=self.host,
-                             environments=s.environment_list, boot_id=self.boot_id)
-            await self.publisher.publish_now(self.subjects.heartbeat(self.id), beat, timeout=s.heartbeat_seconds)
+            await self.publisher.publish_now(self.subjects.heartbeat(self.id), self.heartbeat(),
+                                             timeout=s.heartbeat_seconds)
             metrics.EXECUTOR_HEARTBEATS.inc()
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
+
+    async def goodbye(self, why: str = "shutting down") -> None:
+        """The agent is stopping: no new work (a grant arriving now is handed back at once, not left to wait out
+        its lease), and one last heartbeat that says so, bounded, so placement stops choosing this executor
+        before its heartbeats go silent. Its run, if any, reports its end as it stops (``SHUTDOWN_STOP``)."""
+        if self.leaving is None:
+            self.leaving = why
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.publisher.publish_now(self.subjects.heartbeat(self.id), self.heartbeat(),
+                                                              timeout=2.0), 2.5)
 
     # -- directives ----------------------------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ async def serve(settings: ExecutorSettings | None = None, *, ready: asyncio.Even
     finally:
         if listener is not None:
             listener.close()
+        await agent.goodbye()  # takes no new work from here, and tells placement so
         # The job task stops its process within a bounded grace and reports; then the loops. Every wait is
         # bounded: nothing may hold the agent's shutdown forever.
         work = [t for t in (agent.checks.task, agent.job_task) if t is not None and not t.done()]

@@ -24,8 +24,8 @@ from nats.js import JetStreamContext
 from libs.contracts.envelope import utcnow
 from libs.contracts.agents import StopJob
 from libs.contracts.jobs import CommandWorkload
-from libs.contracts.telemetry import (CheckpointSkipped, CheckpointStoreNote, GpuInfo, Phase, RunFinished, RunOutcome,
-                                      RunStarted, StoreState)
+from libs.contracts.telemetry import (SHUTDOWN_STOP, CheckpointSkipped, CheckpointStoreNote, GpuInfo, Phase,
+                                      RunFinished, RunOutcome, RunStarted, StoreState)
 from libs.runtime import logs, metrics, tracing
 
 from . import ceiling, diskwatch, launch, pilot, sandbox
@@ -150,7 +150,8 @@ class RunSupervision:
                     await run.log.close(run.child.proc.returncode, timeout=1.0)
                 await self.publisher.publish_now(self.subjects.progress(grant.job_id, self.id), self._progress(
                     run, RunFinished, outcome=RunOutcome.ABANDONED, last_step=run.step,
-                    resumed_from_step=run.resumed_from_step, error="executor shut down"), timeout=2.0)
+                    resumed_from_step=run.resumed_from_step, error="executor shut down",
+                    stop_reason=SHUTDOWN_STOP), timeout=2.0)
             raise
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the run ends visibly, never silently
             await self._fail(run, exc)

@@ -151,6 +151,10 @@ HEALTH_CHECK_STOP = "health_check"
 # RunFinished.stop_reason of a run stopped because its executor leaves (a Slurm pilot's allocation ends): the job
 # is requeued free, like a transport loss, and the queue gives that executor no more work.
 LEAVING_STOP = "slurm_allocation_ending"
+# RunFinished.stop_reason of a run abandoned because its agent is shutting down (SIGTERM, Ctrl-C on `teto up`): the
+# same, so its job is not granted straight back to an agent on its way out (to wait there for a whole lease).
+SHUTDOWN_STOP = "executor_shutdown"
+LEAVING_REASONS = frozenset({LEAVING_STOP, SHUTDOWN_STOP})
 
 
 class RunFinished(ProgressBase):
@@ -162,7 +166,9 @@ class RunFinished(ProgressBase):
     last_step: Big | None = None
     resumed_from_step: Big | None = None
     stop_reason: Reason | None = Field(None, description="stopped: the reason of the stop (gpu_ceiling: the "
-                                                          "executor's own clock or the queue's directive)")
+                                                          "executor's own clock or the queue's directive); "
+                                                          "slurm_allocation_ending or executor_shutdown: the "
+                                                          "executor leaves and takes no more work")
 
 
 class RunStarted(ProgressBase):

@@ -18,7 +18,7 @@ from libs.contracts.telemetry import (
     CheckpointSkipped,
     CheckpointStoreNote,
     Heartbeat,
-    LEAVING_STOP,
+    LEAVING_REASONS,
     ProgressBase,
     RunFinished,
     RunOutcome,
@@ -125,8 +125,9 @@ class Runs:
             await store.write_staged(unit.conn, self.settings.subjects, staged)
             await store.record_steps(unit.conn, steps)
             # Runs whose executors reported their end: those executors are free now, and placement runs at once;
-            # one that stopped its run to leave (its allocation ends) is not, or it would be granted the next job.
-            ended = [(m.executor_id, m.job_id, m.epoch, m.time, m.stop_reason == LEAVING_STOP)
+            # one that ended its run to leave (its allocation ends, it shuts down) is not, or it would be granted
+            # the next job.
+            ended = [(m.executor_id, m.job_id, m.epoch, m.time, m.stop_reason in LEAVING_REASONS)
                      for m, r in zip(reports, results, strict=True)
                      if isinstance(m, RunFinished) and isinstance(r, lc.Transition)]
             if ended:

@@ -212,6 +212,38 @@ async def test_the_training_process_dies_with_its_agent(env, base_dir):
         await nc.close()
 
 
+async def test_an_agent_told_to_stop_says_it_takes_no_more_work_and_reports_its_run_as_leaving(env, base_dir):
+    """SIGTERM (Ctrl-C on `teto up`): the agent's last heartbeat says it takes no work, and its run is reported
+    abandoned with ``SHUTDOWN_STOP``, so the queue does not grant the requeued job straight back to it. Before, it
+    did: the grant then waited for the agent to come back, or for a whole lease if it never did."""
+    from libs.contracts.telemetry import SHUTDOWN_STOP
+
+    settings = _settings(env, base_dir)
+    nc = await bus.connect(settings.nats_url, "test")
+    js = nc.jetstream()
+    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agents.executor.main",
+        env=env.env_vars(TETO_EXECUTOR_ID=settings.executor_id, TETO_PROGRESS_INTERVAL_SECONDS="0.3"))
+    try:
+        await eventually(lambda: queue.heartbeats, 30, "the agent's first heartbeat")
+        job = _job()
+        await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
+        await eventually(lambda: queue.of(job, "step"), 20, "the run to train")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        done = await queue.wait_finished(job, 1, timeout=10)
+        assert done.outcome is RunOutcome.ABANDONED and done.stop_reason == SHUTDOWN_STOP, done
+        last = queue.heartbeats[-1]
+        assert not last.accepting and last.boot_id, last
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await queue.stop()
+        await nc.close()
+
+
 async def test_a_grant_that_arrives_during_the_node_checks_is_handed_back_at_once(stack):
     """A grant can still meet the node's checks (a check ordered for a ready node while placement picked it).
     The agent must not start the job, and must not leave the grant to expire a whole lease later: it hands it

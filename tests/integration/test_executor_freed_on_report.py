@@ -11,7 +11,7 @@ import pytest
 
 from libs.contracts.commands import SubmitJob
 from libs.contracts.jobs import JobSpec
-from libs.contracts.telemetry import LEAVING_STOP, RunOutcome
+from libs.contracts.telemetry import LEAVING_STOP, SHUTDOWN_STOP, RunOutcome
 from libs.runtime.service import Runtime
 from services.queue import executors
 from services.queue.settings import QueueSettings
@@ -75,10 +75,13 @@ async def test_an_executor_that_reports_its_end_gets_the_next_job_with_no_idle_h
             await ex.stop()
 
 
-async def test_an_executor_that_stopped_its_run_to_leave_is_granted_nothing_more(env):
-    # A Slurm pilot whose allocation ends checkpoints and stops its run (stop_reason LEAVING_STOP): before, the
-    # queue freed it like any executor that reported its end and granted it the next job, which the leaving agent
-    # handed back (seen as a flaky Slurm test). Its job goes to another executor instead.
+@pytest.mark.parametrize(("outcome", "reason"), [(RunOutcome.STOPPED, LEAVING_STOP),
+                                               (RunOutcome.ABANDONED, SHUTDOWN_STOP)], ids=["slurm-leaving", "shutdown"])
+async def test_an_executor_that_ended_its_run_to_leave_is_granted_nothing_more(env, outcome, reason):
+    # A Slurm pilot whose allocation ends checkpoints and stops its run (stop_reason LEAVING_STOP), an agent told
+    # to shut down abandons it (SHUTDOWN_STOP): before, the queue freed it like any executor that reported its end
+    # and granted it the next job, which the leaving agent handed back (seen as a flaky Slurm test) or never saw
+    # (a whole lease lost). Its job goes to another executor instead.
     settings = env.settings(QueueSettings, heartbeat_seconds=30.0, lease_seconds=180.0, schedule_interval_seconds=30.0)
     async with queue_service(settings), client(settings) as c:
         leaving = await FakeExecutor(c, "ex-1").start()
@@ -91,7 +94,7 @@ async def test_an_executor_that_stopped_its_run_to_leave_is_granted_nothing_more
             await leaving.heartbeat_once()
             await eventually(lambda: c.db.fetchval("SELECT job_id FROM queue.executors WHERE executor_id = 'ex-1'"),
                              what="the busy heartbeat")
-            await leaving.finish(RunOutcome.STOPPED, stop_reason=LEAVING_STOP, last_step=3)
+            await leaving.finish(outcome, stop_reason=reason, last_step=3)
             await eventually(lambda: c.db.fetchval("SELECT state = 'queued' FROM queue.jobs WHERE id = $1",
                                                    job.job_id), what="the job requeued")
             row = await c.db.fetchrow("SELECT job_id, accepting FROM queue.executors WHERE executor_id = 'ex-1'")
