@@ -235,7 +235,8 @@ class RunSupervision:
                     run, self.store, launch.absolute(s.effective_checkpoint_dir) / grant.job_id, keep=kept,
                     concurrency=s.checkpoint_store_concurrency, send=self._send, report=self.reports.stored)
             run.child = await Child.start(work, lambda record: self.reports.on_report(run, record), box,
-                                          on_output=run.log.write, guard=self.guard, fence=lambda: self._fence(deadline()))
+                                          on_output=run.log.write, guard=self.guard,
+                                          fence=lambda: self._fence(deadline()))
         except BaseException:
             await box.close()
             raise

@@ -52,7 +52,7 @@ async def close_pool(pool: asyncpg.Pool, *, timeout: float = 10.0) -> bool:
     terminate it (asyncpg's ``close`` waits for ever on a connection that is never released: a shutdown that never
     ends). True when it closed gracefully."""
     try:
-        await asyncio.wait_for(asyncio.shield(pool.close()), timeout)
+        await asyncio.wait_for(pool.close(), timeout)  # a close cancelled at the bound terminates the pool itself
         return True
     except (asyncio.TimeoutError, OSError, asyncpg.PostgresError) as exc:
         held = pool.get_size() - pool.get_idle_size()

@@ -52,8 +52,8 @@ async def free_ended(conn: asyncpg.Connection, ended: Sequence[tuple[str, str, i
     ``on_run``). Otherwise an executor whose heartbeat named a run stayed busy to placement until its next
     heartbeat, up to a whole interval (30 s by default) after its run ended. A heartbeat sent before the report
     (arriving late) does not overwrite this; a later one does. An executor whose report says it is leaving (the
-    last element, true: its Slurm allocation ends) is idle but not accepting: no grant can reach an agent on its
-    way out (it would hand it back). Returns how many were freed."""
+    last element, true: its Slurm allocation ends, or it shuts down) is idle but not accepting: no grant should
+    go to an agent on its way out. Returns how many were freed."""
     if not ended:
         return 0
     cols = list(zip(*ended, strict=True))
