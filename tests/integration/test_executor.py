@@ -8,6 +8,7 @@ silent or refuses, malformed directives refused visibly, and a training process 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -187,7 +188,10 @@ async def test_malformed_directives_are_refused_visibly_and_the_agent_goes_on(st
     assert (await queue.wait_finished(job, timeout=20)).outcome is RunOutcome.SUCCEEDED
 
 
-async def test_the_training_process_dies_with_its_agent(env, base_dir):
+@contextlib.asynccontextmanager
+async def _agent_process_training(env, base_dir):
+    """An agent as its own process (``python -m agents.executor.main``) with the fake queue, training a granted
+    command: (the agent's process, the fake queue, the job). Whatever is left is killed at the end."""
     settings = _settings(env, base_dir)
     nc = await bus.connect(settings.nats_url, "test")
     js = nc.jetstream()
@@ -200,16 +204,21 @@ async def test_the_training_process_dies_with_its_agent(env, base_dir):
         job = _job()
         await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
         await eventually(lambda: queue.of(job, "step"), 20, "the run to train")
-        pid = queue.of(job, "started")[0].detail["pid"]
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-        await eventually(lambda: process_gone(pid), 3, "the orphaned training process to die")
+        yield proc, queue, job
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
         await queue.stop()
         await nc.close()
+
+
+async def test_the_training_process_dies_with_its_agent(env, base_dir):
+    async with _agent_process_training(env, base_dir) as (proc, queue, job):
+        pid = queue.of(job, "started")[0].detail["pid"]
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        await eventually(lambda: process_gone(pid), 3, "the orphaned training process to die")
 
 
 async def test_an_agent_told_to_stop_says_it_takes_no_more_work_and_reports_its_run_as_leaving(env, base_dir):
@@ -218,30 +227,13 @@ async def test_an_agent_told_to_stop_says_it_takes_no_more_work_and_reports_its_
     did: the grant then waited for the agent to come back, or for a whole lease if it never did."""
     from libs.contracts.telemetry import SHUTDOWN_STOP
 
-    settings = _settings(env, base_dir)
-    nc = await bus.connect(settings.nats_url, "test")
-    js = nc.jetstream()
-    queue = await FakeQueue(nc, settings.subjects, settings.executor_id).start()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agents.executor.main",
-        env=env.env_vars(TETO_EXECUTOR_ID=settings.executor_id, TETO_PROGRESS_INTERVAL_SECONDS="0.3"))
-    try:
-        await eventually(lambda: queue.heartbeats, 30, "the agent's first heartbeat")
-        job = _job()
-        await queue.grant(js, settings, job, command({"STEPS": "100000", "STEP_SECONDS": "0.05"}))
-        await eventually(lambda: queue.of(job, "step"), 20, "the run to train")
+    async with _agent_process_training(env, base_dir) as (proc, queue, job):
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         done = await queue.wait_finished(job, 1, timeout=10)
         assert done.outcome is RunOutcome.ABANDONED and done.stop_reason == SHUTDOWN_STOP, done
         last = queue.heartbeats[-1]
         assert not last.accepting and last.boot_id, last
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await queue.stop()
-        await nc.close()
 
 
 async def test_a_grant_that_arrives_during_the_node_checks_is_handed_back_at_once(stack):
