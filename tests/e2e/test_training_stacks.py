@@ -201,6 +201,12 @@ def test_a_two_worker_gang_trains_the_hf_example_with_ddp_and_resumes_after_a_wo
             if e["event"] not in ("progress", "checkpointed"):
                 print(e["event"], e.get("epoch"), e.get("reason"), (e.get("error") or "")[-600:])
     assert done["state"] == "succeeded", (done, _why(stack, job_id))
+    if done["attempts"]["training_error"]:  # printed whole (an assertion's message is cut)
+        for e in stack.events(job_id):
+            if e["event"] not in ("progress", "checkpointed", "step"):
+                print(e["event"], e.get("epoch"), e.get("executor_id"), e.get("reason"), (e.get("error") or "")[-400:],
+                      {k: v for k, v in (e.get("detail") or {}).items() if k != "spec"})
+        print(stack.log_tail(6000))
     assert done["attempts"]["training_error"] == 0, (done["attempts"], _why(stack, job_id))
     events = stack.events(job_id)
     epochs = sorted({e["epoch"] for e in events if e["event"] == "started"})
