@@ -114,12 +114,15 @@ class Agent(RunSupervision):
                          progress_interval_seconds=s.progress_interval_seconds, address=self.host,
                          environments=s.environment_list, boot_id=self.boot_id)
 
+    async def send_heartbeat(self, timeout: float) -> bool:
+        """One heartbeat, now, waiting at most ``timeout`` for the server's ack."""
+        return await self.publisher.publish_now(self.subjects.heartbeat(self.id), self.heartbeat(), timeout=timeout)
+
     async def heartbeats(self) -> None:
         s = self.settings
         while True:
             started = time.monotonic()
-            await self.publisher.publish_now(self.subjects.heartbeat(self.id), self.heartbeat(),
-                                             timeout=s.heartbeat_seconds)
+            await self.send_heartbeat(s.heartbeat_seconds)
             metrics.EXECUTOR_HEARTBEATS.inc()
             await asyncio.sleep(max(0.0, started + s.heartbeat_seconds - time.monotonic()))
 
@@ -129,9 +132,7 @@ class Agent(RunSupervision):
         before its heartbeats go silent. Its run, if any, reports its end as it stops (``SHUTDOWN_STOP``)."""
         if self.leaving is None:
             self.leaving = why
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.publisher.publish_now(self.subjects.heartbeat(self.id), self.heartbeat(),
-                                                              timeout=2.0), 2.5)
+        await self.send_heartbeat(2.0)  # never raises (publish_now): a server out of reach costs the bound only
 
     # -- directives ----------------------------------------------------------------------------------------
 
